@@ -1,0 +1,38 @@
+"""The `rmjudge` command: one module per subcommand, each a thin layer over the library."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from rmjudge import __version__
+
+# subcommand name -> module under rmjudge.cli defining a click command called `command`.
+# Modules are imported only when their command runs, so `rmjudge --help` stays fast.
+COMMANDS = {
+    "score": ("score", "Judge preference pairs with ReflectRM (the main job)."),
+    "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"rmjudge.cli.{COMMANDS[name][0]}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="rmjudge")
+def main() -> None:
+    """rmjudge: label pairwise preference data offline with a ReflectRM judge (llama.cpp)."""

@@ -1,0 +1,29 @@
+"""`rmjudge models`: what model would be used, and is it sound."""
+
+from __future__ import annotations
+
+import click
+
+from rmjudge.cli.common import fail
+
+
+@click.command("models")
+@click.option("--model", "model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
+              help="GGUF judge model (default: RMJUDGE_MODEL, else the embedded SmolLM2-135M).")
+def command(model: str | None) -> None:
+    """Show the resolved judge model: path, sha256, architecture, context length, template."""
+    from rmjudge.engine.llama import read_model_info
+    from rmjudge.models import ModelError, resolve_model
+
+    try:
+        path = resolve_model(model)
+        info = read_model_info(path)
+    except ModelError as exc:
+        fail(str(exc))
+    click.echo(f"path:           {info.path}")
+    click.echo(f"sha256:         {info.sha256}")
+    click.echo(f"architecture:   {info.architecture}")
+    click.echo(f"name:           {info.name}")
+    click.echo(f"context length: {info.n_ctx_train}")
+    click.echo(f"chat template:  {'yes' if info.chat_template else 'no (plain fallback)'}")
+    click.echo(f"prompt suffix:  {info.prompt_suffix!r}")

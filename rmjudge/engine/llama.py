@@ -1,0 +1,568 @@
+"""The batched llama.cpp engine, on llama-cpp-python's low-level API.
+
+One context, many sequences. Every step builds one `llama_batch` holding one token for each
+sequence that is decoding plus prompt chunks of sequences that are prefilling, and runs a
+single `llama_decode`. Requests are scheduled in *groups* that share a prompt prefix:
+
+- the N samples of one request (identical prompts) and the requests with the same `share_key`
+  (the N-1 reflections of a pair and order) form a group; its longest common token prefix is
+  evaluated once on the group's first sequence and copied to the others with
+  `llama_memory_seq_cp` (a unified KV cache shares those cells, it does not duplicate them);
+- each sequence then feeds its own suffix and decodes; finished sequences free their slot and
+  KV cells, and the next group is admitted as soon as slots and cells allow (continuous
+  batching across pairs, in request order, so runs are repeatable);
+- sampling is vectorized with NumPy on the logits buffer: log-softmax once per step for all
+  rows, inverse-CDF sampling with a per-sample generator seeded from (request seed, sample
+  index), so a sample does not depend on the batch it lands in; the log-probability of every
+  sampled token under the model's distribution is kept for the anchor confidence;
+- a generation that ends without a parseable verdict gets its `ForceSpec` continuation fed on
+  the same sequence, and the probabilities of the two choices are read from the logits
+  (forced verdict) without re-evaluating the prompt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rmjudge.engine.base import ModelInfo
+from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
+from rmjudge.prompts import suffix_for_model
+from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.types import Generation, GenRequest
+
+_BACKEND_READY = False
+
+
+def _llama():
+    import llama_cpp
+
+    global _BACKEND_READY
+    if not _BACKEND_READY:
+        _silence_logs(llama_cpp)
+        llama_cpp.llama_backend_init()
+        _BACKEND_READY = True
+    return llama_cpp
+
+
+_LOG_CB = None
+
+
+def _silence_logs(llama_cpp) -> None:
+    """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set."""
+    global _LOG_CB
+    if os.environ.get("RMJUDGE_DEBUG"):
+        return
+
+    @llama_cpp.llama_log_callback
+    def _quiet(level, text, user_data):  # pragma: no cover - called from C
+        return None
+
+    _LOG_CB = _quiet
+    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+
+
+def _meta(llama_cpp, model, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):  # long chat templates
+        buf = ctypes.create_string_buffer(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
+
+
+def _load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
+    llama_cpp = _llama()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = vocab_only
+    params.n_gpu_layers = n_gpu_layers
+    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        raise ModelError(f"llama.cpp could not load {path}: the file is corrupt, truncated or "
+                         "of an unsupported architecture")
+    return model
+
+
+def _info_from_model(llama_cpp, model, path: str, lora: str | None = None) -> ModelInfo:
+    arch = _meta(llama_cpp, model, "general.architecture") or "unknown"
+    name = _meta(llama_cpp, model, "general.name") or os.path.basename(path)
+    return ModelInfo(
+        path=os.path.abspath(path), sha256=file_sha256(path), architecture=arch, name=name,
+        n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(model)),
+        chat_template=_meta(llama_cpp, model, "tokenizer.chat_template"),
+        prompt_suffix=suffix_for_model(arch, name),
+        lora=os.path.abspath(lora) if lora else None,
+        lora_sha256=file_sha256(lora) if lora else None,
+    )
+
+
+def read_model_info(path: str) -> ModelInfo:
+    """Metadata of a GGUF file, loading only its vocabulary."""
+    check_gguf(path)
+    llama_cpp = _llama()
+    model = _load_model(path, vocab_only=True)
+    try:
+        return _info_from_model(llama_cpp, model, path)
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+class Tokenizer:
+    """Chat-template rendering (Jinja, from the GGUF) and llama.cpp tokenization."""
+
+    def __init__(self, llama_cpp, model, info: ModelInfo):
+        self.l = llama_cpp
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.bos = self.piece(llama_cpp.llama_vocab_bos(self.vocab), special=True)
+        self.eos = self.piece(llama_cpp.llama_vocab_eos(self.vocab), special=True)
+        self._template = None
+        if info.chat_template:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+            def raise_exception(message):
+                raise ModelError(f"the model's chat template failed: {message}")
+
+            env.globals["raise_exception"] = raise_exception
+            self._template = env.from_string(info.chat_template)
+
+    def render(self, messages, assistant_prefix: str) -> str:
+        if self._template is not None:
+            text = self._template.render(messages=list(messages), add_generation_prompt=True,
+                                         bos_token=self.bos, eos_token=self.eos)
+        else:  # no template in the GGUF: a plain transcript
+            text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages)
+            text += "Assistant: "
+        return text + assistant_prefix
+
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        add_bos = special and not (self.bos and text.startswith(self.bos))
+        cap = len(data) + 16
+        buf = (self.l.llama_token * cap)()
+        n = self.l.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (self.l.llama_token * cap)()
+            n = self.l.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> str:
+        return self.piece_bytes(token, special).decode("utf-8", errors="replace")
+
+    def piece_bytes(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = self.l.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.l.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self.l.llama_vocab_is_eog(self.vocab, token))
+
+    def prompt_tokens(self, req: GenRequest) -> list[int]:
+        return self.encode(self.render(req.messages, req.assistant_prefix))
+
+
+# -- scheduling structures ------------------------------------------------------------------
+
+
+@dataclass
+class _Seq:
+    req_i: int
+    sample: int
+    req: GenRequest
+    feed: list[int]  # tokens still to evaluate for this sequence
+    pos: int  # next position
+    rng: np.random.Generator | None
+    slot: int = -1
+    phase: str = "wait"  # wait (for the group prefix) | feed | decode | force | done
+    out: bytearray = field(default_factory=bytearray)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str = "length"
+    force_choices: tuple[int, int] | None = None
+    forced: tuple[float, float] | None = None
+    forced_lp: float | None = None
+    error: str | None = None
+    kv_need: int = 0
+    group: "_Group | None" = None
+
+
+@dataclass
+class _Group:
+    prefix: list[int]
+    seqs: list[_Seq]
+    kv_need: int
+    fed: int = 0  # prefix tokens evaluated so far (on the first sequence's slot)
+    owner: int = -1
+    remaining: int = 0  # member sequences not yet finished
+
+
+class LlamaEngine:
+    """Batched multi-sequence engine (see module docstring)."""
+
+    def __init__(self, settings: EngineSettings, vocab_only: bool = False):
+        self.settings = settings
+        path = resolve_model(settings.model)
+        llama_cpp = _llama()
+        self.l = llama_cpp
+        gpu = llama_cpp.llama_supports_gpu_offload()
+        if settings.device == "cuda" and not gpu:
+            raise ModelError("--device cuda: this llama-cpp-python was built without GPU support;"
+                             " reinstall it with CMAKE_ARGS=-DGGML_CUDA=on")
+        self.on_gpu = gpu and settings.device != "cpu"
+        ngl = settings.n_gpu_layers if settings.n_gpu_layers is not None else (
+            999 if self.on_gpu else 0)
+        if settings.lora:
+            check_gguf(settings.lora, what="LoRA adapter")
+        self.model = _load_model(path, vocab_only=vocab_only, n_gpu_layers=ngl)
+        self.info = _info_from_model(llama_cpp, self.model, path, settings.lora)
+        self.tok = Tokenizer(llama_cpp, self.model, self.info)
+        self.vocab_only = vocab_only
+        self.parallel = settings.parallel or (64 if self.on_gpu else 16)
+        self.n_seq_ctx = min(settings.n_ctx or self.info.n_ctx_train, self.info.n_ctx_train)
+        self.ctx = None
+        self.kv_size = 0
+        self._batch = None
+        self._lora = None
+        self._generated = 0
+        self.threads = settings.threads or os.cpu_count() or 1
+        if settings.lora and not vocab_only:
+            self._lora = llama_cpp.llama_adapter_lora_init(self.model, settings.lora.encode())
+            if not self._lora:
+                raise ModelError(f"llama.cpp could not load the LoRA adapter {settings.lora} "
+                                 "(corrupt, or made for another base model)")
+
+    # -- Engine protocol -----------------------------------------------------------------
+    @property
+    def generated_tokens(self) -> int:
+        return self._generated
+
+    def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
+        per_pair = settings.samples * len(settings.order_list)
+        return max(2, math.ceil(2 * self.parallel / per_pair))
+
+    def count_tokens(self, requests: list[GenRequest]) -> list[int]:
+        return [len(self.tok.prompt_tokens(r)) for r in requests]
+
+    # -- context -------------------------------------------------------------------------
+    def _ensure_context(self, need_cells: int) -> None:
+        if self.ctx is not None and need_cells <= self.kv_size:
+            return
+        l = self.l
+        if self.ctx is not None:
+            l.llama_free(self.ctx)
+            self.ctx = None
+        # Room for `parallel` sequences of typical length, at least one full request group.
+        size = max(need_cells, min(self.parallel * 2048, 1 << 17), 4096)
+        size = int(math.ceil(size / 256) * 256)
+        p = l.llama_context_default_params()
+        p.n_ctx = size
+        p.n_batch = self.settings.batch_size
+        p.n_ubatch = self.settings.batch_size
+        p.n_seq_max = self.parallel
+        p.n_threads = self.threads
+        p.n_threads_batch = self.threads
+        if hasattr(p, "kv_unified"):
+            p.kv_unified = True
+        if hasattr(p, "no_perf"):
+            p.no_perf = True
+        self.ctx = l.llama_init_from_model(self.model, p)
+        if not self.ctx:
+            raise ModelError(f"llama.cpp could not create a context of {size} tokens; lower "
+                             "--parallel or --ctx-size")
+        self.kv_size = size
+        self.mem = l.llama_get_memory(self.ctx)
+        if self._lora:
+            if hasattr(l, "llama_set_adapters_lora"):
+                handles = (l.llama_adapter_lora_p_ctypes * 1)(self._lora) if hasattr(
+                    l, "llama_adapter_lora_p_ctypes") else (ctypes.c_void_p * 1)(self._lora)
+                scales = (ctypes.c_float * 1)(self.settings.lora_scale)
+                rc = l.llama_set_adapters_lora(self.ctx, handles, 1, scales)
+            else:
+                rc = l.llama_set_adapter_lora(self.ctx, self._lora, self.settings.lora_scale)
+            if rc != 0:
+                raise ModelError(f"llama.cpp could not apply the LoRA adapter {self.settings.lora}")
+        if self._batch is not None:
+            l.llama_batch_free(self._batch)
+        self._batch = l.llama_batch_init(self.settings.batch_size + self.parallel, 0, 1)
+        self.n_vocab = self.tok.n_vocab
+
+    # -- planning ------------------------------------------------------------------------
+    def _plan(self, requests: list[GenRequest]) -> tuple[list[_Group], list[list[_Seq]]]:
+        """Tokenize, group by shared prefix, and check every sequence fits the context."""
+        per_req: list[list[_Seq]] = []
+        keyed: dict[Any, list[tuple[list[int], _Seq]]] = {}
+        order: list[Any] = []
+        for i, req in enumerate(requests):
+            toks = self.tok.prompt_tokens(req)
+            seqs = []
+            for s in range(req.n):
+                rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
+                seq = _Seq(i, s, req, feed=list(toks), pos=0, rng=rng)
+                seq.kv_need = len(toks) + req.max_tokens + 24
+                if seq.kv_need > self.n_seq_ctx:
+                    seq.error = (
+                        f"the pair needs {len(toks)} prompt tokens + {req.max_tokens} to generate, "
+                        f"more than the model's context of {self.n_seq_ctx}; shorten the responses "
+                        "or lower --max-tokens")
+                    seq.phase = "done"
+                    seq.finish = "error"
+                seqs.append(seq)
+            per_req.append(seqs)
+            key = req.share_key if req.share_key is not None else ("__req", i)
+            if key not in keyed:
+                keyed[key] = []
+                order.append(key)
+            keyed[key].extend((toks, s) for s in seqs if s.error is None)
+        groups: list[_Group] = []
+        for key in order:
+            members = keyed[key]
+            for start in range(0, len(members), self.parallel):
+                chunk = members[start:start + self.parallel]
+                if not chunk:
+                    continue
+                lcp = _common_prefix([t for t, _ in chunk])
+                lcp = max(0, lcp - 1) if len(chunk) > 1 else 0  # each sequence feeds >= 1 token
+                prefix = chunk[0][0][:lcp]
+                seqs = []
+                need = len(prefix)
+                for toks, s in chunk:
+                    s.feed = toks[lcp:]
+                    s.pos = lcp
+                    need += len(s.feed) + s.req.max_tokens + 24
+                    seqs.append(s)
+                g = _Group(prefix, seqs, need, remaining=len(seqs))
+                for s in seqs:
+                    s.group = g
+                groups.append(g)
+        return groups, per_req
+
+    # -- generation ----------------------------------------------------------------------
+    def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
+        if self.vocab_only:
+            raise RuntimeError("this engine was loaded for tokenization only")
+        groups, per_req = self._plan(requests)
+        if groups:
+            self._ensure_context(max(g.kv_need for g in groups))
+            self._run(deque(groups))
+        out = []
+        for seqs in per_req:
+            gens = []
+            for s in seqs:
+                if s.error:
+                    gens.append(Generation("", [], "error", error=s.error))
+                    continue
+                gens.append(Generation(
+                    text=s.out.decode("utf-8", errors="replace"), token_logprobs=s.logprobs,
+                    finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp))
+                self._generated += len(s.logprobs)
+            out.append(gens)
+        return out
+
+    def _run(self, queue: deque[_Group]) -> None:
+        l = self.l
+        free_slots = list(range(self.parallel - 1, -1, -1))
+        kv_free = self.kv_size
+        active_groups: list[_Group] = []
+        live: list[_Seq] = []
+        batch = self._batch
+        cap = self.settings.batch_size
+        while queue or live or active_groups:
+            # Admit groups in order while slots and KV cells allow.
+            while queue and len(free_slots) >= len(queue[0].seqs) and queue[0].kv_need <= kv_free:
+                g = queue.popleft()
+                kv_free -= g.kv_need
+                for s in g.seqs:
+                    s.slot = free_slots.pop()
+                g.owner = g.seqs[0].slot
+                if g.prefix:
+                    active_groups.append(g)
+                else:
+                    for s in g.seqs:
+                        s.phase = "feed"
+                        live.append(s)
+            if not live and not active_groups:
+                if queue:  # nothing can run: the head group can never fit
+                    raise ModelError("a request group does not fit the KV cache; lower --parallel")
+                break
+            # Build one batch: decode tokens first, then prompt chunks.
+            n = 0
+            outputs: list[_Seq] = []
+            for s in live:
+                if s.phase == "decode":
+                    self._put(batch, n, s.feed[0], s.pos, s.slot, True)
+                    s.feed = []
+                    s.pos += 1
+                    n += 1
+                    outputs.append(s)
+            for g in active_groups:
+                if n >= cap:
+                    break
+                take = min(cap - n, len(g.prefix) - g.fed)
+                for j in range(take):
+                    self._put(batch, n, g.prefix[g.fed + j], g.fed + j, g.owner, False)
+                    n += 1
+                g.fed += take
+            for s in live:
+                if n >= cap:
+                    break
+                if s.phase in ("feed", "force") and s.feed:
+                    take = min(cap - n, len(s.feed))
+                    for j in range(take):
+                        last = j == take - 1 and take == len(s.feed)
+                        self._put(batch, n, s.feed[j], s.pos + j, s.slot, last)
+                        n += 1
+                        if last:
+                            outputs.append(s)
+                    s.pos += take
+                    s.feed = s.feed[take:]
+            batch.n_tokens = n
+            rc = l.llama_decode(self.ctx, batch)
+            if rc != 0:
+                raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
+            # Groups whose prefix is complete: copy it to every member sequence.
+            still = []
+            for g in active_groups:
+                if g.fed == len(g.prefix):
+                    for s in g.seqs:
+                        if s.slot != g.owner:
+                            l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
+                        s.phase = "feed"
+                        live.append(s)
+                else:
+                    still.append(g)
+            active_groups = still
+            if outputs:
+                self._sample(outputs)
+            # Retire finished sequences; a group's KV reservation ends with its last member.
+            keep = []
+            for s in live:
+                if s.phase == "done":
+                    l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+                    free_slots.append(s.slot)
+                    g = s.group
+                    g.remaining -= 1  # type: ignore[union-attr]
+                    if g.remaining == 0:  # type: ignore[union-attr]
+                        kv_free += g.kv_need  # type: ignore[union-attr]
+                else:
+                    keep.append(s)
+            live = keep
+
+    @staticmethod
+    def _put(batch, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+    def _sample(self, outputs: list[_Seq]) -> None:
+        ptr = self.l.llama_get_logits(self.ctx)
+        V = self.n_vocab
+        logits = np.ctypeslib.as_array(ptr, shape=(len(outputs) * V,)).reshape(len(outputs), V)
+        mx = logits.max(axis=1, keepdims=True)
+        shifted = logits - mx
+        lse = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        logp = shifted - lse  # log-softmax at temperature 1: the model's distribution
+        for row, s in enumerate(outputs):
+            lp = logp[row]
+            if s.phase == "force":
+                c1, c2 = s.force_choices  # type: ignore[misc]
+                a, b = float(lp[c1]), float(lp[c2])
+                m = max(a, b)
+                e1, e2 = math.exp(a - m), math.exp(b - m)
+                s.forced = (e1 / (e1 + e2), e2 / (e1 + e2))
+                s.forced_lp = m
+                s.phase = "done"
+                continue
+            tok = self._pick(lp, s)
+            s.tokens.append(tok)
+            s.logprobs.append(float(lp[tok]))
+            s.phase = "decode"
+            if self.tok.is_eog(tok):
+                s.logprobs.pop()
+                s.tokens.pop()
+                s.finish = "stop"
+                self._finish(s, feed_last=None)
+                continue
+            s.out += self.tok.piece_bytes(tok)
+            stop = _matched_stop(s.out, s.req.stop)
+            if stop is not None:
+                del s.out[stop:]
+                s.finish = "stop"
+                self._finish(s, feed_last=tok)
+            elif len(s.tokens) >= s.req.max_tokens:
+                s.finish = "length"
+                self._finish(s, feed_last=tok)
+            else:
+                s.feed = [tok]
+
+    def _pick(self, lp: np.ndarray, s: _Seq) -> int:
+        req = s.req
+        if s.rng is None or req.temperature <= 0:
+            return int(lp.argmax())
+        z = lp / req.temperature if req.temperature != 1.0 else lp
+        p = np.exp(z - z.max())
+        if req.top_p < 1.0:
+            idx = np.argsort(-p)
+            cs = np.cumsum(p[idx])
+            cut = int(np.searchsorted(cs, req.top_p * cs[-1])) + 1
+            keep = idx[:cut]
+            cdf = np.cumsum(p[keep])
+            return int(keep[int(np.searchsorted(cdf, s.rng.random() * cdf[-1], side="right"))
+                            if cdf[-1] > 0 else 0])
+        cdf = np.cumsum(p)
+        i = int(np.searchsorted(cdf, s.rng.random() * cdf[-1], side="right"))
+        return min(i, len(cdf) - 1)
+
+    def _finish(self, s: _Seq, feed_last: int | None) -> None:
+        """End a sequence, or continue it with a forced-verdict suffix when it does not parse."""
+        force = s.req.force
+        if force is not None:
+            text = s.out.decode("utf-8", errors="replace")
+            cont = force.continuation(text)
+            if cont is not None:
+                t1 = self.tok.encode(cont + force.choices[0], special=False)
+                t2 = self.tok.encode(cont + force.choices[1], special=False)
+                k = _common_prefix([t1, t2])
+                if 0 < k < min(len(t1), len(t2)):
+                    s.force_choices = (t1[k], t2[k])
+                    s.feed = ([feed_last] if feed_last is not None else []) + t1[:k]
+                    s.phase = "force"
+                    return
+        s.phase = "done"
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    if not seqs:
+        return 0
+    first = seqs[0]
+    n = min(len(x) for x in seqs)
+    for i in range(n):
+        t = first[i]
+        if any(x[i] != t for x in seqs[1:]):
+            return i
+    return n
+
+
+def _matched_stop(out: bytearray, stops: tuple[str, ...]) -> int | None:
+    """End index (exclusive) of the text to keep when a stop string occurs, else None."""
+    for stop in stops:
+        b = stop.encode()
+        i = out.find(b, max(0, len(out) - len(b) - 16))
+        if i >= 0:
+            return i + len(b)
+    return None

