@@ -7,6 +7,7 @@ an earlier run of the same output already judged, commits results in small chunk
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -122,6 +123,7 @@ def score(
     mapping: dict[str, str] | None = None,
     overwrite: bool = False,
     limit: int | None = None,
+    shard: tuple[int, int] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     command: str | None = None,
 ) -> Summary:
@@ -137,19 +139,28 @@ def score(
     store = Store(db)
     try:
         return _score(store, first, rows, engine, js, out, fmt, source, mapping or {}, limit,
-                      on_progress, command)
+                      shard, on_progress, command)
     finally:
         store.close()
 
 
-def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, limit, on_progress,
-           command) -> Summary:
+def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
+    """Stable partition: shard (i, n) owns the keys whose hash is i modulo n."""
+    if shard is None:
+        return True
+    i, n = shard
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % n == i
+
+
+def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, limit, shard,
+           on_progress, command) -> Summary:
     store.check_settings(verdict_settings(js, engine.info))
     info = engine.info
     store.start_run({
         "version": __version__, "model_path": info.path, "model_sha256": info.sha256,
         "lora_path": info.lora, "lora_sha256": info.lora_sha256,
         "settings": str(verdict_settings(js, info)), "input": source,
+        "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
     })
     done = store.done_ids()
     mapper = Mapper(mapping, seed=js.seed)
@@ -171,13 +182,17 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, lim
                 return
             prog.rows_read += 1
             if raw.obj is None:
-                add_error(raw.row_number, raw.error or "unreadable row", raw.raw)
+                if in_shard(f"row:{raw.row_number}", shard):
+                    add_error(raw.row_number, raw.error or "unreadable row", raw.raw)
                 continue
             try:
                 pair = mapper.to_pair(raw.row_number, raw.obj)
             except RowError as exc:
-                add_error(raw.row_number, f"row {raw.row_number}: {exc}", _raw(raw.obj),
-                          _maybe_id(raw.obj))
+                if in_shard(f"row:{raw.row_number}", shard):
+                    add_error(raw.row_number, f"row {raw.row_number}: {exc}", _raw(raw.obj),
+                              _maybe_id(raw.obj))
+                continue
+            if not in_shard(pair.id, shard):
                 continue
             if pair.id in seen:
                 add_error(raw.row_number, f"row {raw.row_number}: duplicate id {pair.id!r} "

@@ -51,6 +51,7 @@ RUN_COLUMNS = [
     ("settings", "VARCHAR"), ("input", "VARCHAR"), ("started", "TIMESTAMPTZ"),
     ("finished", "TIMESTAMPTZ"), ("pairs_judged", "BIGINT"), ("errors", "BIGINT"),
     ("generated_tokens", "BIGINT"), ("wall_seconds", "DOUBLE"), ("status", "VARCHAR"),
+    ("shard", "VARCHAR"),
 ]
 
 

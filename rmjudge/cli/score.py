@@ -19,13 +19,15 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
               help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
 @click.option("--limit", type=int, default=None, help="Read only the first N rows.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Judge only shard I of N (stable partition by pair id), for array jobs.")
 @click.option("--overwrite", is_flag=True, help="Discard an existing output and start again.")
 @click.option("--strict", is_flag=True, help="Exit non-zero when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
 def command(source: str, output: str | None, mapping: str | None, limit: int | None,
-            overwrite: bool, strict: bool, dry_run: bool, quiet: bool, **kw) -> None:
+            shard: str | None, overwrite: bool, strict: bool, dry_run: bool, quiet: bool, **kw) -> None:
     """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
     from rmjudge.io.mapping import parse_map
@@ -39,6 +41,7 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         js = judge_settings(kw)
         es = engine_settings(kw)
         cols = parse_map(mapping)
+        shard_t = parse_shard(shard)
     except (SettingsError, ValueError) as exc:
         fail(str(exc))
     try:
@@ -55,7 +58,7 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         progress = ProgressLine(not quiet)
         try:
             summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
-                            limit=limit, on_progress=progress)
+                            limit=limit, shard=shard_t, on_progress=progress)
         finally:
             progress.close()
     except (InputError, ModelError, StoreError) as exc:
@@ -66,6 +69,15 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         sys.exit(1)
     if strict and summary.errors:
         sys.exit(2)
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    if spec is None:
+        return None
+    i, sep, n = spec.partition("/")
+    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
+        raise ValueError(f"--shard must look like I/N with 0 <= I < N, got {spec!r}")
+    return int(i), int(n)
 
 
 def render_summary(s) -> str:
