@@ -1,0 +1,165 @@
+"""The "base model, greedy" baseline: one greedy rollout per pair and order, stored beside a
+judged table so `rmjudge eval` can show it next to the sampled systems.
+
+The prompt is exactly the run's stage-1 prompt (`PairOrderJob.rollout_request`, with the run's
+settings from the table's `meta`), decoded at temperature 0 with one sample, and parsed by
+`PairOrderJob.add_rollouts`, so forced verdicts and confidence follow the run's rules. Results go
+to a `greedy` table in the DuckDB output (or `x.greedy.parquet`/`.jsonl` beside an export);
+a rerun only generates the pairs and orders not stored yet for the same model and settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+from dataclasses import dataclass
+
+import duckdb
+import orjson
+
+from rmjudge.analysis.tables import GREEDY_COLUMNS, JudgedTable, TableError, _sql_str, sidecar
+from rmjudge.io.readers import quote_ident
+from rmjudge.protocol import PairOrderJob, to_letter
+from rmjudge.settings import JudgeSettings
+from rmjudge.types import Pair
+
+BATCH_REQUESTS = 64
+
+
+@dataclass
+class GreedySummary:
+    generated: int  # pair-orders generated now
+    reused: int  # pair-orders already stored
+    parse_failures: int
+    target: str
+
+
+def run_settings(table: JudgedTable) -> JudgeSettings:
+    """The judge settings the table was made with (from its meta)."""
+    stored = table.meta.get("settings")
+    if not isinstance(stored, dict):
+        raise TableError(
+            f"{table.path} does not record the settings it was judged with (no meta table; "
+            "Parquet/JSONL exports keep it in x.parquet.work.duckdb): evaluate the .duckdb "
+            "output, or keep the .work.duckdb file next to the export")
+    names = set(JudgeSettings.field_names())
+    return JudgeSettings(**{k: v for k, v in stored.items() if k in names})
+
+
+def greedy_target(table: JudgedTable) -> str:
+    return table.path if table.fmt == "duckdb" else sidecar(table.path, "greedy")
+
+
+def _pairs_to_run(table: JudgedTable, orders: tuple[str, ...], sha: str, max_tokens: int,
+                  limit: int | None) -> tuple[list[tuple[Pair, str]], int]:
+    have: set[tuple[str, str]] = set()
+    if table.has_greedy:
+        have = {(r[0], r[1]) for r in table.sql(
+            'SELECT pair_id, "order" FROM greedy WHERE model_sha256 = ? AND max_tokens = ?',
+            [sha, max_tokens])}
+    rows = table.sql("""SELECT id, row_number, messages, response_a, response_b, label FROM pairs
+                        WHERE label IN ('A', 'B') AND verdict IS DISTINCT FROM 'error'
+                        ORDER BY row_number""")
+    if limit is not None:
+        rows = rows[:limit]
+    todo = []
+    reused = 0
+    for pid, rn, msgs, a, b, label in rows:
+        pair = Pair(pid, rn or 0, tuple(orjson.loads(msgs)), a, b, label)
+        for o in orders:
+            if (pid, o) in have:
+                reused += 1
+            else:
+                todo.append((pair, o))
+    return todo, reused
+
+
+def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None,
+               limit: int | None = None) -> GreedySummary:
+    """Generate the missing greedy rollouts of `table`'s labelled pairs and store them."""
+    js = settings or run_settings(table)
+    stored = table.meta.get("settings") or {}
+    want_sha = stored.get("model_sha256")
+    if want_sha and want_sha != engine.info.sha256:
+        raise TableError(
+            f"{table.path} was judged by the model with sha256 {want_sha[:12]}..., not "
+            f"{engine.info.path} ({engine.info.sha256[:12]}...): pass the same --model (and "
+            "--lora) as the scoring run, so the greedy row compares like with like")
+    suffix = js.prompt_suffix if js.prompt_suffix is not None else engine.info.prompt_suffix
+    todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
+    rows: list[list] = []
+    failures = 0
+    for start in range(0, len(todo), BATCH_REQUESTS):
+        chunk = todo[start:start + BATCH_REQUESTS]
+        jobs = [PairOrderJob(p, o, js, suffix) for p, o in chunk]
+        reqs = [dataclasses.replace(j.rollout_request(1), temperature=0.0, top_p=1.0, n=1)
+                for j in jobs]
+        for job, gens in zip(jobs, engine.generate(reqs)):
+            g = gens[0]
+            if g.finish_reason == "error":
+                rows.append([job.pair.id, job.order, g.text, None, "error", None, None,
+                             g.n_tokens, "error", engine.info.sha256, js.max_tokens])
+                failures += 1
+                continue
+            job.add_rollouts([g])
+            smp = job.rollouts[0]
+            failures += smp.verdict_source != "generated"
+            rows.append([job.pair.id, job.order, smp.text, smp.prediction,
+                         to_letter(job.order, smp.prediction) or "error", smp.verdict_source,
+                         smp.confidence, smp.tokens, smp.finish_reason, engine.info.sha256,
+                         js.max_tokens])
+    target = greedy_target(table)
+    _write(table, target, rows)
+    return GreedySummary(len(rows), reused, failures, target)
+
+
+def _ddl() -> str:
+    body = ", ".join(f"{quote_ident(c)} {t}" for c, t in GREEDY_COLUMNS)
+    return f"CREATE TABLE IF NOT EXISTS greedy ({body}, PRIMARY KEY (pair_id, \"order\"))"
+
+
+def _write(table: JudgedTable, target: str, rows: list[list]) -> None:
+    marks = ", ".join("?" for _ in GREEDY_COLUMNS)
+    if table.fmt == "duckdb":
+        table.con.execute("DETACH judged")  # our read-only handle; reopen for writing
+        lock = open(target + ".lock", "a+")
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise TableError(f"another rmjudge process is writing {target}; wait for it to "
+                                 "finish and rerun") from None
+            con = duckdb.connect(target)
+            try:
+                con.execute(_ddl())
+                if rows:
+                    con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
+            finally:
+                con.close()
+        finally:
+            lock.close()
+        table.con.execute(f"ATTACH '{_sql_str(target)}' AS judged (READ_ONLY)")
+        table.con.execute("CREATE OR REPLACE VIEW greedy AS SELECT * FROM judged.greedy")
+    else:
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute(_ddl())
+            if table.has_greedy:
+                old = table.sql("SELECT * FROM greedy")
+                if old:
+                    con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", old)
+            if rows:
+                con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
+            fmt = "(FORMAT parquet)" if table.fmt == "parquet" else "(FORMAT json)"
+            tmp = target + ".tmp"
+            con.execute(f"COPY (SELECT * FROM greedy ORDER BY pair_id, \"order\") "
+                        f"TO '{_sql_str(tmp)}' {fmt}")
+            os.replace(tmp, target)
+        finally:
+            con.close()
+        from rmjudge.analysis.tables import _reader, _typed_view
+
+        table.con.execute("DROP VIEW IF EXISTS greedy")
+        _typed_view(table.con, "greedy", _reader(target, table.fmt))
+    table.tables.add("greedy")

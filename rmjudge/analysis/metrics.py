@@ -1,0 +1,304 @@
+"""`rmjudge eval`: accuracy and positional consistency of a judged table against gold labels.
+
+For every system, overall and per group (`source`/`subset` passthrough columns when present):
+accuracy in order (A, B) (`verdict_ab == label`), in order (B, A), pooled over both orders, and
+positional consistency (correct in both orders: the paper's strict rule). Each figure carries a
+seeded bootstrap 95% interval over pairs.
+
+Systems, all from the same run where the stored samples allow it:
+- `first`: the first rollout of each order (one temperature-T sample);
+- `majority`: plain majority vote of the rollouts (ties go to the anchor, as `--no-reflect`);
+- `reflectrm`: the two-stage verdict of each order (`verdict_ab`/`verdict_ba`); when a pair
+  took the unanimity shortcut, the three agree by construction;
+- `final`: the verdict combining both orders (with the run's `--on-inconsistent` policy);
+- `greedy`: one greedy rollout per order, when `--greedy-baseline` stored one (`greedy.py`).
+Pairs whose verdict is missing (parse failure, error, dropped) count as wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmjudge.analysis.tables import JudgedTable, TableError
+from rmjudge.io.readers import quote_ident
+
+SYSTEMS = {
+    "greedy": "base model, greedy (1 rollout)",
+    "first": "first rollout (T=1)",
+    "majority": "majority vote of rollouts",
+    "reflectrm": "ReflectRM two-stage",
+    "final": "ReflectRM, both orders combined",
+}
+METRICS = ("acc", "acc_ab", "acc_ba", "consistency")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    resamples: int = field(default=1000, metadata={"help": "Bootstrap resamples."})
+    seed: int = field(default=0, metadata={"help": "Bootstrap seed."})
+    level: float = field(default=0.95, metadata={"help": "Interval coverage."})
+    group_by: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "Columns to break results down by (default: source, "
+                                "subset when present)."})
+
+    def __post_init__(self) -> None:
+        if self.resamples < 0:
+            raise ValueError("--resamples must be 0 (no intervals) or more")
+        if not 0.5 <= self.level < 1.0:
+            raise ValueError("--level must be in [0.5, 1)")
+
+
+@dataclass
+class Stat:
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+def bootstrap_ci(values: np.ndarray, resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of the mean of `values` (resampling items).
+
+    0/1 values use the exact equivalent: the number of ones in a resample of n items is
+    Binomial(n, mean). Other values are resampled in chunks of at most ~4M draws.
+    """
+    v = np.asarray(values, dtype=float)
+    n = v.size
+    if n == 0 or resamples == 0:
+        return None, None
+    rng = np.random.default_rng(seed)
+    if np.all((v == 0) | (v == 1)):
+        means = rng.binomial(n, v.mean(), size=resamples) / n
+    else:
+        chunk = max(1, 4_000_000 // n)
+        parts = []
+        for start in range(0, resamples, chunk):
+            k = min(chunk, resamples - start)
+            parts.append(v[rng.integers(0, n, size=(k, n))].mean(axis=1))
+        means = np.concatenate(parts)
+    a = (1.0 - level) / 2
+    lo, hi = np.quantile(means, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def stat(values: np.ndarray, es: EvalSettings, key: str) -> Stat:
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return Stat(None, None, None, 0)
+    from rmjudge.protocol import derive_seed
+
+    lo, hi = bootstrap_ci(v, es.resamples, derive_seed(es.seed, key), es.level)
+    return Stat(float(v.mean()), lo, hi, int(v.size))
+
+
+def letters_sql(table: JudgedTable) -> str:
+    """Per pair: the letter each baseline gives in each order, from `samples` (and `greedy`)."""
+    parts = []
+    if table.has_samples:
+        parts.append("""
+        roll AS (
+          SELECT pair_id, "order",
+                 max(prediction) FILTER (WHERE idx = 0) AS first_pred,
+                 count(*) FILTER (WHERE prediction = 1) AS n1,
+                 count(*) FILTER (WHERE prediction = 2) AS n2,
+                 max(prediction) FILTER (WHERE is_anchor) AS anchor_pred
+          FROM samples WHERE stage = 'rollout' GROUP BY ALL),
+        base AS (
+          SELECT pair_id, "order", first_pred,
+                 CASE WHEN n1 > n2 THEN 1 WHEN n2 > n1 THEN 2 ELSE anchor_pred END AS maj_pred
+          FROM roll)""")
+    if table.has_greedy:
+        parts.append("""g AS (SELECT pair_id, "order", any_value(prediction) AS greedy_pred
+                       FROM greedy GROUP BY ALL)""")
+    return ("WITH " + ",".join(parts)) if parts else ""
+
+
+def _letter(col: str, order: str) -> str:
+    one, two = ("A", "B") if order == "ab" else ("B", "A")
+    return f"CASE {col} WHEN 1 THEN '{one}' WHEN 2 THEN '{two}' END"
+
+
+def load_frame(table: JudgedTable, groups: list[str]) -> dict[str, np.ndarray]:
+    """The labelled pairs as numpy columns: label, verdicts per system and order, groups."""
+    cols = ["p.id", "p.label", "p.verdict", "p.verdict_ab", "p.verdict_ba",
+            "coalesce(p.shortcut_ab, false) AS shortcut_ab",
+            "coalesce(p.shortcut_ba, false) AS shortcut_ba"]
+    joins = []
+    for o in ("ab", "ba"):
+        if table.has_samples:
+            joins.append(f"LEFT JOIN base b_{o} ON b_{o}.pair_id = p.id AND b_{o}.\"order\" = '{o}'")
+            cols += [f"{_letter(f'b_{o}.first_pred', o)} AS first_{o}",
+                     f"{_letter(f'b_{o}.maj_pred', o)} AS majority_{o}"]
+        if table.has_greedy:
+            joins.append(f"LEFT JOIN g g_{o} ON g_{o}.pair_id = p.id AND g_{o}.\"order\" = '{o}'")
+            cols.append(f"{_letter(f'g_{o}.greedy_pred', o)} AS greedy_{o}")
+    cols += [f"CAST(p.{quote_ident(g)} AS VARCHAR) AS {quote_ident('group:' + g)}" for g in groups]
+    q = (f"{letters_sql(table)} SELECT {', '.join(cols)} FROM pairs p {' '.join(joins)} "
+         "WHERE p.label IN ('A', 'B') ORDER BY p.id")
+    cur = table.con.execute(q)
+    names = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    return {n: np.array([r[i] for r in rows], dtype=object) for i, n in enumerate(names)}
+
+
+@dataclass
+class EvalResult:
+    path: str
+    n_pairs: int
+    n_labelled: int
+    both_orders: bool
+    groups: list[tuple[str, str, int]]  # (key, title, n)
+    systems: list[str]
+    metrics: dict[str, dict[str, dict[str, Stat]]]  # system -> group key -> metric -> Stat
+    notes: list[str]
+    settings: dict
+
+    def as_dict(self) -> dict:
+        return {
+            "table": self.path, "pairs": self.n_pairs, "labelled": self.n_labelled,
+            "both_orders": self.both_orders,
+            "groups": [{"key": k, "title": t, "n": n} for k, t, n in self.groups],
+            "systems": [{"key": s, "name": SYSTEMS[s], "metrics": {
+                g: {m: st.as_dict() for m, st in ms.items()} for g, ms in self.metrics[s].items()}}
+                for s in self.systems],
+            "notes": self.notes, "settings": self.settings,
+        }
+
+
+def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
+    es = es or EvalSettings()
+    n_pairs = table.one("SELECT count(*) FROM pairs")[0]
+    n_lab = table.count_labelled()
+    if n_lab == 0:
+        raise TableError(
+            f"{table.path} has no gold labels (label is empty in all {n_pairs} pairs), so there "
+            "is nothing to evaluate against: give labelled input (chosen/rejected, or a label "
+            "column; --map label=COL), or use `rmjudge report` / `rmjudge filter` instead")
+    groups = table.group_columns(list(es.group_by) if es.group_by else None)
+    f = load_frame(table, groups)
+    label = f["label"]
+    both = bool(np.any(f["verdict_ba"] != None))  # noqa: E711 (elementwise on object arrays)
+
+    systems = []
+    if table.has_greedy:
+        systems.append("greedy")
+    if table.has_samples:
+        systems += ["first", "majority"]
+    systems += ["reflectrm", "final"]
+
+    # the group masks: overall, then every value of every group column (largest first)
+    masks: list[tuple[str, str, np.ndarray]] = [("overall", "overall", np.ones(len(label), bool))]
+    for g in groups:
+        vals = f[f"group:{g}"]
+        uniq, counts = np.unique(vals.astype(str), return_counts=True)
+        for u, _ in sorted(zip(uniq, counts), key=lambda x: (-x[1], x[0])):
+            masks.append((f"{g}={u}", u, vals.astype(str) == u))
+
+    metrics: dict[str, dict[str, dict[str, Stat]]] = {}
+    for s in systems:
+        metrics[s] = {}
+        if s == "final":
+            c_final = (f["verdict"] == label).astype(float)
+        else:
+            col = {"reflectrm": "verdict_{}"}.get(s, s + "_{}")
+            c_ab = (f[col.format("ab")] == label).astype(float)
+            c_ba = (f[col.format("ba")] == label).astype(float)
+        for key, _, m in masks:
+            if s == "final":
+                metrics[s][key] = {"acc": stat(c_final[m], es, f"{s}/{key}/acc")}
+                continue
+            has_ba = m & (f["verdict_ba"] != None)  # noqa: E711
+            st = {
+                "acc_ab": stat(c_ab[m], es, f"{s}/{key}/ab"),
+                "acc_ba": stat(c_ba[has_ba], es, f"{s}/{key}/ba"),
+                "acc": stat(np.where(f["verdict_ba"][m] != None,  # noqa: E711
+                                     (c_ab[m] + c_ba[m]) / 2, c_ab[m]), es, f"{s}/{key}/acc"),
+                "consistency": stat(c_ab[has_ba] * c_ba[has_ba], es, f"{s}/{key}/cons"),
+            }
+            metrics[s][key] = st
+
+    notes = []
+    if table.has_samples:
+        sc = table.one("""SELECT count(*) FILTER (WHERE shortcut_ab) + count(*) FILTER (WHERE shortcut_ba),
+                          count(verdict_ab) + count(verdict_ba) FROM pairs WHERE label IN ('A','B')""")
+        if sc[1]:
+            notes.append(
+                f"{sc[0]}/{sc[1]} pair-orders ({sc[0] / sc[1]:.0%}) took the unanimity shortcut: "
+                "every rollout agreed, so first rollout, majority and ReflectRM coincide there")
+    else:
+        notes.append("no samples table: the first-rollout and majority baselines need it "
+                     "(keep x.samples.parquet next to the export)")
+    if not table.has_greedy:
+        notes.append("add --greedy-baseline for the base model's greedy row (runs the model once)")
+    if not both:
+        notes.append("judged in order (A, B) only: no positional consistency")
+    missing = table.one("""SELECT count(*) FROM pairs WHERE label IN ('A','B')
+                           AND verdict NOT IN ('A','B','tie')""")[0]
+    if missing:
+        notes.append(f"{missing} labelled pairs have no final verdict (error/dropped) and count "
+                     "as wrong")
+    n_groups = {g: sum(1 for k, _, _ in masks if k.startswith(g + "=")) for g in groups}
+    return EvalResult(
+        path=table.path, n_pairs=n_pairs, n_labelled=n_lab, both_orders=both,
+        groups=[(k, t, int(m.sum())) for k, t, m in masks], systems=systems, metrics=metrics,
+        notes=notes, settings={"resamples": es.resamples, "seed": es.seed, "level": es.level,
+                               "group_by": groups, "groups_per_column": n_groups,
+                               "judge": table.meta.get("settings")},
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def render(res: EvalResult, max_groups: int = 8) -> str:
+    """Terminal tables shaped like the paper's Tables 1 (accuracy) and 5 (consistency)."""
+    shown = [res.groups[0]] + sorted(res.groups[1:], key=lambda g: -g[2])[:max_groups]
+    lines = [f"{res.path}: {res.n_labelled} labelled of {res.n_pairs} pairs", ""]
+
+    def table(title: str, metric: str, systems: list[str]) -> None:
+        name_w = max(len(SYSTEMS[s]) for s in systems) + 2
+        heads = [f"{t[:14]} ({n})" for _, t, n in shown]
+        widths = [max(len(h), 7) for h in heads]
+        widths[0] = max(widths[0], 20)
+        lines.append(title)
+        lines.append(" " * name_w + "  ".join(h.rjust(w) for h, w in zip(heads, widths)))
+        for s in systems:
+            cells = []
+            for (key, _, _), w in zip(shown, widths):
+                st = res.metrics[s].get(key, {}).get(metric)
+                if st is None or st.value is None:
+                    cells.append("-".rjust(w))
+                elif key == "overall" and st.lo is not None:
+                    cells.append(f"{_pct(st.value)} [{_pct(st.lo)}, {_pct(st.hi)}]".rjust(w))
+                else:
+                    cells.append(_pct(st.value).rjust(w))
+            lines.append(SYSTEMS[s].ljust(name_w) + "  ".join(cells))
+        lines.append("")
+
+    level = int(round(100 * res.settings["level"]))
+    table(f"Accuracy, % (both orders pooled; overall with {level}% bootstrap interval)", "acc",
+          res.systems)
+    per_order = [s for s in res.systems if s != "final"]
+    if res.both_orders:
+        table("Positional consistency, % (correct in both orders)", "consistency", per_order)
+    ov = "overall"
+    lines.append(f"Per order, overall ({level}% interval):")
+    for s in per_order:
+        m = res.metrics[s][ov]
+        bits = [f"{lab} {_pct(m[k].value)} [{_pct(m[k].lo)}, {_pct(m[k].hi)}]"
+                for k, lab in (("acc_ab", "acc(A,B)"), ("acc_ba", "acc(B,A)"))
+                if m[k].value is not None]
+        lines.append(f"  {SYSTEMS[s]}: " + ", ".join(bits))
+    hidden = len(res.groups) - len(shown)
+    if hidden > 0:
+        lines.append(f"  ({hidden} smaller groups not shown; --max-groups N or --json for all)")
+    for n in res.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

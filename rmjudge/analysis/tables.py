@@ -1,0 +1,216 @@
+"""Open a judged output for reading: a `.duckdb` run store, or the Parquet/JSONL exports
+(`x.parquet` + `x.samples.parquet`, `x.jsonl` + `x.samples.jsonl`).
+
+`open_judged(path)` returns a `JudgedTable` whose in-memory DuckDB connection has views `pairs`,
+`samples` (when the samples were kept) and `greedy` (when `rmjudge eval --greedy-baseline` stored
+one), with the store's column types whatever the file format, so every analysis is plain SQL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import duckdb
+
+from rmjudge.io.readers import quote_ident
+from rmjudge.store import PAIR_COLUMNS, SAMPLE_COLUMNS
+
+REQUIRED = ("id", "verdict", "verdict_ab", "verdict_ba", "consistent", "p_a", "label")
+GREEDY_COLUMNS = [
+    ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("text", "VARCHAR"), ("prediction", "INTEGER"),
+    ("letter", "VARCHAR"), ("verdict_source", "VARCHAR"), ("confidence", "DOUBLE"),
+    ("tokens", "INTEGER"), ("finish_reason", "VARCHAR"), ("model_sha256", "VARCHAR"),
+    ("max_tokens", "INTEGER"),
+]
+_TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS}
+
+
+class TableError(Exception):
+    """The path is not a judged table that can be read; the message says how to fix it."""
+
+
+def table_format(path: str) -> str:
+    lower = path.lower()
+    if lower.endswith(".parquet"):
+        return "parquet"
+    if lower.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "duckdb"
+
+
+def sidecar(path: str, table: str) -> str:
+    """`x.parquet` -> `x.samples.parquet` (the names `rmjudge score -o x.parquet` writes)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{table}{ext}"
+
+
+def _sql_str(s: str) -> str:
+    return s.replace("'", "''")
+
+
+def _reader(path: str, fmt: str) -> str:
+    if fmt == "parquet":
+        return f"read_parquet('{_sql_str(path)}')"
+    return f"read_json_auto('{_sql_str(path)}', format='newline_delimited')"
+
+
+@dataclass
+class JudgedTable:
+    path: str
+    con: duckdb.DuckDBPyConnection
+    fmt: str
+    tables: set[str] = field(default_factory=set)
+    pair_columns: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def has_samples(self) -> bool:
+        return "samples" in self.tables
+
+    @property
+    def has_greedy(self) -> bool:
+        return "greedy" in self.tables
+
+    @property
+    def passthrough(self) -> list[str]:
+        core = {c for c, _ in PAIR_COLUMNS}
+        return [c for c in self.pair_columns if c not in core]
+
+    def sql(self, query: str, params: list | None = None) -> list[tuple]:
+        return self.con.execute(query, params or []).fetchall()
+
+    def one(self, query: str, params: list | None = None) -> tuple:
+        return self.con.execute(query, params or []).fetchone()
+
+    def count_labelled(self) -> int:
+        return self.one("SELECT count(*) FROM pairs WHERE label IN ('A', 'B')")[0]
+
+    def group_columns(self, wanted: list[str] | None = None) -> list[str]:
+        """Passthrough columns to break results down by: `source`/`subset` when present and
+        not constant, or the columns asked for."""
+        if wanted:
+            missing = [c for c in wanted if c not in self.pair_columns]
+            if missing:
+                raise TableError(
+                    f"{self.path} has no column {', '.join(map(repr, missing))} to group by; "
+                    f"its passthrough columns are: {', '.join(self.passthrough) or 'none'}")
+            return list(wanted)
+        out = []
+        for c in ("source", "subset"):
+            if c in self.pair_columns:
+                n = self.one(f"SELECT count(DISTINCT {quote_ident(c)}) FROM pairs")[0]
+                if n > 1:
+                    out.append(c)
+        return out
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "JudgedTable":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _typed_view(con: duckdb.DuckDBPyConnection, name: str, source: str) -> list[str]:
+    """A view over `source` with the store's column types (JSON exports lose some)."""
+    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+    exprs = []
+    for c in cols:
+        t = _TYPES.get(c, "VARCHAR")
+        exprs.append(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}")
+    con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(exprs)} FROM {source}")
+    return cols
+
+
+def open_judged(path: str) -> JudgedTable:
+    """Open a judged output read-only; raise TableError with the fix when it is not one."""
+    if path.endswith(":") or (":" in os.path.basename(path) and not os.path.exists(path)):
+        raise TableError(f"{path}: give the judged output file itself (x.duckdb, x.parquet or "
+                         "x.jsonl), not a table inside it")
+    if not os.path.exists(path):
+        raise TableError(f"no judged table at {path}: run `rmjudge score INPUT -o {path}` "
+                         "first, or check the path")
+    if os.path.isdir(path):
+        raise TableError(f"{path} is a directory; give the judged output file")
+    fmt = table_format(path)
+    con = duckdb.connect(":memory:")
+    tables: set[str] = set()
+    meta: dict = {}
+    try:
+        if fmt == "duckdb":
+            try:
+                con.execute(f"ATTACH '{_sql_str(path)}' AS judged (READ_ONLY)")
+            except duckdb.Error as exc:
+                msg = str(exc).splitlines()[0]
+                hint = ("another process is writing it; wait for it to finish"
+                        if "lock" in msg.lower() else "is it a DuckDB file written by rmjudge score?")
+                raise TableError(f"cannot open {path}: {msg} ({hint})") from None
+            present = {r[0] for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged'").fetchall()}
+            if "pairs" not in present:
+                raise TableError(f"{path} has no `pairs` table, so it is not a judged output: "
+                                 "run `rmjudge score INPUT` to make one")
+            for t in ("pairs", "samples", "greedy"):
+                if t in present:
+                    _typed_view(con, t, f"judged.{t}")
+                    tables.add(t)
+            if "meta" in present:
+                import orjson
+
+                for k, v in con.execute("SELECT key, value FROM judged.meta").fetchall():
+                    try:
+                        meta[k] = orjson.loads(v)
+                    except orjson.JSONDecodeError:
+                        meta[k] = v
+        else:
+            try:
+                _typed_view(con, "pairs", _reader(path, fmt))
+            except duckdb.Error as exc:
+                raise TableError(f"cannot read {path} as {fmt}: "
+                                 f"{str(exc).splitlines()[0]}") from None
+            tables.add("pairs")
+            for t in ("samples", "greedy"):
+                side = sidecar(path, t)
+                if os.path.exists(side):
+                    _typed_view(con, t, _reader(side, fmt))
+                    tables.add(t)
+            work = path + ".work.duckdb"
+            if os.path.exists(work):
+                try:
+                    con.execute(f"ATTACH '{_sql_str(work)}' AS work (READ_ONLY)")
+                    import orjson
+
+                    for k, v in con.execute("SELECT key, value FROM work.meta").fetchall():
+                        meta[k] = orjson.loads(v)
+                except (duckdb.Error, ValueError):
+                    pass
+        cols = [r[0] for r in con.execute("DESCRIBE pairs").fetchall()]
+        missing = [c for c in REQUIRED if c not in cols]
+        if missing:
+            raise TableError(
+                f"{path} is not a judged table (no column {', '.join(missing)}): run "
+                f"`rmjudge score {path}` to judge it first")
+    except BaseException:
+        con.close()
+        raise
+    return JudgedTable(path, con, fmt, tables, cols, meta)
+
+
+def is_judged(path: str) -> bool:
+    """True when `path` looks like an output of `rmjudge score` (not an input to judge)."""
+    if table_format(path) == "duckdb":
+        return True
+    if not os.path.exists(path):
+        return False
+    con = duckdb.connect(":memory:")
+    try:
+        cols = {r[0] for r in con.execute(
+            f"DESCRIBE SELECT * FROM {_reader(path, table_format(path))}").fetchall()}
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return {"verdict", "verdict_ab", "p_a"} <= cols
