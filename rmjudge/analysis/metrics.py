@@ -263,23 +263,23 @@ def render(res: EvalResult, max_groups: int = 8) -> str:
     lines = [f"{res.path}: {res.n_labelled} labelled of {res.n_pairs} pairs", ""]
 
     def table(title: str, metric: str, systems: list[str]) -> None:
-        name_w = max(len(SYSTEMS[s]) for s in systems) + 2
-        heads = [f"{t[:14]} ({n})" for _, t, n in shown]
-        widths = [max(len(h), 7) for h in heads]
-        widths[0] = max(widths[0], 20)
-        lines.append(title)
-        lines.append(" " * name_w + "  ".join(h.rjust(w) for h, w in zip(heads, widths)))
+        grid = [[""] + [f"{t[:14]} ({n})" for _, t, n in shown]]
         for s in systems:
-            cells = []
-            for (key, _, _), w in zip(shown, widths):
+            row = [SYSTEMS[s]]
+            for key, _, _ in shown:
                 st = res.metrics[s].get(key, {}).get(metric)
                 if st is None or st.value is None:
-                    cells.append("-".rjust(w))
+                    row.append("-")
                 elif key == "overall" and st.lo is not None:
-                    cells.append(f"{_pct(st.value)} [{_pct(st.lo)}, {_pct(st.hi)}]".rjust(w))
+                    row.append(f"{_pct(st.value)} [{_pct(st.lo)}, {_pct(st.hi)}]")
                 else:
-                    cells.append(_pct(st.value).rjust(w))
-            lines.append(SYSTEMS[s].ljust(name_w) + "  ".join(cells))
+                    row.append(_pct(st.value))
+            grid.append(row)
+        widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+        lines.append(title)
+        for r in grid:
+            lines.append("  ".join([r[0].ljust(widths[0])]
+                                   + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
         lines.append("")
 
     level = int(round(100 * res.settings["level"]))

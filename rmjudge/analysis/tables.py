@@ -201,6 +201,10 @@ def open_judged(path: str) -> JudgedTable:
 
 def is_judged(path: str) -> bool:
     """True when `path` looks like an output of `rmjudge score` (not an input to judge)."""
+    from rmjudge.io.readers import split_duckdb_source
+
+    if path == "-" or split_duckdb_source(path) or path.lower().endswith(".csv"):
+        return False
     if table_format(path) == "duckdb":
         return True
     if not os.path.exists(path):

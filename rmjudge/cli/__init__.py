@@ -13,6 +13,7 @@ from rmjudge import __version__
 COMMANDS = {
     "score": ("score", "Judge preference pairs with ReflectRM (the main job)."),
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
+    "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
 }
 
 

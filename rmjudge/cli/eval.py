@@ -1,0 +1,92 @@
+"""`rmjudge eval`: accuracy and positional consistency of a judged table against gold labels."""
+
+from __future__ import annotations
+
+import click
+
+from rmjudge.cli.common import ProgressLine, fail
+from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+
+
+@click.command("eval")
+@click.argument("table", metavar="TABLE")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--greedy-baseline", is_flag=True,
+              help="Add the base model's greedy row: one greedy rollout per pair and order with "
+              "the run's prompts (runs the model; stored in the table, so reruns are cheap).")
+@click.option("--by", "group_by", multiple=True, metavar="COLUMN",
+              help="Break results down by this passthrough column (repeatable; default: "
+              "source and subset when present).")
+@click.option("--max-groups", default=8, show_default=True,
+              help="Groups shown per table in the terminal (--json has all).")
+@click.option("--resamples", default=1000, show_default=True,
+              help="Bootstrap resamples for the 95% intervals (0: none).")
+@click.option("--bootstrap-seed", default=0, show_default=True)
+@click.option("-o", "--output", default=None,
+              help="When TABLE is unjudged input: where to write the judged table "
+              "(default INPUT.judged.duckdb).")
+@click.option("--limit", type=int, default=None,
+              help="When TABLE is unjudged input: judge only the first N rows.")
+@judge_options
+@engine_options
+def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[str, ...],
+            max_groups: int, resamples: int, bootstrap_seed: int, output: str | None,
+            limit: int | None, **kw) -> None:
+    """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
+    labels: accuracy per order, positional consistency and final-verdict accuracy, overall and
+    per source/subset, with bootstrap intervals, next to the first-rollout and majority-vote
+    baselines of the same run.
+
+    TABLE may also be labelled input that was not judged yet (.jsonl, .parquet, .csv,
+    file.duckdb:table): it is judged first (the judging options apply) into -o."""
+    import orjson
+
+    from rmjudge.analysis.metrics import EvalSettings, evaluate, render
+    from rmjudge.analysis.tables import TableError, is_judged, open_judged
+    from rmjudge.io.readers import InputError
+    from rmjudge.models import ModelError
+    from rmjudge.settings import SettingsError
+    from rmjudge.store import StoreError
+
+    engine_kind = kw.pop("engine_kind")
+    try:
+        js = judge_settings(kw)
+        es = engine_settings(kw)
+        ev = EvalSettings(resamples=resamples, seed=bootstrap_seed,
+                          group_by=tuple(group_by) or None)
+    except (SettingsError, ValueError) as exc:
+        fail(str(exc))
+    engine = None
+    try:
+        path = table
+        if not is_judged(table):
+            from rmjudge.cli.score import render_summary
+            from rmjudge.engine import load_engine
+            from rmjudge.pipeline import default_output, score
+
+            engine = load_engine(es, kind=engine_kind)
+            progress = ProgressLine(True)
+            try:
+                summary = score(table, engine, js, output=output, limit=limit,
+                                on_progress=progress)
+            finally:
+                progress.close()
+            click.echo(render_summary(summary), err=True)
+            path = output or default_output(table)
+        with open_judged(path) as t:
+            if greedy_baseline:
+                from rmjudge.analysis.greedy import run_greedy
+                from rmjudge.engine import load_engine
+
+                engine = engine or load_engine(es, kind=engine_kind)
+                g = run_greedy(t, engine)
+                click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
+                           f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
+                           err=True)
+            res = evaluate(t, ev)
+    except (TableError, InputError, ModelError, StoreError) as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(orjson.dumps(res.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render(res, max_groups=max_groups))
