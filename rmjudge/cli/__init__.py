@@ -14,6 +14,8 @@ COMMANDS = {
     "score": ("score", "Judge preference pairs with ReflectRM (the main job)."),
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
     "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
+    "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),
+    "filter": ("filter", "Write a cleaned preference dataset (TRL DPO or RM) from a judged table."),
 }
 
 

@@ -1,0 +1,179 @@
+"""`rmjudge filter`: a cleaned preference dataset from a judged table.
+
+Every pair gets one outcome, decided in this order (the first that applies):
+1. dropped, `no verdict`: the judge failed (`verdict = error`) or the run dropped the pair;
+2. dropped, `orders disagree`: the two orders gave different winners (with `consistent_only`;
+   without it, a tie still has no winner and is dropped as such);
+3. dropped, `one order failed`: one order has no verdict (with `consistent_only`);
+4. dropped, `judge unsure`: the winner's share of the final votes (p_a for A, 1 - p_a for B,
+   averaged over the orders) is below `min_confidence`;
+5. labelled pairs: `kept` when the judge agrees with the label; `swapped` (chosen and
+   rejected exchanged) when it disagrees, `relabel` is on and the share is at least
+   `relabel_min`; else dropped, `judge disagrees with label`;
+6. unlabelled pairs: `labelled` (chosen = the judge's winner) when `label_unlabelled`, else
+   dropped, `unlabelled`.
+So the chosen response of every written row is the judge's winner.
+
+Formats: `dpo` (TRL: `prompt`, `chosen`, `rejected`; the prompt as a string, or with `chat` as
+the conversation with `chosen`/`rejected` as one assistant message each) and `rm` (`chosen` and
+`rejected` as whole conversations, TRL's implicit-prompt form). Written as Parquet or JSONL by
+the output's extension, loadable with `datasets.load_dataset("parquet"|"json", data_files=...)`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from rmjudge.analysis.tables import JudgedTable, TableError, _sql_str, table_format
+from rmjudge.io.readers import quote_ident
+
+MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    min_confidence: float = field(default=0.5, metadata={
+        "help": "Minimum share of the final votes for the judge's winner (0.5..1)."})
+    consistent_only: bool = field(default=True, metadata={
+        "help": "Drop pairs whose two orders disagree or where one order failed."})
+    relabel: bool = field(default=False, metadata={
+        "help": "Swap chosen and rejected where the judge confidently disagrees with the label."})
+    relabel_min: float = field(default=0.75, metadata={
+        "help": "Minimum winner vote share for a swap."})
+    label_unlabelled: bool = field(default=True, metadata={
+        "help": "Give unlabelled pairs the judge's winner as chosen (else drop them)."})
+    format: str = field(default="dpo", metadata={"help": "dpo or rm."})
+    chat: bool = field(default=False, metadata={
+        "help": "dpo: prompt as chat messages, chosen/rejected as assistant messages."})
+    keep_columns: tuple[str, ...] = field(default=(), metadata={
+        "help": "Columns of the judged table to carry along (passthrough columns, id, p_a...)."})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ValueError("--min-confidence must be between 0 and 1 (0.5 keeps every winner)")
+        if not 0.5 <= self.relabel_min <= 1.0:
+            raise ValueError("--relabel-min must be between 0.5 and 1")
+        if self.format not in ("dpo", "rm"):
+            raise ValueError("--format must be dpo or rm")
+        if self.chat and self.format == "rm":
+            raise ValueError("--chat applies to --format dpo (rm rows are always conversations)")
+
+
+@dataclass
+class FilterSummary:
+    output: str
+    total: int
+    kept: int
+    swapped: int
+    labelled: int
+    dropped: dict[str, int]
+    flattened: int  # multi-turn prompts written as their last user message (dpo without chat)
+
+    @property
+    def written(self) -> int:
+        return self.kept + self.swapped + self.labelled
+
+
+def decisions_sql(fs: FilterSettings) -> str:
+    """A query over `pairs` adding `strength` (winner vote share), `action` and `reason`."""
+    unsure = f"judge unsure (winner vote share < {fs.min_confidence:g})"
+    checks = [
+        "WHEN verdict IS NULL OR verdict IN ('error', 'dropped') THEN 'no verdict'",
+    ]
+    if fs.consistent_only:
+        checks += [
+            "WHEN consistent = false THEN 'orders disagree'",
+            "WHEN verdict_ab = 'error' OR verdict_ba = 'error' THEN 'one order failed'",
+        ]
+    checks += [
+        "WHEN verdict = 'tie' THEN 'tie (orders disagree)'",
+        f"WHEN strength IS NULL OR strength < {fs.min_confidence!r} - 1e-9 THEN '{unsure}'",
+    ]
+    disagree = ("WHEN label IN ('A', 'B') AND label <> verdict AND NOT (strength >= "
+                f"{fs.relabel_min!r} - 1e-9) THEN 'judge disagrees with label'") if fs.relabel \
+        else "WHEN label IN ('A', 'B') AND label <> verdict THEN 'judge disagrees with label'"
+    checks.append(disagree)
+    if not fs.label_unlabelled:
+        checks.append("WHEN label IS NULL OR label NOT IN ('A', 'B') THEN 'unlabelled'")
+    return f"""
+    WITH s AS (
+      SELECT *, CASE verdict WHEN 'A' THEN p_a WHEN 'B' THEN 1 - p_a END AS strength FROM pairs),
+    d AS (SELECT *, CASE {' '.join(checks)} END AS reason FROM s)
+    SELECT *, CASE WHEN reason IS NOT NULL THEN 'dropped'
+                   WHEN label IS NULL OR label NOT IN ('A', 'B') THEN 'labelled'
+                   WHEN label = verdict THEN 'kept' ELSE 'swapped' END AS action
+    FROM d"""
+
+
+def output_columns(fs: FilterSettings) -> list[str]:
+    chosen = "CASE verdict WHEN 'A' THEN response_a ELSE response_b END"
+    rejected = "CASE verdict WHEN 'A' THEN response_b ELSE response_a END"
+    msgs = f"from_json(messages, '{MSG_TYPE}')"
+
+    def turn(x: str) -> str:
+        return f"[{{'role': 'assistant', 'content': {x}}}]"
+
+    if fs.format == "rm":
+        return [f"list_concat({msgs}, {turn(chosen)}) AS chosen",
+                f"list_concat({msgs}, {turn(rejected)}) AS rejected"]
+    if fs.chat:
+        return [f"{msgs} AS prompt", f"{turn(chosen)} AS chosen", f"{turn(rejected)} AS rejected"]
+    return ["prompt", f"{chosen} AS chosen", f"{rejected} AS rejected"]
+
+
+def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = None) -> FilterSummary:
+    """Decide every pair, write the kept ones to `output` (.parquet or .jsonl) and count."""
+    fs = fs or FilterSettings()
+    fmt = table_format(output)
+    if fmt == "duckdb":
+        raise TableError(f"cannot tell the format of {output}: name the output .parquet or "
+                         ".jsonl")
+    if os.path.abspath(output) == os.path.abspath(table.path):
+        raise TableError(f"{output} is the judged table itself; write the dataset elsewhere")
+    reserved = {"prompt", "chosen", "rejected"}
+    missing = [c for c in fs.keep_columns if c not in table.pair_columns]
+    if missing:
+        raise TableError(
+            f"{table.path} has no column {', '.join(map(repr, missing))}; columns you can keep: "
+            f"{', '.join(c for c in table.pair_columns if c not in reserved)}")
+    keep = [f"{quote_ident(c)}" for c in fs.keep_columns if c not in reserved]
+    clash = [c for c in fs.keep_columns if c in reserved]
+    if clash:
+        raise TableError(f"--keep-columns {', '.join(clash)} would overwrite the output's own "
+                         "column of that name")
+    con = table.con
+    con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
+    cols = ", ".join(output_columns(fs) + keep)
+    copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    tmp = output + ".tmp"
+    con.execute(f"COPY (SELECT {cols} FROM decided WHERE action <> 'dropped' "
+                f"ORDER BY row_number, id) TO '{_sql_str(tmp)}' {copy_fmt}")
+    os.replace(tmp, output)
+    counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())
+    dropped = dict(con.execute("""SELECT reason, count(*) FROM decided WHERE action = 'dropped'
+                                  GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
+    flattened = 0
+    if fs.format == "dpo" and not fs.chat:
+        flattened = con.execute(f"""SELECT count(*) FROM decided WHERE action <> 'dropped'
+                                    AND len(from_json(messages, '{MSG_TYPE}')) > 1""").fetchone()[0]
+    return FilterSummary(
+        output=output, total=sum(counts.values()), kept=counts.get("kept", 0),
+        swapped=counts.get("swapped", 0), labelled=counts.get("labelled", 0), dropped=dropped,
+        flattened=flattened,
+    )
+
+
+def render(s: FilterSummary) -> str:
+    lines = [f"wrote {s.written} of {s.total} pairs -> {s.output}",
+             f"  kept (judge agrees with label): {s.kept}",
+             f"  swapped (judge confidently disagrees, chosen/rejected exchanged): {s.swapped}",
+             f"  labelled by the judge (no gold label): {s.labelled}",
+             f"  dropped: {sum(s.dropped.values())}"]
+    for reason, n in s.dropped.items():
+        lines.append(f"    {n} x {reason}")
+    if s.flattened:
+        lines.append(f"note: {s.flattened} prompts have earlier turns that a string prompt cannot "
+                     "hold (only the last user message was written); use --chat to keep them")
+    return "\n".join(lines)
