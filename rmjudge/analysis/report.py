@@ -134,19 +134,26 @@ def order_confidence(t: JudgedTable, nbins: int = 5) -> list[dict]:
 
 
 def length_bias(t: JudgedTable, nbins: int = 6) -> tuple[list[dict], dict]:
-    rows = t.sql(f"""
-        WITH x AS (
-          SELECT length(response_a) - length(response_b) AS d, verdict, label FROM pairs),
-        q AS (SELECT *, ntile({nbins}) OVER (ORDER BY d) AS b FROM x)
-        SELECT b, count(*), min(d), max(d), avg(d),
-               avg(CASE verdict WHEN 'A' THEN 1.0 WHEN 'B' THEN 0.0 END),
-               count(*) FILTER (WHERE verdict IN ('A','B')),
-               avg(CASE label WHEN 'A' THEN 1.0 WHEN 'B' THEN 0.0 END),
-               count(*) FILTER (WHERE label IN ('A','B'))
-        FROM q GROUP BY 1 ORDER BY 1""")
-    bins = [{"bin": b, "n": n, "lo": lo, "hi": hi, "mean_diff": md, "judge_a": ja,
-             "judge_n": jn, "label_a": la, "label_n": ln}
-            for b, n, lo, hi, md, ja, jn, la, ln in rows]
+    """P(judge picks A) and P(label is A) by bins of len(A) - len(B) with about equal counts
+    (equal differences always share a bin)."""
+    import numpy as np
+
+    rows = t.sql("""SELECT length(response_a) - length(response_b), verdict, label FROM pairs
+                    WHERE response_a IS NOT NULL AND response_b IS NOT NULL""")
+    bins = []
+    if rows:
+        d = np.array([r[0] for r in rows], dtype=float)
+        ja = np.array([{"A": 1.0, "B": 0.0}.get(r[1], np.nan) for r in rows])
+        la = np.array([{"A": 1.0, "B": 0.0}.get(r[2], np.nan) for r in rows])
+        edges = np.unique(np.quantile(d, np.linspace(0, 1, nbins + 1)[1:-1]))
+        idx = np.searchsorted(edges, d, side="left")
+        for b in np.unique(idx):
+            m = idx == b
+            jm, lm = ja[m][~np.isnan(ja[m])], la[m][~np.isnan(la[m])]
+            bins.append({"bin": int(b), "n": int(m.sum()), "lo": int(d[m].min()),
+                         "hi": int(d[m].max()), "mean_diff": float(d[m].mean()),
+                         "judge_a": float(jm.mean()) if jm.size else None, "judge_n": int(jm.size),
+                         "label_a": float(lm.mean()) if lm.size else None, "label_n": int(lm.size)})
     jl, jn, ll, ln = t.one("""
         WITH x AS (SELECT CASE WHEN length(response_a) > length(response_b) THEN 'A'
                                WHEN length(response_a) < length(response_b) THEN 'B' END AS longer,
@@ -320,7 +327,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
         ax.axhline(50, color="grey", ls=":", lw=1)
         ax.set_xticks(x, labels, rotation=20, fontsize=8)
         ax.set_ylim(0, 100)
-        ax.set_xlabel("len(A) - len(B), characters (equal-count bins)")
+        ax.set_xlabel("len(A) - len(B), characters (bins of about equal size)")
         ax.set_ylabel("% of pairs")
         ax.set_title("Length bias")
         ax.legend(fontsize=8)
@@ -388,7 +395,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
                 ax.plot([(x["lo"] + x["hi"]) / 2 for x in rows], [x["accuracy"] for x in rows],
                         mark, label=f"order ({o[0].upper()},{o[1].upper()})")
         ax.set_ylim(0, 1.02)
-        ax.set_xlabel("per-order confidence (mean lowest-10% token log-prob), quintiles")
+        ax.set_xlabel("per-order confidence (lowest-10% token log-prob)")
         ax.set_ylabel("accuracy")
         ax.set_title("Accuracy by confidence")
         if cal["orders"]:
