@@ -1,0 +1,173 @@
+"""The training-data builder (training/data.py) on a scripted rollout engine: slots, dropping
+all-correct items, Refl pairs from mixed items, ratio mixing, parse failures, cache resume."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from helpers import first_slot_response
+
+from rmjudge.engine.fake import ScriptedEngine
+from rmjudge.prompts import completion_text, parse_verdict
+from training.cache import CacheError
+from training.data import DataConfig, DataError, Stats, build_data, mix, read_examples, stats_path
+from training.rollouts import EngineRollouts, SamplingSettings
+
+# Per item: how many of its 4 rollouts pick the GOOD response, and how many do not parse.
+#   easy: 4/4 correct (dropped); mixed: 2 correct + 2 wrong; hard: 0 correct; noisy: 1 correct +
+#   3 unparsed (its Refl uses an unparsed rollout's analysis as the incorrect critique).
+PLAN = {"easy": (4, 0), "mixed": (2, 0), "hard": (0, 0), "noisy": (1, 3)}
+
+
+def write_pairs(path, ids):
+    with open(path, "w") as f:
+        for pid in ids:
+            f.write(json.dumps({"id": pid, "prompt": f"question {pid}",
+                                "chosen": f"GOOD {pid}", "rejected": f"BAD {pid}"}) + "\n")
+
+
+def scripted(plan=PLAN):
+    """Rollout i of an item is correct when i < n_correct; unparsed when i >= 4 - n_unparsed."""
+
+    def respond(req, i):
+        body = req.messages[-1]["content"]
+        pid = body.split("question ", 1)[1].split("\n", 1)[0]
+        kind = pid.split("-")[0]
+        n_ok, n_bad_parse = plan[kind]
+        good_slot = 1 if first_slot_response(req).startswith("GOOD") else 2
+        if i >= 4 - n_bad_parse:
+            return f"analysis {pid} {i} rambles without a verdict"
+        pred = good_slot if i < n_ok else 3 - good_slot
+        return completion_text("pref", f"analysis {pid} {i}", pred)
+
+    return ScriptedEngine(respond)
+
+
+def build(tmp_path, ids, ratio="4:1", engine=None, seed=0, name="train.jsonl"):
+    src = tmp_path / "pairs.jsonl"
+    write_pairs(src, ids)
+    eng = engine or scripted()
+    rollouts = EngineRollouts(eng, SamplingSettings(samples=4, max_tokens=32, seed=seed))
+    out = tmp_path / name
+    stats = build_data(str(src), out, rollouts, DataConfig(ratio=ratio, seed=seed, chunk_items=3))
+    return stats, read_examples(out), eng
+
+
+def test_all_correct_items_are_dropped_and_the_rest_give_pref(tmp_path):
+    ids = ["easy-1", "easy-2", "mixed-1", "hard-1"]
+    stats, ex, _ = build(tmp_path, ids, ratio="1:0")
+    assert stats.all_correct_dropped == 2
+    assert stats.all_incorrect == 1 and stats.mixed == 1
+    assert sorted(e["source_id"] for e in ex) == ["hard-1", "mixed-1"]
+    assert all(e["task"] == "pref" for e in ex)
+    for e in ex:  # the label names the slot holding the chosen response
+        assert e["responses"][e["label"] - 1].startswith("GOOD")
+        assert f"### Response {e['label']}\nGOOD" in e["prompt"][-1]["content"]
+
+
+def test_refl_pairs_a_correct_and_an_incorrect_analysis_with_the_right_label(tmp_path):
+    stats, ex, _ = build(tmp_path, [f"mixed-{i}" for i in range(12)], ratio="1:1")
+    refl = [e for e in ex if e["task"] == "refl"]
+    assert stats.mixed == 12 and stats.refl_built == 12 and len(refl) == 12
+    for e in refl:
+        body = e["prompt"][-1]["content"]
+        c1 = body.split("### Critique 1\n", 1)[1].split("\n\n### Critique 2", 1)[0]
+        c2 = body.split("### Critique 2\n", 1)[1].split("\n\n## Task", 1)[0]
+        good_idx, bad_idx = (0, 1) if e["label"] == 1 else (1, 0)
+        # rollouts 0-1 were correct, 2-3 wrong (see PLAN)
+        assert int([c1, c2][good_idx].rsplit(" ", 1)[1]) < 2
+        assert int([c1, c2][bad_idx].rsplit(" ", 1)[1]) >= 2
+        assert e["critique_rollouts"][e["label"] - 1] < 2
+        # the critiques judge the responses in the same slots as the Pref prompt
+        assert "### Response 1\n" + e["responses"][0] in body
+    assert {e["label"] for e in refl} == {1, 2}  # random order, both slots used
+
+
+def test_parse_failures_count_as_incorrect_and_are_reported(tmp_path):
+    stats, ex, _ = build(tmp_path, ["noisy-1", "easy-1"], ratio="1:1")
+    assert stats.parse_failures == 3 and stats.rollouts == 8
+    assert stats.parse_failure_rate == pytest.approx(3 / 8)
+    assert stats.mixed == 1 and stats.all_correct_dropped == 1
+    refl = [e for e in ex if e["task"] == "refl"]
+    assert len(refl) == 1
+    body = refl[0]["prompt"][-1]["content"]
+    assert "rambles without a verdict" in body  # the only incorrect critiques were unparsed
+    assert parse_verdict(body, "refl") is None  # the prompt itself holds no verdict
+
+
+def test_ratio_subsamples_pref_when_refl_is_scarce(tmp_path):
+    ids = [f"mixed-{i}" for i in range(2)] + [f"hard-{i}" for i in range(10)]
+    stats, ex, _ = build(tmp_path, ids, ratio="4:1")
+    assert stats.pref_available == 12 and stats.refl_built == 2
+    assert (stats.pref_kept, stats.refl_kept) == (8, 2)
+    assert stats.limited_by == "refl" and stats.final_ratio == "4.00:1"
+    assert sum(e["task"] == "pref" for e in ex) == 8
+
+
+def test_mix_subsamples_refl_when_pref_is_scarce():
+    pref = [{"id": f"p{i}", "task": "pref", "label": 1} for i in range(4)]
+    refl = [{"id": f"r{i}", "task": "refl", "label": 2} for i in range(4)]
+    st = Stats()
+    out = mix(pref, refl, "4:1", 0, st)
+    assert (st.pref_kept, st.refl_kept, st.limited_by) == (4, 1, "pref")
+    assert len(out) == 5
+    st = Stats()
+    assert len(mix(pref, [], "4:1", 0, st)) == 4 and "ratio not met" in st.limited_by
+
+
+def test_output_is_reproducible_and_labels_are_balanced(tmp_path):
+    ids = [f"hard-{i}" for i in range(40)]
+    _, ex1, _ = build(tmp_path, ids, ratio="1:0", name="a.jsonl")
+    _, ex2, _ = build(tmp_path, ids, ratio="1:0", name="b.jsonl")
+    assert ex1 == ex2
+    ones = sum(e["label"] == 1 for e in ex1)
+    assert 10 <= ones <= 30  # slot of the chosen response drawn per item, not fixed
+
+
+def test_rerun_resumes_from_the_rollout_cache(tmp_path):
+    ids = [f"mixed-{i}" for i in range(5)]
+    stats1, ex1, eng1 = build(tmp_path, ids)
+    assert sum(len(c) for c in eng1.calls) == 5
+    assert len(eng1.calls) == 2  # chunk_items=3: many items per generate call
+    # a crash left a torn line at the end of the cache: it is skipped, the rest is reused
+    cache = tmp_path / "train.jsonl.rollouts.jsonl"
+    with open(cache, "ab") as f:
+        f.write(b'{"id": "mixed-9", "texts": ["half')
+    stats2, ex2, eng2 = build(tmp_path, ids + ["mixed-5"])
+    assert sum(len(c) for c in eng2.calls) == 1  # only the new item was sampled
+    assert stats2.items_from_cache == 5
+    lines = [orjson.loads(x) for x in cache.read_bytes().splitlines()[1:] if x.startswith(b'{"id"')
+             and x.endswith(b"}")]
+    assert {r["id"] for r in lines} >= set(ids) | {"mixed-5"}
+
+
+def test_cache_made_with_other_settings_is_refused(tmp_path):
+    build(tmp_path, ["mixed-1"])
+    with pytest.raises(CacheError, match="temperature|seed"):
+        build(tmp_path, ["mixed-1"], seed=1)
+
+
+def test_no_example_is_an_error_with_stats_written(tmp_path):
+    with pytest.raises(DataError, match="all its rollouts"):
+        build(tmp_path, ["easy-1", "easy-2"])
+    st = json.loads(stats_path(tmp_path / "train.jsonl").read_text())
+    assert st["all_correct_dropped"] == 2
+
+
+def test_parquet_output_round_trips(tmp_path):
+    _, ex, _ = build(tmp_path, ["mixed-1", "hard-1"], ratio="1:1", name="t.parquet")
+    assert {e["task"] for e in ex} == {"pref", "refl"}
+    assert all(isinstance(e["prompt"], list) and e["prompt"][0]["role"] == "user" for e in ex)
+
+
+def test_cli_reports_bad_ratio_without_traceback(tmp_path):
+    from training.cli import main
+
+    write_pairs(tmp_path / "p.jsonl", ["mixed-1"])
+    res = CliRunner().invoke(main, ["build-data", str(tmp_path / "p.jsonl"), "-o",
+                                    str(tmp_path / "o.jsonl"), "--ratio", "4-1"])
+    assert res.exit_code == 1
+    assert "--ratio '4-1' must look like PREF:REFL" in res.output

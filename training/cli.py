@@ -1,0 +1,245 @@
+"""`rmjudge-train`: build-data, grpo, eval. Thin click layers over training.data/grpo/evaluate.
+
+    rmjudge-train build-data pairs.jsonl -o train.jsonl            # rollouts with the embedded GGUF
+    rmjudge-train grpo --model DIR --data train.jsonl -o runs/judge
+    rmjudge-train grpo ... --resume                                 # latest checkpoint in -o
+    rmjudge-train eval --model DIR --adapter runs/judge/adapter --data runs/judge/heldout.jsonl
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from rmjudge.io.mapping import parse_map
+from rmjudge.io.readers import InputError
+from rmjudge.models import ModelError
+from rmjudge.settings import SettingsError
+
+from training.cache import CacheError
+from training.data import DataConfig, DataError, build_data, stats_path
+from training.grpo import GRPOSettings, TrainError
+from training.hf import ModelLoadError
+
+USER_ERRORS = (DataError, TrainError, ModelLoadError, CacheError, InputError, ModelError,
+               SettingsError, ValueError)
+
+
+def _fail(exc: Exception) -> None:
+    raise click.ClickException(str(exc)) from None
+
+
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        click.echo(text, err=True)
+
+
+@click.group()
+def main() -> None:
+    """Train a ReflectRM judge: rollouts -> unified Pref + Refl data -> GRPO QLoRA adapter."""
+
+
+# -- build-data ------------------------------------------------------------------------------
+
+
+def _rollout_source(model, gguf_file, backend, sampling, parallel, threads):
+    """(source, description): llama.cpp on a GGUF, or transformers on an HF model."""
+    from training.rollouts import EngineRollouts, TransformersRollouts
+
+    gguf = None
+    if model is None:
+        from rmjudge.models import resolve_model
+
+        gguf = resolve_model(None)
+    elif gguf_file:
+        gguf = str(Path(model) / gguf_file)
+    elif model.lower().endswith(".gguf"):
+        gguf = model
+    if backend == "llama" and gguf is None:
+        raise DataError("--backend llama needs a GGUF: --model file.gguf (or --gguf-file)")
+    if gguf is not None and backend != "transformers":
+        from rmjudge.engine import load_engine
+        from rmjudge.settings import EngineSettings
+
+        engine = load_engine(EngineSettings(model=gguf, parallel=parallel, threads=threads))
+        return EngineRollouts(engine, sampling), f"llama.cpp on {gguf}"
+    from training.hf import ModelSource, load_base, load_tokenizer, materialize, model_suffix
+
+    src = ModelSource.parse(gguf or model)
+    base = materialize(src)
+    hf_model = load_base(base, quantization="none")
+    hf_model.eval()
+    return (TransformersRollouts(hf_model, load_tokenizer(ModelSource(base)), sampling,
+                                 model_suffix(hf_model), src.name),
+            f"transformers on {src.name}")
+
+
+def _limit_note(limited_by: str) -> str:
+    if limited_by in ("refl", "pref"):
+        return f"; all {limited_by.capitalize()} kept, the other kind subsampled to the ratio"
+    return f"; {limited_by}" if limited_by else ""
+
+
+def format_stats(st: dict) -> str:
+    lines = [
+        f"rows read            {st['rows_read']} (bad {st['rows_bad']}, unlabelled "
+        f"{st['rows_unlabelled']})",
+        f"items sampled        {st['items']} (from cache {st['items_from_cache']}, unsampled "
+        f"{st['items_unsampled']})",
+        f"rollouts             {st['rollouts']} (correct {st['rollouts_correct']}, base accuracy "
+        f"{st['base_accuracy']:.1%})",
+        f"parse failures       {st['parse_failures']} ({st['parse_failure_rate']:.1%}; counted "
+        "as incorrect)",
+        f"all-correct dropped  {st['all_correct_dropped']}",
+        f"all-incorrect        {st['all_incorrect']} (kept for Pref)",
+        f"mixed-outcome items  {st['mixed']}",
+        f"Pref available       {st['pref_available']}",
+        f"Refl built           {st['refl_built']} (mixed items without a usable critique pair: "
+        f"{st['refl_unusable']})",
+        f"Pref kept            {st['pref_kept']} (label 1: {st['pref_label_1']})",
+        f"Refl kept            {st['refl_kept']} (label 1: {st['refl_label_1']})",
+        f"ratio                {st['final_ratio']} (requested {st['ratio_requested']}"
+        + _limit_note(st["limited_by"]) + ")",
+    ]
+    return "\n".join(lines)
+
+
+@main.command("build-data")
+@click.argument("source")
+@click.option("-o", "--output", required=True, help="Training file: .jsonl or .parquet.")
+@click.option("--model", default=None, help="Base model: a GGUF (llama.cpp; default: the "
+              "embedded model) or an HF directory (transformers).")
+@click.option("--gguf-file", default=None, help="GGUF file name inside --model.")
+@click.option("--backend", type=click.Choice(["auto", "llama", "transformers"]), default="auto",
+              show_default=True, help="auto: llama.cpp for a GGUF, transformers otherwise.")
+@click.option("--samples", default=8, show_default=True, help="Rollouts per item.")
+@click.option("--temperature", default=1.0, show_default=True)
+@click.option("--max-tokens", default=1024, show_default=True, help="Max tokens per rollout.")
+@click.option("--ratio", default="4:1", show_default=True, help="Pref:Refl; 1:0 = RFT baseline.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--limit", type=int, default=None, help="Read at most N rows.")
+@click.option("--map", "mapping", default=None, help="Column mapping, as in `rmjudge score`.")
+@click.option("--cache", default=None, help="Rollout cache (default: OUTPUT.rollouts.jsonl).")
+@click.option("--chunk-items", default=16, show_default=True, help="Items per generate call.")
+@click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
+@click.option("--threads", type=int, default=None, help="llama.cpp CPU threads.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def build_data_cmd(source, output, model, gguf_file, backend, samples, temperature, max_tokens,
+                   ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, quiet):
+    """Sample rollouts from the base model and write unified Pref + Refl training data."""
+    from training.rollouts import SamplingSettings
+
+    try:
+        config = DataConfig(ratio=ratio, seed=seed, limit=limit, mapping=parse_map(mapping),
+                            chunk_items=chunk_items)
+        if samples < 2:
+            raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
+        sampling = SamplingSettings(samples=samples, temperature=temperature,
+                                    max_tokens=max_tokens, seed=seed)
+        src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads)
+        _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
+        done = [0]
+
+        def progress(n: int) -> None:
+            done[0] += n
+            _say(quiet, f"  {done[0]} items")
+
+        stats = build_data(source, output, src, config, cache_path=cache, progress=progress)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    click.echo(format_stats(stats.as_dict()))
+    click.echo(f"wrote {output} and {stats_path(output)}")
+
+
+# -- grpo ------------------------------------------------------------------------------------
+
+_REQUIRED = {"model", "data", "output_dir"}
+
+
+def _settings_options(func):
+    """One click option per GRPOSettings field, help text from the field's metadata."""
+    for f in reversed(dataclasses.fields(GRPOSettings)):
+        name = "--" + f.name.replace("_", "-")
+        help_ = f.metadata.get("help", "")
+        if f.name == "output_dir":
+            func = click.option("-o", "--output-dir", required=True, help=help_)(func)
+        elif f.name in _REQUIRED:
+            func = click.option(name, required=True, help=help_)(func)
+        elif f.type in ("bool", bool):
+            func = click.option(f"{name}/--no-{name[2:]}", default=f.default, show_default=True,
+                                help=help_)(func)
+        else:
+            typ = {"int": int, "float": float}.get(str(f.type), str)
+            func = click.option(name, type=typ, default=f.default, show_default=True,
+                                help=help_)(func)
+    return func
+
+
+@main.command("grpo")
+@_settings_options
+@click.option("--resume", is_flag=False, flag_value="latest", default=None,
+              help="Continue from a checkpoint: --resume (latest in -o) or --resume DIR.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def grpo_cmd(resume, quiet, **kw):
+    """GRPO + QLoRA on the unified data; saves checkpoints, the adapter and a greedy eval."""
+    from training.grpo import train
+
+    def progress(rec: dict) -> None:
+        keys = ("reward", "reward_pref", "reward_refl", "parse_failure_rate", "kl", "loss")
+        parts = [f"{k} {rec[k]:.4g}" for k in keys if isinstance(rec.get(k), (int, float))]
+        if parts:
+            _say(quiet, f"step {rec['step']}: " + ", ".join(parts))
+
+    try:
+        settings = GRPOSettings(**kw)
+        summary = train(settings, resume=resume, progress=progress)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    click.echo(f"adapter: {summary['adapter']}  ({summary['steps']} steps, "
+               f"{summary['train_examples']} training examples)")
+    if summary["eval"]:
+        click.echo("held-out eval: " + json.dumps(summary["eval"]))
+    click.echo(f"summary: {Path(settings.output_dir) / 'training.json'}")
+
+
+# -- eval ------------------------------------------------------------------------------------
+
+
+@main.command("eval")
+@click.option("--model", required=True, help="Base model: HF directory or a .gguf file.")
+@click.option("--gguf-file", default=None, help="GGUF file name inside --model.")
+@click.option("--adapter", default=None, help="LoRA adapter directory (none: the base alone).")
+@click.option("--data", required=True, help="Examples (e.g. OUTPUT_DIR/heldout.jsonl).")
+@click.option("--max-tokens", default=1024, show_default=True)
+@click.option("--limit", type=int, default=None, help="Evaluate at most N examples.")
+@click.option("--quantization", type=click.Choice(["nf4", "none"]), default="none",
+              show_default=True)
+@click.option("--batch", default=8, show_default=True, help="Prompts per generate call.")
+def eval_cmd(model, gguf_file, adapter, data, max_tokens, limit, quantization, batch):
+    """Greedy accuracy and positional consistency (Pref in both orders) of a judge."""
+    from training.data import read_examples
+    from training.evaluate import evaluate
+    from training.hf import ModelSource, load_base, load_tokenizer, materialize
+
+    try:
+        examples = read_examples(data)[:limit] if limit else read_examples(data)
+        src = ModelSource.parse(model, gguf_file)
+        base = materialize(src)
+        m = load_base(base, quantization)
+        if adapter:
+            from peft import PeftModel
+
+            m = PeftModel.from_pretrained(m, adapter)
+        m.eval()
+        res = evaluate(m, load_tokenizer(ModelSource(base)), examples, max_tokens, batch)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    click.echo(json.dumps(res.as_dict(), indent=2))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Greedy evaluation of a judge (base or base + adapter) on held-out training examples.
+
+Each held-out Pref example is judged in both slot orders, (r1, r2) and (r2, r1): accuracy is the
+share of correct verdicts over both orders, positional consistency the share of items correct
+in both (docs/reflectrm.md §3). Refl examples are judged in their stored order. A completion
+that does not parse counts as wrong and is counted as a parse failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rmjudge.prompts import parse_verdict, pref_messages
+
+from training.hf import greedy_completions
+
+
+@dataclass
+class EvalResult:
+    pref_items: int = 0
+    accuracy: float = 0.0  # Pref, over both orders
+    accuracy_ab: float = 0.0
+    accuracy_ba: float = 0.0
+    positional_consistency: float = 0.0  # Pref items correct in both orders
+    refl_items: int = 0
+    refl_accuracy: float = 0.0
+    parse_failure_rate: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def swapped_prompt(example: dict[str, Any]):
+    """The Pref prompt with the responses in the other slots (the suffix it was built with)."""
+    r1, r2 = example["responses"]
+    return pref_messages(tuple(example["conversation"]), r2, r1, example.get("suffix") or "")
+
+
+def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,
+             batch_size: int = 8) -> EvalResult:
+    pref = [e for e in examples if e["task"] == "pref"]
+    refl = [e for e in examples if e["task"] == "refl"]
+    prompts = [e["prompt"] for e in pref] + [swapped_prompt(e) for e in pref] + [
+        e["prompt"] for e in refl]
+    texts = greedy_completions(model, tokenizer, prompts, max_tokens, batch_size)
+    n = len(pref)
+    preds_ab = [parse_verdict(t, "pref") for t in texts[:n]]
+    preds_ba = [parse_verdict(t, "pref") for t in texts[n:2 * n]]
+    preds_refl = [parse_verdict(t, "refl") for t in texts[2 * n:]]
+    ok_ab = [p == e["label"] for p, e in zip(preds_ab, pref)]
+    ok_ba = [p == 3 - e["label"] for p, e in zip(preds_ba, pref)]
+    ok_refl = [p == e["label"] for p, e in zip(preds_refl, refl)]
+    res = EvalResult(pref_items=n, refl_items=len(refl))
+    if n:
+        res.accuracy_ab = round(sum(ok_ab) / n, 4)
+        res.accuracy_ba = round(sum(ok_ba) / n, 4)
+        res.accuracy = round((sum(ok_ab) + sum(ok_ba)) / (2 * n), 4)
+        res.positional_consistency = round(sum(a and b for a, b in zip(ok_ab, ok_ba)) / n, 4)
+    if refl:
+        res.refl_accuracy = round(sum(ok_refl) / len(refl), 4)
+    all_preds = preds_ab + preds_ba + preds_refl
+    if all_preds:
+        res.parse_failure_rate = round(sum(p is None for p in all_preds) / len(all_preds), 4)
+    return res

@@ -1,0 +1,293 @@
+"""GRPO training of a QLoRA adapter on unified Pref + Refl data (docs/reflectrm.md §5).
+
+TRL's `GRPOTrainer` on a base loaded in 4-bit NF4 (bitsandbytes) with a LoRA adapter (peft).
+Prompts are the examples' chat messages rendered with the base's own chat template plus
+`ASSISTANT_PREFIX`, exactly as at inference; the reward is `training.reward.verdict_reward`.
+
+Batch semantics [ours]: `batch_size` counts prompts per optimizer step, each with
+`num_generations` completions, so one step sees batch_size x num_generations completions;
+`micro_batch` completions go through one forward/backward (gradient accumulation makes up the
+rest) and `generation_prompts` prompts are sampled per `generate` call (that bounds the KV cache).
+
+Outputs in `output_dir`: `checkpoint-*/` (TRL/transformers checkpoints, `--resume` continues
+from them), `log.jsonl` (one line per logging step: reward, reward_pref/refl, parse failure
+rate, KL, ...), `heldout.jsonl` (the evaluation split, by source item), `adapter/` (the final
+LoRA adapter, loadable with `peft.PeftModel.from_pretrained`), `training.json` (settings,
+split sizes, final metrics and the greedy evaluation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from rmjudge.protocol import derive_seed
+
+from training.data import DataError, read_examples
+from training.hf import ModelSource, load_base, load_tokenizer, materialize, render_prompt
+
+DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+class TrainError(Exception):
+    """Training cannot run as asked; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """What a GRPO run does. Defaults are the paper's where it gives them."""
+
+    model: str = field(metadata={"help": "Base model: HF directory or hub id, or a .gguf file."})
+    data: str = field(metadata={"help": "Training file from `rmjudge-train build-data`."})
+    output_dir: str = field(metadata={"help": "Checkpoints, logs and the final adapter."})
+    gguf_file: str | None = field(default=None, metadata={
+        "help": "GGUF file name inside --model (dequantized by transformers, cached as HF)."})
+    epochs: float = field(default=3.0, metadata={"help": "Passes over the training split [paper]."})
+    max_steps: int = field(default=-1, metadata={"help": "Stop after this many steps (-1: epochs)."})
+    batch_size: int = field(default=64, metadata={"help": "Prompts per optimizer step [paper]."})
+    num_generations: int = field(default=8, metadata={"help": "Completions per prompt [paper]."})
+    micro_batch: int = field(default=8, metadata={"help": "Completions per forward/backward."})
+    generation_prompts: int = field(default=8, metadata={"help": "Prompts per generate call."})
+    temperature: float = field(default=1.0, metadata={"help": "Rollout temperature [paper]."})
+    max_completion_length: int = field(default=1024, metadata={
+        "help": "Max generated tokens per completion [paper]."})
+    max_prompt_tokens: int = field(default=4096, metadata={
+        "help": "Examples with longer prompts are left out (counted in training.json)."})
+    learning_rate: float = field(default=1e-5, metadata={
+        "help": "Adapter learning rate (the paper's 1e-6 is for full weights; LoRA wants more)."})
+    beta: float = field(default=0.04, metadata={"help": "KL coefficient (> 0: KL is computed)."})
+    warmup_ratio: float = field(default=0.03, metadata={"help": "Linear warmup share."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    target_modules: str = field(default=DEFAULT_TARGETS, metadata={
+        "help": "Comma-separated module names for LoRA, or all-linear."})
+    quantization: str = field(default="nf4", metadata={"help": "nf4 (QLoRA) or none."})
+    gradient_checkpointing: bool = field(default=True, metadata={"help": "Trade compute for memory."})
+    save_steps: int = field(default=25, metadata={"help": "Checkpoint every N optimizer steps."})
+    save_total_limit: int = field(default=3, metadata={"help": "Checkpoints kept."})
+    logging_steps: int = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    eval_fraction: float = field(default=0.05, metadata={
+        "help": "Share of source items held out for the final evaluation."})
+    eval_max_items: int = field(default=200, metadata={
+        "help": "Cap on held-out examples evaluated (Pref ones in both orders)."})
+    eval_batch: int = field(default=8, metadata={"help": "Prompts per greedy generate call."})
+    seed: int = field(default=0, metadata={"help": "Seed of the split, LoRA init and sampling."})
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "num_generations", "micro_batch", "generation_prompts",
+                    "max_completion_length", "lora_r", "lora_alpha", "save_steps",
+                    "logging_steps", "eval_batch", "max_prompt_tokens")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.num_generations < 2:
+            raise TrainError("--num-generations must be at least 2 (GRPO compares completions "
+                             "of one prompt)")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise TrainError("give --epochs > 0 or --max-steps > 0")
+        if self.quantization not in ("nf4", "none"):
+            raise TrainError("--quantization must be nf4 or none")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise TrainError("--eval-fraction must be in [0, 1)")
+        if self.beta < 0 or not 0.0 <= self.lora_dropout < 1.0 or self.learning_rate <= 0:
+            raise TrainError("--beta must be >= 0, --lora-dropout in [0, 1), --learning-rate > 0")
+        if self.generation_prompts > self.batch_size or self.batch_size % self.generation_prompts:
+            raise TrainError("--generation-prompts must divide --batch-size")
+        if (self.generation_prompts * self.num_generations) % self.micro_batch:
+            raise TrainError("--micro-batch must divide --generation-prompts x --num-generations "
+                             f"({self.generation_prompts * self.num_generations})")
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.batch_size * self.num_generations
+
+    @property
+    def grad_accum(self) -> int:
+        return self.completions_per_step // self.micro_batch
+
+    @property
+    def targets(self) -> str | list[str]:
+        t = self.target_modules.strip()
+        return t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
+
+
+def is_heldout(source_id: str, fraction: float, seed: int) -> bool:
+    """Held-out split by source item (an item's Pref and Refl examples stay together)."""
+    return derive_seed(seed, source_id, "heldout") % 10_000 < round(fraction * 10_000)
+
+
+def split(examples: list[dict], s: GRPOSettings) -> tuple[list[dict], list[dict]]:
+    train = [e for e in examples if not is_heldout(e["source_id"], s.eval_fraction, s.seed)]
+    held = [e for e in examples if is_heldout(e["source_id"], s.eval_fraction, s.seed)]
+    return train, held[: s.eval_max_items]
+
+
+def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
+    """The checkpoint to resume from: a given path, or the latest in output_dir ('latest')."""
+    if resume is None:
+        return None
+    if resume != "latest":
+        if not (Path(resume) / "trainer_state.json").exists():
+            raise TrainError(f"--resume {resume}: not a checkpoint directory (no "
+                             "trainer_state.json)")
+        return resume
+    ckpts = sorted(Path(output_dir).glob("checkpoint-*"),
+                   key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1)
+    ckpts = [c for c in ckpts if (c / "trainer_state.json").exists()]
+    if not ckpts:
+        raise TrainError(f"--resume: no checkpoint in {output_dir}; start without --resume")
+    return str(ckpts[-1])
+
+
+def _log_callback(path: Path, progress: Callable[[dict], None] | None):
+    from transformers import TrainerCallback
+
+    class JsonlLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not logs:
+                return
+            rec = {"step": state.global_step, "epoch": state.epoch, **logs}
+            with open(path, "ab") as f:
+                f.write(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            if progress:
+                progress(rec)
+
+    return JsonlLog()
+
+
+def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int):
+    """TRL dataset: the rendered prompt text plus the columns the reward reads."""
+    from datasets import Dataset
+
+    rows, too_long = [], 0
+    for e in examples:
+        text = render_prompt(tokenizer, e["prompt"])
+        if len(tokenizer(text).input_ids) > max_prompt_tokens:
+            too_long += 1
+            continue
+        rows.append({"prompt": text, "task": e["task"], "label": int(e["label"]), "id": e["id"]})
+    return Dataset.from_list(rows), too_long
+
+
+def train(s: GRPOSettings, resume: str | None = None,
+          progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Run GRPO (resuming when asked), save the adapter, evaluate greedily; a summary dict."""
+    import torch
+    from peft import LoraConfig, prepare_model_for_kbit_training
+    from trl import GRPOConfig, GRPOTrainer
+
+    from training.evaluate import evaluate
+    from training.reward import verdict_reward
+
+    out = Path(s.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = find_checkpoint(s.output_dir, resume)
+    try:
+        examples = read_examples(s.data)
+    except DataError as exc:
+        raise TrainError(str(exc)) from None
+    train_ex, held = split(examples, s)
+    if not train_ex:
+        raise TrainError(f"{s.data} has no training example left after the held-out split; "
+                         "lower --eval-fraction or build more data")
+    with open(out / "heldout.jsonl", "wb") as f:
+        for e in held:
+            f.write(orjson.dumps(e) + b"\n")
+
+    src = ModelSource.parse(s.model, s.gguf_file)
+    base_dir = materialize(src)
+    tokenizer = load_tokenizer(ModelSource(base_dir))
+    model = load_base(base_dir, s.quantization)
+    data_suffixes = sorted({e.get("suffix") or "" for e in examples})
+    if s.quantization == "nf4":
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=s.gradient_checkpointing)
+    dataset, too_long = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
+    if len(dataset) == 0:
+        raise TrainError(f"every training prompt is longer than --max-prompt-tokens "
+                         f"{s.max_prompt_tokens}; raise it")
+
+    cuda = torch.cuda.is_available()
+    bf16 = bool(cuda and torch.cuda.is_bf16_supported())
+    config = GRPOConfig(
+        output_dir=str(out),
+        num_train_epochs=s.epochs,
+        max_steps=s.max_steps,
+        per_device_train_batch_size=s.micro_batch,
+        gradient_accumulation_steps=s.grad_accum,
+        generation_batch_size=s.generation_prompts * s.num_generations,
+        num_generations=s.num_generations,
+        temperature=s.temperature,
+        top_p=1.0,
+        max_completion_length=s.max_completion_length,
+        learning_rate=s.learning_rate,
+        lr_scheduler_type="constant_with_warmup" if s.max_steps > 0 and s.max_steps < 20 else "cosine",
+        warmup_ratio=s.warmup_ratio,
+        beta=s.beta,
+        logging_steps=s.logging_steps,
+        save_strategy="steps",
+        save_steps=s.save_steps,
+        save_total_limit=s.save_total_limit,
+        seed=s.seed,
+        data_seed=s.seed,
+        bf16=bf16,
+        fp16=False,
+        use_cpu=not cuda,
+        gradient_checkpointing=s.gradient_checkpointing,
+        report_to="none",
+        remove_unused_columns=False,
+        log_completions=False,
+        disable_tqdm=True,
+    )
+    peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
+                             target_modules=s.targets, task_type="CAUSAL_LM", bias="none")
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
+        processing_class=tokenizer, peft_config=peft_config,
+        callbacks=[_log_callback(out / "log.jsonl", progress)],
+    )
+    (out / "settings.json").write_text(json.dumps(asdict(s), indent=2) + "\n")
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_state()
+    adapter_dir = out / "adapter"
+    trainer.save_model(str(adapter_dir))
+    tokenizer.save_pretrained(str(adapter_dir))
+
+    trained = trainer.model
+    trained.eval()
+    eval_res = evaluate(trained, tokenizer, held, s.max_completion_length,
+                        s.eval_batch) if held else None
+    summary = {
+        "settings": asdict(s),
+        "base_model_dir": base_dir,
+        "prompt_suffixes": data_suffixes,
+        "examples": len(examples),
+        "train_examples": len(dataset),
+        "train_prompts_too_long": too_long,
+        "heldout_examples": len(held),
+        "steps": trainer.state.global_step,
+        "resumed_from": checkpoint,
+        "train_metrics": result.metrics,
+        "last_log": _last_log(trainer.state.log_history),
+        "eval": eval_res.as_dict() if eval_res else None,
+        "adapter": str(adapter_dir),
+    }
+    (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def _last_log(history: list[dict]) -> dict:
+    for rec in reversed(history):
+        if "reward" in rec:
+            return rec
+    return history[-1] if history else {}
+
+
+def steps_per_epoch(n_examples: int, batch_size: int) -> int:
+    return math.ceil(n_examples / batch_size)
