@@ -124,6 +124,7 @@ def score(
     overwrite: bool = False,
     limit: int | None = None,
     shard: tuple[int, int] | None = None,
+    commit_every: int = COMMIT_EVERY_PAIRS,
     on_progress: Callable[[Progress], None] | None = None,
     command: str | None = None,
 ) -> Summary:
@@ -139,7 +140,7 @@ def score(
     store = Store(db)
     try:
         return _score(store, first, rows, engine, js, out, fmt, source, mapping or {}, limit,
-                      shard, on_progress, command)
+                      shard, commit_every, on_progress, command)
     finally:
         store.close()
 
@@ -153,7 +154,7 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, limit, shard,
-           on_progress, command) -> Summary:
+           commit_every, on_progress, command) -> Summary:
     store.check_settings(verdict_settings(js, engine.info))
     info = engine.info
     store.start_run({
@@ -221,7 +222,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, lim
             prog.parse_failures = counts.parse_failures
             prog.flips = counts.flips
         prog.generated_tokens = engine.generated_tokens
-        if len(batch) >= COMMIT_EVERY_PAIRS or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
+        if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
             store.commit(batch, pending_errors)
             batch, pending_errors = [], []
             last_commit = time.monotonic()
@@ -231,6 +232,12 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, lim
     store.finish_run(pairs_judged=prog.done, errors=prog.errors,
                      generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
                      status="finished")
+    if prog.done and hasattr(engine, "on_gpu"):
+        from rmjudge.dryrun import record_throughput, throughput_key
+        from rmjudge.engine.llama import device_name
+
+        record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
+                          counts.generations, prog.elapsed)
     files = [out] if fmt == "duckdb" else store.export(out, fmt)
     return counts.summary(store, out, files, prog, error_reasons)
 

@@ -103,15 +103,9 @@ def test_tables_follow_the_contract(tmp_path):
 def test_resume_after_crash_gives_exactly_one_row_per_pair(tmp_path):
     out = str(tmp_path / "o.duckdb")
     src = str(DATA / "pandalm_5.jsonl")
-    from rmjudge import pipeline
-
-    old = pipeline.COMMIT_EVERY_PAIRS
-    pipeline.COMMIT_EVERY_PAIRS = 1
-    try:
-        with pytest.raises(Crash):
-            score(src, ScriptedEngine(crashing_judge(40), pairs_in_flight=1), settings(), output=out)
-    finally:
-        pipeline.COMMIT_EVERY_PAIRS = old
+    with pytest.raises(Crash):
+        score(src, ScriptedEngine(crashing_judge(40), pairs_in_flight=1), settings(), output=out,
+              commit_every=1)
     partial = rows(out, "SELECT count(*) FROM pairs")[0][0]
     assert 0 < partial < 5
     s = score(src, ScriptedEngine(length_judge), settings(), output=out)

@@ -21,13 +21,15 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @click.option("--limit", type=int, default=None, help="Read only the first N rows.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Judge only shard I of N (stable partition by pair id), for array jobs.")
+@click.option("--commit-every", default=8, show_default=True,
+              help="Commit results every N pairs (a crash loses at most the pairs in flight).")
 @click.option("--overwrite", is_flag=True, help="Discard an existing output and start again.")
 @click.option("--strict", is_flag=True, help="Exit non-zero when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
 def command(source: str, output: str | None, mapping: str | None, limit: int | None,
-            shard: str | None, overwrite: bool, strict: bool, dry_run: bool, quiet: bool, **kw) -> None:
+            shard: str | None, commit_every: int, overwrite: bool, strict: bool, dry_run: bool, quiet: bool, **kw) -> None:
     """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
     from rmjudge.io.mapping import parse_map
@@ -52,13 +54,16 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
             click.echo(report.render())
             return
         from rmjudge.engine import load_engine
+        from rmjudge.io.readers import detect_format
         from rmjudge.pipeline import score
 
+        detect_format(source)  # a missing or unreadable input fails before the model loads
         engine = load_engine(es, kind=engine_kind, vocab_only=False)
         progress = ProgressLine(not quiet)
         try:
             summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
-                            limit=limit, shard=shard_t, on_progress=progress)
+                            limit=limit, shard=shard_t, commit_every=commit_every,
+                            on_progress=progress)
         finally:
             progress.close()
     except (InputError, ModelError, StoreError) as exc:

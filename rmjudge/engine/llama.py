@@ -96,7 +96,8 @@ def _info_from_model(llama_cpp, model, path: str, lora: str | None = None) -> Mo
     name = _meta(llama_cpp, model, "general.name") or os.path.basename(path)
     return ModelInfo(
         path=os.path.abspath(path), sha256=file_sha256(path), architecture=arch, name=name,
-        n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(model)),
+        n_ctx_train=int(_meta(llama_cpp, model, f"{arch}.context_length") or 0)
+        or int(llama_cpp.llama_model_n_ctx_train(model)),
         chat_template=_meta(llama_cpp, model, "tokenizer.chat_template"),
         prompt_suffix=suffix_for_model(arch, name),
         lora=os.path.abspath(lora) if lora else None,
@@ -544,6 +545,11 @@ class LlamaEngine:
                     s.phase = "force"
                     return
         s.phase = "done"
+
+
+def device_name(engine: "LlamaEngine") -> str:
+    """A label for throughput records: the backend the engine decodes on."""
+    return "cuda" if engine.on_gpu else f"cpu{engine.threads}"
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:

@@ -1,0 +1,3 @@
+from rmjudge.cli import main
+
+main()

@@ -1,0 +1,155 @@
+"""`score --dry-run`: validate the input and estimate the work, loading only the tokenizer.
+
+Streams the input through the same reader and mapper as a real run (so the same rows would
+land in `errors`), counts the prompt tokens of every pair, and estimates generations and time.
+The time estimate uses the throughput measured by earlier real runs of the same model on this
+machine (kept in ~/.cache/rmjudge/throughput.json); without one it says so. Memory stays flat
+in the input size: nothing per pair is kept but its id (for duplicate detection).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.io.readers import read_rows
+from rmjudge.settings import EngineSettings, JudgeSettings
+
+
+def _throughput_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rmjudge" / "throughput.json"
+
+
+def throughput_key(sha256: str, device: str) -> str:
+    return f"{sha256}:{device}"
+
+
+def record_throughput(key: str, generated_tokens: int, generations: int, seconds: float) -> None:
+    """Remember seconds per generated token and tokens per generation of a finished run."""
+    if generated_tokens < 100 or seconds <= 0:
+        return
+    path = _throughput_file()
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table[key] = {"seconds_per_token": seconds / generated_tokens,
+                  "tokens_per_generation": generated_tokens / max(1, generations)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def measured_throughput(key: str) -> dict | None:
+    try:
+        return json.loads(_throughput_file().read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class DryRunReport:
+    rows: int = 0
+    pairs: int = 0
+    errors: int = 0
+    too_long: int = 0
+    prompt_tokens: int = 0
+    max_prompt_tokens: int = 0
+    error_examples: list[str] = field(default_factory=list)
+    generations_min: int = 0
+    generations_max: int = 0
+    throughput: dict | None = None
+    max_tokens: int = 0
+    context: int = 0
+
+    def render(self) -> str:
+        lines = [
+            f"dry run: {self.rows} rows -> {self.pairs} pairs to judge, {self.errors} error rows"
+            + (f" ({self.too_long} too long for the context of {self.context})" if self.too_long else ""),
+        ]
+        for e in self.error_examples:
+            lines.append(f"  {e}")
+        if self.pairs:
+            lines.append(f"prompt tokens per pair and order: mean {self.prompt_tokens / self.pairs:.0f}, "
+                         f"max {self.max_prompt_tokens}")
+            lines.append(f"generations: {self.generations_min} (every pair unanimous) to "
+                         f"{self.generations_max} (full self-reflection)")
+        if self.throughput and self.pairs:
+            spt = self.throughput["seconds_per_token"]
+            tpg = self.throughput["tokens_per_generation"]
+            lo = self.generations_min * tpg * spt
+            hi = self.generations_max * tpg * spt
+            lines.append(f"estimated time: {_hms(lo)} to {_hms(hi)} at the measured "
+                         f"{1 / spt:.0f} generated tok/s ({tpg:.0f} tokens per generation)")
+        elif self.pairs:
+            lines.append("estimated time: unknown; no measured throughput for this model here "
+                         "yet (a short real run, e.g. --limit 5, measures it)")
+        return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
+            limit: int | None = None) -> DryRunReport:
+    from rmjudge.engine.llama import LlamaEngine
+    from rmjudge.protocol import PairOrderJob
+
+    engine = LlamaEngine(es, vocab_only=True)
+    suffix = engine.info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
+    context = min(es.n_ctx or engine.info.n_ctx_train, engine.info.n_ctx_train)
+    rep = DryRunReport(max_tokens=js.max_tokens, context=context)
+    mapper = Mapper(mapping or {}, seed=js.seed)
+    seen: set[str] = set()
+    orders = len(js.order_list)
+
+    def error(msg: str) -> None:
+        rep.errors += 1
+        if len(rep.error_examples) < 5:
+            rep.error_examples.append(msg)
+
+    for raw in read_rows(source):
+        if limit is not None and rep.rows >= limit:
+            break
+        rep.rows += 1
+        if raw.obj is None:
+            error(raw.error or "unreadable row")
+            continue
+        try:
+            pair = mapper.to_pair(raw.row_number, raw.obj)
+        except RowError as exc:
+            error(f"row {raw.row_number}: {exc}")
+            continue
+        if pair.id in seen:
+            error(f"row {raw.row_number}: duplicate id {pair.id!r}")
+            continue
+        seen.add(pair.id)
+        # Both orders hold the same text, so one tokenization counts for both.
+        req = PairOrderJob(pair, "ab", js, suffix).rollout_request(js.samples)
+        n = engine.count_tokens([req])[0]
+        if n + js.max_tokens + 24 > context:
+            rep.too_long += 1
+            error(f"row {raw.row_number}: {n} prompt tokens + {js.max_tokens} to generate exceed "
+                  f"the context of {context}")
+            continue
+        rep.pairs += 1
+        rep.prompt_tokens += n
+        rep.max_prompt_tokens = max(rep.max_prompt_tokens, n)
+    first = js.adaptive or js.samples
+    rep.generations_min = rep.pairs * orders * first
+    per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)
+    rep.generations_max = rep.pairs * orders * per_order_max
+    from rmjudge.engine.llama import device_name
+
+    rep.throughput = measured_throughput(throughput_key(engine.info.sha256, device_name(engine)))
+    return rep
