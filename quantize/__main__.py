@@ -1,0 +1,5 @@
+"""`python -m quantize`: the rmjudge-export command."""
+
+from quantize.cli import main
+
+main()
