@@ -307,7 +307,8 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
             vals.append(100 * p[key])
     ax.bar(names, vals, color=["#4c72b0", "#4c72b0", "#2a4d7f", "#dd8452", "#dd8452"][:len(vals)])
     ax.axhline(50, color="grey", ls="--", lw=1, label="no position bias")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 112)  # room for the value labels above 100
+    ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("slot 1 wins, %")
     ax.set_title("Position bias")
     ax.legend(loc="lower right", fontsize=8)
@@ -416,7 +417,7 @@ td:first-child,th:first-child{text-align:left}
 .kpi{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
 .kpi div{background:#f6f8fa;border:1px solid #e1e4e8;border-radius:6px;padding:8px 14px;min-width:130px}
 .kpi b{display:block;font-size:20px}.kpi span{font-size:12px;color:#555}
-img{max-width:100%;height:auto;display:block;margin:8px 0}.note{color:#8a5300;font-size:13px}
+.kv td,.kv th{text-align:left}img{max-width:100%;height:auto;display:block;margin:8px 0}.note{color:#8a5300;font-size:13px}
 """
 
 
@@ -427,11 +428,12 @@ def _img(figs: dict[str, bytes], name: str, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _table(headers: list[str], rows: list[list]) -> str:
+def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
                    for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    attr = f" class='{cls}'" if cls else ""
+    return f"<table{attr}><tr>{head}</tr>{body}</table>"
 
 
 def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
@@ -501,7 +503,7 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
     s = o.get("settings")
     if isinstance(s, dict):
         parts += ["<h2>Run settings</h2>",
-                  _table(["setting", "value"], [[k, v] for k, v in s.items()])]
+                  _table(["setting", "value"], [[k, v] for k, v in s.items()], "kv")]
     parts.append("</body></html>")
     return "\n".join(x for x in parts if x)
 
