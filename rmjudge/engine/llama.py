@@ -259,16 +259,23 @@ class LlamaEngine:
         return [len(self.tok.prompt_tokens(r)) for r in requests]
 
     # -- context -------------------------------------------------------------------------
-    def _ensure_context(self, need_cells: int) -> None:
-        if self.ctx is not None and need_cells <= self.kv_size:
+    def _ensure_context(self, groups: list[_Group]) -> None:
+        """Size the KV cache from the requests: enough cells for `parallel` sequences of the
+        groups at hand (shared prefixes counted once), never less than the largest group.
+        The context is recreated, larger, only when a later call needs more; every call
+        drains it, so nothing is lost."""
+        need_max = max(g.kv_need for g in groups)
+        n_seqs = sum(len(g.seqs) for g in groups)
+        per_seq = sum(g.kv_need for g in groups) / max(1, n_seqs)
+        want = max(need_max, int(per_seq * min(self.parallel, n_seqs)))
+        if self.ctx is not None and want <= self.kv_size:
             return
         l = self.l
         if self.ctx is not None:
             l.llama_free(self.ctx)
             self.ctx = None
-        # Room for `parallel` sequences of typical length, at least one full request group.
-        size = max(need_cells, min(self.parallel * 2048, 1 << 17), 4096)
-        size = int(math.ceil(size / 256) * 256)
+            want = max(want, int(self.kv_size * 1.5))
+        size = int(math.ceil(max(want, 512) / 256) * 256)
         p = l.llama_context_default_params()
         p.n_ctx = size
         p.n_batch = self.settings.batch_size
@@ -357,7 +364,7 @@ class LlamaEngine:
             raise RuntimeError("this engine was loaded for tokenization only")
         groups, per_req = self._plan(requests)
         if groups:
-            self._ensure_context(max(g.kv_need for g in groups))
+            self._ensure_context(groups)
             self._run(deque(groups))
         out = []
         for seqs in per_req:
@@ -471,27 +478,33 @@ class LlamaEngine:
         batch.logits[i] = logits
 
     def _sample(self, outputs: list[_Seq]) -> None:
+        """Sample (or read forced choices) for every sequence that produced logits this step.
+
+        One vectorized pass: exp of the shifted logits gives both the normalizer (log-probs
+        under the model's distribution at temperature 1) and, unnormalized, the sampling
+        weights at temperature 1, so no row is exponentiated twice.
+        """
         ptr = self.l.llama_get_logits(self.ctx)
         V = self.n_vocab
-        logits = np.ctypeslib.as_array(ptr, shape=(len(outputs) * V,)).reshape(len(outputs), V)
-        mx = logits.max(axis=1, keepdims=True)
-        shifted = logits - mx
-        lse = np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        logp = shifted - lse  # log-softmax at temperature 1: the model's distribution
+        k = len(outputs)
+        logits = np.ctypeslib.as_array(ptr, shape=(k * V,)).reshape(k, V)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        weights = np.exp(shifted)
+        lse = np.log(weights.sum(axis=1))
         for row, s in enumerate(outputs):
-            lp = logp[row]
             if s.phase == "force":
                 c1, c2 = s.force_choices  # type: ignore[misc]
-                a, b = float(lp[c1]), float(lp[c2])
+                a = float(shifted[row, c1] - lse[row])
+                b = float(shifted[row, c2] - lse[row])
                 m = max(a, b)
                 e1, e2 = math.exp(a - m), math.exp(b - m)
                 s.forced = (e1 / (e1 + e2), e2 / (e1 + e2))
                 s.forced_lp = m
                 s.phase = "done"
                 continue
-            tok = self._pick(lp, s)
+            tok = self._pick(shifted[row], weights[row], s)
             s.tokens.append(tok)
-            s.logprobs.append(float(lp[tok]))
+            s.logprobs.append(float(shifted[row, tok] - lse[row]))
             s.phase = "decode"
             if self.tok.is_eog(tok):
                 s.logprobs.pop()
@@ -511,23 +524,23 @@ class LlamaEngine:
             else:
                 s.feed = [tok]
 
-    def _pick(self, lp: np.ndarray, s: _Seq) -> int:
+    @staticmethod
+    def _pick(shifted: np.ndarray, weights: np.ndarray, s: _Seq) -> int:
+        """Greedy, or inverse-CDF sampling with the sequence's own generator (top-p aware)."""
         req = s.req
         if s.rng is None or req.temperature <= 0:
-            return int(lp.argmax())
-        z = lp / req.temperature if req.temperature != 1.0 else lp
-        p = np.exp(z - z.max())
+            return int(shifted.argmax())
+        p = weights if req.temperature == 1.0 else np.exp(shifted / req.temperature)
+        u = s.rng.random()
         if req.top_p < 1.0:
             idx = np.argsort(-p)
             cs = np.cumsum(p[idx])
             cut = int(np.searchsorted(cs, req.top_p * cs[-1])) + 1
             keep = idx[:cut]
-            cdf = np.cumsum(p[keep])
-            return int(keep[int(np.searchsorted(cdf, s.rng.random() * cdf[-1], side="right"))
-                            if cdf[-1] > 0 else 0])
+            cdf = cs[:cut]
+            return int(keep[min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), cut - 1)])
         cdf = np.cumsum(p)
-        i = int(np.searchsorted(cdf, s.rng.random() * cdf[-1], side="right"))
-        return min(i, len(cdf) - 1)
+        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(cdf) - 1)
 
     def _finish(self, s: _Seq, feed_last: int | None) -> None:
         """End a sequence, or continue it with a forced-verdict suffix when it does not parse."""
