@@ -142,3 +142,37 @@ def test_models_command_reports_the_embedded_model(model_path):
     assert f"path:           {model_path}" in r.output
     assert "architecture:   llama" in r.output
     assert "context length: 8192" in r.output and "chat template:  yes" in r.output
+
+
+def test_pair_too_long_for_the_context_is_an_error_row(model_path, tmp_path):
+    src = tmp_path / "long.jsonl"
+    src.write_text(
+        '{"id": "short", "prompt": "Hi?", "chosen": "Hello!", "rejected": "Go away."}\n'
+        + '{"id": "long", "prompt": "Summarize.", "chosen": "' + "word " * 600
+        + '", "rejected": "ok"}\n')
+    small = load_engine(EngineSettings(model=model_path, n_ctx=512, parallel=4))
+    out = str(tmp_path / "o.duckdb")
+    s = score(str(src), small, JudgeSettings(samples=1, max_tokens=16), output=out)
+    assert (s.judged, s.errors) == (1, 1)
+    (row, pid, reason), = q(out, "SELECT row_number, id, reason FROM errors")
+    assert (row, pid) == (2, "long")
+    assert reason.startswith("row 2: the pair needs ")
+    assert reason.endswith("more than the model's context of 512; shorten the responses or "
+                           "lower --max-tokens")
+
+
+def test_cli_reads_stdin_and_handles_an_empty_file(model_path, tmp_path):
+    line = (DATA / "pandalm_5.jsonl").read_text().splitlines()[0] + "\n"
+    out = tmp_path / "s.duckdb"
+    args = [sys.executable, "-m", "rmjudge", "score", "-", "-o", str(out), "--samples", "1",
+            "--max-tokens", "8", "--orders", "ab"]
+    r = subprocess.run(args, input=line, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "judged 1" in r.stderr and "Traceback" not in r.stderr
+    assert q(str(out), "SELECT count(*) FROM pairs") == [(1,)]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(empty), "-o",
+                        str(tmp_path / "e.duckdb")], capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "read 0 rows: judged 0, already done 0, errors 0" in r.stderr
