@@ -1,0 +1,331 @@
+"""Merge run stores of one input judged in shards (`rmjudge score --shard I/N`) into one store.
+
+`merge(shards, output)` checks before writing anything that
+- every shard holds results made with the same verdict-deciding settings and model
+  (`meta` key `settings`, which includes the model's sha256),
+- no pair id and no input row number sits in more than one shard,
+- with `input=`, every input row is in exactly one shard's `pairs` or `errors`, and the pair ids
+  agree with the input (rows in no shard are reported with the shard that owns them),
+- every `--shard I/N` of the runs is present and each shard's last run finished.
+Disagreements (settings, doubled pairs or rows) always refuse; incompleteness (missing shards
+or rows, an unfinished run) refuses unless `allow_incomplete`. It then copies `pairs`,
+`samples`, `errors` and `runs` with DuckDB (`ATTACH ... (READ_ONLY)` + `INSERT ... SELECT`),
+renumbering run ids (old ids are mapped per shard; `runs.merged_from` names the shard file,
+`runs.shard` keeps the `I/N` spec), writes `meta` and moves the finished file into place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+
+import orjson
+
+from rmjudge.io.readers import quote_ident
+from rmjudge.store import Store, describe_differences
+
+SHOW = 5  # ids or row numbers named in a message before "and N more"
+
+
+class MergeError(Exception):
+    """The shards cannot be merged as asked; the message says why and how to fix it."""
+
+
+@dataclass
+class ShardInfo:
+    path: str
+    pairs: int
+    errors: int
+    runs: int
+    specs: list[str]  # distinct `--shard I/N` values of its runs ('' for an unsharded run)
+    last_status: str | None
+
+
+@dataclass
+class MergeReport:
+    output: str | None  # None when nothing was written
+    shards: list[ShardInfo]
+    pairs: int = 0
+    errors: int = 0
+    samples: int = 0
+    runs: int = 0
+    input_rows: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _listing(items: list) -> str:
+    shown = ", ".join(str(x) for x in items[:SHOW])
+    return shown + (f" and {len(items) - SHOW} more" if len(items) > SHOW else "")
+
+
+def _check_not_being_written(path: str) -> None:
+    lock = path + ".lock"
+    if not os.path.exists(lock):
+        return
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MergeError(f"{path} is still being written by an rmjudge process; wait for "
+                             "it to finish") from None
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def merge(shards: list[str], output: str, *, input: str | None = None,
+          mapping: dict[str, str] | None = None, overwrite: bool = False,
+          allow_incomplete: bool = False) -> MergeReport:
+    """Check the shards and merge them into `output` (a DuckDB file). See the module doc."""
+    import duckdb
+
+    if not shards:
+        raise MergeError("no shard files given; pass the run stores to merge, e.g. out-*.duckdb")
+    paths = [os.path.abspath(p) for p in shards]
+    if len(set(paths)) != len(paths):
+        raise MergeError("a shard file is given twice; pass each run store once")
+    out_abs = os.path.abspath(output)
+    if out_abs in paths:
+        raise MergeError(f"the output {output} is one of the shards; use -o to write elsewhere")
+    for p in shards:
+        if not os.path.isfile(p):
+            raise MergeError(f"shard file not found: {p}")
+        _check_not_being_written(p)
+    if os.path.exists(output) and not overwrite:
+        raise MergeError(f"{output} exists; use --overwrite to replace it or -o to write elsewhere")
+
+    con = duckdb.connect()
+    aliases = [f"s{i}" for i in range(len(shards))]
+    try:
+        for p, a in zip(shards, aliases):
+            try:
+                con.execute(f"ATTACH {_sql_str(p)} AS {quote_ident(a)} (READ_ONLY)")
+            except duckdb.Error as exc:
+                raise MergeError(f"cannot open {p} as DuckDB: {str(exc).splitlines()[0]}") from None
+        settings = _check_settings(con, shards, aliases)
+        report = MergeReport(None, [_shard_info(con, p, a) for p, a in zip(shards, aliases)])
+        _check_doubles(con, shards, aliases)
+        report.problems += _check_shard_specs(report.shards)
+        if input is not None:
+            report.problems += _check_input(con, shards, aliases, input, mapping or {},
+                                            settings.get("seed", 0), report)
+        if report.problems and not allow_incomplete:
+            return report
+    finally:
+        con.close()
+    _write(shards, output, settings, report, overwrite)
+    return report
+
+
+def _check_settings(con, shards: list[str], aliases: list[str]) -> dict:
+    found = []
+    for p, a in zip(shards, aliases):
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [a]).fetchall()}
+        missing = {"pairs", "samples", "errors", "runs", "meta"} - tables
+        if missing:
+            raise MergeError(f"{p} is not an rmjudge run store (no {', '.join(sorted(missing))} "
+                             "table); pass the .duckdb files written by rmjudge score")
+        row = con.execute(f"SELECT value FROM {quote_ident(a)}.meta WHERE key = 'settings'").fetchone()
+        if row is None:
+            raise MergeError(f"{p} has no recorded settings (no run started); drop it from the "
+                             "merge or rerun its shard")
+        found.append(orjson.loads(row[0]))
+    first = found[0]
+    for p, s in zip(shards[1:], found[1:]):
+        if s != first:
+            raise MergeError(
+                f"the shards disagree on settings: {shards[0]} -> {p}: "
+                f"{describe_differences(first, s)}; rerun the odd shard with the same model "
+                "and options (or merge only shards made alike)")
+    return first
+
+
+def _shard_info(con, path: str, alias: str) -> ShardInfo:
+    a = quote_ident(alias)
+    n_pairs = con.execute(f"SELECT count(*) FROM {a}.pairs").fetchone()[0]
+    n_err = con.execute(f"SELECT count(*) FROM {a}.errors").fetchone()[0]
+    runs = con.execute(f"SELECT coalesce(shard, ''), status FROM {a}.runs ORDER BY run_id").fetchall()
+    specs = sorted({r[0] for r in runs})
+    return ShardInfo(path, n_pairs, n_err, len(runs), specs, runs[-1][1] if runs else None)
+
+
+def _union(aliases: list[str], select: str, table: str) -> str:
+    return " UNION ALL ".join(
+        f"SELECT {select}, {i} AS shard_index FROM {quote_ident(a)}.{table}"
+        for i, a in enumerate(aliases))
+
+
+def _check_doubles(con, shards: list[str], aliases: list[str]) -> None:
+    doubled = con.execute(f"""
+        SELECT id, list(DISTINCT shard_index ORDER BY shard_index) FROM ({_union(aliases, 'id', 'pairs')})
+        GROUP BY id HAVING count(*) > 1 ORDER BY id""").fetchall()
+    if doubled:
+        names = [f"{pid!r} ({' and '.join(os.path.basename(shards[i]) for i in idx)})"
+                 for pid, idx in doubled]
+        raise MergeError(
+            f"{len(doubled)} pair id(s) are in more than one shard: {_listing(names)}; the shards "
+            "overlap (same --shard twice, or an unsharded run among shards): merge each pair's "
+            "results once")
+    rows = con.execute(f"""
+        SELECT row_number, list(shard_index ORDER BY shard_index) FROM (
+            {_union(aliases, 'row_number', 'pairs')} UNION ALL {_union(aliases, 'row_number', 'errors')})
+        GROUP BY row_number HAVING count(*) > 1 ORDER BY row_number""").fetchall()
+    if rows:
+        names = [f"{rn} ({' and '.join(os.path.basename(shards[i]) for i in idx)})"
+                 for rn, idx in rows]
+        raise MergeError(
+            f"{len(rows)} input row(s) are recorded more than once: {_listing(names)}; were the "
+            "shards made from the same input file?")
+
+
+def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
+    problems = []
+    specs = {s for i in infos for s in i.specs if s}
+    unsharded = [i.path for i in infos if "" in i.specs]
+    if specs:
+        ns = {int(s.split("/")[1]) for s in specs}
+        if len(ns) > 1:
+            problems.append(f"the shards were cut with different counts ({', '.join(sorted(specs))})")
+        else:
+            n = ns.pop()
+            have = {int(s.split("/")[0]) for s in specs}
+            gone = [f"{i}/{n}" for i in range(n) if i not in have]
+            if gone:
+                problems.append(f"missing shard(s) {', '.join(gone)}: run rmjudge score --shard "
+                                "for each and merge again")
+        if unsharded:
+            problems.append(f"unsharded run(s) in {_listing(unsharded)} among sharded ones")
+    for i in infos:
+        if i.last_status != "finished":
+            problems.append(f"the last run in {i.path} did not finish (status {i.last_status}); "
+                            "rerun its rmjudge score command to complete it")
+    return problems
+
+
+def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
+                 report: MergeReport) -> list[str]:
+    """Every input row in exactly one shard's pairs or errors, with the id the input gives."""
+    from rmjudge.io.mapping import Mapper, RowError
+    from rmjudge.io.readers import InputError, read_rows
+    from rmjudge.pipeline import in_shard
+
+    recorded: dict[int, str | None] = dict(con.execute(
+        f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
+    err_rows = {r[0] for r in con.execute(
+        f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
+    counts = {int(s.split("/")[1]) for i in report.shards for s in i.specs if s}
+    n = counts.pop() if len(counts) == 1 else None  # the shard count, to name a missing shard
+    mapper = Mapper(mapping, seed=seed)
+    missing: list[int] = []
+    owners: set[str] = set()
+    mismatched: list[int] = []
+    seen_rows: set[int] = set()
+    try:
+        for raw in read_rows(source):
+            rn = raw.row_number
+            seen_rows.add(rn)
+            pid = None
+            if raw.obj is not None:
+                try:
+                    pid = mapper.to_pair(rn, raw.obj).id
+                except RowError:
+                    pid = None
+            if rn in recorded:
+                if pid is not None and recorded[rn] != pid:
+                    mismatched.append(rn)
+            elif rn not in err_rows:
+                missing.append(rn)
+                if n is not None:
+                    key = pid if pid is not None else f"row:{rn}"
+                    owners.update(f"{i}/{n}" for i in range(n) if in_shard(key, (i, n)))
+    except InputError as exc:
+        raise MergeError(f"cannot read --input: {exc}") from None
+    report.input_rows = len(seen_rows)
+    problems = []
+    if missing:
+        where = f" (they belong to shard {', '.join(sorted(owners))})" if owners else ""
+        problems.append(f"{len(missing)} input row(s) are in no shard: rows {_listing(missing)}"
+                        f"{where}; run the missing shard(s) and merge again")
+    extra = sorted((set(recorded) | err_rows) - seen_rows)
+    if extra:
+        problems.append(f"{len(extra)} recorded row(s) are not in {source}: rows "
+                        f"{_listing(extra)}; is it the input the shards were made from?")
+    if mismatched:
+        problems.append(f"{len(mismatched)} row(s) hold another pair id than {source} gives: rows "
+                        f"{_listing(mismatched)}; pass the --map the shards were scored with")
+    return problems
+
+
+def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
+           overwrite: bool) -> None:
+    tmp = f"{output}.merging-{os.getpid()}"
+    for p in (tmp, tmp + ".wal", tmp + ".lock"):
+        if os.path.exists(p):
+            os.remove(p)
+    store = Store(tmp)
+    try:
+        con = store.con
+        store.set_meta("settings", settings)
+        store.set_meta("schema_version", 1)
+        store.set_meta("merged_from", shards)
+        aliases = [f"s{i}" for i in range(len(shards))]
+        for p, a in zip(shards, aliases):
+            con.execute(f"ATTACH {_sql_str(p)} AS {quote_ident(a)} (READ_ONLY)")
+        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS merged_from VARCHAR")
+        con.execute("CREATE TEMP TABLE run_map (shard_index INTEGER, old_id INTEGER, new_id INTEGER)")
+        con.execute("BEGIN TRANSACTION")
+        next_id = 1
+        for i, (p, a) in enumerate(zip(shards, aliases)):
+            qa = quote_ident(a)
+            old = [r[0] for r in con.execute(f"SELECT run_id FROM {qa}.runs ORDER BY run_id").fetchall()]
+            con.executemany("INSERT INTO run_map VALUES (?, ?, ?)",
+                            [[i, o, next_id + k] for k, o in enumerate(old)])
+            next_id += len(old)
+            cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
+                "table_name = 'pairs' ORDER BY column_index", [a]).fetchall()]
+            store._ensure_columns(cols)
+            run_cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
+                "table_name = 'runs' ORDER BY column_index", [a]).fetchall()]
+            run_sel = ", ".join(quote_ident(c) for c in run_cols if c not in ("run_id", "merged_from"))
+            con.execute(f"""
+                INSERT INTO runs BY NAME
+                SELECT m.new_id AS run_id, {run_sel}, {_sql_str(p)} AS merged_from
+                FROM {qa}.runs r JOIN run_map m ON m.shard_index = {i} AND m.old_id = r.run_id""")
+            for table in ("pairs", "errors"):
+                con.execute(f"""
+                    INSERT INTO {table} BY NAME
+                    SELECT t.* REPLACE (m.new_id AS run_id)
+                    FROM {qa}.{table} t LEFT JOIN run_map m
+                      ON m.shard_index = {i} AND m.old_id = t.run_id""")
+            con.execute(f"INSERT INTO samples BY NAME SELECT * FROM {qa}.samples")
+        con.execute("COMMIT")
+        q = con.execute
+        report.pairs = q("SELECT count(*) FROM pairs").fetchone()[0]
+        report.errors = q("SELECT count(*) FROM errors").fetchone()[0]
+        report.samples = q("SELECT count(*) FROM samples").fetchone()[0]
+        report.runs = q("SELECT count(*) FROM runs").fetchone()[0]
+        for a in aliases:
+            con.execute(f"DETACH {quote_ident(a)}")
+        con.execute("CHECKPOINT")
+    except BaseException:
+        store.close()
+        for p in (tmp, tmp + ".wal", tmp + ".lock"):
+            if os.path.exists(p):
+                os.remove(p)
+        raise
+    store.close()
+    if overwrite:
+        for p in (output + ".wal",):
+            if os.path.exists(p):
+                os.remove(p)
+    os.replace(tmp, output)
+    for p in (tmp + ".wal", tmp + ".lock"):
+        if os.path.exists(p):
+            os.remove(p)
+    report.output = output

@@ -1,0 +1,224 @@
+"""Scaling out: `--shard I/N` runs merged with `rmjudge merge` equal one unsharded run; the merge
+refuses disagreeing or overlapping shards and finds missing ones; the Ray runner (slow) judges
+with a pool of engines, survives a killed worker and writes the same tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from helpers import pref, refl
+from test_score import length_judge
+
+from rmjudge.cli import main
+from rmjudge.engine.fake import ScriptedEngine
+from rmjudge.merge import MergeError, merge
+from rmjudge.pipeline import in_shard, score
+from rmjudge.settings import JudgeSettings
+
+DATA = Path(__file__).parent / "data"
+HAS_RAY = importlib.util.find_spec("ray") is not None
+PAIR_Q = ("SELECT id, row_number, verdict, verdict_ab, verdict_ba, consistent, p_a, label, "
+          "response_a, response_b FROM pairs ORDER BY id")
+SAMPLE_Q = ('SELECT pair_id, "order", stage, idx, text, prediction, confidence, is_anchor, '
+            "won_reflection FROM samples ORDER BY ALL")
+ERROR_Q = "SELECT row_number, id, reason FROM errors ORDER BY row_number"
+
+
+def seeded_judge(req, i):
+    """Rollouts drawn from the request's seed (so they depend on the seed and pair id only);
+    reflections pick a slot from the seed too."""
+    rng = random.Random(req.seed * 1000 + i)
+    if req.share_key[2] == "reflection":
+        return refl(rng.choice((1, 2)))
+    return pref(rng.choice((1, 2)), -rng.random(), f"analysis {rng.random():.6f}")
+
+
+def mixed_input(tmp_path) -> str:
+    """Five PandaLM pairs followed by the bad-input matrix (4 good rows, 11 bad ones)."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes((DATA / "pandalm_5.jsonl").read_bytes() + (DATA / "mixed_bad.jsonl").read_bytes())
+    return str(path)
+
+
+def settings(**kw):
+    return JudgeSettings(**{"samples": 3, "seed": 7, **kw})
+
+
+def rows(db, sql):
+    con = duckdb.connect(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def run_shards(src, tmp_path, n, respond=seeded_judge, js=None, **kw) -> list[str]:
+    outs = []
+    for i in range(n):
+        out = str(tmp_path / f"out-{i}.duckdb")
+        score(src, ScriptedEngine(respond, **kw), js or settings(), output=out, shard=(i, n))
+        outs.append(out)
+    return outs
+
+
+# -- sharding ---------------------------------------------------------------------------------
+
+def test_shards_partition_the_input_exactly_once(tmp_path):
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 3)
+    ids = [r[0] for o in outs for r in rows(o, "SELECT id FROM pairs")]
+    errs = [r[0] for o in outs for r in rows(o, "SELECT row_number FROM errors")]
+    assert sorted(ids) == sorted([f"pandalm/{k}" for k in range(5)] + ["g1", "g2", "g3", "g4"])
+    assert len(errs) == len(set(errs)) == 11
+    # every input row (20 non-blank lines of 21) is in exactly one shard, as a pair or an error row
+    pair_rows = [r[0] for o in outs for r in rows(o, "SELECT row_number FROM pairs")]
+    assert sorted(pair_rows + errs) == [n for n in range(1, 22) if n != 18]
+    # more than one shard has work, so the partition is not trivial
+    assert sum(1 for o in outs if rows(o, "SELECT count(*) FROM pairs")[0][0]) >= 2
+    for i, o in enumerate(outs):
+        assert rows(o, "SELECT shard FROM runs") == [(f"{i}/3",)]
+        for (pid,) in rows(o, "SELECT id FROM pairs"):
+            assert in_shard(pid, (i, 3))
+
+
+@pytest.mark.parametrize("respond", [seeded_judge, length_judge], ids=["seeded", "length"])
+def test_merged_shards_equal_one_unsharded_run(tmp_path, respond):
+    src = mixed_input(tmp_path)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(respond), settings(), output=whole)
+    # other shapes of batching on the shard side: one pair in flight at a time
+    outs = run_shards(src, tmp_path, 3, respond=respond, pairs_in_flight=1)
+    merged = str(tmp_path / "all.duckdb")
+    report = merge(outs, merged, input=src)
+    assert report.problems == [] and report.output == merged
+    assert (report.pairs, report.errors, report.runs, report.input_rows) == (9, 11, 3, 20)
+    assert rows(merged, PAIR_Q) == rows(whole, PAIR_Q)
+    assert rows(merged, SAMPLE_Q) == rows(whole, SAMPLE_Q)
+    assert rows(merged, ERROR_Q) == rows(whole, ERROR_Q)
+    # the seeded judge really varies with the pair: not every pair gets the same verdicts
+    if respond is seeded_judge:
+        assert len(set(rows(merged, "SELECT verdict_ab, verdict_ba FROM pairs"))) > 1
+    # runs renumbered 1..3, each pair points at the run of its own shard
+    runs = rows(merged, "SELECT run_id, shard, merged_from FROM runs ORDER BY run_id")
+    assert [(r[0], r[1]) for r in runs] == [(1, "0/3"), (2, "1/3"), (3, "2/3")]
+    assert [r[2] for r in runs] == outs
+    for pid, run_id in rows(merged, "SELECT id, run_id FROM pairs"):
+        assert in_shard(pid, (run_id - 1, 3))
+    con = duckdb.connect(merged, read_only=True)
+    assert con.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone() == \
+        duckdb.connect(whole, read_only=True).execute(
+            "SELECT value FROM meta WHERE key = 'settings'").fetchone()
+    con.close()
+
+
+def test_a_resumed_shard_merges_like_a_clean_one(tmp_path):
+    src = mixed_input(tmp_path)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole)
+    outs = run_shards(src, tmp_path, 2)
+    os.remove(outs[1])
+    score(src, ScriptedEngine(seeded_judge), settings(), output=outs[1], shard=(1, 2), limit=8)
+    score(src, ScriptedEngine(seeded_judge), settings(), output=outs[1], shard=(1, 2))
+    merged = str(tmp_path / "all.duckdb")
+    report = merge(outs, merged, input=src)
+    assert report.problems == [] and report.runs == 3
+    assert rows(merged, PAIR_Q) == rows(whole, PAIR_Q)
+
+
+# -- merge refusals -----------------------------------------------------------------------------
+
+def test_merge_refuses_shards_with_other_settings(tmp_path):
+    src = mixed_input(tmp_path)
+    a = str(tmp_path / "a.duckdb")
+    b = str(tmp_path / "b.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=a, shard=(0, 2))
+    score(src, ScriptedEngine(seeded_judge), settings(samples=4), output=b, shard=(1, 2))
+    out = str(tmp_path / "all.duckdb")
+    with pytest.raises(MergeError) as e:
+        merge([a, b], out)
+    assert str(e.value) == (
+        f"the shards disagree on settings: {a} -> {b}: samples 3 -> 4; rerun the odd shard with "
+        "the same model and options (or merge only shards made alike)")
+    assert not os.path.exists(out)
+    res = CliRunner().invoke(main, ["merge", a, b, "-o", out])
+    assert res.exit_code == 1
+    assert "Error: the shards disagree on settings" in res.output and "samples 3 -> 4" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_merge_refuses_a_doubled_pair(tmp_path):
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 2)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole, limit=5)
+    out = str(tmp_path / "all.duckdb")
+    with pytest.raises(MergeError) as e:
+        merge(outs + [whole], out)
+    msg = str(e.value)
+    assert msg.startswith("5 pair id(s) are in more than one shard: 'pandalm/0' (")
+    assert "whole.duckdb" in msg and "the shards overlap" in msg
+    assert not os.path.exists(out)
+    # the same shard file under two names is an overlap too
+    copy = str(tmp_path / "copy.duckdb")
+    shutil.copy(outs[0], copy)
+    with pytest.raises(MergeError, match=r"pair id\(s\) are in more than one shard"):
+        merge([outs[0], copy, outs[1]], out)
+
+
+def test_merge_finds_a_missing_shard(tmp_path):
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 3)
+    out = str(tmp_path / "all.duckdb")
+    missing_rows = sorted(r[0] for r in rows(outs[2], "SELECT row_number FROM pairs UNION ALL "
+                                                        "SELECT row_number FROM errors"))
+    report = merge(outs[:2], out, input=src)
+    assert report.output is None and not os.path.exists(out)
+    assert report.problems[0] == "missing shard(s) 2/3: run rmjudge score --shard for each and merge again"
+    shown = ", ".join(str(n) for n in missing_rows[:5])
+    assert report.problems[1].startswith(f"{len(missing_rows)} input row(s) are in no shard: rows {shown}")
+    assert report.problems[1].endswith("(they belong to shard 2/3); run the missing shard(s) and merge again")
+    res = CliRunner().invoke(main, ["merge", *outs[:2], "-o", out, "--input", src])
+    assert res.exit_code == 1
+    assert "problem: missing shard(s) 2/3" in res.output
+    assert "Error: nothing written; fix the problems above or pass --allow-incomplete" in res.output
+    # --allow-incomplete writes what there is
+    res = CliRunner().invoke(main, ["merge", *outs[:2], "-o", out, "--input", src, "--allow-incomplete"])
+    assert res.exit_code == 0, res.output
+    n = sum(rows(o, "SELECT count(*) FROM pairs")[0][0] for o in outs[:2])
+    assert rows(out, "SELECT count(*) FROM pairs") == [(n,)]
+
+
+def test_merge_input_check_without_shard_specs(tmp_path):
+    """Unsharded partial runs: the --input check alone finds the rows nobody judged."""
+    src = mixed_input(tmp_path)
+    a = str(tmp_path / "a.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=a, limit=3)
+    report = merge([a], str(tmp_path / "all.duckdb"), input=src)
+    assert report.problems == ["17 input row(s) are in no shard: rows 4, 5, 6, 7, 8 and 12 more; "
+                               "run the missing shard(s) and merge again"]
+
+
+def test_merge_refuses_to_overwrite_and_names_the_fix(tmp_path):
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 2)
+    out = str(tmp_path / "all.duckdb")
+    res = CliRunner().invoke(main, ["merge", *outs, "-o", out])
+    assert res.exit_code == 0, res.output
+    assert "rmjudge merge: 2 shard(s)" in res.output and "-> " + out + ": 9 pairs, 11 errors" in res.output
+    res = CliRunner().invoke(main, ["merge", *outs, "-o", out])
+    assert res.exit_code == 1
+    assert f"Error: {out} exists; use --overwrite to replace it or -o to write elsewhere" in res.output
+    res = CliRunner().invoke(main, ["merge", *outs, "-o", out, "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert rows(out, "SELECT count(*) FROM pairs") == [(9,)]
+    with pytest.raises(MergeError, match="is not an rmjudge run store"):
+        empty = str(tmp_path / "empty.duckdb")
+        duckdb.connect(empty).close()
+        merge([outs[0], empty], str(tmp_path / "x.duckdb"))
