@@ -222,3 +222,78 @@ def test_merge_refuses_to_overwrite_and_names_the_fix(tmp_path):
         empty = str(tmp_path / "empty.duckdb")
         duckdb.connect(empty).close()
         merge([outs[0], empty], str(tmp_path / "x.duckdb"))
+
+
+# -- Ray runner -------------------------------------------------------------------------------
+
+class FakeEngines:
+    """Picklable engine factory for Ray workers: the scripted seeded judge; with `crash_marker`,
+    the first worker to generate creates the marker and kills its own process."""
+
+    def __init__(self, crash_marker: str | None = None):
+        self.crash_marker = crash_marker
+
+    def __call__(self, vocab_only: bool = False):
+        marker = self.crash_marker
+
+        class Engine(ScriptedEngine):
+            def generate(self, requests):
+                if marker and not os.path.exists(marker):
+                    open(marker, "w").close()
+                    os._exit(1)
+                return super().generate(requests)
+
+        return Engine(seeded_judge)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if not HAS_RAY:
+        pytest.skip("Ray is not installed: pip install '.[ray]'")
+    import ray
+
+    tests_dir = str(Path(__file__).parent)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": tests_dir + os.pathsep
+                                       + os.environ.get("PYTHONPATH", "")}})
+    yield ray
+    ray.shutdown()
+
+
+RAY_PAIR_Q = PAIR_Q.replace("row_number, ", "")
+
+
+@pytest.mark.slow
+def test_ray_runner_survives_a_killed_worker_and_matches_score(tmp_path, local_ray):
+    from rmjudge.ray_runner import RayRunError, RaySettings, ray_score
+    from rmjudge.settings import EngineSettings
+
+    src = mixed_input(tmp_path)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole)
+    out = str(tmp_path / "ray.duckdb")
+    marker = str(tmp_path / "crashed")
+    s = ray_score(src, settings(), EngineSettings(), out,
+                  rs=RaySettings(workers=2, rows_per_batch=4, cpus_per_worker=0.5),
+                  engine_factory=FakeEngines(marker))
+    assert os.path.exists(marker)  # a worker really died mid-run
+    assert (s.batches, s.batches_done_before, s.pairs, s.errors, s.duplicates) == (5, 0, 9, 11, 1)
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(9, 9)]
+    assert rows(out, PAIR_Q) == rows(whole, PAIR_Q)
+    assert rows(out, SAMPLE_Q) == rows(whole, SAMPLE_Q)
+    assert rows(out, ERROR_Q) == rows(whole, ERROR_Q)
+    # the workers judged 10 pairs: g1's later copy sits in another batch, so it was judged and
+    # then moved to errors as a duplicate, exactly as rmjudge score records it
+    assert rows(out, "SELECT run_id, status, pairs_judged FROM runs") == [(1, "finished", 10)]
+    assert "duplicate id 'g1' (first seen on row 6)" in dict(rows(out, ERROR_Q.replace(", id", "")))[14]
+    # a rerun finds every batch done, judges nothing and rebuilds the same tables
+    s = ray_score(src, settings(), EngineSettings(), out,
+                  rs=RaySettings(workers=2, rows_per_batch=4, cpus_per_worker=0.5),
+                  engine_factory=FakeEngines())
+    assert (s.batches, s.batches_done_before, s.judged, s.pairs) == (5, 5, 0, 9)
+    assert rows(out, PAIR_Q) == rows(whole, PAIR_Q)
+    assert rows(out, "SELECT run_id, status FROM runs") == [(1, "finished"), (2, "finished")]
+    # other settings on the same work directory are refused, naming the difference
+    with pytest.raises(RayRunError, match=r"holds batches made with other settings \(samples 3 -> 4\)"):
+        ray_score(src, settings(samples=4), EngineSettings(), out, rs=RaySettings(),
+                  engine_factory=FakeEngines())

@@ -1,0 +1,488 @@
+"""`ray_score`: judge an input with a pool of rmjudge engines on a Ray cluster (Ray Data).
+
+Flow (needs `pip install 'rmjudge[ray]'`):
+1. The driver lists the input files (a file, a directory or a glob; local paths or any URI
+   pyarrow's filesystems read, such as `s3://` or `gs://`), in a stable order.
+2. `ray.data.read_binary_files` reads them on the cluster and a `flat_map` cuts each file into
+   *batches* of `rows_per_batch` consecutive rows with rmjudge's own readers, so row numbers and
+   bad-row reasons are exactly those of `rmjudge score` (the pyarrow JSON reader behind
+   `ray.data.read_json` fails a whole file on one malformed line). A batch's key is
+   (file, first row, last row): the same on every rerun, whatever the cluster.
+3. `map_batches` sends each batch to an actor pool of `_JudgeWorker`s (`concurrency=workers`,
+   `num_gpus=1` each with `--device cuda`), each holding one engine and a `Judge`. A worker maps
+   rows to pairs with `Mapper` (bad rows become error rows), judges them and writes the batch's
+   `pairs`, `samples` and `errors` as Parquet files into `WORK_DIR/batches/KEY/`, built by the
+   run store's own row code and moved into place only when complete.
+4. The driver merges all batch files into the output DuckDB (same tables as `rmjudge score`;
+   one `runs` row per `ray_score` invocation). A later duplicate of a pair id across batches is
+   moved to `errors`, as `rmjudge score` does.
+
+Resume: batches whose directory exists are skipped on a rerun of the same command (after a
+driver failure); a worker that dies is restarted by Ray (`max_restarts`) and its batch retried
+(`max_task_retries`), and a half-done batch leaves nothing behind. The work directory must be
+visible to every node (a shared filesystem). Row numbers: with one input file they are its line
+(or row) numbers; with several, file k's rows are numbered `k * 10**9 + row`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import orjson
+
+from rmjudge import __version__
+from rmjudge.io.readers import quote_ident
+from rmjudge.settings import EngineSettings, JudgeSettings
+
+ROW_STRIDE = 10**9
+INPUT_EXTENSIONS = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv")
+
+
+class RayRunError(Exception):
+    """The Ray run cannot go on as asked; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    address: str | None = field(default=None, metadata={
+        "help": "Ray cluster address (ray://host:10001 or auto); None starts a local instance."})
+    workers: int = field(default=2, metadata={"help": "Engines in the actor pool."})
+    rows_per_batch: int = field(default=64, metadata={
+        "help": "Input rows per batch: the unit of work, of Parquet output and of resume."})
+    cpus_per_worker: float | None = field(default=None, metadata={
+        "help": "CPUs Ray reserves per engine (default: --threads, else 1)."})
+    gpus_per_worker: float | None = field(default=None, metadata={
+        "help": "GPUs per engine (default: 1 with --device cuda, else 0)."})
+    work_dir: str | None = field(default=None, metadata={
+        "help": "Where batch Parquet files go (default OUTPUT.ray); shared by all nodes."})
+    max_restarts: int = field(default=3, metadata={"help": "Restarts of a dead worker."})
+    max_task_retries: int = field(default=3, metadata={
+        "help": "Retries of a batch whose worker died."})
+
+    def __post_init__(self) -> None:
+        from rmjudge.settings import SettingsError
+
+        if self.workers < 1:
+            raise SettingsError("--workers must be at least 1")
+        if self.rows_per_batch < 1:
+            raise SettingsError("--rows-per-batch must be at least 1")
+        if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
+            raise SettingsError("--cpus-per-worker must be positive")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise SettingsError("--gpus-per-worker must be 0 or more")
+        if self.max_restarts < -1 or self.max_task_retries < -1:
+            raise SettingsError("--max-restarts/--max-task-retries must be -1 (forever) or more")
+
+
+@dataclass
+class RaySummary:
+    output: str
+    work_dir: str
+    files: int
+    batches: int  # all batches of the input
+    batches_done_before: int  # skipped: already written by an earlier run
+    judged: int  # pairs judged by this run
+    pairs: int  # pairs in the output
+    errors: int  # error rows in the output
+    duplicates: int  # later copies of an id across batches, moved to errors
+    generated_tokens: int
+    wall_seconds: float
+
+
+class EngineFactory:
+    """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only."""
+
+    def __init__(self, settings: EngineSettings, kind: str = "batched"):
+        self.settings = settings
+        self.kind = kind
+
+    def __call__(self, vocab_only: bool = False):
+        from rmjudge.engine import load_engine
+
+        return load_engine(self.settings, kind=self.kind, vocab_only=vocab_only)
+
+
+# -- input -----------------------------------------------------------------------------------
+
+def list_inputs(source: str) -> list[str]:
+    """The input files of `source` (file, directory or glob; local or a pyarrow URI), sorted."""
+    import pyarrow.fs as pafs
+
+    try:
+        fs, path = pafs.FileSystem.from_uri(source)
+        prefix = source[: len(source) - len(path)] if source.endswith(path) and "://" in source else ""
+    except (pafs.ArrowInvalid, ValueError):
+        fs, path, prefix = pafs.LocalFileSystem(), os.path.abspath(source), ""
+    except Exception as exc:  # e.g. missing credentials for an object store
+        raise RayRunError(f"cannot open {source}: {str(exc).splitlines()[0]}") from None
+    if any(ch in path for ch in "*?["):
+        import fnmatch
+
+        base = path[: min(path.find(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0] or "/"
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        files = [i.path for i in infos if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path)]
+    else:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise RayRunError(f"input not found: {source}")
+        if info.type == pafs.FileType.Directory:
+            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            files = [i.path for i in infos if i.type == pafs.FileType.File
+                     and i.path.lower().endswith(INPUT_EXTENSIONS)]
+        else:
+            files = [path]
+    if not files:
+        raise RayRunError(f"no input files in {source} (looked for {', '.join(INPUT_EXTENSIONS)})")
+    return sorted(prefix + f for f in files)
+
+
+def _file_rows(data: bytes, name: str):
+    """rmjudge's readers over one file's bytes: JSONL from memory, Parquet/CSV via a temp file."""
+    from rmjudge.io.readers import read_jsonl, read_rows
+
+    lower = name.lower()
+    if not lower.endswith((".parquet", ".csv", ".tsv")):
+        yield from read_jsonl(io.BytesIO(data))  # type: ignore[arg-type]
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "input" + os.path.splitext(lower)[1])
+        with open(path, "wb") as f:
+            f.write(data)
+        yield from read_rows(path)
+
+
+class _Chunker:
+    """flat_map: one input file -> its batches (rows_per_batch consecutive rows each)."""
+
+    def __init__(self, files: list[str], rows_per_batch: int, done: set[str]):
+        self.index = {f: k for k, f in enumerate(files)}
+        self.index.update({f.split("://", 1)[-1]: k for k, f in enumerate(files)})
+        self.multi = len(files) > 1
+        self.rows_per_batch = rows_per_batch
+        self.done = done
+
+    def _file_index(self, path: str) -> int:
+        for p in (path, path.split("://", 1)[-1], os.path.abspath(path)):
+            if p in self.index:
+                return self.index[p]
+        raise RayRunError(f"Ray read a file the driver did not list: {path}")
+
+    def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        k = self._file_index(row["path"])
+        name = os.path.basename(row["path"])
+        offset = k * ROW_STRIDE if self.multi else 0
+        out, chunk = [], []
+
+        def flush() -> None:
+            first, last = chunk[0][0], chunk[-1][0]
+            key = f"f{k:05d}-r{first:012d}-{last:012d}"
+            if key not in self.done:
+                out.append({"key": key, "rows": orjson.dumps(chunk, default=str)})
+            chunk.clear()
+
+        for raw in _file_rows(row["bytes"], name):
+            err = raw.error if raw.error is None or not self.multi else f"{name}: {raw.error}"
+            chunk.append([offset + raw.row_number, raw.obj, err, raw.raw])
+            if len(chunk) >= self.rows_per_batch:
+                flush()
+        if chunk:
+            flush()
+        return out
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+class _JudgeWorker:
+    """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
+
+    def __init__(self, factory: Callable, js: dict, mapping: dict, settings: dict, work_dir: str,
+                 run_id: int):
+        from rmjudge.io.mapping import Mapper
+        from rmjudge.judge import Judge
+        from rmjudge.pipeline import verdict_settings
+
+        self.js = JudgeSettings(**js)
+        self.engine = factory()
+        mine = verdict_settings(self.js, self.engine.info)
+        if orjson.loads(orjson.dumps(mine)) != settings:
+            from rmjudge.store import describe_differences
+
+            raise RayRunError(f"this node's engine differs from the driver's "
+                              f"({describe_differences(settings, mine)}); install the same model "
+                              "file on every node")
+        self.judge = Judge(self.engine, self.js)
+        self.mapper = Mapper(mapping, seed=self.js.seed)
+        self.settings = settings
+        self.batches = os.path.join(work_dir, "batches")
+        self.run_id = run_id
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
+        keys, judged, errors, tokens, seconds = [], [], [], [], []
+        for key, blob in zip(batch["key"], batch["rows"]):
+            t0, tok0 = time.monotonic(), self.engine.generated_tokens
+            n_pairs, n_err = self._batch(str(key), orjson.loads(bytes(blob)))
+            keys.append(str(key))
+            judged.append(n_pairs)
+            errors.append(n_err)
+            tokens.append(self.engine.generated_tokens - tok0)
+            seconds.append(time.monotonic() - t0)
+        return {"key": keys, "judged": judged, "errors": errors, "tokens": tokens,
+                "seconds": seconds}
+
+    def _batch(self, key: str, rows: list) -> tuple[int, int]:
+        from rmjudge.io.mapping import RowError
+        from rmjudge.judge import Failure
+        from rmjudge.pipeline import _raw
+        from rmjudge.store import Store
+
+        final = os.path.join(self.batches, key)
+        if os.path.isdir(final):  # another attempt finished it
+            return 0, 0
+        errs: list[dict] = []
+        pairs = []
+        seen: dict[str, int] = {}
+        for rn, obj, error, raw in rows:
+            if obj is None:
+                errs.append({"row_number": rn, "id": None, "reason": error or "unreadable row",
+                             "raw": raw})
+                continue
+            try:
+                pair = self.mapper.to_pair(rn, obj)
+            except RowError as exc:
+                v = obj.get("id")
+                errs.append({"row_number": rn, "id": None if v is None else str(v),
+                             "reason": f"row {rn}: {exc}", "raw": _raw(obj)})
+                continue
+            if pair.id in seen:
+                errs.append({"row_number": rn, "id": pair.id, "raw": _raw(obj), "reason":
+                             f"row {rn}: duplicate id {pair.id!r} (first seen on row "
+                             f"{seen[pair.id]}); give each pair a unique id"})
+                continue
+            seen[pair.id] = rn
+            pairs.append(pair)
+        results = []
+        for item in self.judge.run(pairs):
+            if isinstance(item, Failure):
+                errs.append({"row_number": item.pair.row_number, "id": item.pair.id, "raw": None,
+                             "reason": f"row {item.pair.row_number}: {item.reason}"})
+            else:
+                results.append(item)
+        os.makedirs(self.batches, exist_ok=True)
+        tmp_dir = os.path.join(self.batches, f".tmp-{key}-{uuid.uuid4().hex[:8]}")
+        with tempfile.TemporaryDirectory() as local:
+            store = Store(os.path.join(local, "batch.duckdb"))
+            try:
+                store.set_meta("settings", self.settings)
+                store.run_id = self.run_id
+                store.commit(results, errs)
+                os.makedirs(tmp_dir)
+                for table in ("pairs", "samples", "errors"):
+                    dest = os.path.join(tmp_dir, f"{table}.parquet").replace("'", "''")
+                    store.con.execute(f"COPY {table} TO '{dest}' (FORMAT parquet)")
+            finally:
+                store.close()
+        try:
+            os.rename(tmp_dir, final)
+        except OSError:  # a concurrent attempt won; keep its files
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        return len(results), len(errs)
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+def _read_json(path: str) -> Any:
+    with open(path, "rb") as f:
+        return orjson.loads(f.read())
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(value, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+
+
+def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
+              rs: RaySettings = RaySettings(), mapping: dict[str, str] | None = None,
+              overwrite: bool = False, engine_factory: Callable | None = None,
+              on_batch: Callable[[dict, int, int], None] | None = None) -> RaySummary:
+    """Judge `source` on Ray into the DuckDB run store `output`. See the module doc."""
+    try:
+        import ray
+    except ImportError:
+        raise RayRunError("Ray is not installed: pip install 'rmjudge[ray]'") from None
+    from rmjudge.pipeline import output_format, verdict_settings
+    from rmjudge.store import describe_differences
+
+    if output_format(output) != "duckdb":
+        raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
+                          "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
+    work = os.path.abspath(rs.work_dir or output + ".ray")
+    if overwrite:
+        shutil.rmtree(work, ignore_errors=True)
+        for p in (output, output + ".wal"):
+            if os.path.exists(p):
+                os.remove(p)
+    started = time.monotonic()
+    files = list_inputs(source)
+    factory = engine_factory or EngineFactory(es)
+    info = factory(vocab_only=True).info
+    settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
+    os.makedirs(os.path.join(work, "batches"), exist_ok=True)
+    settings_path = os.path.join(work, "settings.json")
+    if os.path.exists(settings_path):
+        old = _read_json(settings_path)
+        if old != settings:
+            raise RayRunError(
+                f"{work} holds batches made with other settings ({describe_differences(old, settings)}); "
+                "rerun with the same settings to resume, use -o to write elsewhere, or "
+                "--overwrite to start again")
+    else:
+        _write_json(settings_path, settings)
+    runs_path = os.path.join(work, "runs.json")
+    runs = _read_json(runs_path) if os.path.exists(runs_path) else []
+    run = {"run_id": len(runs) + 1, "version": __version__, "model_path": info.path,
+           "model_sha256": info.sha256, "lora_path": info.lora, "lora_sha256": info.lora_sha256,
+           "settings": str(settings), "input": source,
+           "started": datetime.now(timezone.utc).isoformat(), "status": "running",
+           "shard": f"ray:{rs.workers}"}
+    runs.append(run)
+    _write_json(runs_path, runs)
+
+    done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
+    if not ray.is_initialized():
+        ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
+    gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
+    cpus = rs.cpus_per_worker or float(es.threads or 1)
+    ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0.25)
+    ds = ds.flat_map(_Chunker(files, rs.rows_per_batch, done), num_cpus=0.25)
+    ds = _one_batch_per_block(ds)
+    with warnings.catch_warnings():  # restarts/retries have no named parameter yet
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ds.map_batches(
+            _JudgeWorker, batch_size=1, concurrency=rs.workers, num_cpus=cpus, num_gpus=gpus,
+            fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
+                                   "mapping": mapping or {}, "settings": settings,
+                                   "work_dir": work, "run_id": run["run_id"]},
+            max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
+    judged = tokens = n_batches = 0
+    try:
+        for row in ds.iter_rows():
+            judged += int(row["judged"])
+            tokens += int(row["tokens"])
+            n_batches += 1
+            if on_batch:
+                on_batch(row, n_batches, judged)
+    except Exception as exc:
+        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat())
+        _write_json(runs_path, runs)
+        first = str(exc).strip().splitlines()
+        raise RayRunError(f"the Ray run failed ({first[-1] if first else type(exc).__name__}); "
+                          "rerun the same command to resume from the finished batches") from exc
+    wall = time.monotonic() - started
+    run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
+               pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
+    _write_json(runs_path, runs)
+    pairs, errors, dups = assemble(work, output, settings, runs)
+    return RaySummary(output=output, work_dir=work, files=len(files),
+                      batches=n_batches + len(done), batches_done_before=len(done), judged=judged,
+                      pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
+                      wall_seconds=time.monotonic() - started)
+
+
+def _one_batch_per_block(ds):
+    """A file's batches come out of one read task as one block; split them so the actor pool
+    gets one batch per task and every worker has work."""
+    try:
+        return ds.repartition(target_num_rows_per_block=1)  # streaming (recent Ray)
+    except TypeError:
+        return ds.repartition(num_blocks=max(1, ds.count()))  # older Ray: reads the input twice
+
+
+def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[int, int, int]:
+    """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`.
+
+    Returns (pairs, errors, duplicates moved to errors)."""
+    from rmjudge.store import Store
+
+    batch_dir = os.path.join(work, "batches")
+    have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
+    tmp = f"{output}.assembling-{os.getpid()}"
+    for p in (tmp, tmp + ".wal", tmp + ".lock"):
+        if os.path.exists(p):
+            os.remove(p)
+    store = Store(tmp)
+    try:
+        con = store.con
+        store.set_meta("settings", settings)
+        store.set_meta("schema_version", 1)
+        dups = 0
+        if have:
+            glob = lambda t: "'" + os.path.join(batch_dir, "*", f"{t}.parquet").replace("'", "''") + "'"  # noqa: E731
+            con.execute(f"CREATE TEMP VIEW bp AS SELECT *, row_number() OVER (PARTITION BY id "
+                        f"ORDER BY row_number) AS _rank FROM read_parquet({glob('pairs')}, "
+                        "union_by_name = true, filename = '_file')")
+            cols = [r[0] for r in con.execute("DESCRIBE bp").fetchall()
+                    if r[0] not in ("_file", "_rank")]
+            store._ensure_columns(cols)
+            sel = ", ".join(quote_ident(c) for c in cols)
+            con.execute("BEGIN TRANSACTION")
+            con.execute(f"INSERT INTO pairs ({sel}) SELECT {sel} FROM bp WHERE _rank = 1 "
+                        "ORDER BY row_number")
+            con.execute("""INSERT INTO samples BY NAME
+                SELECT s.* EXCLUDE (_file) FROM read_parquet(""" + glob("samples") + """,
+                    filename = '_file') s
+                JOIN bp ON bp.id = s.pair_id AND bp._rank = 1
+                 AND parse_dirpath(bp._file) = parse_dirpath(s._file)""")
+            con.execute(f"INSERT INTO errors BY NAME SELECT * FROM read_parquet({glob('errors')})")
+            dups = con.execute("""INSERT INTO errors (row_number, id, reason, raw, run_id)
+                SELECT d.row_number, d.id, 'row ' || d.row_number || ': duplicate id '''
+                       || d.id || ''' (first seen on row ' || f.row_number
+                       || '); give each pair a unique id', NULL, d.run_id
+                FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1""").fetchone()[0]
+            con.execute("COMMIT")
+        for r in runs:
+            cols = [c for c in ("run_id", "version", "model_path", "model_sha256", "lora_path",
+                                "lora_sha256", "settings", "input", "started", "finished",
+                                "pairs_judged", "generated_tokens", "wall_seconds", "status",
+                                "shard") if r.get(c) is not None]
+            con.execute(f"INSERT INTO runs ({', '.join(quote_ident(c) for c in cols)}) "
+                        f"VALUES ({', '.join('?' for _ in cols)})", [r[c] for c in cols])
+        n_pairs = con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        n_err = con.execute("SELECT count(*) FROM errors").fetchone()[0]
+        con.execute("CHECKPOINT")
+    except BaseException:
+        store.close()
+        for p in (tmp, tmp + ".wal", tmp + ".lock"):
+            if os.path.exists(p):
+                os.remove(p)
+        raise
+    store.close()
+    for p in (output + ".wal",):
+        if os.path.exists(p):
+            os.remove(p)
+    os.replace(tmp, output)
+    for p in (tmp + ".wal", tmp + ".lock"):
+        if os.path.exists(p):
+            os.remove(p)
+    return n_pairs, n_err, dups
+
+
+def settings_help() -> dict[str, str]:
+    """Option help texts, from the dataclass metadata (for the CLI)."""
+    from dataclasses import fields
+
+    return {f.name: f.metadata.get("help", "") for f in fields(RaySettings)}
+
+
+__all__ = ["RaySettings", "RaySummary", "RayRunError", "EngineFactory", "ray_score", "assemble",
+           "list_inputs"]
