@@ -27,7 +27,7 @@ SCHEMA_VERSION = 1
 PAIR_COLUMNS = [
     ("id", "VARCHAR PRIMARY KEY"), ("row_number", "BIGINT"), ("verdict", "VARCHAR"),
     ("verdict_ab", "VARCHAR"), ("verdict_ba", "VARCHAR"), ("consistent", "BOOLEAN"),
-    ("p_a", "DOUBLE"), ("label", "VARCHAR"), ("correct", "BOOLEAN"),
+    ("p_a", "DOUBLE"), ("p_a_ab", "DOUBLE"), ("p_a_ba", "DOUBLE"), ("label", "VARCHAR"), ("correct", "BOOLEAN"),
     ("shortcut_ab", "BOOLEAN"), ("shortcut_ba", "BOOLEAN"), ("policy", "VARCHAR"),
     ("confidence_ab", "DOUBLE"), ("confidence_ba", "DOUBLE"),
     ("rollouts_ab", "INTEGER"), ("rollouts_ba", "INTEGER"),
@@ -193,7 +193,7 @@ class Store:
         ab, ba = res.orders.get("ab"), res.orders.get("ba")
         return [
             p.id, p.row_number, res.verdict, res.letter("ab"), res.letter("ba"), res.consistent,
-            res.p_a, p.label, res.correct,
+            res.p_a, _share_a(ab, "ab"), _share_a(ba, "ba"), p.label, res.correct,
             ab.shortcut if ab else None, ba.shortcut if ba else None, res.policy,
             ab.confidence if ab else None, ba.confidence if ba else None,
             ab.n_rollouts if ab else None, ba.n_rollouts if ba else None,
@@ -239,6 +239,13 @@ class Store:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
         finally:
             self._lock_file.close()
+
+
+def _share_a(o, order: str) -> float | None:
+    """Share of one order's final votes that went to A."""
+    if o is None or o.vote_share_1 is None:
+        return None
+    return o.vote_share_1 if order == "ab" else 1.0 - o.vote_share_1
 
 
 def _sql_str(s: str) -> str:
