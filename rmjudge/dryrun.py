@@ -9,19 +9,15 @@ in the input size: nothing per pair is kept but its id (for duplicate detection)
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from rmjudge import cache
 from rmjudge.io.mapping import Mapper, RowError
 from rmjudge.io.readers import read_rows
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 
-def _throughput_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rmjudge" / "throughput.json"
+THROUGHPUT_CACHE = "throughput.json"
 
 
 def throughput_key(sha256: str, device: str) -> str:
@@ -32,27 +28,13 @@ def record_throughput(key: str, generated_tokens: int, generations: int, seconds
     """Remember seconds per generated token and tokens per generation of a finished run."""
     if generated_tokens < 100 or seconds <= 0:
         return
-    path = _throughput_file()
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
-    table[key] = {"seconds_per_token": seconds / generated_tokens,
-                  "tokens_per_generation": generated_tokens / max(1, generations)}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    cache.update(THROUGHPUT_CACHE, key, {
+        "seconds_per_token": seconds / generated_tokens,
+        "tokens_per_generation": generated_tokens / max(1, generations)})
 
 
 def measured_throughput(key: str) -> dict | None:
-    try:
-        return json.loads(_throughput_file().read_text()).get(key)
-    except (OSError, ValueError):
-        return None
+    return cache.load(THROUGHPUT_CACHE).get(key)
 
 
 @dataclass

