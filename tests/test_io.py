@@ -164,3 +164,13 @@ def test_ids_are_content_hashes_without_an_id_column():
 
 def test_parse_label_rejects_unknown():
     assert parse_label("maybe") is None and parse_label(True) is None
+
+
+def test_count_rows_for_the_progress_total(tmp_path):
+    from rmjudge.io.readers import count_rows
+
+    srcs = _write_all(tmp_path)
+    assert count_rows(srcs["jsonl"]) == 2
+    assert count_rows(srcs["parquet"]) == 2
+    assert count_rows(srcs["csv"]) == 2
+    assert count_rows("-") is None and count_rows("missing.jsonl") is None

@@ -32,9 +32,10 @@ class ProgressLine:
             return
         self._last = now
         el = max(p.elapsed, 1e-9)
-        done = f"{p.done}/{self.total}" if self.total else f"{p.done}"
+        finished = p.done + p.errors + p.skipped
+        done = f"{finished}/{self.total} rows" if self.total else f"{finished} rows"
         pf = p.parse_failures / p.generations if p.generations else 0.0
-        line = (f"\r{done} pairs | {p.done / el:.2f} pairs/s | {p.generated_tokens / el:.0f} tok/s"
+        line = (f"\r{done} | {p.done / el:.2f} pairs/s | {p.generated_tokens / el:.0f} tok/s"
                 f" | parse fail {pf:.0%} | flips {p.flips} | errors {p.errors}")
         sys.stderr.write(line[:160] + "\x1b[K")
         sys.stderr.flush()

@@ -59,7 +59,12 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
 
         detect_format(source)  # a missing or unreadable input fails before the model loads
         engine = load_engine(es, kind=engine_kind, vocab_only=False)
+        from rmjudge.io.readers import count_rows
+
         progress = ProgressLine(not quiet)
+        if progress.enabled:
+            total = count_rows(source)
+            progress.total = min(total, limit) if total is not None and limit else total
         try:
             summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
                             limit=limit, shard=shard_t, commit_every=commit_every,

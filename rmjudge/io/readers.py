@@ -210,3 +210,30 @@ def read_rows(source: str, stdin: BinaryIO | None = None) -> Iterator[RawRow]:
     else:
         path, table = split_duckdb_source(source)  # type: ignore[misc]
         yield from read_duckdb_table(path, table)
+
+
+def count_rows(source: str) -> int | None:
+    """Rows in the input, when cheap to know (for the progress total); None otherwise."""
+    try:
+        fmt = detect_format(source)
+    except InputError:
+        return None
+    if source == "-":
+        return None
+    if fmt in ("jsonl", "csv"):
+        n = 0
+        last = b"\n"
+        with open(source, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                n += block.count(b"\n")
+                last = block[-1:]
+        n += last != b"\n"
+        return n - (1 if fmt == "csv" else 0)
+    import duckdb
+
+    try:
+        if fmt == "parquet":
+            return int(duckdb.sql("SELECT count(*) FROM read_parquet(?)", params=[source]).fetchone()[0])  # type: ignore[call-overload]
+    except duckdb.Error:
+        return None
+    return None
