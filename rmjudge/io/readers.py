@@ -233,7 +233,11 @@ def count_rows(source: str) -> int | None:
 
     try:
         if fmt == "parquet":
-            return int(duckdb.sql("SELECT count(*) FROM read_parquet(?)", params=[source]).fetchone()[0])  # type: ignore[call-overload]
+            con = duckdb.connect()
+            try:
+                return int(con.execute("SELECT count(*) FROM read_parquet(?)", [source]).fetchone()[0])
+            finally:
+                con.close()
     except duckdb.Error:
         return None
     return None
