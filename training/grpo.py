@@ -95,6 +95,8 @@ class GRPOSettings:
             raise TrainError("--quantization must be nf4 or none")
         if not 0.0 <= self.eval_fraction < 1.0:
             raise TrainError("--eval-fraction must be in [0, 1)")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise TrainError("--warmup-ratio must be in [0, 1)")
         if self.beta < 0 or not 0.0 <= self.lora_dropout < 1.0 or self.learning_rate <= 0:
             raise TrainError("--beta must be >= 0, --lora-dropout in [0, 1), --learning-rate > 0")
         if self.generation_prompts > self.batch_size or self.batch_size % self.generation_prompts:
@@ -176,8 +178,13 @@ def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int):
 
 
 def train(s: GRPOSettings, resume: str | None = None,
-          progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Run GRPO (resuming when asked), save the adapter, evaluate greedily; a summary dict."""
+          progress: Callable[[dict], None] | None = None,
+          rollout_func: Callable | None = None) -> dict[str, Any]:
+    """Run GRPO (resuming when asked), save the adapter, evaluate greedily; a summary dict.
+
+    `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
+    an external generation server, or scripted completions in tests).
+    """
     import torch
     from peft import LoraConfig, prepare_model_for_kbit_training
     from trl import GRPOConfig, GRPOTrainer
@@ -228,7 +235,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         max_completion_length=s.max_completion_length,
         learning_rate=s.learning_rate,
         lr_scheduler_type="constant_with_warmup" if s.max_steps > 0 and s.max_steps < 20 else "cosine",
-        warmup_ratio=s.warmup_ratio,
+        warmup_steps=s.warmup_ratio,  # a float in [0, 1) is a share of the steps
         beta=s.beta,
         logging_steps=s.logging_steps,
         save_strategy="steps",
@@ -250,8 +257,11 @@ def train(s: GRPOSettings, resume: str | None = None,
     trainer = GRPOTrainer(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[_log_callback(out / "log.jsonl", progress)],
+        callbacks=[_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
     )
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # progress goes through `progress` and log.jsonl
     (out / "settings.json").write_text(json.dumps(asdict(s), indent=2) + "\n")
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()

@@ -1,0 +1,118 @@
+"""GRPO + LoRA training end to end on the embedded SmolLM2 (CPU): reward on real TRL batches,
+LoRA weights change, checkpoints are written and resumed, the adapter loads with peft, and the
+greedy held-out evaluation runs. Unit tests of the reward itself come first (fast)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from rmjudge.prompts import completion_text
+
+from training.reward import score, verdict_reward
+
+HERE = os.path.dirname(__file__)
+HAS_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "peft", "trl"))
+
+
+def test_reward_is_one_only_for_the_labelled_verdict_of_the_task():
+    assert score(completion_text("pref", "a", 2), "pref", 2) == (1.0, True)
+    assert score(completion_text("pref", "a", 1), "pref", 2) == (0.0, True)
+    # the Refl task needs "Critique X ...": a Response verdict is a parse failure there
+    assert score(completion_text("pref", "a", 1), "refl", 1) == (0.0, False)
+    assert score("no verdict at all", "pref", 1) == (0.0, False)
+    # cut at the first </Result>, as the engine stops there: a later verdict does not count
+    text = completion_text("pref", "a", 1) + "\n<Result>Response 2 is better than Response 1"
+    assert score(text, "pref", 2) == (0.0, True)
+    # TRL's conversational completions
+    assert score([{"role": "assistant", "content": completion_text("refl", "x", 1)}], "refl", 1)[0] == 1.0
+
+
+def test_reward_function_logs_parse_failures_and_per_task_rewards():
+    logged = {}
+    rewards = verdict_reward(
+        [completion_text("pref", "a", 1), "garbage", completion_text("refl", "c", 2)],
+        task=["pref", "pref", "refl"], label=[1, 1, 1],
+        log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert rewards == [1.0, 0.0, 0.0]
+    assert logged == {"parse_failure_rate": pytest.approx(1 / 3), "reward_pref": 0.5,
+                      "reward_refl": 0.0}
+
+
+def scripted_rollouts(prompts, trainer):
+    """One correct and one wrong verdict per group of two (whatever the label), so every group
+    has reward variance and GRPO has a gradient; the model's own sampling is covered by the
+    smoke command in the README."""
+    tok = trainer.processing_class
+    prompt_ids, completion_ids = [], []
+    for i, p in enumerate(prompts):
+        task = "refl" if "## Critiques for Judgment" in p else "pref"
+        text = completion_text(task, "scripted analysis", 1 + i % 2)
+        prompt_ids.append(tok(p).input_ids)
+        completion_ids.append(tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
+def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_path):
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from training.data import DataConfig, build_data
+    from training.grpo import GRPOSettings, train
+    from training.hf import ModelSource, load_base, materialize
+    from training.rollouts import EngineRollouts, SamplingSettings
+
+    # Data: the PandaLM fixture rows, rollouts scripted half right / half wrong -> Pref + Refl.
+    def respond(req, i):
+        body = req.messages[-1]["content"]
+        return completion_text("pref", f"analysis {i} of {len(body)}", 1 + i % 2)
+
+    data = tmp_path / "train.jsonl"
+    stats = build_data(os.path.join(HERE, "data", "pandalm_5.jsonl"), data,
+                       EngineRollouts(ScriptedEngine(respond), SamplingSettings(samples=2)),
+                       DataConfig(ratio="1:1"))
+    assert stats.pref_kept == 5 and stats.refl_kept == 5
+
+    settings = GRPOSettings(
+        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=2,
+        batch_size=2, num_generations=2, micro_batch=4, generation_prompts=2,
+        max_completion_length=32, learning_rate=5e-3, warmup_ratio=0.0, beta=0.04,
+        quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.2,
+        eval_max_items=2, lora_r=4, lora_alpha=8)
+    summary = train(settings, rollout_func=scripted_rollouts)
+    run = tmp_path / "run"
+    assert summary["steps"] == 2
+    assert (run / "checkpoint-2" / "trainer_state.json").exists()
+    logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if "reward" in r]
+    assert steps and all("kl" in r and "parse_failure_rate" in r for r in steps)
+    assert steps[0]["reward"] == pytest.approx(0.5)  # one of each pair is right
+
+    # LoRA B starts at zero: non-zero B means training changed the adapter
+    weights = load_file(str(run / "adapter" / "adapter_model.safetensors"))
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and any(float(v.abs().max()) > 0 for v in lora_b)
+
+    base = load_base(materialize(ModelSource.parse(model_path)), quantization="none")
+    peft_model = PeftModel.from_pretrained(base, str(run / "adapter"))
+    loaded = {k: v for k, v in peft_model.state_dict().items() if "lora_B" in k}
+    assert loaded and any(float(v.abs().max()) > 0 for v in loaded.values())
+    assert torch.isfinite(next(iter(loaded.values()))).all()
+
+    ev = summary["eval"]
+    assert ev is not None and ev["pref_items"] + ev["refl_items"] >= 1
+    assert ev["positional_consistency"] <= min(ev["accuracy_ab"], ev["accuracy_ba"])
+
+    # resume: one more step from the last checkpoint
+    more = GRPOSettings(**{**settings.__dict__, "max_steps": 3})
+    summary2 = train(more, resume="latest", rollout_func=scripted_rollouts)
+    assert summary2["resumed_from"].endswith("checkpoint-2") and summary2["steps"] == 3
+    assert (run / "checkpoint-3").exists()
