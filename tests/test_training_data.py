@@ -171,3 +171,16 @@ def test_cli_reports_bad_ratio_without_traceback(tmp_path):
                                     str(tmp_path / "o.jsonl"), "--ratio", "4-1"])
     assert res.exit_code == 1
     assert "--ratio '4-1' must look like PREF:REFL" in res.output
+
+
+def test_grpo_cli_names_bad_settings_and_missing_checkpoints(tmp_path):
+    from training.cli import main
+
+    base = ["grpo", "--model", "m", "--data", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "r")]
+    res = CliRunner().invoke(main, base + ["--micro-batch", "3"])
+    assert res.exit_code == 1
+    assert "--micro-batch must divide --generation-prompts x --num-generations (64)" in res.output
+    res = CliRunner().invoke(main, base + ["--resume"])
+    assert res.exit_code == 1 and "--resume: no checkpoint in" in res.output
+    res = CliRunner().invoke(main, base)
+    assert res.exit_code == 1 and "training data not found" in res.output
