@@ -119,7 +119,7 @@ def list_inputs(source: str) -> list[str]:
 
     try:
         fs, path = pafs.FileSystem.from_uri(source)
-        prefix = source[: len(source) - len(path)] if source.endswith(path) and "://" in source else ""
+        prefix = source.split("://", 1)[0] + "://" if "://" in source else ""  # keep the scheme
     except (pafs.ArrowInvalid, ValueError):
         fs, path, prefix = pafs.LocalFileSystem(), os.path.abspath(source), ""
     except Exception as exc:  # e.g. missing credentials for an object store
@@ -348,6 +348,13 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                 "--overwrite to start again")
     else:
         _write_json(settings_path, settings)
+    if not ray.is_initialized():
+        try:
+            ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
+        except Exception as exc:  # connection refused, no cluster at "auto", ...
+            where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
+            raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
+                              "check --address (ray status on the head node)") from None
     runs_path = os.path.join(work, "runs.json")
     runs = _read_json(runs_path) if os.path.exists(runs_path) else []
     run = {"run_id": len(runs) + 1, "version": __version__, "model_path": info.path,
@@ -359,8 +366,6 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     _write_json(runs_path, runs)
 
     done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
-    if not ray.is_initialized():
-        ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
     gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
     cpus = rs.cpus_per_worker or float(es.threads or 1)
     ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0.25)
@@ -369,7 +374,8 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     with warnings.catch_warnings():  # restarts/retries have no named parameter yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         ds = ds.map_batches(
-            _JudgeWorker, batch_size=1, concurrency=rs.workers, num_cpus=cpus, num_gpus=gpus,
+            _JudgeWorker, batch_size=1, compute=ray.data.ActorPoolStrategy(size=rs.workers),
+            num_cpus=cpus, num_gpus=gpus,
             fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
                                    "mapping": mapping or {}, "settings": settings,
                                    "work_dir": work, "run_id": run["run_id"]},
@@ -400,12 +406,11 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
 
 
 def _one_batch_per_block(ds):
-    """A file's batches come out of one read task as one block; split them so the actor pool
-    gets one batch per task and every worker has work."""
-    try:
-        return ds.repartition(target_num_rows_per_block=1)  # streaming (recent Ray)
-    except TypeError:
-        return ds.repartition(num_blocks=max(1, ds.count()))  # older Ray: reads the input twice
+    """A file's batches come out of one read task; emit each as its own block (this dataset's
+    block-size target set below one row) so every actor call gets one batch and every worker has
+    work. No repartition step: it would need a whole free CPU beside the engines."""
+    ds.context.target_max_block_size = 1
+    return ds
 
 
 def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[int, int, int]:

@@ -274,7 +274,7 @@ def test_ray_runner_survives_a_killed_worker_and_matches_score(tmp_path, local_r
     out = str(tmp_path / "ray.duckdb")
     marker = str(tmp_path / "crashed")
     s = ray_score(src, settings(), EngineSettings(), out,
-                  rs=RaySettings(workers=2, rows_per_batch=4, cpus_per_worker=0.5),
+                  rs=RaySettings(workers=2, rows_per_batch=4, cpus_per_worker=0.75),
                   engine_factory=FakeEngines(marker))
     assert os.path.exists(marker)  # a worker really died mid-run
     assert (s.batches, s.batches_done_before, s.pairs, s.errors, s.duplicates) == (5, 0, 9, 11, 1)
@@ -297,3 +297,124 @@ def test_ray_runner_survives_a_killed_worker_and_matches_score(tmp_path, local_r
     with pytest.raises(RayRunError, match=r"holds batches made with other settings \(samples 3 -> 4\)"):
         ray_score(src, settings(samples=4), EngineSettings(), out, rs=RaySettings(),
                   engine_factory=FakeEngines())
+
+
+# -- the embedded model (tiny settings) -------------------------------------------------------
+
+STABLE_Q = ("SELECT id, row_number, label, prompt, response_a, response_b, rollouts_ab, rollouts_ba "
+            "FROM pairs ORDER BY id")
+
+
+def model_rows(tmp_path, n=3) -> str:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join((DATA / "pandalm_5.jsonl").read_bytes().splitlines(True)[:n]))
+    return str(path)
+
+
+def model_settings():
+    return JudgeSettings(samples=2, max_tokens=16, seed=3)
+
+
+@pytest.fixture(scope="module")
+def model_runs(tmp_path_factory, model_path):
+    """One unsharded run and three --shard runs of 3 PandaLM rows on the embedded model."""
+    from rmjudge.engine import load_engine
+    from rmjudge.settings import EngineSettings
+
+    tmp = tmp_path_factory.mktemp("model_shards")
+    src = model_rows(tmp)
+    engine = load_engine(EngineSettings(model=model_path, threads=1))
+    whole = str(tmp / "whole.duckdb")
+    score(src, engine, model_settings(), output=whole)
+    outs = []
+    for i in range(3):
+        outs.append(str(tmp / f"out-{i}.duckdb"))
+        score(src, engine, model_settings(), output=outs[-1], shard=(i, 3))
+    merged = str(tmp / "all.duckdb")
+    report = merge(outs, merged, input=src)
+    return src, whole, merged, report
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_model_shards_merge_to_every_pair_once(model_runs):
+    src, whole, merged, report = model_runs
+    assert report.problems == [] and (report.pairs, report.errors, report.runs) == (3, 0, 3)
+    assert rows(merged, STABLE_Q) == rows(whole, STABLE_Q)
+    assert rows(merged, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    meta = "SELECT value FROM meta WHERE key = 'settings'"
+    assert rows(merged, meta) == rows(whole, meta)
+    assert "model_sha256" in rows(merged, meta)[0][0]
+    # every pair has its 2 rollouts per order
+    assert rows(merged, """SELECT count(*) FROM samples WHERE stage = 'rollout'""") == [(12,)]
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.xfail(strict=True, reason=(
+    "the batched llama.cpp engine's numerics depend on the decode-batch composition: the same "
+    "request's first-token log-probabilities move by 0.05-0.2 nats when other sequences share "
+    "its decode calls or precede it in the KV cache, so seeded inverse-CDF sampling picks other "
+    "tokens; identical only when the request runs first in an empty cache with an unsplit "
+    "prefill. Remove this marker once the engine is batch-invariant."))
+def test_model_shards_give_the_same_generations(model_runs):
+    src, whole, merged, report = model_runs
+    q = 'SELECT pair_id, "order", stage, idx, text FROM samples ORDER BY ALL'
+    assert rows(merged, q) == rows(whole, q)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_ray_runner_on_the_embedded_model(tmp_path, local_ray, model_path):
+    from rmjudge.ray_runner import RaySettings, ray_score
+    from rmjudge.settings import EngineSettings
+
+    src = model_rows(tmp_path)
+    out = str(tmp_path / "ray.duckdb")
+    es = EngineSettings(model=model_path, threads=1)
+    s = ray_score(src, model_settings(), es, out,
+                  rs=RaySettings(workers=2, rows_per_batch=1, cpus_per_worker=0.75))
+    assert (s.batches, s.judged, s.pairs, s.errors) == (3, 3, 3, 0)
+    ref = str(tmp_path / "ref.duckdb")
+    from rmjudge.engine import load_engine
+
+    score(src, load_engine(es), model_settings(), output=ref, limit=0)  # schema and settings only
+    cols = "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = '{}' ORDER BY column_index"
+    for table in ("samples", "errors", "runs"):
+        assert rows(out, cols.format(table)) == rows(ref, cols.format(table)), table
+    # pairs: the contract's columns, then the input's passthrough columns
+    ref_cols = rows(ref, cols.format("pairs"))
+    assert rows(out, cols.format("pairs")) == ref_cols + [("source", "VARCHAR"), ("subset", "VARCHAR")]
+    meta = "SELECT value FROM meta WHERE key = 'settings'"
+    assert rows(out, meta) == rows(ref, meta)
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    assert rows(out, "SELECT count(*) FROM samples WHERE stage = 'rollout'") == [(12,)]
+    assert rows(out, "SELECT count(*) FROM pairs WHERE verdict IS NULL") == [(0,)]
+
+
+def test_ray_input_listing_and_batches_without_ray(tmp_path):
+    """The driver's file listing and the batch cutting (plain functions, no Ray needed)."""
+    from rmjudge.ray_runner import ROW_STRIDE, RayRunError, _Chunker, list_inputs
+
+    (tmp_path / "b.jsonl").write_bytes((DATA / "mixed_bad.jsonl").read_bytes())
+    (tmp_path / "a.jsonl").write_bytes((DATA / "pandalm_5.jsonl").read_bytes())
+    (tmp_path / "notes.txt").write_text("not input")
+    files = list_inputs(str(tmp_path))
+    assert files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert list_inputs(str(tmp_path / "b.*")) == files[1:]
+    with pytest.raises(RayRunError, match="input not found"):
+        list_inputs(str(tmp_path / "missing.jsonl"))
+    chunk = _Chunker(files, 4, done={"f00001-r001000000005-001000000008"})
+    out = chunk({"path": files[1], "bytes": (tmp_path / "b.jsonl").read_bytes()})
+    import orjson
+
+    keys = [o["key"] for o in out]
+    # 15 rows in batches of 4; the batch already done is not emitted again
+    assert keys == ["f00001-r001000000001-001000000004", "f00001-r001000000009-001000000012",
+                    "f00001-r001000000014-001000000016"]
+    first = orjson.loads(out[0]["rows"])
+    assert [r[0] for r in first] == [ROW_STRIDE + n for n in (1, 2, 3, 4)]
+    assert first[1][1] is None and first[1][2].startswith("b.jsonl: line 2 is not valid JSON")
+    # a single input file keeps its own line numbers, as rmjudge score does
+    single = _Chunker(files[1:], 100, done=set())({"path": files[1], "bytes": (tmp_path / "b.jsonl").read_bytes()})
+    assert [r[0] for r in orjson.loads(single[0]["rows"])][:3] == [1, 2, 3]
