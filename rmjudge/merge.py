@@ -182,17 +182,23 @@ def _check_doubles(con, shards: list[str], aliases: list[str]) -> None:
             "shards made from the same input file?")
 
 
+def _spec(s: str) -> tuple[int, int] | None:
+    """'I/N' -> (I, N); None for an unsharded run or another label (such as a Ray run's)."""
+    i, sep, n = s.partition("/")
+    return (int(i), int(n)) if sep and i.isdigit() and n.isdigit() else None
+
+
 def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
     problems = []
-    specs = {s for i in infos for s in i.specs if s}
-    unsharded = [i.path for i in infos if "" in i.specs]
+    specs = {s for i in infos for s in i.specs if _spec(s)}
+    unsharded = [i.path for i in infos if any(_spec(s) is None for s in i.specs)]
     if specs:
-        ns = {int(s.split("/")[1]) for s in specs}
+        ns = {_spec(s)[1] for s in specs}  # type: ignore[index]
         if len(ns) > 1:
             problems.append(f"the shards were cut with different counts ({', '.join(sorted(specs))})")
         else:
             n = ns.pop()
-            have = {int(s.split("/")[0]) for s in specs}
+            have = {_spec(s)[0] for s in specs}  # type: ignore[index]
             gone = [f"{i}/{n}" for i in range(n) if i not in have]
             if gone:
                 problems.append(f"missing shard(s) {', '.join(gone)}: run rmjudge score --shard "
@@ -217,7 +223,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
         f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
     err_rows = {r[0] for r in con.execute(
         f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
-    counts = {int(s.split("/")[1]) for i in report.shards for s in i.specs if s}
+    counts = {_spec(s)[1] for i in report.shards for s in i.specs if _spec(s)}  # type: ignore[index]
     n = counts.pop() if len(counts) == 1 else None  # the shard count, to name a missing shard
     mapper = Mapper(mapping, seed=seed)
     missing: list[int] = []

@@ -418,3 +418,17 @@ def test_ray_input_listing_and_batches_without_ray(tmp_path):
     # a single input file keeps its own line numbers, as rmjudge score does
     single = _Chunker(files[1:], 100, done=set())({"path": files[1], "bytes": (tmp_path / "b.jsonl").read_bytes()})
     assert [r[0] for r in orjson.loads(single[0]["rows"])][:3] == [1, 2, 3]
+
+
+def test_shard_spec_checks_ignore_other_run_labels():
+    from rmjudge.merge import ShardInfo, _check_shard_specs
+
+    ok = [ShardInfo("a", 1, 0, 1, ["0/2"], "finished"), ShardInfo("b", 1, 0, 1, ["1/2"], "finished")]
+    assert _check_shard_specs(ok) == []
+    ray_run = [ShardInfo("r", 3, 0, 1, ["ray:2"], "finished")]
+    assert _check_shard_specs(ray_run) == []
+    mixed = ok[:1] + [ShardInfo("c", 1, 0, 2, ["0/3", "1/3"], "running")]
+    assert _check_shard_specs(mixed) == [
+        "the shards were cut with different counts (0/2, 0/3, 1/3)",
+        "the last run in c did not finish (status running); rerun its rmjudge score command to "
+        "complete it"]
