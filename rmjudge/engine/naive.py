@@ -76,21 +76,29 @@ class NaiveEngine:
         return out
 
     def _force(self, req: GenRequest, prompt: str, g: Generation) -> None:
+        """Forced verdict: evaluate prompt + text + continuation, read the two choices' logits."""
         if req.force is None:
             return
         cont = req.force.continuation(g.text)
         if cont is None:
             return
-        r = self.llm.create_completion(prompt + g.text + cont, max_tokens=1, temperature=0.0,
-                                       logprobs=20)
-        top = r["choices"][0].get("logprobs") or {}
-        tops = (top.get("top_logprobs") or [{}])[0] or {}
-        a = tops.get(req.force.choices[0])
-        b = tops.get(req.force.choices[1])
-        if a is None and b is None:
+        import llama_cpp
+        import numpy as np
+
+        from rmjudge.engine.llama import _common_prefix
+
+        t1 = self.tok.encode(cont + req.force.choices[0], special=False)
+        t2 = self.tok.encode(cont + req.force.choices[1], special=False)
+        k = _common_prefix([t1, t2])
+        if not 0 < k < min(len(t1), len(t2)):
             return
-        a = -1e9 if a is None else a
-        b = -1e9 if b is None else b
+        tokens = self.tok.encode(prompt + g.text) + t1[:k]
+        self.llm.reset()
+        self.llm.eval(tokens)
+        n_vocab = self.tok.n_vocab
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(n_vocab,))
+        lse = float(np.log(np.exp(row - row.max()).sum()) + row.max())
+        a, b = float(row[t1[k]]) - lse, float(row[t2[k]]) - lse
         m = max(a, b)
         e1, e2 = math.exp(a - m), math.exp(b - m)
         g.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
