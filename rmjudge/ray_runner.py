@@ -115,12 +115,13 @@ class EngineFactory:
 
 def list_inputs(source: str) -> list[str]:
     """The input files of `source` (file, directory or glob; local or a pyarrow URI), sorted."""
+    import pyarrow as pa
     import pyarrow.fs as pafs
 
     try:
         fs, path = pafs.FileSystem.from_uri(source)
         prefix = source.split("://", 1)[0] + "://" if "://" in source else ""  # keep the scheme
-    except (pafs.ArrowInvalid, ValueError):
+    except (pa.ArrowInvalid, ValueError):  # a plain (relative) local path
         fs, path, prefix = pafs.LocalFileSystem(), os.path.abspath(source), ""
     except Exception as exc:  # e.g. missing credentials for an object store
         raise RayRunError(f"cannot open {source}: {str(exc).splitlines()[0]}") from None
@@ -368,13 +369,13 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
     gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
     cpus = rs.cpus_per_worker or float(es.threads or 1)
-    ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0.25)
-    ds = ds.flat_map(_Chunker(files, rs.rows_per_batch, done), num_cpus=0.25)
+    ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)  # light: no CPU held back
+    ds = ds.flat_map(_Chunker(files, rs.rows_per_batch, done), num_cpus=0)
     ds = _one_batch_per_block(ds)
     with warnings.catch_warnings():  # restarts/retries have no named parameter yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         ds = ds.map_batches(
-            _JudgeWorker, batch_size=1, compute=ray.data.ActorPoolStrategy(size=rs.workers),
+            _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
             num_cpus=cpus, num_gpus=gpus,
             fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
                                    "mapping": mapping or {}, "settings": settings,
@@ -403,6 +404,15 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                       batches=n_batches + len(done), batches_done_before=len(done), judged=judged,
                       pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
                       wall_seconds=time.monotonic() - started)
+
+
+def _pool(ray, workers: int):
+    """`workers` engines, each handed one batch at a time, so batches spread over all of them
+    (a batch takes seconds to minutes; queueing more on one engine only unbalances the pool)."""
+    try:
+        return ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1)
+    except TypeError:  # older Ray
+        return ray.data.ActorPoolStrategy(size=workers)
 
 
 def _one_batch_per_block(ds):

@@ -392,7 +392,7 @@ def test_ray_runner_on_the_embedded_model(tmp_path, local_ray, model_path):
     assert rows(out, "SELECT count(*) FROM pairs WHERE verdict IS NULL") == [(0,)]
 
 
-def test_ray_input_listing_and_batches_without_ray(tmp_path):
+def test_ray_input_listing_and_batches_without_ray(tmp_path, monkeypatch):
     """The driver's file listing and the batch cutting (plain functions, no Ray needed)."""
     from rmjudge.ray_runner import ROW_STRIDE, RayRunError, _Chunker, list_inputs
 
@@ -402,6 +402,8 @@ def test_ray_input_listing_and_batches_without_ray(tmp_path):
     files = list_inputs(str(tmp_path))
     assert files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     assert list_inputs(str(tmp_path / "b.*")) == files[1:]
+    monkeypatch.chdir(tmp_path)
+    assert list_inputs("a.jsonl") == files[:1]  # relative local paths too
     with pytest.raises(RayRunError, match="input not found"):
         list_inputs(str(tmp_path / "missing.jsonl"))
     chunk = _Chunker(files, 4, done={"f00001-r001000000005-001000000008"})
