@@ -53,17 +53,23 @@ def test_shared_prefix_copies_match_a_single_sequence(engine):
     many = engine.generate([_req(3, 0.0)])[0]
     assert one.n_tokens == 12 and one.finish_reason == "length"
     assert all(g.text == one.text for g in many)
-    # llama.cpp picks matmul kernels by batch shape, so log-probs agree closely, not bitwise
+    # float rounding depends a little on the batch shape: equal at first, then close
+    assert all(abs(a - b) < 1e-3 for g in many for a, b in zip(g.token_logprobs[:3], one.token_logprobs))
     assert all(abs(a - b) < 0.3 for g in many for a, b in zip(g.token_logprobs, one.token_logprobs))
-    assert all(g.token_logprobs == many[0].token_logprobs for g in many)
     assert all(lp <= 0 for lp in one.token_logprobs)
 
 
 def test_sampling_is_seeded_per_sample_not_per_batch(engine):
+    # each sample's generator derives from (request seed, sample index) alone ...
+    _, alone = engine._plan([_req(4, 1.0, seed=11)])
+    _, mixed = engine._plan([_req(2, 0.0), _req(3, 1.0, seed=5), _req(4, 1.0, seed=11)])
+    assert [s.rng.random() for s in alone[0]] == [s.rng.random() for s in mixed[2]]
+    assert all(s.rng is None for s in mixed[0])  # greedy
+    # ... so a rerun replays the same samples, and temperature 1 gives different ones
     a = engine.generate([_req(4, 1.0, seed=11)])[0]
-    b = engine.generate([_req(2, 0.0), _req(4, 1.0, seed=11)])[1]
+    b = engine.generate([_req(4, 1.0, seed=11)])[0]
     assert [g.text for g in a] == [g.text for g in b]
-    assert len({g.text for g in a}) > 1  # temperature 1 gives different samples
+    assert len({g.text for g in a}) > 1
 
 
 def test_naive_engine_agrees_on_greedy_text(model_path, engine):
@@ -73,7 +79,7 @@ def test_naive_engine_agrees_on_greedy_text(model_path, engine):
     want = naive.generate([_req(1, 0.0, max_tokens=8)])[0][0]
     got = engine.generate([_req(1, 0.0, max_tokens=8)])[0][0]
     assert got.text == want.text
-    assert all(abs(a - b) < 0.3 for a, b in zip(got.token_logprobs, want.token_logprobs))
+    assert all(abs(a - b) < 0.05 for a, b in zip(got.token_logprobs, want.token_logprobs))
 
 
 def test_forced_verdict_reads_the_logits(engine):

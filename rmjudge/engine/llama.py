@@ -285,6 +285,11 @@ class LlamaEngine:
         p.n_threads_batch = self.threads
         if hasattr(p, "kv_unified"):
             p.kv_unified = True
+        if not self.on_gpu and hasattr(p, "flash_attn_type"):
+            # On CPU, llama.cpp's flash attention accumulates in half precision: log-probs move
+            # by up to 0.2 nats and depend on what else is in the batch. Off, they match
+            # llama.cpp's reference path and barely depend on batch composition.
+            p.flash_attn_type = l.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if hasattr(p, "no_perf"):
             p.no_perf = True
         self.ctx = l.llama_init_from_model(self.model, p)
