@@ -68,6 +68,7 @@ def run_protocol(kind: str, args) -> dict:
     return {"variant": kind, "parallel": args.parallel, "seconds": dt,
             "generated_tokens": engine.generated_tokens, "generations": gens,
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
+            "prompt_tokens": getattr(engine, "prompt_tokens_evaluated", None),
             "peak_rss_mb": _peak_rss_mb()}
 
 
@@ -200,9 +201,10 @@ def main() -> None:
 
 def _fmt(r: dict) -> str:
     pps = "-" if r.get("pairs_per_s") is None else f"{r['pairs_per_s']:.3f}"
+    pre = f" prefill={r['prompt_tokens']}" if r.get("prompt_tokens") else ""
     return (f"{r['variant']:<12} parallel={r['parallel']:<3} tok/s={r['tok_per_s']:8.1f} "
             f"pairs/s={pps:>7} tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
-            f"peak_rss={r['peak_rss_mb']:.0f}MB")
+            f"peak_rss={r['peak_rss_mb']:.0f}MB{pre}")
 
 
 if __name__ == "__main__":

@@ -239,6 +239,7 @@ class LlamaEngine:
         self._batch = None
         self._lora = None
         self._generated = 0
+        self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
         self.threads = settings.threads or os.cpu_count() or 1
         if settings.lora and not vocab_only:
             self._lora = llama_cpp.llama_adapter_lora_init(self.model, settings.lora.encode())
@@ -443,6 +444,7 @@ class LlamaEngine:
                     s.pos += take
                     s.feed = s.feed[take:]
             batch.n_tokens = n
+            self.prompt_tokens_evaluated += n - sum(1 for s in live if s.phase == "decode")
             rc = l.llama_decode(self.ctx, batch)
             if rc != 0:
                 raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
