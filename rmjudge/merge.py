@@ -269,14 +269,9 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
 def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
            overwrite: bool) -> None:
     tmp = f"{output}.merging-{os.getpid()}"
-    for p in (tmp, tmp + ".wal", tmp + ".lock"):
-        if os.path.exists(p):
-            os.remove(p)
-    store = Store(tmp)
+    store = Store.fresh(tmp, settings)
     try:
         con = store.con
-        store.set_meta("settings", settings)
-        store.set_meta("schema_version", 1)
         store.set_meta("merged_from", shards)
         aliases = [f"s{i}" for i in range(len(shards))]
         for p, a in zip(shards, aliases):

@@ -432,14 +432,9 @@ def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[
     batch_dir = os.path.join(work, "batches")
     have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
     tmp = f"{output}.assembling-{os.getpid()}"
-    for p in (tmp, tmp + ".wal", tmp + ".lock"):
-        if os.path.exists(p):
-            os.remove(p)
-    store = Store(tmp)
+    store = Store.fresh(tmp, settings)
     try:
         con = store.con
-        store.set_meta("settings", settings)
-        store.set_meta("schema_version", 1)
         dups = 0
         if have:
             glob = lambda t: "'" + os.path.join(batch_dir, "*", f"{t}.parquet").replace("'", "''") + "'"  # noqa: E731

@@ -106,6 +106,17 @@ class Store:
             "ORDER BY column_index").fetchall()]
         self.run_id: int | None = None
 
+    @classmethod
+    def fresh(cls, path: str, settings: dict) -> "Store":
+        """A new, empty store at `path` (removing leftovers) with its verdict settings set."""
+        for p in (path, path + ".wal", path + ".lock"):
+            if os.path.exists(p):
+                os.remove(p)
+        store = cls(path)
+        store.set_meta("settings", settings)
+        store.set_meta("schema_version", SCHEMA_VERSION)
+        return store
+
     # -- settings and runs ------------------------------------------------------------------
     def meta(self, key: str) -> Any:
         row = self.con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
