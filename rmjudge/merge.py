@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from rmjudge.io.readers import quote_ident
-from rmjudge.store import Store, describe_differences
+from rmjudge.store import Store, describe_differences, remove_store_files
 
 SHOW = 5  # ids or row numbers named in a message before "and N more"
 
@@ -316,9 +316,7 @@ def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
         con.execute("CHECKPOINT")
     except BaseException:
         store.close()
-        for p in (tmp, tmp + ".wal", tmp + ".lock"):
-            if os.path.exists(p):
-                os.remove(p)
+        remove_store_files(tmp)
         raise
     store.close()
     if overwrite:

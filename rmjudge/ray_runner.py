@@ -427,7 +427,7 @@ def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[
     """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`.
 
     Returns (pairs, errors, duplicates moved to errors)."""
-    from rmjudge.store import Store
+    from rmjudge.store import Store, remove_store_files
 
     batch_dir = os.path.join(work, "batches")
     have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
@@ -472,9 +472,7 @@ def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[
         con.execute("CHECKPOINT")
     except BaseException:
         store.close()
-        for p in (tmp, tmp + ".wal", tmp + ".lock"):
-            if os.path.exists(p):
-                os.remove(p)
+        remove_store_files(tmp)
         raise
     store.close()
     for p in (output + ".wal",):

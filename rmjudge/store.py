@@ -109,9 +109,7 @@ class Store:
     @classmethod
     def fresh(cls, path: str, settings: dict) -> "Store":
         """A new, empty store at `path` (removing leftovers) with its verdict settings set."""
-        for p in (path, path + ".wal", path + ".lock"):
-            if os.path.exists(p):
-                os.remove(p)
+        remove_store_files(path)
         store = cls(path)
         store.set_meta("settings", settings)
         store.set_meta("schema_version", SCHEMA_VERSION)
@@ -257,6 +255,13 @@ def _share_a(o, order: str) -> float | None:
     if o is None or o.vote_share_1 is None:
         return None
     return o.vote_share_1 if order == "ab" else 1.0 - o.vote_share_1
+
+
+def remove_store_files(path: str) -> None:
+    """Delete a store's database, write-ahead log and lock file, where present."""
+    for p in (path, path + ".wal", path + ".lock"):
+        if os.path.exists(p):
+            os.remove(p)
 
 
 def _sql_str(s: str) -> str:
