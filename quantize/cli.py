@@ -11,17 +11,30 @@
 from __future__ import annotations
 
 import sys
+from typing import Callable, NoReturn, TypeVar
 
 import click
 
-from quantize.config import (DEFAULT_QUANT, MERGE_DTYPES, OUT_TYPES, QUANT_TYPES,
-                             ConvertConfig, ExportError, LoraExportConfig, MergeConfig,
-                             QuantizeConfig, UnpackConfig, VerifyConfig)
+from quantize.config import (DEFAULT_QUANT, LORA_OUT_TYPES, MERGE_DTYPES, OUT_TYPES,
+                             QUANT_TYPES, ConvertConfig, ExportError, LoraExportConfig,
+                             MergeConfig, QuantizeConfig, UnpackConfig, VerifyConfig)
 
 
-def _fail(message: str) -> None:
+C = TypeVar("C")
+R = TypeVar("R")
+
+
+def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
+
+
+def _run(step: Callable[[C], R], make_config: Callable[[], C]) -> R:
+    """Build the step's config and run it; a user-fixable ExportError exits 2 with its message."""
+    try:
+        return step(make_config())
+    except ExportError as exc:
+        _fail(str(exc))
 
 
 def _mib(n: int) -> str:
@@ -41,10 +54,7 @@ def unpack(gguf_file: str, out_dir: str, dtype: str) -> None:
     """Write a GGUF model (e.g. the embedded judge) as a Hugging Face folder."""
     from quantize.hfio import unpack_gguf
 
-    try:
-        out = unpack_gguf(UnpackConfig(gguf_file, out_dir, dtype))
-    except ExportError as exc:
-        _fail(str(exc))
+    out = _run(unpack_gguf, lambda: UnpackConfig(gguf_file, out_dir, dtype))
     click.echo(f"wrote {out}")
 
 
@@ -58,10 +68,7 @@ def merge(base: str, adapter: str, out_dir: str, dtype: str) -> None:
     """Merge a (Q)LoRA adapter into its base; save a Hugging Face folder."""
     from quantize.merge import merge as run
 
-    try:
-        r = run(MergeConfig(base, adapter, out_dir, dtype))
-    except ExportError as exc:
-        _fail(str(exc))
+    r = _run(run, lambda: MergeConfig(base, adapter, out_dir, dtype))
     click.echo(f"merged {r.modules} LoRA modules into {r.parameters:,} parameters ({r.dtype}) "
                f"-> {r.out_dir}")
 
@@ -78,10 +85,7 @@ def convert(model_dir: str, out: str, outtype: str, pre_tokenizer: str | None,
     """Convert a Hugging Face llama/qwen2/qwen3 folder to GGUF."""
     from quantize.convert import convert as run
 
-    try:
-        r = run(ConvertConfig(model_dir, out, outtype, pre_tokenizer, name))
-    except ExportError as exc:
-        _fail(str(exc))
+    r = _run(run, lambda: ConvertConfig(model_dir, out, outtype, pre_tokenizer, name))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.type_counts.items()))
     click.echo(f"{r.path}: {r.architecture}, {r.tensors} tensors ({types}), {_mib(r.bytes)}, "
                f"pre-tokenizer {r.pre_tokenizer}, chat template "
@@ -99,10 +103,7 @@ def quantize(src: str, out: str, qtype: str, threads: int) -> None:
     """Quantize an f32/f16/bf16 GGUF with llama.cpp; report size, bpw and fallbacks."""
     from quantize.quant import quantize as run
 
-    try:
-        r = run(QuantizeConfig(src, out, qtype, threads))
-    except ExportError as exc:
-        _fail(str(exc))
+    r = _run(run, lambda: QuantizeConfig(src, out, qtype, threads))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.out.type_counts.items()))
     own = "" if r.llama_fallbacks is None else f" (llama.cpp counts {r.llama_fallbacks})"
     click.echo(f"{r.qtype}: {_mib(r.src.file_bytes)} ({r.src.bpw:.2f} bpw) -> "
@@ -116,16 +117,13 @@ def quantize(src: str, out: str, qtype: str, threads: int) -> None:
 @click.option("--base", default=None,
               help="Base model (Hugging Face folder or GGUF); default: the adapter's own.")
 @click.option("-o", "--out", required=True, help="Output GGUF LoRA file.")
-@click.option("--outtype", type=click.Choice(("f32", "f16", "bf16")), default="f32",
+@click.option("--outtype", type=click.Choice(LORA_OUT_TYPES), default="f32",
               show_default=True)
 def lora(adapter: str, base: str | None, out: str, outtype: str) -> None:
     """Export a PEFT LoRA adapter as a llama.cpp GGUF LoRA (rmjudge score --lora)."""
     from quantize.lora import export_lora
 
-    try:
-        r = export_lora(LoraExportConfig(adapter, out, base, outtype))
-    except ExportError as exc:
-        _fail(str(exc))
+    r = _run(export_lora, lambda: LoraExportConfig(adapter, out, base, outtype))
     click.echo(f"{r.path}: {r.architecture} LoRA, {r.modules} matrices, rank {r.rank}, "
                f"alpha {r.alpha:g}, {_mib(r.bytes)}")
 
@@ -145,10 +143,8 @@ def verify(hf_dir: str, ggufs: tuple[str, ...], base_gguf: str | None, lora: str
     from quantize.verify import format_table
     from quantize.verify import verify as run
 
-    try:
-        rows = run(VerifyConfig(hf_dir, ggufs, base_gguf, lora, lora_scale, prompts, threads))
-    except ExportError as exc:
-        _fail(str(exc))
+    rows = _run(run, lambda: VerifyConfig(hf_dir, ggufs, base_gguf, lora, lora_scale, prompts,
+                                          threads))
     click.echo(format_table(rows))
     bad = [r for r in rows if not r.ok]
     if bad:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OUT_TYPES = ("f32", "f16", "bf16", "q8_0")
+LORA_OUT_TYPES = ("f32", "f16", "bf16")
 QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0")
 DEFAULT_QUANT = "Q4_K_M"
 MERGE_DTYPES = ("bfloat16", "float16", "float32")
@@ -25,6 +26,23 @@ def _need_dir(path: str, what: str) -> None:
         raise ExportError(f"{what} not found: {path}")
     if not p.is_dir():
         raise ExportError(f"{what} must be a folder (Hugging Face layout), got a file: {path}")
+
+
+def _need_choice(value: str, choices: tuple[str, ...], flag: str) -> None:
+    if value not in choices:
+        raise ExportError(f"{flag} must be one of {', '.join(choices)}")
+
+
+def _need_adapter(path: str) -> None:
+    _need_dir(path, "adapter folder")
+    if not (Path(path) / "adapter_config.json").exists():
+        raise ExportError(f"{path} has no adapter_config.json: pass the folder that "
+                          "PEFT's save_pretrained wrote")
+
+
+def _need_threads(threads: int) -> None:
+    if threads < 0:
+        raise ExportError("--threads must be 0 (all cores) or more")
 
 
 def _need_file(path: str, what: str) -> None:
@@ -43,8 +61,7 @@ class UnpackConfig:
 
     def __post_init__(self) -> None:
         _need_file(self.gguf, "GGUF model")
-        if self.dtype not in MERGE_DTYPES:
-            raise ExportError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
+        _need_choice(self.dtype, MERGE_DTYPES, "--dtype")
 
 
 @dataclass(frozen=True)
@@ -58,12 +75,8 @@ class MergeConfig:
     def __post_init__(self) -> None:
         if not Path(self.base).exists():
             raise ExportError(f"base model not found: {self.base}")
-        _need_dir(self.adapter, "adapter folder")
-        if not (Path(self.adapter) / "adapter_config.json").exists():
-            raise ExportError(f"{self.adapter} has no adapter_config.json: pass the folder that "
-                              "PEFT's save_pretrained wrote")
-        if self.dtype not in MERGE_DTYPES:
-            raise ExportError(f"--dtype must be one of {', '.join(MERGE_DTYPES)}")
+        _need_adapter(self.adapter)
+        _need_choice(self.dtype, MERGE_DTYPES, "--dtype")
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,7 @@ class ConvertConfig:
 
     def __post_init__(self) -> None:
         _need_dir(self.model_dir, "model folder")
-        if self.out_type not in OUT_TYPES:
-            raise ExportError(f"--outtype must be one of {', '.join(OUT_TYPES)}")
+        _need_choice(self.out_type, OUT_TYPES, "--outtype")
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,8 @@ class QuantizeConfig:
 
     def __post_init__(self) -> None:
         _need_file(self.src, "input GGUF")
-        if self.qtype.upper() not in QUANT_TYPES:
-            raise ExportError(f"--type must be one of {', '.join(QUANT_TYPES)}")
-        if self.threads < 0:
-            raise ExportError("--threads must be 0 (all cores) or more")
+        _need_choice(self.qtype.upper(), QUANT_TYPES, "--type")
+        _need_threads(self.threads)
         if Path(self.src).resolve() == Path(self.out).resolve():
             raise ExportError("the quantized output must not overwrite its input")
 
@@ -109,14 +119,10 @@ class LoraExportConfig:
     out_type: str = field(default="f32", metadata={"help": "f32, f16 or bf16"})
 
     def __post_init__(self) -> None:
-        _need_dir(self.adapter, "adapter folder")
-        if not (Path(self.adapter) / "adapter_config.json").exists():
-            raise ExportError(f"{self.adapter} has no adapter_config.json: pass the folder that "
-                              "PEFT's save_pretrained wrote")
+        _need_adapter(self.adapter)
         if self.base is not None and not Path(self.base).exists():
             raise ExportError(f"base model not found: {self.base}")
-        if self.out_type not in ("f32", "f16", "bf16"):
-            raise ExportError("--outtype for a LoRA must be f32, f16 or bf16")
+        _need_choice(self.out_type, LORA_OUT_TYPES, "--outtype of a LoRA")
 
 
 @dataclass(frozen=True)
@@ -144,5 +150,4 @@ class VerifyConfig:
         if not self.ggufs and not self.lora:
             raise ExportError("nothing to verify: pass --gguf FILE (repeatable) and/or "
                               "--base-gguf BASE --lora ADAPTER")
-        if self.threads < 0:
-            raise ExportError("--threads must be 0 (all cores) or more")
+        _need_threads(self.threads)

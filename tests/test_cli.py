@@ -66,3 +66,32 @@ def test_bad_options_are_named():
     assert r.output == "Error: --shard must look like I/N with 0 <= I < N, got '3/3'\n"
     r = run("score", str(DATA / "pandalm_5.jsonl"), "--adaptive", "8")
     assert r.output == "Error: --adaptive K needs 1 <= K < --samples\n"
+
+
+def test_progress_is_a_plain_line_per_interval_in_a_log(capsys):
+    from rmjudge.cli.common import ProgressLine
+    from rmjudge.pipeline import Progress
+
+    p = Progress(done=3, errors=1, generations=10, parse_failures=2, generated_tokens=500)
+    log = ProgressLine(True, total=10, tty=False, log_interval=0.0)
+    log(p)
+    log(p)
+    log.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2 and all("4/10 rows" in ln and "parse fail 20%" in ln for ln in lines)
+
+    quiet_log = ProgressLine(True, total=10, tty=False, log_interval=3600.0)
+    quiet_log(p)  # the first line waits a whole interval: short runs print only their summary
+    assert capsys.readouterr().err == ""
+
+    term = ProgressLine(True, total=10, tty=True)
+    term(p)
+    term.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\r4/10 rows") and err.endswith("\n")
+
+    off = ProgressLine(False, total=10, tty=False, log_interval=0.0)
+    off(p)
+    assert capsys.readouterr().err == ""
