@@ -18,7 +18,7 @@ from rmjudge.io.mapping import Mapper, RowError
 from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
-from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.settings import JudgeSettings
 from rmjudge.store import Store
 from rmjudge.types import Pair
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import duckdb
+
 from rmjudge.engine.fake import ScriptedEngine, stage_of
 from rmjudge.prompts import completion_text
 from rmjudge.types import Generation, GenRequest, Pair
@@ -54,3 +56,12 @@ class Script:
 
 def engine(rollouts, reflect=None, **kw) -> ScriptedEngine:
     return ScriptedEngine(Script(rollouts, reflect), **kw)
+
+
+def rows(db: str, sql: str) -> list[tuple]:
+    """All rows of `sql` on a run store, opened read-only and closed again."""
+    con = duckdb.connect(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
+from helpers import rows
 from recompute import recompute_all
 
 from rmjudge import prompts
@@ -31,14 +31,6 @@ TINY = dict(samples=2, max_tokens=24, seed=3)
 @pytest.fixture(scope="module")
 def engine(model_path):
     return load_engine(EngineSettings(model=model_path, parallel=8))
-
-
-def q(db, sql):
-    con = duckdb.connect(db, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _req(n, temperature, seed=5, max_tokens=12):
@@ -96,23 +88,23 @@ def test_score_real_model_end_to_end(engine, tmp_path):
     out = str(tmp_path / "o.duckdb")
     s = score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY), output=out, limit=3)
     assert s.judged + s.errors == 3
-    assert q(out, "SELECT count(*) FROM pairs") == [(s.judged,)]
+    assert rows(out, "SELECT count(*) FROM pairs") == [(s.judged,)]
     assert recompute_all(out) == s.judged
-    n = q(out, "SELECT count(*) FROM samples WHERE stage='rollout'")[0][0]
+    n = rows(out, "SELECT count(*) FROM samples WHERE stage='rollout'")[0][0]
     assert n == s.judged * 2 * 2
     # rerun with the same seed into a fresh output: identical generations
     out2 = str(tmp_path / "o2.duckdb")
     score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY), output=out2, limit=3)
     sql = 'SELECT pair_id, "order", stage, idx, text, prediction FROM samples ORDER BY ALL'
-    assert q(out, sql) == q(out2, sql)
+    assert rows(out, sql) == rows(out2, sql)
 
 
 def test_no_forced_leaves_parse_failures_unvoted(engine, tmp_path):
     out = str(tmp_path / "o.duckdb")
     score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY, forced=False), output=out,
           limit=2)
-    rows = q(out, "SELECT prediction, verdict_source, text FROM samples")
-    for pred, source, text in rows:
+    samples = rows(out, "SELECT prediction, verdict_source, text FROM samples")
+    for pred, source, text in samples:
         parsed = prompts.parse_verdict(text, "pref")
         assert pred == parsed and source == ("generated" if parsed else None)
     assert recompute_all(out) == 2
@@ -131,10 +123,10 @@ def test_kill_9_twice_then_rerun_leaves_one_row_per_pair(model_path, tmp_path):
         p.wait()
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert q(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(5, 5)]
-    assert q(out, """SELECT count(*) FROM (SELECT pair_id, "order", stage, idx FROM samples
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(5, 5)]
+    assert rows(out, """SELECT count(*) FROM (SELECT pair_id, "order", stage, idx FROM samples
                      GROUP BY ALL HAVING count(*) > 1)""") == [(0,)]
-    assert q(out, "SELECT count(*) FROM errors") == [(0,)]
+    assert rows(out, "SELECT count(*) FROM errors") == [(0,)]
     assert recompute_all(out) == 5
 
 
@@ -160,7 +152,7 @@ def test_pair_too_long_for_the_context_is_an_error_row(model_path, tmp_path):
     out = str(tmp_path / "o.duckdb")
     s = score(str(src), small, JudgeSettings(samples=1, max_tokens=16), output=out)
     assert (s.judged, s.errors) == (1, 1)
-    (row, pid, reason), = q(out, "SELECT row_number, id, reason FROM errors")
+    (row, pid, reason), = rows(out, "SELECT row_number, id, reason FROM errors")
     assert (row, pid) == (2, "long")
     assert reason.startswith("row 2: the pair needs ")
     assert reason.endswith("more than the model's context of 512; shorten the responses or "
@@ -175,7 +167,7 @@ def test_cli_reads_stdin_and_handles_an_empty_file(model_path, tmp_path):
     r = subprocess.run(args, input=line, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "judged 1" in r.stderr and "Traceback" not in r.stderr
-    assert q(str(out), "SELECT count(*) FROM pairs") == [(1,)]
+    assert rows(str(out), "SELECT count(*) FROM pairs") == [(1,)]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(empty), "-o",

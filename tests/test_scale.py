@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from helpers import pref, refl
+from helpers import pref, refl, rows
 from test_score import length_judge
 
 from rmjudge.cli import main
@@ -49,14 +49,6 @@ def mixed_input(tmp_path) -> str:
 
 def settings(**kw):
     return JudgeSettings(**{"samples": 3, "seed": 7, **kw})
-
-
-def rows(db, sql):
-    con = duckdb.connect(db, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def run_shards(src, tmp_path, n, respond=seeded_judge, js=None, **kw) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import first_slot_response, pref, refl
+from helpers import first_slot_response, pref, refl, rows
 
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.pipeline import score
@@ -48,14 +48,6 @@ def crashing_judge(after_calls: int):
 
 def settings(**kw):
     return JudgeSettings(**{"samples": 3, "seed": 1, **kw})
-
-
-def rows(db, sql):
-    con = duckdb.connect(db, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_mixed_bad_input_judges_good_rows_and_records_every_bad_one(tmp_path):
