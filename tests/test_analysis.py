@@ -127,6 +127,33 @@ def test_greedy_baseline_beside_an_export(tmp_path):
         assert t.has_greedy and t.one("SELECT count(*) FROM greedy")[0] == 16
 
 
+@pytest.mark.parametrize("name", ["judged.duckdb", "x.parquet"])
+def test_interrupted_greedy_baseline_keeps_finished_batches(tmp_path, monkeypatch, name):
+    import rmjudge.analysis.greedy as greedy
+    from analysis_fixture import respond
+
+    monkeypatch.setattr(greedy, "BATCH_REQUESTS", 5)
+    out = build(tmp_path, name)
+
+    class Crashing(ScriptedEngine):
+        def generate(self, requests):
+            if len(self.calls) == 2:
+                raise RuntimeError("killed")
+            return super().generate(requests)
+
+    progress = []
+    with open_judged(out) as t:
+        with pytest.raises(RuntimeError):
+            run_greedy(t, Crashing(lambda req, i: respond(req, 0)),
+                       on_progress=lambda done, total: progress.append((done, total)))
+    assert progress == [(5, 16), (10, 16)]
+    with open_judged(out) as t:
+        assert t.one("SELECT count(*) FROM greedy")[0] == 10
+        g = run_greedy(t, ScriptedEngine(lambda req, i: respond(req, 0)))
+        assert (g.generated, g.reused) == (6, 10)
+        assert t.one("SELECT count(DISTINCT (pair_id, \"order\")) FROM greedy")[0] == 16
+
+
 def test_cli_eval_errors_are_one_clear_line(tmp_path):
     runner = CliRunner()
     missing = tmp_path / "nope.duckdb"

@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 import duckdb
 import orjson
@@ -76,8 +77,13 @@ def _pairs_to_run(table: JudgedTable, orders: tuple[str, ...], sha: str, max_tok
 
 
 def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None,
-               limit: int | None = None) -> GreedySummary:
-    """Generate the missing greedy rollouts of `table`'s labelled pairs and store them."""
+               limit: int | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> GreedySummary:
+    """Generate the missing greedy rollouts of `table`'s labelled pairs and store them.
+
+    Results are stored after every batch of `BATCH_REQUESTS` pair-orders, so an interrupted run
+    keeps what it generated and a rerun goes on from there. `on_progress(done, total)` is called
+    after each batch, with pair-orders generated so far and to generate in this call."""
     js = settings or run_settings(table)
     stored = table.meta.get("settings") or {}
     want_sha = stored.get("model_sha256")
@@ -88,6 +94,7 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             "--lora) as the scoring run, so the greedy row compares like with like")
     suffix = js.prompt_suffix if js.prompt_suffix is not None else engine.info.prompt_suffix
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
+    target = greedy_target(table)
     rows: list[list] = []
     failures = 0
     for start in range(0, len(todo), BATCH_REQUESTS):
@@ -109,8 +116,13 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
                          to_letter(job.order, smp.prediction) or "error", smp.verdict_source,
                          smp.confidence, smp.tokens, smp.finish_reason, engine.info.sha256,
                          js.max_tokens])
-    target = greedy_target(table)
-    _write(table, target, rows)
+        # Cumulative rows: INSERT OR REPLACE makes rewriting earlier batches harmless, and an
+        # export's sidecar file is rewritten whole each time.
+        _write(table, target, rows)
+        if on_progress:
+            on_progress(len(rows), len(todo))
+    if not todo:
+        _write(table, target, rows)
     return GreedySummary(len(rows), reused, failures, target)
 
 

@@ -79,7 +79,8 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
                 from rmjudge.engine import load_engine
 
                 engine = engine or load_engine(es, kind=engine_kind)
-                g = run_greedy(t, engine)
+                g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
+                    f"greedy baseline: {done}/{total} pair-orders", err=True))
                 click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
                            f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
                            err=True)
