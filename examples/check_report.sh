@@ -25,6 +25,6 @@ profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 "$browser" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$profile" --screenshot="$shot" --window-size=1200,3000 \
+  --user-data-dir="$profile" --screenshot="$shot" --window-size=1200,6000 \
   "file://$(realpath "$html")" 2>/dev/null
 echo "screenshot of $html -> $shot"
