@@ -66,6 +66,24 @@ def test_eval_matches_hand_computed_figures(judged):
     assert any("shortcut" in n for n in res.notes)
 
 
+def test_eval_tables_drop_small_groups_to_fit_the_width(judged):
+    from rmjudge.analysis.metrics import render
+
+    with open_judged(judged) as t:
+        res = evaluate(t, EvalSettings(resamples=50))
+    full = render(res)
+    assert "subset=x" not in full and "x (4)" in full and "y (4)" in full
+    table_rows = [ln for ln in full.splitlines()
+                  if ln.startswith(("first rollout", "majority vote", "ReflectRM"))]
+    widest = max(len(ln) for ln in table_rows)
+    narrow = render(res, width=widest - 1)  # one group less fits
+    assert ("x (4)" in narrow) != ("y (4)" in narrow)
+    assert "(1 smaller groups not shown" in narrow
+    tiny = render(res, width=10)  # nothing fits: the overall column stays
+    assert "overall (8)" in tiny and "x (4)" not in tiny and "y (4)" not in tiny
+    assert render(res, width=widest) == full
+
+
 def test_eval_reads_parquet_and_jsonl_exports_alike(tmp_path, judged):
     with open_judged(judged) as t:
         ref = evaluate(t, EvalSettings(resamples=50)).as_dict()

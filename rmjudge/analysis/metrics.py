@@ -257,10 +257,23 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
-def render(res: EvalResult, max_groups: int = 8) -> str:
-    """Terminal tables shaped like the paper's Tables 1 (accuracy) and 5 (consistency)."""
-    shown = [res.groups[0]] + sorted(res.groups[1:], key=lambda g: -g[2])[:max_groups]
+def render(res: EvalResult, max_groups: int = 8, width: int | None = None) -> str:
+    """Terminal tables shaped like the paper's Tables 1 (accuracy) and 5 (consistency).
+
+    Columns are the overall figures and the `max_groups` largest groups; with `width`, fewer
+    groups (largest first) so that the tables fit that many characters, overall always shown."""
+    by_size = sorted(res.groups[1:], key=lambda g: -g[2])
+    k = max(0, max_groups)
+    while True:
+        text, table_width = _render(res, [res.groups[0]] + by_size[:k])
+        if width is None or table_width <= width or k == 0:
+            return text
+        k -= 1
+
+
+def _render(res: EvalResult, shown: list) -> tuple[str, int]:
     lines = [f"{res.path}: {res.n_labelled} labelled of {res.n_pairs} pairs", ""]
+    widest = 0
 
     def table(title: str, metric: str, systems: list[str]) -> None:
         grid = [[""] + [f"{t[:14]} ({n})" for _, t, n in shown]]
@@ -275,11 +288,13 @@ def render(res: EvalResult, max_groups: int = 8) -> str:
                 else:
                     row.append(_pct(st.value))
             grid.append(row)
+        nonlocal widest
         widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
         lines.append(title)
         for r in grid:
             lines.append("  ".join([r[0].ljust(widths[0])]
                                    + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
+            widest = max(widest, len(lines[-1]))
         lines.append("")
 
     level = int(round(100 * res.settings["level"]))
@@ -301,4 +316,4 @@ def render(res: EvalResult, max_groups: int = 8) -> str:
         lines.append(f"  ({hidden} smaller groups not shown; --max-groups N or --json for all)")
     for n in res.notes:
         lines.append(f"note: {n}")
-    return "\n".join(lines)
+    return "\n".join(lines), widest

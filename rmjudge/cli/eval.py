@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+
 import click
 
 from rmjudge.cli.common import ProgressLine, fail
@@ -17,8 +20,9 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @click.option("--by", "group_by", multiple=True, metavar="COLUMN",
               help="Break results down by this passthrough column (repeatable; default: "
               "source and subset when present).")
-@click.option("--max-groups", default=8, show_default=True,
-              help="Groups shown per table in the terminal (--json has all).")
+@click.option("--max-groups", type=int, default=None,
+              help="Groups shown per table (default: on a terminal as many of the 8 largest as "
+              "fit its width, else 8; --json has all).")
 @click.option("--resamples", default=1000, show_default=True,
               help="Bootstrap resamples for the 95% intervals (0: none).")
 @click.option("--bootstrap-seed", default=0, show_default=True)
@@ -30,7 +34,7 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @judge_options
 @engine_options
 def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[str, ...],
-            max_groups: int, resamples: int, bootstrap_seed: int, output: str | None,
+            max_groups: int | None, resamples: int, bootstrap_seed: int, output: str | None,
             limit: int | None, **kw) -> None:
     """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
     labels: accuracy per order, positional consistency and final-verdict accuracy, overall and
@@ -90,4 +94,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     if as_json:
         click.echo(orjson.dumps(res.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render(res, max_groups=max_groups))
+        width = None
+        if max_groups is None and sys.stdout.isatty():
+            width = shutil.get_terminal_size().columns
+        click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
