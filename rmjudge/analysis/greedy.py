@@ -95,13 +95,15 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
     suffix = js.prompt_suffix if js.prompt_suffix is not None else engine.info.prompt_suffix
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)
-    rows: list[list] = []
-    failures = 0
+    done = failures = 0
+    if not todo:
+        _write(table, target, [])  # the (empty) greedy table exists after a call
     for start in range(0, len(todo), BATCH_REQUESTS):
         chunk = todo[start:start + BATCH_REQUESTS]
         jobs = [PairOrderJob(p, o, js, suffix) for p, o in chunk]
         reqs = [dataclasses.replace(j.rollout_request(1), temperature=0.0, top_p=1.0, n=1)
                 for j in jobs]
+        rows: list[list] = []
         for job, gens in zip(jobs, engine.generate(reqs)):
             g = gens[0]
             if g.finish_reason == "error":
@@ -116,14 +118,11 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
                          to_letter(job.order, smp.prediction) or "error", smp.verdict_source,
                          smp.confidence, smp.tokens, smp.finish_reason, engine.info.sha256,
                          js.max_tokens])
-        # Cumulative rows: INSERT OR REPLACE makes rewriting earlier batches harmless, and an
-        # export's sidecar file is rewritten whole each time.
-        _write(table, target, rows)
+        _write(table, target, rows)  # adds to what is stored, so a crash keeps earlier batches
+        done += len(rows)
         if on_progress:
-            on_progress(len(rows), len(todo))
-    if not todo:
-        _write(table, target, rows)
-    return GreedySummary(len(rows), reused, failures, target)
+            on_progress(done, len(todo))
+    return GreedySummary(done, reused, failures, target)
 
 
 def _ddl() -> str:
