@@ -6,6 +6,8 @@ message says how. The CLI prints it without a traceback.
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +18,7 @@ DEFAULT_QUANT = "Q4_K_M"
 MERGE_DTYPES = ("bfloat16", "float16", "float32")
 
 
-class ExportError(Exception):
+class ExportError(UserError):
     """An export step cannot proceed; the message says how to fix the input or options."""
 
 

@@ -16,6 +16,8 @@ renumbering run ids (old ids are mapped per shard; `runs.merged_from` names the 
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import fcntl
 import os
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from rmjudge.store import Store, describe_differences, remove_store_files
 SHOW = 5  # ids or row numbers named in a message before "and N more"
 
 
-class MergeError(Exception):
+class MergeError(UserError):
     """The shards cannot be merged as asked; the message says why and how to fix it."""
 
 

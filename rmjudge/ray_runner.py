@@ -26,6 +26,8 @@ visible to every node (a shared filesystem). Row numbers: with one input file th
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import io
 import os
 import shutil
@@ -47,7 +49,7 @@ ROW_STRIDE = 10**9
 INPUT_EXTENSIONS = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv")
 
 
-class RayRunError(Exception):
+class RayRunError(UserError):
     """The Ray run cannot go on as asked; the message says how to fix it."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
@@ -9,7 +11,7 @@ Orders = Literal["both", "ab"]
 Inconsistent = Literal["tie", "drop", "confident"]
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError, ValueError):
     """A setting is out of range; the message names the option and the allowed values."""
 
 

@@ -12,6 +12,8 @@ Passthrough input columns become VARCHAR columns of `pairs` (non-string values J
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import fcntl
 import os
 from datetime import datetime, timezone
@@ -55,7 +57,7 @@ RUN_COLUMNS = [
 ]
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """The output cannot be used as asked; the message names the fix."""
 
 

@@ -10,6 +10,8 @@ process died mid-write) is ignored and that item is sampled again.
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import orjson
 
 
-class CacheError(Exception):
+class CacheError(UserError):
     """The cache cannot be used as asked; the message says how to fix it."""
 
 

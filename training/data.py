@@ -21,6 +21,8 @@ Every random choice is seeded from (seed, item id), so the output is reproducibl
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import math
 import random
 from dataclasses import asdict, dataclass, field
@@ -38,7 +40,7 @@ from training.cache import CachedRollouts, RolloutCache
 from training.rollouts import Item, RolloutSource
 
 
-class DataError(Exception):
+class DataError(UserError):
     """The data cannot be built as asked; the message says how to fix it."""
 
 

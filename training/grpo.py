@@ -18,6 +18,8 @@ split sizes, final metrics and the greedy evaluation).
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -34,7 +36,7 @@ from training.hf import ModelSource, load_base, load_tokenizer, materialize, ren
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
-class TrainError(Exception):
+class TrainError(UserError):
     """Training cannot run as asked; the message says how to fix it."""
 
 

@@ -14,6 +14,8 @@ engine generates it. Completions are cut after the first `</Result>` (the engine
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from rmjudge.prompts import ASSISTANT_PREFIX, STOP, suffix_for_model
 from rmjudge.types import Message
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(UserError):
     """The base model cannot be loaded as asked; the message says how to fix it."""
 
 

@@ -8,6 +8,8 @@ one), with the store's column types whatever the file format, so every analysis 
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import os
 from dataclasses import dataclass, field
 
@@ -26,7 +28,7 @@ GREEDY_COLUMNS = [
 _TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS}
 
 
-class TableError(Exception):
+class TableError(UserError):
     """The path is not a judged table that can be read; the message says how to fix it."""
 
 

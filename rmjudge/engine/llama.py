@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from rmjudge.engine.base import ModelInfo
+from rmjudge.engine.chat import ChatTemplate, TemplateError
 from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
 from rmjudge.prompts import suffix_for_model
 from rmjudge.settings import EngineSettings, JudgeSettings
@@ -117,7 +118,10 @@ def read_model_info(path: str) -> ModelInfo:
 
 
 class Tokenizer:
-    """Chat-template rendering (Jinja, from the GGUF) and llama.cpp tokenization."""
+    """Chat-template rendering (`ChatTemplate`, from the GGUF) and llama.cpp tokenization.
+
+    The template's own text is tokenized with special-token parsing, the data's text without,
+    so control-token strings inside prompts or responses stay text."""
 
     def __init__(self, llama_cpp, model, info: ModelInfo):
         self.l = llama_cpp
@@ -125,30 +129,32 @@ class Tokenizer:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.bos = self.piece(llama_cpp.llama_vocab_bos(self.vocab), special=True)
         self.eos = self.piece(llama_cpp.llama_vocab_eos(self.vocab), special=True)
-        self._template = None
-        if info.chat_template:
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-            def raise_exception(message):
-                raise ModelError(f"the model's chat template failed: {message}")
-
-            env.globals["raise_exception"] = raise_exception
-            self._template = env.from_string(info.chat_template)
+        self.template = ChatTemplate(info.chat_template, self.bos, self.eos)
 
     def render(self, messages, assistant_prefix: str) -> str:
-        if self._template is not None:
-            text = self._template.render(messages=list(messages), add_generation_prompt=True,
-                                         bos_token=self.bos, eos_token=self.eos)
-        else:  # no template in the GGUF: a plain transcript
-            text = "".join(f"{m['role'].capitalize()}: {m['content']}\n\n" for m in messages)
-            text += "Assistant: "
-        return text + assistant_prefix
+        try:
+            return self.template.render(messages, assistant_prefix)
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
+
+    def encode_prompt(self, messages, assistant_prefix: str) -> list[int]:
+        """Token ids of a chat prompt: template pieces parse special tokens, data pieces not."""
+        try:
+            pieces = self.template.segments(messages, assistant_prefix)
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
+        ids: list[int] = []
+        for i, (text, is_template) in enumerate(pieces):
+            ids += self._tokenize(text, add_bos=i == 0 and not (self.bos and text.startswith(self.bos)),
+                                  special=is_template)
+        return ids
 
     def encode(self, text: str, special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
         add_bos = special and not (self.bos and text.startswith(self.bos))
+        return self._tokenize(text, add_bos=add_bos, special=special)
+
+    def _tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:
+        data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (self.l.llama_token * cap)()
         n = self.l.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
@@ -173,7 +179,7 @@ class Tokenizer:
         return bool(self.l.llama_vocab_is_eog(self.vocab, token))
 
     def prompt_tokens(self, req: GenRequest) -> list[int]:
-        return self.encode(self.render(req.messages, req.assistant_prefix))
+        return self.encode_prompt(req.messages, req.assistant_prefix)
 
 
 # -- scheduling structures ------------------------------------------------------------------

@@ -8,6 +8,8 @@ Nothing reads the whole file into memory.
 
 from __future__ import annotations
 
+from rmjudge.errors import UserError
+
 import csv
 import io
 import os
@@ -20,7 +22,7 @@ import orjson
 RAW_LIMIT = 500  # characters of an offending row kept in `errors.raw`
 
 
-class InputError(Exception):
+class InputError(UserError):
     """The input as a whole cannot be read; the message says how to fix it."""
 
 
