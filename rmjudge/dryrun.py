@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmjudge import cache
-from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.io.intake import Intake, RowFailure
+from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import read_rows
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -83,7 +84,7 @@ def _hms(seconds: float) -> str:
 
 
 def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
-            limit: int | None = None) -> DryRunReport:
+            limit: int | None = None, mapper: Mapper | None = None) -> DryRunReport:
     from rmjudge.engine.llama import LlamaEngine
     from rmjudge.protocol import PairOrderJob
 
@@ -91,8 +92,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     suffix = engine.info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
     context = min(es.n_ctx or engine.info.n_ctx_train, engine.info.n_ctx_train)
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
-    mapper = Mapper(mapping or {}, seed=js.seed)
-    seen: set[str] = set()
+    intake = Intake(read_rows(source), mapper or Mapper(mapping or {}, seed=js.seed), limit=limit)
     orders = len(js.order_list)
 
     def error(msg: str) -> None:
@@ -100,33 +100,23 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         if len(rep.error_examples) < 5:
             rep.error_examples.append(msg)
 
-    for raw in read_rows(source):
-        if limit is not None and rep.rows >= limit:
-            break
-        rep.rows += 1
-        if raw.obj is None:
-            error(raw.error or "unreadable row")
+    for pair in intake:
+        rep.rows = intake.rows_read
+        if isinstance(pair, RowFailure):
+            error(pair.reason)
             continue
-        try:
-            pair = mapper.to_pair(raw.row_number, raw.obj)
-        except RowError as exc:
-            error(f"row {raw.row_number}: {exc}")
-            continue
-        if pair.id in seen:
-            error(f"row {raw.row_number}: duplicate id {pair.id!r}")
-            continue
-        seen.add(pair.id)
         # Both orders hold the same text, so one tokenization counts for both.
         req = PairOrderJob(pair, "ab", js, suffix).rollout_request(js.samples)
         n = engine.count_tokens([req])[0]
         if n + js.max_tokens + 24 > context:
             rep.too_long += 1
-            error(f"row {raw.row_number}: {n} prompt tokens + {js.max_tokens} to generate exceed "
+            error(f"row {pair.row_number}: {n} prompt tokens + {js.max_tokens} to generate exceed "
                   f"the context of {context}")
             continue
         rep.pairs += 1
         rep.prompt_tokens += n
         rep.max_prompt_tokens = max(rep.max_prompt_tokens, n)
+    rep.rows = intake.rows_read
     first = js.adaptive or js.samples
     rep.generations_min = rep.pairs * orders * first
     per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)

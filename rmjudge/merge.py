@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from rmjudge.errors import UserError
 
-import fcntl
 import os
 from dataclasses import dataclass, field
 
 import orjson
 
-from rmjudge.io.readers import quote_ident
-from rmjudge.store import Store, describe_differences, remove_store_files
+from rmjudge.sql import quote_ident
+from rmjudge.store import NewStore, check_not_busy, describe_differences, is_rmjudge_store
 
 SHOW = 5  # ids or row numbers named in a message before "and N more"
 
@@ -65,19 +64,6 @@ def _listing(items: list) -> str:
     return shown + (f" and {len(items) - SHOW} more" if len(items) > SHOW else "")
 
 
-def _check_not_being_written(path: str) -> None:
-    lock = path + ".lock"
-    if not os.path.exists(lock):
-        return
-    with open(lock, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise MergeError(f"{path} is still being written by an rmjudge process; wait for "
-                             "it to finish") from None
-        fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def merge(shards: list[str], output: str, *, input: str | None = None,
           mapping: dict[str, str] | None = None, overwrite: bool = False,
           allow_incomplete: bool = False) -> MergeReport:
@@ -95,7 +81,10 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
     for p in shards:
         if not os.path.isfile(p):
             raise MergeError(f"shard file not found: {p}")
-        _check_not_being_written(p)
+        if not is_rmjudge_store(p):
+            raise MergeError(f"{p} is not an rmjudge run store; pass the .duckdb files written "
+                             "by rmjudge score")
+        check_not_busy(p)
     if os.path.exists(output) and not overwrite:
         raise MergeError(f"{output} exists; use --overwrite to replace it or -o to write elsewhere")
 
@@ -116,6 +105,9 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
                                             settings.get("seed", 0), report)
         if report.problems and not allow_incomplete:
             return report
+    except duckdb.Error as exc:
+        raise MergeError(f"cannot read the shards ({str(exc).splitlines()[0]}); are they run "
+                         "stores written by rmjudge score (and not damaged)?") from None
     finally:
         con.close()
     _write(shards, output, settings, report, overwrite)
@@ -135,7 +127,14 @@ def _check_settings(con, shards: list[str], aliases: list[str]) -> dict:
         if row is None:
             raise MergeError(f"{p} has no recorded settings (no run started); drop it from the "
                              "merge or rerun its shard")
-        found.append(orjson.loads(row[0]))
+        try:
+            value = orjson.loads(row[0])
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise MergeError(f"{p} has malformed recorded settings (meta key 'settings' is not "
+                             "a JSON object); rerun its shard into a fresh output")
+        found.append(value)
     first = found[0]
     for p, s in zip(shards[1:], found[1:]):
         if s != first:
@@ -217,9 +216,9 @@ def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
 def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
                  report: MergeReport) -> list[str]:
     """Every input row in exactly one shard's pairs or errors, with the id the input gives."""
-    from rmjudge.io.mapping import Mapper, RowError
+    from rmjudge.io.intake import Intake, RowFailure, in_shard
+    from rmjudge.io.mapping import Mapper
     from rmjudge.io.readers import InputError, read_rows
-    from rmjudge.pipeline import in_shard
 
     recorded: dict[int, str | None] = dict(con.execute(
         f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
@@ -233,15 +232,11 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
     mismatched: list[int] = []
     seen_rows: set[int] = set()
     try:
-        for raw in read_rows(source):
-            rn = raw.row_number
+        for item in Intake(read_rows(source), mapper):
+            rn = item.row_number
             seen_rows.add(rn)
-            pid = None
-            if raw.obj is not None:
-                try:
-                    pid = mapper.to_pair(rn, raw.obj).id
-                except RowError:
-                    pid = None
+            pid = item.id if not isinstance(item, RowFailure) or "duplicate id" in item.reason \
+                else None
             if rn in recorded:
                 if pid is not None and recorded[rn] != pid:
                     mismatched.append(rn)
@@ -270,63 +265,13 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
 
 def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
            overwrite: bool) -> None:
-    tmp = f"{output}.merging-{os.getpid()}"
-    store = Store.fresh(tmp, settings)
+    new = NewStore(output, settings, overwrite=overwrite)
     try:
-        con = store.con
-        store.set_meta("merged_from", shards)
-        aliases = [f"s{i}" for i in range(len(shards))]
-        for p, a in zip(shards, aliases):
-            con.execute(f"ATTACH {_sql_str(p)} AS {quote_ident(a)} (READ_ONLY)")
-        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS merged_from VARCHAR")
-        con.execute("CREATE TEMP TABLE run_map (shard_index INTEGER, old_id INTEGER, new_id INTEGER)")
-        con.execute("BEGIN TRANSACTION")
-        next_id = 1
-        for i, (p, a) in enumerate(zip(shards, aliases)):
-            qa = quote_ident(a)
-            old = [r[0] for r in con.execute(f"SELECT run_id FROM {qa}.runs ORDER BY run_id").fetchall()]
-            con.executemany("INSERT INTO run_map VALUES (?, ?, ?)",
-                            [[i, o, next_id + k] for k, o in enumerate(old)])
-            next_id += len(old)
-            cols = [r[0] for r in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
-                "table_name = 'pairs' ORDER BY column_index", [a]).fetchall()]
-            store._ensure_columns(cols)
-            run_cols = [r[0] for r in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
-                "table_name = 'runs' ORDER BY column_index", [a]).fetchall()]
-            run_sel = ", ".join(quote_ident(c) for c in run_cols if c not in ("run_id", "merged_from"))
-            con.execute(f"""
-                INSERT INTO runs BY NAME
-                SELECT m.new_id AS run_id, {run_sel}, {_sql_str(p)} AS merged_from
-                FROM {qa}.runs r JOIN run_map m ON m.shard_index = {i} AND m.old_id = r.run_id""")
-            for table in ("pairs", "errors"):
-                con.execute(f"""
-                    INSERT INTO {table} BY NAME
-                    SELECT t.* REPLACE (m.new_id AS run_id)
-                    FROM {qa}.{table} t LEFT JOIN run_map m
-                      ON m.shard_index = {i} AND m.old_id = t.run_id""")
-            con.execute(f"INSERT INTO samples BY NAME SELECT * FROM {qa}.samples")
-        con.execute("COMMIT")
-        q = con.execute
-        report.pairs = q("SELECT count(*) FROM pairs").fetchone()[0]
-        report.errors = q("SELECT count(*) FROM errors").fetchone()[0]
-        report.samples = q("SELECT count(*) FROM samples").fetchone()[0]
-        report.runs = q("SELECT count(*) FROM runs").fetchone()[0]
-        for a in aliases:
-            con.execute(f"DETACH {quote_ident(a)}")
-        con.execute("CHECKPOINT")
+        new.store.set_meta("merged_from", shards)
+        counts = new.store.import_stores(shards)
     except BaseException:
-        store.close()
-        remove_store_files(tmp)
+        new.discard()
         raise
-    store.close()
-    if overwrite:
-        for p in (output + ".wal",):
-            if os.path.exists(p):
-                os.remove(p)
-    os.replace(tmp, output)
-    for p in (tmp + ".wal", tmp + ".lock"):
-        if os.path.exists(p):
-            os.remove(p)
+    new.install()
+    report.pairs, report.errors, report.samples, report.runs = counts
     report.output = output

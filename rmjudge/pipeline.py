@@ -7,23 +7,31 @@ an earlier run of the same output already judged, commits results in small chunk
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from rmjudge import __version__
-from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.errors import EXIT_INTERRUPTED, UserError
+from rmjudge.io.intake import Intake, RowFailure, input_identity
+from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
 from rmjudge.settings import JudgeSettings
-from rmjudge.store import Store
+from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, output_format,
+                           sidecar, store_path)
 from rmjudge.types import Pair
 
 COMMIT_EVERY_PAIRS = 8
 COMMIT_EVERY_SECONDS = 20.0
+
+
+class Interrupted(UserError):
+    """Ctrl-C during a run: what was judged is saved; the message says how to resume."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 def default_output(source: str) -> str:
@@ -35,18 +43,30 @@ def default_output(source: str) -> str:
     return f"{stem}.judged.duckdb"
 
 
-def output_format(out: str) -> str:
-    lower = out.lower()
-    if lower.endswith(".parquet"):
-        return "parquet"
-    if lower.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return "duckdb"
+def check_output(source: str, out: str) -> None:
+    """Everything about the output that can be refused before a model loads: the input itself,
+    a file rmjudge did not create, a store another run is writing."""
+    from rmjudge.store import check_not_busy, check_writable_target
+
+    check_output_is_not_input(source, out)
+    db = store_path(out)
+    check_not_busy(db)
+    check_writable_target(db)
 
 
-def store_path(out: str) -> str:
-    """The DuckDB file that holds the run (the output itself, or a sidecar for Parquet/JSONL)."""
-    return out if output_format(out) == "duckdb" else out + ".work.duckdb"
+def check_output_is_not_input(source: str, out: str) -> None:
+    """Refuse an output (or a file it writes) that is the input itself."""
+    if source == "-":
+        return
+    duck = split_duckdb_source(source)
+    src = os.path.realpath(duck[0] if duck else source)
+    written = [out, store_path(out)]
+    if output_format(out) != "duckdb":
+        written += [sidecar(out, "samples"), sidecar(out, "errors")]
+    for w in written:
+        if os.path.realpath(w) == src:
+            raise StoreError(f"the output {out} would overwrite the input {source}; choose "
+                             "another -o")
 
 
 @dataclass
@@ -121,6 +141,7 @@ def score(
     *,
     output: str | None = None,
     mapping: dict[str, str] | None = None,
+    mapper: Mapper | None = None,
     overwrite: bool = False,
     limit: int | None = None,
     shard: tuple[int, int] | None = None,
@@ -128,136 +149,130 @@ def score(
     on_progress: Callable[[Progress], None] | None = None,
     command: str | None = None,
 ) -> Summary:
+    """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
+    `mapping` of --map) turns rows into pairs."""
     out = output or default_output(source)
     fmt = output_format(out)
-    db = store_path(out)
+    check_output_is_not_input(source, out)
     rows: Iterator[RawRow] = read_rows(source)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
-    if overwrite:
-        for p in (db, db + ".wal"):
-            if os.path.exists(p):
-                os.remove(p)
-    store = Store(db)
+    store = Store(store_path(out), overwrite=overwrite)
     try:
-        return _score(store, first, rows, engine, js, out, fmt, source, mapping or {}, limit,
-                      shard, commit_every, on_progress, command)
+        return _score(store, first, rows, engine, js, out, fmt, source,
+                      mapper or Mapper(mapping or {}, seed=js.seed), limit, shard, commit_every,
+                      on_progress)
     finally:
         store.close()
 
 
-def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
-    """Stable partition: shard (i, n) owns the keys whose hash is i modulo n."""
-    if shard is None:
-        return True
-    i, n = shard
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % n == i
-
-
-def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, limit, shard,
-           commit_every, on_progress, command) -> Summary:
-    store.check_settings(verdict_settings(js, engine.info))
+def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
+           commit_every, on_progress) -> Summary:
+    settings = verdict_settings(js, engine.info)
+    store.check_settings(settings)
+    store.check_input(input_identity(source, first))
     info = engine.info
     store.start_run({
         "version": __version__, "model_path": info.path, "model_sha256": info.sha256,
         "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-        "settings": str(verdict_settings(js, info)), "input": source,
+        "settings": settings, "input": source,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
     })
-    done = store.done_ids()
-    mapper = Mapper(mapping, seed=js.seed)
     prog = Progress()
     pending_errors: list[dict] = []
-    seen: dict[str, int] = {}
     error_reasons: dict[str, int] = {}
+    stream = rows if first is None else _chain(first, rows)
+    intake = Intake(stream, mapper, shard=shard, limit=limit, done=store.done_ids())
 
-    def add_error(row_number: int, reason: str, raw: str | None, pid: str | None = None) -> None:
-        pending_errors.append({"row_number": row_number, "id": pid, "reason": reason, "raw": raw})
+    def add_error(f: RowFailure) -> None:
+        pending_errors.append(f.as_error())
         prog.errors += 1
-        k = _reason_kind(reason)
+        k = _reason_kind(f.reason)
         error_reasons[k] = error_reasons.get(k, 0) + 1
 
     def pairs() -> Iterator[Pair]:
-        stream = rows if first is None else _chain(first, rows)
-        for raw in stream:
-            if limit is not None and prog.rows_read >= limit:
-                return
-            prog.rows_read += 1
-            if raw.obj is None:
-                if in_shard(f"row:{raw.row_number}", shard):
-                    add_error(raw.row_number, raw.error or "unreadable row", raw.raw)
-                continue
-            try:
-                pair = mapper.to_pair(raw.row_number, raw.obj)
-            except RowError as exc:
-                if in_shard(f"row:{raw.row_number}", shard):
-                    add_error(raw.row_number, f"row {raw.row_number}: {exc}", _raw(raw.obj),
-                              _maybe_id(raw.obj))
-                continue
-            if not in_shard(pair.id, shard):
-                continue
-            if pair.id in seen:
-                add_error(raw.row_number, f"row {raw.row_number}: duplicate id {pair.id!r} "
-                          f"(first seen on row {seen[pair.id]}); give each pair a unique id",
-                          _raw(raw.obj), pair.id)
-                continue
-            seen[pair.id] = raw.row_number
-            if pair.id in done:
-                prog.skipped += 1
-                continue
-            yield pair
+        for item in intake:
+            prog.rows_read = intake.rows_read
+            prog.skipped = intake.skipped
+            if isinstance(item, RowFailure):
+                add_error(item)
+            else:
+                yield item
+        prog.rows_read = intake.rows_read
+        prog.skipped = intake.skipped
 
     judge = Judge(engine, js)
     batch: list[PairResult] = []
     last_commit = time.monotonic()
     counts = _Counts()
-    for item in judge.run(pairs()):
-        if isinstance(item, Failure):
-            add_error(item.pair.row_number, f"row {item.pair.row_number}: {item.reason}", None,
-                      item.pair.id)
-        else:
-            batch.append(item)
-            counts.add(item)
-            prog.done += 1
-            prog.generations = counts.generations
-            prog.parse_failures = counts.parse_failures
-            prog.flips = counts.flips
-        prog.generated_tokens = engine.generated_tokens
-        if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
-            store.commit(batch, pending_errors)
-            batch, pending_errors = [], []
-            last_commit = time.monotonic()
-        if on_progress:
-            on_progress(prog)
-    store.commit(batch, pending_errors)
-    store.finish_run(pairs_judged=prog.done, errors=prog.errors,
-                     generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
-                     status="finished")
+    try:
+        for item in judge.run(pairs()):
+            if isinstance(item, Failure):
+                add_error(RowFailure(item.pair.row_number,
+                                     f"row {item.pair.row_number}: {item.reason}", None,
+                                     item.pair.id))
+            else:
+                batch.append(item)
+                counts.add(item)
+                prog.done += 1
+                prog.generations = counts.generations
+                prog.parse_failures = counts.parse_failures
+                prog.flips = counts.flips
+            prog.generated_tokens = engine.generated_tokens
+            if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
+                store.commit(batch, pending_errors)
+                batch, pending_errors = [], []
+                last_commit = time.monotonic()
+            if on_progress:
+                on_progress(prog)
+        store.commit(batch, pending_errors)
+        batch, pending_errors = [], []
+        files = [out] if fmt == "duckdb" else store.export(out, fmt)
+    except KeyboardInterrupt:
+        saved = _save_what_is_done(store, batch, pending_errors)
+        _end_run(store, prog, engine, INTERRUPTED)
+        n = store.con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        raise Interrupted(
+            f"interrupted: {n} judged pairs are saved in {store.path}"
+            + ("" if saved else " (the last few were lost)")
+            + "; rerun the same command to resume") from None
+    except BaseException:
+        _save_what_is_done(store, batch, pending_errors)
+        _end_run(store, prog, engine, FAILED)
+        raise
+    _end_run(store, prog, engine, FINISHED)
     if prog.done and hasattr(engine, "on_gpu"):
         from rmjudge.dryrun import record_throughput, throughput_key
         from rmjudge.engine.llama import device_name
 
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
                           counts.generations, prog.elapsed)
-    files = [out] if fmt == "duckdb" else store.export(out, fmt)
     return counts.summary(store, out, files, prog, error_reasons)
+
+
+def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict]) -> bool:
+    """Commit what a stopping run holds in memory; False when that write failed too."""
+    if not batch and not errors:
+        return True
+    try:
+        store.commit(batch, errors)
+        return True
+    except Exception:
+        return False
+
+
+def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
+    try:
+        store.finish_run(pairs_judged=prog.done, errors=prog.errors,
+                         generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
+                         status=status)
+    except Exception:
+        if status == FINISHED:
+            raise
 
 
 def _chain(first: RawRow, rest: Iterator[RawRow]) -> Iterator[RawRow]:
     yield first
     yield from rest
-
-
-def _raw(obj: dict) -> str:
-    import orjson
-
-    from rmjudge.io.readers import _clip
-
-    return _clip(orjson.dumps(obj, default=str))
-
-
-def _maybe_id(obj: dict) -> str | None:
-    v = obj.get("id")
-    return None if v is None else str(v)
 
 
 class _Counts:

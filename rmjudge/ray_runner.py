@@ -42,7 +42,6 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge import __version__
-from rmjudge.io.readers import quote_ident
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
@@ -242,9 +241,9 @@ class _JudgeWorker:
                 "seconds": seconds}
 
     def _batch(self, key: str, rows: list) -> tuple[int, int]:
-        from rmjudge.io.mapping import RowError
+        from rmjudge.io.intake import Intake, RowFailure
+        from rmjudge.io.readers import RawRow
         from rmjudge.judge import Failure
-        from rmjudge.pipeline import _raw
         from rmjudge.store import Store
 
         final = os.path.join(self.batches, key)
@@ -252,31 +251,18 @@ class _JudgeWorker:
             return 0, 0
         errs: list[dict] = []
         pairs = []
-        seen: dict[str, int] = {}
-        for rn, obj, error, raw in rows:
-            if obj is None:
-                errs.append({"row_number": rn, "id": None, "reason": error or "unreadable row",
-                             "raw": raw})
-                continue
-            try:
-                pair = self.mapper.to_pair(rn, obj)
-            except RowError as exc:
-                v = obj.get("id")
-                errs.append({"row_number": rn, "id": None if v is None else str(v),
-                             "reason": f"row {rn}: {exc}", "raw": _raw(obj)})
-                continue
-            if pair.id in seen:
-                errs.append({"row_number": rn, "id": pair.id, "raw": _raw(obj), "reason":
-                             f"row {rn}: duplicate id {pair.id!r} (first seen on row "
-                             f"{seen[pair.id]}); give each pair a unique id"})
-                continue
-            seen[pair.id] = rn
-            pairs.append(pair)
+        raw_rows = (RawRow(rn, obj, error, raw) for rn, obj, error, raw in rows)
+        for item in Intake(raw_rows, self.mapper):
+            if isinstance(item, RowFailure):
+                errs.append(item.as_error())
+            else:
+                pairs.append(item)
         results = []
         for item in self.judge.run(pairs):
             if isinstance(item, Failure):
-                errs.append({"row_number": item.pair.row_number, "id": item.pair.id, "raw": None,
-                             "reason": f"row {item.pair.row_number}: {item.reason}"})
+                errs.append(RowFailure(item.pair.row_number,
+                                       f"row {item.pair.row_number}: {item.reason}", None,
+                                       item.pair.id).as_error())
             else:
                 results.append(item)
         os.makedirs(self.batches, exist_ok=True)
@@ -286,11 +272,7 @@ class _JudgeWorker:
             try:
                 store.set_meta("settings", self.settings)
                 store.run_id = self.run_id
-                store.commit(results, errs)
-                os.makedirs(tmp_dir)
-                for table in ("pairs", "samples", "errors"):
-                    dest = os.path.join(tmp_dir, f"{table}.parquet").replace("'", "''")
-                    store.con.execute(f"COPY {table} TO '{dest}' (FORMAT parquet)")
+                store.write_batch_files(results, errs, tmp_dir)
             finally:
                 store.close()
         try:
@@ -323,18 +305,22 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError("Ray is not installed: pip install 'rmjudge[ray]'") from None
-    from rmjudge.pipeline import output_format, verdict_settings
-    from rmjudge.store import describe_differences
+    from rmjudge.pipeline import verdict_settings
+    from rmjudge.store import check_not_busy, describe_differences, is_rmjudge_store, output_format
 
     if output_format(output) != "duckdb":
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
                           "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
     work = os.path.abspath(rs.work_dir or output + ".ray")
-    if overwrite:
-        shutil.rmtree(work, ignore_errors=True)
-        for p in (output, output + ".wal"):
-            if os.path.exists(p):
-                os.remove(p)
+    if os.path.exists(output) and not is_rmjudge_store(output):
+        raise RayRunError(f"{output} exists and is not an rmjudge run store; it is left "
+                          "untouched: choose another -o")
+    check_not_busy(output)
+    if overwrite and os.path.isdir(work):
+        if not os.path.exists(os.path.join(work, "settings.json")):
+            raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
+                              "is left untouched: pass another --work-dir")
+        shutil.rmtree(work)
     started = time.monotonic()
     files = list_inputs(source)
     factory = engine_factory or EngineFactory(es)
@@ -362,7 +348,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     runs = _read_json(runs_path) if os.path.exists(runs_path) else []
     run = {"run_id": len(runs) + 1, "version": __version__, "model_path": info.path,
            "model_sha256": info.sha256, "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-           "settings": str(settings), "input": source,
+           "settings": orjson.dumps(settings).decode(), "input": source,
            "started": datetime.now(timezone.utc).isoformat(), "status": "running",
            "shard": f"ray:{rs.workers}"}
     runs.append(run)
@@ -426,65 +412,19 @@ def _one_batch_per_block(ds):
 
 
 def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[int, int, int]:
-    """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`.
+    """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`
+    (built aside and moved into place by the store). Returns (pairs, errors, duplicates moved
+    to errors)."""
+    from rmjudge.store import NewStore
 
-    Returns (pairs, errors, duplicates moved to errors)."""
-    from rmjudge.store import Store, remove_store_files
-
-    batch_dir = os.path.join(work, "batches")
-    have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
-    tmp = f"{output}.assembling-{os.getpid()}"
-    store = Store.fresh(tmp, settings)
+    new = NewStore(output, settings, overwrite=True)
     try:
-        con = store.con
-        dups = 0
-        if have:
-            glob = lambda t: "'" + os.path.join(batch_dir, "*", f"{t}.parquet").replace("'", "''") + "'"  # noqa: E731
-            con.execute(f"CREATE TEMP VIEW bp AS SELECT *, row_number() OVER (PARTITION BY id "
-                        f"ORDER BY row_number) AS _rank FROM read_parquet({glob('pairs')}, "
-                        "union_by_name = true, filename = '_file')")
-            cols = [r[0] for r in con.execute("DESCRIBE bp").fetchall()
-                    if r[0] not in ("_file", "_rank")]
-            store._ensure_columns(cols)
-            sel = ", ".join(quote_ident(c) for c in cols)
-            con.execute("BEGIN TRANSACTION")
-            con.execute(f"INSERT INTO pairs ({sel}) SELECT {sel} FROM bp WHERE _rank = 1 "
-                        "ORDER BY row_number")
-            con.execute("""INSERT INTO samples BY NAME
-                SELECT s.* EXCLUDE (_file) FROM read_parquet(""" + glob("samples") + """,
-                    filename = '_file') s
-                JOIN bp ON bp.id = s.pair_id AND bp._rank = 1
-                 AND parse_dirpath(bp._file) = parse_dirpath(s._file)""")
-            con.execute(f"INSERT INTO errors BY NAME SELECT * FROM read_parquet({glob('errors')})")
-            dups = con.execute("""INSERT INTO errors (row_number, id, reason, raw, run_id)
-                SELECT d.row_number, d.id, 'row ' || d.row_number || ': duplicate id '''
-                       || d.id || ''' (first seen on row ' || f.row_number
-                       || '); give each pair a unique id', NULL, d.run_id
-                FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1""").fetchone()[0]
-            con.execute("COMMIT")
-        for r in runs:
-            cols = [c for c in ("run_id", "version", "model_path", "model_sha256", "lora_path",
-                                "lora_sha256", "settings", "input", "started", "finished",
-                                "pairs_judged", "generated_tokens", "wall_seconds", "status",
-                                "shard") if r.get(c) is not None]
-            con.execute(f"INSERT INTO runs ({', '.join(quote_ident(c) for c in cols)}) "
-                        f"VALUES ({', '.join('?' for _ in cols)})", [r[c] for c in cols])
-        n_pairs = con.execute("SELECT count(*) FROM pairs").fetchone()[0]
-        n_err = con.execute("SELECT count(*) FROM errors").fetchone()[0]
-        con.execute("CHECKPOINT")
+        counts = new.store.import_batches(os.path.join(work, "batches"), runs)
     except BaseException:
-        store.close()
-        remove_store_files(tmp)
+        new.discard()
         raise
-    store.close()
-    for p in (output + ".wal",):
-        if os.path.exists(p):
-            os.remove(p)
-    os.replace(tmp, output)
-    for p in (tmp + ".wal", tmp + ".lock"):
-        if os.path.exists(p):
-            os.remove(p)
-    return n_pairs, n_err, dups
+    new.install()
+    return counts
 
 
 def settings_help() -> dict[str, str]:

@@ -1,28 +1,41 @@
-"""The run store: a DuckDB file holding `pairs`, `samples`, `errors`, `runs` and `meta`.
+"""The run store: the only code that opens, locks, creates, replaces or deletes run files.
+
+A store is a DuckDB file holding `pairs`, `samples`, `errors`, `runs`, `meta` (and `greedy`
+once `rmjudge eval --greedy-baseline` ran), with a lock file beside it (`X.lock`):
 
 - One row per input pair in `pairs` (primary key `id`), one row per generation in `samples`,
   one row per unjudgeable input row in `errors` (keyed by row number, so a rerun replaces it).
 - Results are committed in small transactions, so `kill -9` loses at most the chunk in flight,
   and a rerun skips the ids already in `pairs`.
-- The settings that decide verdicts are kept in `meta`; a rerun with other settings is refused
-  with a message naming the differences.
-- A lock file beside the database keeps a second writer out with a clear message.
+- The settings that decide verdicts, and the identity of the input, are kept in `meta`; a rerun
+  with other settings or another input is refused with a message naming the differences.
+- The lock is taken before anything else, and held until the store closes: a second writer,
+  `--overwrite` of a live run, or a merge replacing it are refused (exit code 3).
+- Only files rmjudge created are ever written, replaced or deleted: a DuckDB database without
+  rmjudge's tables, or any other file, given as the output is refused and left untouched.
+- Disk full or unwritable outputs become one `DiskError` naming the file; the transaction in
+  flight is rolled back, so the store stays consistent and a rerun resumes.
+
 Passthrough input columns become VARCHAR columns of `pairs` (non-string values JSON-encoded).
+DuckDB names are case-insensitive: an input column whose name matches a core column in any case
+is stored as `input_<name>`, and a name that would still collide gets a `_2`, `_3`... suffix;
+the input-key -> column map is kept in `meta`, so every commit and resume uses the same names.
 """
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
-
+import errno
 import fcntl
 import os
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
 import orjson
 
-from rmjudge.io.readers import quote_ident
+from rmjudge.errors import BusyError, DiskError, UserError
 from rmjudge.protocol import PairResult, Sample
+from rmjudge.sql import quote_ident, sql_literal
 
 SCHEMA_VERSION = 1
 
@@ -53,13 +66,65 @@ RUN_COLUMNS = [
     ("settings", "VARCHAR"), ("input", "VARCHAR"), ("started", "TIMESTAMPTZ"),
     ("finished", "TIMESTAMPTZ"), ("pairs_judged", "BIGINT"), ("errors", "BIGINT"),
     ("generated_tokens", "BIGINT"), ("wall_seconds", "DOUBLE"), ("status", "VARCHAR"),
-    ("shard", "VARCHAR"),
+    ("shard", "VARCHAR"), ("schema", "VARCHAR"),
 ]
+GREEDY_COLUMNS = [
+    ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("text", "VARCHAR"), ("prediction", "INTEGER"),
+    ("letter", "VARCHAR"), ("verdict_source", "VARCHAR"), ("confidence", "DOUBLE"),
+    ("tokens", "INTEGER"), ("finish_reason", "VARCHAR"), ("model_sha256", "VARCHAR"),
+    ("max_tokens", "INTEGER"),
+]
+CORE_TABLES = ("pairs", "samples", "errors", "runs", "meta")
+_CORE_LOWER = {c.lower() for c, _ in PAIR_COLUMNS}
+
+# Run status values recorded in `runs.status`.
+RUNNING, FINISHED, INTERRUPTED, FAILED = "running", "finished", "interrupted", "failed"
 
 
 class StoreError(UserError):
     """The output cannot be used as asked; the message names the fix."""
 
+
+class StoreBusyError(StoreError, BusyError):
+    """Another rmjudge process holds the store's lock."""
+
+
+# -- file names -------------------------------------------------------------------------------
+
+def output_format(out: str) -> str:
+    """'duckdb' | 'parquet' | 'jsonl', from the output's name."""
+    lower = out.lower()
+    if lower.endswith(".parquet"):
+        return "parquet"
+    if lower.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "duckdb"
+
+
+def store_path(out: str) -> str:
+    """The DuckDB file that holds a run: the output itself, or for a Parquet/JSONL output a
+    hidden working file beside it (`.x.parquet.rmjudge.duckdb`), out of the way of
+    `load_dataset("parquet", data_dir=...)` and of globs over the export folder."""
+    if output_format(out) == "duckdb":
+        return out
+    head, tail = os.path.split(out)
+    new = os.path.join(head, f".{tail}.rmjudge.duckdb")
+    legacy = legacy_store_path(out)
+    return legacy if os.path.exists(legacy) and not os.path.exists(new) else new
+
+
+def legacy_store_path(out: str) -> str:
+    """Where versions up to 0.1.1 kept the working file of a Parquet/JSONL output."""
+    return out + ".work.duckdb"
+
+
+def sidecar(path: str, table: str) -> str:
+    """`x.parquet` -> `x.samples.parquet` (the names an export writes beside its pairs)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{table}{ext}"
+
+
+# -- helpers ----------------------------------------------------------------------------------
 
 def _ddl(name: str, cols: list[tuple[str, str]], extra: str = "") -> str:
     body = ", ".join(f"{quote_ident(c)} {t}" for c, t in cols)
@@ -78,44 +143,193 @@ def describe_differences(old: dict, new: dict) -> str:
     return ", ".join(diffs)
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+_DISK_HINTS = ("no space left", "disk is full", "could not write", "file too large",
+               "read-only file system", "permission denied", "could not set lock")
+
+
+def disk_error(path: str, exc: BaseException) -> DiskError | None:
+    """A DiskError for an I/O failure writing `path` (None when `exc` is something else)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+                                                   errno.EROFS, errno.EACCES, errno.EPERM):
+        why = os.strerror(exc.errno)
+    else:
+        text = str(exc).lower()
+        hint = next((h for h in _DISK_HINTS if h in text), None)
+        if hint is None:
+            return None
+        why = {"no space left": "No space left on device", "disk is full": "No space left on device",
+               "file too large": "File too large", "read-only file system": "Read-only file system",
+               "permission denied": "Permission denied"}.get(hint, _first_line(exc))
+    return DiskError(f"cannot write {path}: {why}; free space or choose a writable -o, then "
+                     "rerun the same command to resume (the results committed so far are kept)")
+
+
+def _is_duckdb_file(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(12)
+    return head[8:12] == b"DUCK"
+
+
+def is_rmjudge_store(path: str) -> bool:
+    """True when `path` is a DuckDB file holding rmjudge's tables (or no tables at all)."""
+    import duckdb
+
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return os.path.isfile(path)
+    if not _is_duckdb_file(path):
+        return False
+    try:
+        con = duckdb.connect(path, read_only=True)
+    except duckdb.Error as exc:
+        msg = str(exc).lower()
+        if "lock" in msg or "different configuration" in msg:
+            raise StoreBusyError(f"{path} is open for writing in another process; wait for it "
+                                 "to finish or use -o to write elsewhere") from None
+        return False
+    try:
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()}
+    finally:
+        con.close()
+    return not tables or set(CORE_TABLES) <= tables
+
+
+class _Lock:
+    """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`."""
+
+    def __init__(self, path: str, what: str = "writing"):
+        self.path = path + ".lock"
+        try:
+            self._f = open(self.path, "a+")
+        except OSError as exc:
+            raise disk_error(path, exc) or StoreError(
+                f"cannot create the lock file {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._f.close()
+            raise StoreBusyError(f"another rmjudge process is {what} {path}; wait for it to finish "
+                            "or use -o to write elsewhere") from None
+
+    def release(self) -> None:
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_UN)
+        finally:
+            self._f.close()
+
+
+def check_not_busy(path: str) -> None:
+    """Raise BusyError when an rmjudge process holds `path`'s lock (for read-only users)."""
+    if os.path.exists(path + ".lock"):
+        _Lock(path, "writing").release()
+
+
+def _prepare_dir(path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as exc:
+        raise disk_error(path, exc) or StoreError(
+            f"cannot create the directory {d}: {exc.strerror}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise DiskError(f"cannot write {path}: the directory {d} is not writable; choose -o in "
+                        "a writable directory")
+
+
+def _refuse_foreign(path: str) -> None:
+    if os.path.exists(path) and not is_rmjudge_store(path):
+        raise StoreError(
+            f"{path} exists and is not an rmjudge run store (rmjudge did not create it); it is "
+            "left untouched: choose another -o")
+
+
+def check_writable_target(path: str) -> None:
+    """Refuse early a path that is not an rmjudge store (the store refuses it again on open)."""
+    _refuse_foreign(path)
+
+
 class Store:
-    def __init__(self, path: str):
+    """An open, locked run store. `overwrite` empties it first (only when it is rmjudge's own
+    and nobody else holds it)."""
+
+    def __init__(self, path: str, *, overwrite: bool = False):
         import duckdb
 
         self.path = path
-        self._lock_file = open(path + ".lock", "a+")
+        _prepare_dir(path)
+        self._lock = _Lock(path)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.close()
-            raise StoreError(
-                f"another rmjudge process is writing {path}; wait for it to finish or use "
-                "-o to write elsewhere"
-            ) from None
-        try:
-            self.con = duckdb.connect(path)
-        except duckdb.Error as exc:
-            self._release()
-            raise StoreError(f"cannot open {path} as DuckDB: {str(exc).splitlines()[0]}") from None
-        self.con.execute(_ddl("pairs", PAIR_COLUMNS))
-        self.con.execute(_ddl("samples", SAMPLE_COLUMNS,
-                              ', PRIMARY KEY (pair_id, "order", stage, idx)'))
-        self.con.execute(_ddl("errors", ERROR_COLUMNS))
-        self.con.execute(_ddl("runs", RUN_COLUMNS))
-        self.con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-        self.pair_columns = [r[0] for r in self.con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'pairs' "
-            "ORDER BY column_index").fetchall()]
+            _refuse_foreign(path)
+            if overwrite:
+                _remove_files(path)
+            try:
+                self.con = duckdb.connect(path)
+            except duckdb.Error as exc:
+                raise disk_error(path, exc) or StoreError(
+                    f"cannot open {path} as DuckDB: {_first_line(exc)}") from None
+            try:
+                self._create_tables()
+            except BaseException:
+                self.con.close()
+                raise
+        except BaseException:
+            self._lock.release()
+            raise
+        self.pair_columns = self._columns("pairs")
+        self._columns_map: dict[str, str] = self.meta("passthrough") or {}
         self.run_id: int | None = None
 
-    @classmethod
-    def fresh(cls, path: str, settings: dict) -> "Store":
-        """A new, empty store at `path` (removing leftovers) with its verdict settings set."""
-        remove_store_files(path)
-        store = cls(path)
-        store.set_meta("settings", settings)
-        store.set_meta("schema_version", SCHEMA_VERSION)
-        return store
+    def _create_tables(self) -> None:
+        import duckdb
+
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            self.con.execute(_ddl("pairs", PAIR_COLUMNS))
+            self.con.execute(_ddl("samples", SAMPLE_COLUMNS,
+                                  ', PRIMARY KEY (pair_id, "order", stage, idx)'))
+            self.con.execute(_ddl("errors", ERROR_COLUMNS))
+            self.con.execute(_ddl("runs", RUN_COLUMNS))
+            for c, t in RUN_COLUMNS:  # stores made by older versions
+                self.con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {quote_ident(c)} {t.split()[0]}")
+            self.con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+            self.con.execute("COMMIT")
+        except duckdb.Error as exc:
+            self._rollback()
+            raise disk_error(self.path, exc) or StoreError(
+                f"cannot use {self.path} as a run store: {_first_line(exc)}") from None
+
+    def _columns(self, table: str) -> list[str]:
+        return [r[0] for r in self.con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND database_name = "
+            "current_database() ORDER BY column_index", [table]).fetchall()]
+
+    def _rollback(self) -> None:
+        import duckdb
+
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:  # nothing in flight, or the failure already ended it
+            pass
+
+    def _write(self, statements) -> None:
+        """Run `statements(con)` in one transaction; I/O failures become DiskError."""
+        import duckdb
+
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            statements(self.con)
+            self.con.execute("COMMIT")
+        except (duckdb.Error, OSError) as exc:
+            self._rollback()
+            err = disk_error(self.path, exc)
+            if err is None:
+                raise
+            raise err from None
 
     # -- settings and runs ------------------------------------------------------------------
     def meta(self, key: str) -> Any:
@@ -123,7 +337,8 @@ class Store:
         return None if row is None else orjson.loads(row[0])
 
     def set_meta(self, key: str, value: Any) -> None:
-        self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, orjson.dumps(value).decode()])
+        blob = orjson.dumps(value).decode()
+        self._write(lambda con: con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, blob]))
 
     def check_settings(self, settings: dict) -> None:
         """Refuse to mix verdicts from different settings in one output."""
@@ -138,65 +353,118 @@ class Store:
                 "--overwrite to start again"
             )
 
+    def check_input(self, identity: dict | None) -> None:
+        """Refuse to mix two inputs in one output; a resume of the same input goes on."""
+        if identity is None:
+            return
+        old = self.meta("input")
+        if old is None:  # a new store, or one made before inputs were recorded
+            self.set_meta("input", identity)
+        elif old.get("fingerprint") != identity.get("fingerprint"):
+            raise StoreError(
+                f"{self.path} holds results for another input ({old.get('source')}), not "
+                f"{identity.get('source')}; rerun with that input to resume, use -o to write "
+                "elsewhere, or --overwrite to start again")
+
     def start_run(self, info: dict) -> int:
         row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
+        info = {k: (orjson.dumps(v).decode() if isinstance(v, (dict, list)) else v)
+                for k, v in info.items()}
         cols = ["run_id", "started", "status"] + list(info)
-        vals = [self.run_id, datetime.now(timezone.utc), "running"] + list(info.values())
-        self.con.execute(
+        vals = [self.run_id, datetime.now(timezone.utc), RUNNING] + list(info.values())
+        self._write(lambda con: con.execute(
             f"INSERT INTO runs ({', '.join(quote_ident(c) for c in cols)}) "
-            f"VALUES ({', '.join('?' for _ in cols)})", vals)
+            f"VALUES ({', '.join('?' for _ in cols)})", vals))
         return self.run_id
 
     def finish_run(self, **fields: Any) -> None:
         fields["finished"] = datetime.now(timezone.utc)
         sets = ", ".join(f"{quote_ident(k)} = ?" for k in fields)
-        self.con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*fields.values(), self.run_id])
+        self._write(lambda con: con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?",
+                                            [*fields.values(), self.run_id]))
 
     # -- resume -----------------------------------------------------------------------------
     def done_ids(self) -> set[str]:
         return {r[0] for r in self.con.execute("SELECT id FROM pairs").fetchall()}
 
     # -- writes -----------------------------------------------------------------------------
-    def _ensure_columns(self, names: Iterable[str]) -> None:
+    def column_for(self, key: str) -> str:
+        """The `pairs` column that holds input key `key` (assigned once, kept in meta)."""
+        if key in self._columns_map:
+            return self._columns_map[key]
+        taken = {c.lower() for c in self.pair_columns} | {c.lower() for c in self._columns_map.values()}
+        if key.lower() in _CORE_LOWER:
+            base = f"input_{key}"
+        else:
+            base = key
+        if key in self.pair_columns and key.lower() not in _CORE_LOWER \
+                and key not in self._columns_map.values():
+            col = key  # a store from an older version already holds this column
+        elif base in self.pair_columns and base not in self._columns_map.values():
+            col = base
+        else:
+            col, i = base, 2
+            while col.lower() in taken:
+                col = f"{base}_{i}"
+                i += 1
+        self._columns_map[key] = col
+        return col
+
+    def add_columns(self, names: Iterable[str], con=None) -> None:
+        """Add passthrough VARCHAR columns to `pairs` (within the caller's transaction)."""
+        con = con or self.con
+        have = {c.lower() for c in self.pair_columns}
         for name in names:
-            if name not in self.pair_columns:
-                self.con.execute(f"ALTER TABLE pairs ADD COLUMN {quote_ident(name)} VARCHAR")
+            if name.lower() not in have:
+                con.execute(f"ALTER TABLE pairs ADD COLUMN {quote_ident(name)} VARCHAR")
                 self.pair_columns.append(name)
+                have.add(name.lower())
 
     def commit(self, results: list[PairResult], errors: list[dict]) -> None:
         """Write a chunk of judged pairs and error rows in one transaction."""
-        rows, samples = [], []
-        extra: dict[str, str] = {}  # output column -> input key
-        reserved = dict(PAIR_COLUMNS)
+        keys: list[str] = []
         for res in results:
             for k in res.pair.extra:
-                extra.setdefault(f"input_{k}" if k in reserved else k, k)
-        self._ensure_columns(extra)
+                if k not in keys:
+                    keys.append(k)
+        before = dict(self._columns_map)
+        extra = {self.column_for(k): k for k in keys}  # output column -> input key
         cols = [c for c, _ in PAIR_COLUMNS] + list(extra)
+        rows, samples = [], []
         for res in results:
             rows.append(self._pair_row(res)
                         + [_passthrough(res.pair.extra.get(k)) for k in extra.values()])
             for o in res.orders.values():
                 samples.extend(self._sample_row(s) for s in o.samples)
-        self.con.execute("BEGIN TRANSACTION")
-        try:
+        map_changed = self._columns_map != before
+        n_cols = len(self.pair_columns)
+
+        def statements(con) -> None:
+            self.add_columns(extra, con)
+            if map_changed:
+                con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
+                            [orjson.dumps(self._columns_map).decode()])
             if rows:
-                self.con.executemany(
+                con.executemany(
                     f"INSERT INTO pairs ({', '.join(quote_ident(c) for c in cols)}) "
                     f"VALUES ({', '.join('?' for _ in cols)})", rows)
             if samples:
-                self.con.executemany(
+                con.executemany(
                     f"INSERT INTO samples VALUES ({', '.join('?' for _ in SAMPLE_COLUMNS)})", samples)
             for e in errors:
-                self.con.execute("INSERT OR REPLACE INTO errors VALUES (?, ?, ?, ?, ?)",
-                                 [e["row_number"], e.get("id"), e["reason"], e.get("raw"), self.run_id])
+                con.execute("INSERT OR REPLACE INTO errors VALUES (?, ?, ?, ?, ?)",
+                            [e["row_number"], e.get("id"), e["reason"], e.get("raw"), self.run_id])
             if rows:  # a row judged now supersedes an earlier failure of the same row
-                self.con.executemany("DELETE FROM errors WHERE row_number = ? AND id = ?",
-                                     [[r[1], r[0]] for r in rows])
-            self.con.execute("COMMIT")
-        except Exception:
-            self.con.execute("ROLLBACK")
+                con.executemany("DELETE FROM errors WHERE row_number = ? AND id = ?",
+                                [[r[1], r[0]] for r in rows])
+
+        try:
+            self._write(statements)
+        except BaseException:  # nothing of this chunk was kept: forget its columns too
+            self._columns_map = before
+            del self.pair_columns[n_cols:]
+            self.pair_columns = self._columns("pairs")
             raise
 
     def _pair_row(self, res: PairResult) -> list[Any]:
@@ -218,24 +486,141 @@ class Store:
                 s.is_anchor, s.reflection_of, s.reflection_slot, s.won_reflection,
                 s.verdict_source, s.tokens, s.finish_reason, s.p_first]
 
+    # -- greedy baseline --------------------------------------------------------------------
+    def add_greedy(self, rows: list[list]) -> None:
+        """Store greedy-baseline rows (replacing the same pair and order)."""
+        marks = ", ".join("?" for _ in GREEDY_COLUMNS)
+
+        def statements(con) -> None:
+            con.execute(_ddl("greedy", GREEDY_COLUMNS, ', PRIMARY KEY (pair_id, "order")'))
+            if rows:
+                con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
+
+        self._write(statements)
+
+    # -- merging ----------------------------------------------------------------------------
+    def import_stores(self, paths: list[str]) -> tuple[int, int, int, int]:
+        """Copy the tables of run stores (shards) into this one, renumbering run ids (old ids
+        mapped per shard; `runs.merged_from` names the shard file). Returns the counts of
+        pairs, errors, samples and runs now held."""
+        aliases = [f"s{i}" for i in range(len(paths))]
+        con = self.con
+        for p, a in zip(paths, aliases):
+            con.execute(f"ATTACH {sql_literal(p)} AS {quote_ident(a)} (READ_ONLY)")
+        con.execute("ALTER TABLE runs ADD COLUMN IF NOT EXISTS merged_from VARCHAR")
+        con.execute("CREATE TEMP TABLE run_map (shard_index INTEGER, old_id INTEGER, new_id INTEGER)")
+
+        def statements(con) -> None:
+            next_id = 1
+            for i, (p, a) in enumerate(zip(paths, aliases)):
+                qa = quote_ident(a)
+                old = [r[0] for r in con.execute(f"SELECT run_id FROM {qa}.runs ORDER BY run_id").fetchall()]
+                con.executemany("INSERT INTO run_map VALUES (?, ?, ?)",
+                                [[i, o, next_id + k] for k, o in enumerate(old)])
+                next_id += len(old)
+                cols = [r[0] for r in con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
+                    "table_name = 'pairs' ORDER BY column_index", [a]).fetchall()]
+                self.add_columns(cols, con)
+                run_cols = [r[0] for r in con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
+                    "table_name = 'runs' ORDER BY column_index", [a]).fetchall()]
+                run_sel = ", ".join(quote_ident(c) for c in run_cols if c not in ("run_id", "merged_from"))
+                con.execute(f"""
+                    INSERT INTO runs BY NAME
+                    SELECT m.new_id AS run_id, {run_sel}, {sql_literal(p)} AS merged_from
+                    FROM {qa}.runs r JOIN run_map m ON m.shard_index = {i} AND m.old_id = r.run_id""")
+                for table in ("pairs", "errors"):
+                    con.execute(f"""
+                        INSERT INTO {table} BY NAME
+                        SELECT t.* REPLACE (m.new_id AS run_id)
+                        FROM {qa}.{table} t LEFT JOIN run_map m
+                          ON m.shard_index = {i} AND m.old_id = t.run_id""")
+                con.execute(f"INSERT INTO samples BY NAME SELECT * FROM {qa}.samples")
+                cmap = con.execute(f"SELECT value FROM {qa}.meta WHERE key = 'passthrough'").fetchone()
+                if cmap:
+                    self._columns_map = {**orjson.loads(cmap[0]), **self._columns_map}
+            if self._columns_map:
+                con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
+                            [orjson.dumps(self._columns_map).decode()])
+
+        try:
+            self._write(statements)
+            counts = tuple(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                           for t in ("pairs", "errors", "samples", "runs"))
+        finally:
+            for a in aliases:
+                con.execute(f"DETACH {quote_ident(a)}")
+        return counts  # type: ignore[return-value]
+
+    def import_batches(self, batch_dir: str, runs: list[dict]) -> tuple[int, int, int]:
+        """Copy the Parquet batches of a Ray run (`batch_dir/*/{pairs,samples,errors}.parquet`)
+        in; a later duplicate of a pair id across batches goes to `errors`. Returns (pairs,
+        errors, duplicates)."""
+        con = self.con
+        have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
+        dups = 0
+
+        def glob(t: str) -> str:
+            return sql_literal(os.path.join(batch_dir, "*", f"{t}.parquet"))
+
+        def statements(con) -> None:
+            nonlocal dups
+            if have:
+                con.execute(f"CREATE TEMP VIEW bp AS SELECT *, row_number() OVER (PARTITION BY id "
+                            f"ORDER BY row_number) AS _rank FROM read_parquet({glob('pairs')}, "
+                            "union_by_name = true, filename = '_file')")
+                cols = [r[0] for r in con.execute("DESCRIBE bp").fetchall()
+                        if r[0] not in ("_file", "_rank")]
+                self.add_columns(cols, con)
+                sel = ", ".join(quote_ident(c) for c in cols)
+                con.execute(f"INSERT INTO pairs ({sel}) SELECT {sel} FROM bp WHERE _rank = 1 "
+                            "ORDER BY row_number")
+                con.execute(f"""INSERT INTO samples BY NAME
+                    SELECT s.* EXCLUDE (_file) FROM read_parquet({glob("samples")},
+                        filename = '_file') s
+                    JOIN bp ON bp.id = s.pair_id AND bp._rank = 1
+                     AND parse_dirpath(bp._file) = parse_dirpath(s._file)""")
+                con.execute(f"INSERT INTO errors BY NAME SELECT * FROM read_parquet({glob('errors')})")
+                dups = con.execute("""INSERT INTO errors (row_number, id, reason, raw, run_id)
+                    SELECT d.row_number, d.id, 'row ' || d.row_number || ': duplicate id '''
+                           || d.id || ''' (first seen on row ' || f.row_number
+                           || '); give each pair a unique id', NULL, d.run_id
+                    FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1""").fetchone()[0]
+            for r in runs:
+                cols = [c for c, _ in RUN_COLUMNS if r.get(c) is not None]
+                con.execute(f"INSERT INTO runs ({', '.join(quote_ident(c) for c in cols)}) "
+                            f"VALUES ({', '.join('?' for _ in cols)})", [r[c] for c in cols])
+
+        self._write(statements)
+        n_pairs = con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        n_err = con.execute("SELECT count(*) FROM errors").fetchone()[0]
+        return n_pairs, n_err, dups
+
+    def write_batch_files(self, results: list[PairResult], errors: list[dict],
+                          dest_dir: str) -> None:
+        """Commit a Ray batch into this (scratch) store and write its tables as Parquet files
+        into `dest_dir` (which must not exist yet)."""
+        self.commit(results, errors)
+        os.makedirs(dest_dir)
+        for table in ("pairs", "samples", "errors"):
+            write_query_file(self.con, f"SELECT * FROM {table}",
+                             os.path.join(dest_dir, f"{table}.parquet"), "parquet")
+
     # -- export -----------------------------------------------------------------------------
     def export(self, out: str, fmt: str) -> list[str]:
         """Write pairs (and samples, errors) as Parquet or JSONL next to `out`."""
-        stem, ext = os.path.splitext(out)
-        copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
         written = []
-        targets = [("pairs", out, "row_number"), ("samples", f"{stem}.samples{ext}", None),
-                   ("errors", f"{stem}.errors{ext}", "row_number")]
+        targets = [("pairs", out, "row_number"), ("samples", sidecar(out, "samples"), None),
+                   ("errors", sidecar(out, "errors"), "row_number")]
         for table, path, order in targets:
             n = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             if table == "errors" and n == 0:
                 if os.path.exists(path):
-                    os.remove(path)
+                    remove_export(path)
                 continue
             order_by = f" ORDER BY {order}" if order else ""
-            tmp = path + ".tmp"
-            self.con.execute(f"COPY (SELECT * FROM {table}{order_by}) TO '{_sql_str(tmp)}' {copy_fmt}")
-            os.replace(tmp, path)
+            write_query_file(self.con, f"SELECT * FROM {table}{order_by}", path, fmt)
             written.append(path)
         return written
 
@@ -243,13 +628,13 @@ class Store:
         try:
             self.con.close()
         finally:
-            self._release()
+            self._lock.release()
 
-    def _release(self) -> None:
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-        finally:
-            self._lock_file.close()
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _share_a(o, order: str) -> float | None:
@@ -259,12 +644,108 @@ def _share_a(o, order: str) -> float | None:
     return o.vote_share_1 if order == "ab" else 1.0 - o.vote_share_1
 
 
-def remove_store_files(path: str) -> None:
-    """Delete a store's database, write-ahead log and lock file, where present."""
-    for p in (path, path + ".wal", path + ".lock"):
+# -- whole files ------------------------------------------------------------------------------
+
+def _remove_files(path: str) -> None:
+    """Delete a store's database and write-ahead log (the caller holds its lock)."""
+    for p in (path, path + ".wal"):
         if os.path.exists(p):
             os.remove(p)
 
 
-def _sql_str(s: str) -> str:
-    return s.replace("'", "''")
+def write_query_file(con, query: str, path: str, fmt: str) -> None:
+    """`COPY (query)` to `path` as Parquet or JSONL through a temporary file moved into place,
+    so a reader never sees a half-written file; a failure leaves no temporary behind."""
+    import duckdb
+
+    copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        con.execute(f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}")
+        os.replace(tmp, path)
+    except (duckdb.Error, OSError) as exc:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        err = disk_error(path, exc)
+        if err is None:
+            raise
+        raise err from None
+
+
+def write_rows_file(columns: list[tuple[str, str]], rows: list[list], path: str, fmt: str,
+                    key: tuple[str, ...] = ()) -> None:
+    """Write `rows` (later rows win on the same `key`) as a Parquet/JSONL file of `columns`."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        pk = f", PRIMARY KEY ({', '.join(quote_ident(k) for k in key)})" if key else ""
+        con.execute(_ddl("t", columns, pk))
+        if rows:
+            verb = "INSERT OR REPLACE" if key else "INSERT"
+            con.executemany(f"{verb} INTO t VALUES ({', '.join('?' for _ in columns)})", rows)
+        order = f" ORDER BY {', '.join(quote_ident(k) for k in key)}" if key else ""
+        write_query_file(con, f"SELECT * FROM t{order}", path, fmt)
+    finally:
+        con.close()
+
+
+def remove_export(path: str) -> None:
+    os.remove(path)
+
+
+class NewStore:
+    """A store built under a temporary name next to `dest` and moved into place by `install`
+    (merge, Ray assembly): `dest` is never seen half-written, and is replaced only while its
+    lock is ours and only when it is an rmjudge store."""
+
+    def __init__(self, dest: str, settings: dict, *, overwrite: bool):
+        self.dest = dest
+        _prepare_dir(dest)
+        check_not_busy(dest)
+        if os.path.exists(dest):
+            if not overwrite:
+                raise StoreError(f"{dest} exists; use --overwrite to replace it or -o to write "
+                                 "elsewhere")
+            _refuse_foreign(dest)
+        self.tmp = os.path.join(os.path.dirname(os.path.abspath(dest)),
+                                f".{os.path.basename(dest)}.new-{uuid.uuid4().hex[:8]}")
+        self.store = Store(self.tmp)
+        try:
+            self.store.set_meta("settings", settings)
+            self.store.set_meta("schema_version", SCHEMA_VERSION)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        self.store.close()
+        for p in (self.tmp, self.tmp + ".wal", self.tmp + ".lock"):
+            if os.path.exists(p):
+                os.remove(p)
+
+    def install(self) -> None:
+        """Checkpoint, close, then replace `dest` while holding its lock."""
+        try:
+            self.store.con.execute("CHECKPOINT")
+        except BaseException:
+            self.discard()
+            raise
+        self.store.close()
+        lock = None
+        try:
+            lock = _Lock(self.dest, "writing")
+            _refuse_foreign(self.dest)
+            if os.path.exists(self.dest + ".wal"):
+                os.remove(self.dest + ".wal")
+            os.replace(self.tmp, self.dest)
+        except BaseException:
+            for p in (self.tmp, self.tmp + ".wal"):
+                if os.path.exists(p):
+                    os.remove(p)
+            raise
+        finally:
+            if lock is not None:
+                lock.release()
+            if os.path.exists(self.tmp + ".lock"):
+                os.remove(self.tmp + ".lock")

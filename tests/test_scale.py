@@ -19,7 +19,8 @@ from test_score import length_judge
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.merge import MergeError, merge
-from rmjudge.pipeline import in_shard, score
+from rmjudge.io.intake import in_shard
+from rmjudge.pipeline import score
 from rmjudge.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data"

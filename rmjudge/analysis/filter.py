@@ -25,8 +25,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from rmjudge.analysis.tables import JudgedTable, TableError, _sql_str, table_format
-from rmjudge.io.readers import quote_ident
+from rmjudge.analysis.tables import JudgedTable, TableError, table_format
+from rmjudge.sql import quote_ident
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
 
@@ -145,12 +145,11 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     con = table.con
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
     cols = ", ".join(output_columns(fs) + keep)
-    copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
+    from rmjudge.store import write_query_file
+
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    tmp = output + ".tmp"
-    con.execute(f"COPY (SELECT {cols} FROM decided WHERE action <> 'dropped' "
-                f"ORDER BY row_number, id) TO '{_sql_str(tmp)}' {copy_fmt}")
-    os.replace(tmp, output)
+    write_query_file(con, f"SELECT {cols} FROM decided WHERE action <> 'dropped' "
+                     "ORDER BY row_number, id", output, fmt)
     counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())
     dropped = dict(con.execute("""SELECT reason, count(*) FROM decided WHERE action = 'dropped'
                                   GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())

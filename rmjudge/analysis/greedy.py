@@ -11,16 +11,13 @@ a rerun only generates the pairs and orders not stored yet for the same model an
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 from dataclasses import dataclass
 from typing import Callable
 
-import duckdb
 import orjson
 
-from rmjudge.analysis.tables import GREEDY_COLUMNS, JudgedTable, TableError, _sql_str, sidecar
-from rmjudge.io.readers import quote_ident
+from rmjudge.analysis.tables import JudgedTable, TableError
+from rmjudge.store import sidecar
 from rmjudge.protocol import PairOrderJob, to_letter
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Pair
@@ -42,8 +39,8 @@ def run_settings(table: JudgedTable) -> JudgeSettings:
     if not isinstance(stored, dict):
         raise TableError(
             f"{table.path} does not record the settings it was judged with (no meta table; "
-            "Parquet/JSONL exports keep it in x.parquet.work.duckdb): evaluate the .duckdb "
-            "output, or keep the .work.duckdb file next to the export")
+            "Parquet/JSONL exports keep it in the hidden working file .x.parquet.rmjudge.duckdb "
+            "beside them): evaluate the .duckdb output, or keep that file next to the export")
     names = set(JudgeSettings.field_names())
     return JudgeSettings(**{k: v for k, v in stored.items() if k in names})
 
@@ -125,52 +122,20 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
     return GreedySummary(done, reused, failures, target)
 
 
-def _ddl() -> str:
-    body = ", ".join(f"{quote_ident(c)} {t}" for c, t in GREEDY_COLUMNS)
-    return f"CREATE TABLE IF NOT EXISTS greedy ({body}, PRIMARY KEY (pair_id, \"order\"))"
-
-
 def _write(table: JudgedTable, target: str, rows: list[list]) -> None:
-    marks = ", ".join("?" for _ in GREEDY_COLUMNS)
-    if table.fmt == "duckdb":
-        table.con.execute("DETACH judged")  # our read-only handle; reopen for writing
-        lock = open(target + ".lock", "a+")
-        try:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise TableError(f"another rmjudge process is writing {target}; wait for it to "
-                                 "finish and rerun") from None
-            con = duckdb.connect(target)
-            try:
-                con.execute(_ddl())
-                if rows:
-                    con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
-            finally:
-                con.close()
-        finally:
-            lock.close()
-        table.con.execute(f"ATTACH '{_sql_str(target)}' AS judged (READ_ONLY)")
-        table.con.execute("CREATE OR REPLACE VIEW greedy AS SELECT * FROM judged.greedy")
-    else:
-        con = duckdb.connect(":memory:")
-        try:
-            con.execute(_ddl())
-            if table.has_greedy:
-                old = table.sql("SELECT * FROM greedy")
-                if old:
-                    con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", old)
-            if rows:
-                con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
-            fmt = "(FORMAT parquet)" if table.fmt == "parquet" else "(FORMAT json)"
-            tmp = target + ".tmp"
-            con.execute(f"COPY (SELECT * FROM greedy ORDER BY pair_id, \"order\") "
-                        f"TO '{_sql_str(tmp)}' {fmt}")
-            os.replace(tmp, target)
-        finally:
-            con.close()
-        from rmjudge.analysis.tables import _reader, _typed_view
+    """Add rows to the greedy table: in the run store itself, or in the Parquet/JSONL sidecar
+    beside an export (rewritten with the rows it held)."""
+    from rmjudge.store import GREEDY_COLUMNS, Store, write_rows_file
 
-        table.con.execute("DROP VIEW IF EXISTS greedy")
-        _typed_view(table.con, "greedy", _reader(target, table.fmt))
-    table.tables.add("greedy")
+    if table.fmt == "duckdb":
+        table.release()  # our read-only handle; the store writes
+        try:
+            with Store(target) as store:
+                store.add_greedy(rows)
+        finally:
+            table.refresh("greedy")
+    else:
+        old = table.sql("SELECT * FROM greedy") if table.has_greedy else []
+        write_rows_file(GREEDY_COLUMNS, old + [list(r) for r in rows], target, table.fmt,
+                        key=("pair_id", "order"))
+        table.refresh("greedy")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmjudge.analysis.tables import JudgedTable, TableError
-from rmjudge.io.readers import quote_ident
+from rmjudge.sql import quote_ident
 
 SYSTEMS = {
     "greedy": "base model, greedy (1 rollout)",

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.io.readers import quote_ident
+from rmjudge.sql import quote_ident
 
 MAX_GROUPS_HTML = 25
 CAL_EDGES = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

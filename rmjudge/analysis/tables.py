@@ -15,16 +15,10 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from rmjudge.io.readers import quote_ident
-from rmjudge.store import PAIR_COLUMNS, SAMPLE_COLUMNS
+from rmjudge.sql import quote_ident
+from rmjudge.store import GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, output_format, sidecar, store_path
 
 REQUIRED = ("id", "verdict", "verdict_ab", "verdict_ba", "consistent", "p_a", "label")
-GREEDY_COLUMNS = [
-    ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("text", "VARCHAR"), ("prediction", "INTEGER"),
-    ("letter", "VARCHAR"), ("verdict_source", "VARCHAR"), ("confidence", "DOUBLE"),
-    ("tokens", "INTEGER"), ("finish_reason", "VARCHAR"), ("model_sha256", "VARCHAR"),
-    ("max_tokens", "INTEGER"),
-]
 _TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS}
 
 
@@ -33,18 +27,7 @@ class TableError(UserError):
 
 
 def table_format(path: str) -> str:
-    lower = path.lower()
-    if lower.endswith(".parquet"):
-        return "parquet"
-    if lower.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return "duckdb"
-
-
-def sidecar(path: str, table: str) -> str:
-    """`x.parquet` -> `x.samples.parquet` (the names `rmjudge score -o x.parquet` writes)."""
-    stem, ext = os.path.splitext(path)
-    return f"{stem}.{table}{ext}"
+    return output_format(path)
 
 
 def _sql_str(s: str) -> str:
@@ -106,6 +89,24 @@ class JudgedTable:
                     out.append(c)
         return out
 
+    def refresh(self, name: str) -> None:
+        """Re-read one table (after the store added rows to it), as `open_judged` does."""
+        self.con.execute(f"DROP VIEW IF EXISTS {name}")
+        if self.fmt == "duckdb":
+            self.con.execute("DETACH DATABASE IF EXISTS judged")
+            self.con.execute(f"ATTACH '{_sql_str(self.path)}' AS judged (READ_ONLY)")
+            for t in sorted(self.tables | {name}):
+                self.con.execute(f"DROP VIEW IF EXISTS {t}")
+                _typed_view(self.con, t, f"judged.{t}")
+        else:
+            _typed_view(self.con, name, _reader(sidecar(self.path, name), self.fmt))
+        self.tables.add(name)
+
+    def release(self) -> None:
+        """Let go of a DuckDB file so the store can write to it (`refresh` reopens it)."""
+        if self.fmt == "duckdb":
+            self.con.execute("DETACH DATABASE IF EXISTS judged")
+
     def close(self) -> None:
         self.con.close()
 
@@ -116,13 +117,22 @@ class JudgedTable:
         self.close()
 
 
+_KNOWN = {"pairs": PAIR_COLUMNS, "samples": SAMPLE_COLUMNS, "greedy": GREEDY_COLUMNS}
+
+
 def _typed_view(con: duckdb.DuckDBPyConnection, name: str, source: str) -> list[str]:
-    """A view over `source` with the store's column types (JSON exports lose some)."""
+    """A view over `source` with the store's column types (JSON exports lose some); a known
+    column the file lacks (older or hand-edited stores) reads as NULL instead of failing every
+    query that names it."""
     cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
     exprs = []
     for c in cols:
         t = _TYPES.get(c, "VARCHAR")
         exprs.append(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}")
+    have = {c.lower() for c in cols}
+    for c, t in _KNOWN.get(name, []):
+        if c.lower() not in have:
+            exprs.append(f"CAST(NULL AS {t.split()[0]}) AS {quote_ident(c)}")
     con.execute(f"CREATE VIEW {name} AS SELECT {', '.join(exprs)} FROM {source}")
     return cols
 
@@ -157,7 +167,9 @@ def open_judged(path: str) -> JudgedTable:
                                  "run `rmjudge score INPUT` to make one")
             for t in ("pairs", "samples", "greedy"):
                 if t in present:
-                    _typed_view(con, t, f"judged.{t}")
+                    got = _typed_view(con, t, f"judged.{t}")
+                    if t == "pairs":
+                        src_cols = got
                     tables.add(t)
             if "meta" in present:
                 import orjson
@@ -169,7 +181,7 @@ def open_judged(path: str) -> JudgedTable:
                         meta[k] = v
         else:
             try:
-                _typed_view(con, "pairs", _reader(path, fmt))
+                src_cols = _typed_view(con, "pairs", _reader(path, fmt))
             except duckdb.Error as exc:
                 raise TableError(f"cannot read {path} as {fmt}: "
                                  f"{str(exc).splitlines()[0]}") from None
@@ -179,7 +191,7 @@ def open_judged(path: str) -> JudgedTable:
                 if os.path.exists(side):
                     _typed_view(con, t, _reader(side, fmt))
                     tables.add(t)
-            work = path + ".work.duckdb"
+            work = store_path(path)
             if os.path.exists(work):
                 try:
                     con.execute(f"ATTACH '{_sql_str(work)}' AS work (READ_ONLY)")
@@ -190,7 +202,7 @@ def open_judged(path: str) -> JudgedTable:
                 except (duckdb.Error, ValueError):
                     pass
         cols = [r[0] for r in con.execute("DESCRIBE pairs").fetchall()]
-        missing = [c for c in REQUIRED if c not in cols]
+        missing = [c for c in REQUIRED if c not in src_cols]
         if missing:
             raise TableError(
                 f"{path} is not a judged table (no column {', '.join(missing)}): run "

@@ -7,6 +7,7 @@ import importlib
 import click
 
 from rmjudge import __version__
+from rmjudge.cli.common import UserErrorGroup
 
 # subcommand name -> module under rmjudge.cli defining a click command called `command`.
 # Modules are imported only when their command runs, so `rmjudge --help` stays fast.
@@ -21,7 +22,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(UserErrorGroup):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 

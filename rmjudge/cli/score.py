@@ -6,8 +6,9 @@ import sys
 
 import click
 
-from rmjudge.cli.common import ProgressLine, fail
+from rmjudge.cli.common import make_progress, status
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+from rmjudge.errors import EXIT_STRICT, EXIT_USER
 
 
 @click.command("score")
@@ -23,20 +24,20 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
               help="Judge only shard I of N (stable partition by pair id), for array jobs.")
 @click.option("--commit-every", default=8, show_default=True,
               help="Commit results every N pairs (a crash loses at most the pairs in flight).")
-@click.option("--overwrite", is_flag=True, help="Discard an existing output and start again.")
-@click.option("--strict", is_flag=True, help="Exit non-zero when any row lands in errors.")
+@click.option("--overwrite", is_flag=True,
+              help="Discard an existing output (an rmjudge store no other run is writing) and "
+              "start again.")
+@click.option("--strict", is_flag=True, help="Exit 2 when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
 def command(source: str, output: str | None, mapping: str | None, limit: int | None,
-            shard: str | None, commit_every: int, overwrite: bool, strict: bool, dry_run: bool, quiet: bool, **kw) -> None:
+            shard: str | None, commit_every: int, overwrite: bool, strict: bool, dry_run: bool,
+            quiet: bool, **kw) -> None:
     """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.io.readers import InputError
-    from rmjudge.models import ModelError
     from rmjudge.settings import SettingsError
-    from rmjudge.store import StoreError
 
     engine_kind = kw.pop("engine_kind")
     try:
@@ -44,41 +45,37 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         es = engine_settings(kw)
         cols = parse_map(mapping)
         shard_t = parse_shard(shard)
-    except (SettingsError, ValueError) as exc:
-        fail(str(exc))
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if dry_run:
+        from rmjudge.dryrun import dry_run as run_dry
+
+        click.echo(run_dry(source, js, es, mapping=cols, limit=limit).render())
+        return
+    from rmjudge.engine import load_engine
+    from rmjudge.io.readers import count_rows, detect_format
+    from rmjudge.pipeline import check_output, default_output, score
+
+    detect_format(source)  # a missing or unreadable input fails before the model loads
+    check_output(source, output or default_output(source))  # so does an unusable output
+    from rmjudge.models import resolve_model
+
+    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
+    engine = load_engine(es, kind=engine_kind, vocab_only=False)
+    total = None if quiet else count_rows(source)
+    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)
     try:
-        if dry_run:
-            from rmjudge.dryrun import dry_run as run_dry
-
-            report = run_dry(source, js, es, mapping=cols, limit=limit)
-            click.echo(report.render())
-            return
-        from rmjudge.engine import load_engine
-        from rmjudge.io.readers import detect_format
-        from rmjudge.pipeline import score
-
-        detect_format(source)  # a missing or unreadable input fails before the model loads
-        engine = load_engine(es, kind=engine_kind, vocab_only=False)
-        from rmjudge.io.readers import count_rows
-
-        progress = ProgressLine(not quiet)
-        if progress.enabled:
-            total = count_rows(source)
-            progress.total = min(total, limit) if total is not None and limit else total
-        try:
-            summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
-                            limit=limit, shard=shard_t, commit_every=commit_every,
-                            on_progress=progress)
-        finally:
-            progress.close()
-    except (InputError, ModelError, StoreError) as exc:
-        fail(str(exc))
+        summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
+                        limit=limit, shard=shard_t, commit_every=commit_every,
+                        on_progress=progress)
+    finally:
+        progress.close()
     if not quiet:
         click.echo(render_summary(summary), err=True)
     if summary.judged == 0 and summary.skipped == 0:
-        sys.exit(1)
+        sys.exit(EXIT_USER)
     if strict and summary.errors:
-        sys.exit(2)
+        sys.exit(EXIT_STRICT)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
@@ -108,6 +105,9 @@ def render_summary(s) -> str:
         lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
     if s.accuracy is not None:
         lines.append(f"  accuracy {s.accuracy:.1%} on {s.labelled} labelled pairs")
+        if s.labelled < 0.95 * total:
+            lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
+                         "label (ties, or values the label mapping leaves unlabelled)")
     if s.positional_consistency is not None:
         lines.append(f"  positional consistency (correct in both orders) "
                      f"{s.positional_consistency:.1%}")

@@ -19,6 +19,8 @@ from typing import Any, BinaryIO, Iterator
 
 import orjson
 
+from rmjudge.sql import quote_ident
+
 RAW_LIMIT = 500  # characters of an offending row kept in `errors.raw`
 
 
@@ -131,11 +133,6 @@ def _read_duckdb_query(sql: str, params: list, database: str = ":memory:") -> It
                 yield RawRow(n, dict(zip(names, values)))
     finally:
         con.close()
-
-
-def quote_ident(name: str) -> str:
-    """A DuckDB identifier, quoted (never pasted raw into SQL)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def read_duckdb_table(path: str, table: str) -> Iterator[RawRow]:

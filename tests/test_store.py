@@ -1,0 +1,389 @@
+"""The run store owns its files: locks before deleting, refuses files it did not create, keeps
+every passthrough value, names disk problems, records the real run status."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+from helpers import rows
+from test_score import length_judge, settings
+
+from rmjudge.engine.fake import ScriptedEngine
+from rmjudge.errors import EXIT_BUSY, EXIT_DISK, EXIT_INTERRUPTED, BusyError, DiskError
+from rmjudge.merge import merge
+from rmjudge.pipeline import Interrupted, score
+from rmjudge.store import Store, StoreError, store_path
+
+DATA = Path(__file__).parent / "data"
+PAIRS = str(DATA / "pandalm_5.jsonl")
+
+
+def sha(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_jsonl(path: Path, objs: list[dict]) -> str:
+    path.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in objs))
+    return str(path)
+
+
+def row(i: int, **extra) -> dict:
+    return {"id": f"p{i}", "prompt": f"Question {i}?", "response_a": f"long answer {i} " * 3,
+            "response_b": f"short {i}", "label": "A", **extra}
+
+
+# -- 1. nothing deletes or replaces a store whose lock is held --------------------------------
+
+def test_overwrite_refuses_a_store_another_run_holds(tmp_path):
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    before = rows(out, "SELECT count(*) FROM pairs")
+    live = Store(out)  # another process's run, as far as the lock is concerned
+    try:
+        with pytest.raises(BusyError, match="another rmjudge process is writing"):
+            score(PAIRS, ScriptedEngine(length_judge), settings(), output=out, overwrite=True)
+        assert os.path.exists(out)
+    finally:
+        live.close()
+    assert rows(out, "SELECT count(*) FROM pairs") == before
+    # with the lock free, --overwrite starts again
+    s = score(PAIRS, ScriptedEngine(length_judge), settings(), output=out, overwrite=True)
+    assert s.judged == 5 and s.skipped == 0
+
+
+def test_overwrite_over_a_live_cli_run_exits_3_and_keeps_the_run(tmp_path):
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(30)"), out], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = subprocess.run([sys.executable, "-m", "rmjudge", "score", PAIRS, "-o", out,
+                            "--overwrite", "--model", "/nonexistent-is-not-reached.gguf"],
+                           capture_output=True, text=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    # refused before the model loads (the model path is never looked at)
+    assert r.returncode == EXIT_BUSY, r.stderr
+    assert r.stderr.startswith("Error: another rmjudge process is writing") and "Traceback" not in r.stderr
+    assert rows(out, "SELECT count(*) FROM pairs") == [(5,)]
+
+
+def test_merge_overwrite_refuses_an_output_being_written(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(6)])
+    shards = []
+    for i in range(2):
+        p = str(tmp_path / f"s{i}.duckdb")
+        score(src, ScriptedEngine(length_judge), settings(), output=p, shard=(i, 2))
+        shards.append(p)
+    target = str(tmp_path / "merged.duckdb")
+    score(src, ScriptedEngine(length_judge), settings(), output=target, limit=2)
+    digest = sha(target)
+    live = Store(target)
+    try:
+        with pytest.raises(BusyError):
+            merge(shards, target, overwrite=True)
+    finally:
+        live.close()
+    assert sha(target) == digest
+    report = merge(shards, target, overwrite=True)
+    assert report.output == target and report.pairs == 6
+
+
+# -- 2. passthrough columns that differ from core columns only by case ------------------------
+
+def test_passthrough_names_that_collide_by_case_keep_every_value(tmp_path):
+    objs = [row(i, Label="gold-ish", ID=f"x{i}", Verdict="v", foo=1, FOO=2, verdict="old",
+                input_verdict="older") for i in range(3)]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "o.duckdb")
+    s = score(src, ScriptedEngine(length_judge), settings(), output=out, commit_every=1)
+    assert s.judged == 3 and s.errors == 0
+    cols = [r[0] for r in rows(out, "DESCRIBE pairs")]
+    assert len({c.lower() for c in cols}) == len(cols)
+    got = rows(out, "SELECT * FROM pairs ORDER BY row_number")[0]
+    values = dict(zip(cols, got))
+    for v in ("gold-ish", "x0", "v", "1", "2", "old", "older"):
+        assert v in values.values(), v
+    # a rerun resumes with the same column names
+    s = score(src, ScriptedEngine(length_judge), settings(), output=out)
+    assert s.skipped == 3 and [r[0] for r in rows(out, "DESCRIBE pairs")] == cols
+
+
+# -- 3. -o equal to the input --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["x.jsonl", "x.parquet"])
+def test_output_equal_to_input_is_refused(tmp_path, name):
+    src = tmp_path / name
+    if name.endswith(".jsonl"):
+        write_jsonl(src, [row(1)])
+    else:
+        con = duckdb.connect()
+        con.execute(f"COPY (SELECT 'p1' AS id, 'Q?' AS prompt, 'a' AS response_a, 'b' AS "
+                    f"response_b) TO '{src}' (FORMAT parquet)")
+        con.close()
+    digest = sha(str(src))
+    link = tmp_path / "link" / name
+    link.parent.mkdir()
+    link.symlink_to(src)
+    for out in (str(src), str(link)):
+        with pytest.raises(StoreError, match="would overwrite the input"):
+            score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert sha(str(src)) == digest
+
+
+# -- 4. a DuckDB file rmjudge did not create -------------------------------------------------
+
+def test_a_foreign_duckdb_file_is_left_byte_for_byte_unchanged(tmp_path):
+    for tables in (["CREATE TABLE pairs (x INTEGER)"], ["CREATE TABLE mine (x INTEGER)",
+                                                        "INSERT INTO mine VALUES (1)"]):
+        out = str(tmp_path / f"theirs{len(tables)}.duckdb")
+        con = duckdb.connect(out)
+        for t in tables:
+            con.execute(t)
+        con.close()
+        digest = sha(out)
+        for overwrite in (False, True):
+            with pytest.raises(StoreError, match="not an rmjudge run store"):
+                score(PAIRS, ScriptedEngine(length_judge), settings(), output=out,
+                      overwrite=overwrite)
+            assert sha(out) == digest
+    text = tmp_path / "notes.duckdb"
+    text.write_text("my notes")
+    with pytest.raises(StoreError, match="not an rmjudge run store"):
+        score(PAIRS, ScriptedEngine(length_judge), settings(), output=str(text), overwrite=True)
+    assert text.read_text() == "my notes"
+
+
+# -- 5. clear errors instead of tracebacks ----------------------------------------------------
+
+def test_output_into_a_missing_directory_is_created(tmp_path):
+    out = str(tmp_path / "new" / "deeper" / "o.parquet")
+    s = score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    assert s.judged == 5 and os.path.exists(out)
+
+
+def test_read_only_directory_is_one_error(tmp_path):
+    if os.geteuid() == 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False)
+        if not os.path.ismount(ro):
+            pytest.skip("cannot mount a read-only file system here")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+    try:
+        with pytest.raises(DiskError, match="cannot write"):
+            score(PAIRS, ScriptedEngine(length_judge), settings(), output=str(ro / "o.duckdb"))
+    finally:
+        if os.path.ismount(ro):
+            subprocess.run(["umount", str(ro)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 3 MB tmpfs: the store fills it (needs root, as the CI machine has)."""
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a small file system here (needs root)")
+    yield d
+    subprocess.run(["umount", str(d)], check=False)
+
+
+def test_disk_full_is_named_and_the_store_stays_resumable(tmp_path, tiny_disk):
+    big = "x" * 20000
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i, blob=big + str(i)) for i in range(400)])
+    out = str(tiny_disk / "o.duckdb")
+    with pytest.raises(DiskError, match="No space left|cannot write") as exc:
+        score(src, ScriptedEngine(length_judge), settings(samples=1), output=out,
+              commit_every=4)
+    assert "rollback" not in str(exc.value)
+    assert exc.value.exit_code == EXIT_DISK
+    done = rows(out, "SELECT count(*) FROM pairs")[0][0]
+    assert done > 0
+    assert rows(out, "SELECT status FROM runs") == [("failed",)]
+    # more room (the same store copied to a roomier place): the rerun resumes
+    roomy = str(tmp_path / "o.duckdb")
+    Path(roomy).write_bytes(Path(out).read_bytes())
+    if os.path.exists(out + ".wal"):
+        Path(roomy + ".wal").write_bytes(Path(out + ".wal").read_bytes())
+    s = score(src, ScriptedEngine(length_judge), settings(samples=1), output=roomy)
+    assert s.skipped == done and s.judged == 400 - done
+
+
+def test_disk_full_during_export_is_named(tmp_path, tiny_disk, monkeypatch):
+    import rmjudge.store as store_mod
+
+    real_export = store_mod.Store.export
+
+    def export_onto_a_full_disk(self, out, fmt):
+        # the judging is done and stored; now the disk fills up before the export
+        with open(tiny_disk / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        return real_export(self, out, fmt)
+
+    monkeypatch.setattr(store_mod.Store, "export", export_onto_a_full_disk)
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(20)])
+    out = str(tiny_disk / "o.jsonl")
+    with pytest.raises(DiskError, match="cannot write .*o.jsonl"):
+        score(src, ScriptedEngine(length_judge), settings(samples=1), output=out)
+    assert not [p for p in os.listdir(tiny_disk) if ".tmp" in p]
+    os.remove(tiny_disk / "filler")
+    assert rows(store_path(out), "SELECT count(*) FROM pairs") == [(20,)]
+    assert rows(store_path(out), "SELECT status FROM runs") == [("failed",)]
+    # with room again, the rerun judges nothing and writes the export
+    monkeypatch.undo()
+    s = score(src, ScriptedEngine(length_judge), settings(samples=1), output=out)
+    assert (s.skipped, s.judged) == (20, 0) and os.path.getsize(out) > 0
+
+
+def test_merge_with_malformed_meta_is_one_error(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(4)])
+    shards = []
+    for i in range(2):
+        p = str(tmp_path / f"s{i}.duckdb")
+        score(src, ScriptedEngine(length_judge), settings(), output=p, shard=(i, 2))
+        shards.append(p)
+    con = duckdb.connect(shards[1])
+    con.execute("UPDATE meta SET value = '{not json' WHERE key = 'settings'")
+    con.close()
+    from rmjudge.merge import MergeError
+
+    with pytest.raises(MergeError, match="malformed recorded settings"):
+        merge(shards, str(tmp_path / "m.duckdb"))
+
+
+def test_commands_on_stores_missing_columns_give_one_error_line(tmp_path):
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    broken = str(tmp_path / "b.duckdb")
+    Path(broken).write_bytes(Path(out).read_bytes())
+    con = duckdb.connect(broken)
+    con.execute("ALTER TABLE samples DROP COLUMN is_anchor")
+    con.execute("ALTER TABLE pairs DROP COLUMN p_a_ab")
+    con.execute("ALTER TABLE runs DROP COLUMN status")
+    con.close()
+    for args in (["eval", broken], ["report", broken, "-o", str(tmp_path / "r.html")],
+                 ["filter", broken, "-o", str(tmp_path / "f.jsonl")],
+                 ["merge", broken, out, "-o", str(tmp_path / "m.duckdb")]):
+        r = subprocess.run([sys.executable, "-m", "rmjudge", *args], capture_output=True,
+                           text=True)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        if r.returncode != 0:
+            assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, (args, r.stderr)
+
+
+# -- 6. the real status of a run -------------------------------------------------------------
+
+def test_ctrl_c_saves_the_judged_pairs_and_says_how_to_resume(tmp_path):
+    out = str(tmp_path / "o.duckdb")
+    calls = {"n": 0}
+
+    def judge_then_interrupt(req, i):
+        calls["n"] += 1
+        if calls["n"] > 40:
+            raise KeyboardInterrupt
+        return length_judge(req, i)
+
+    with pytest.raises(Interrupted, match="judged pairs are saved in .*rerun the same command") as exc:
+        score(PAIRS, ScriptedEngine(judge_then_interrupt, pairs_in_flight=1), settings(),
+              output=out, commit_every=100)
+    assert exc.value.exit_code == EXIT_INTERRUPTED
+    saved = rows(out, "SELECT count(*) FROM pairs")[0][0]
+    assert saved > 0 and f"{saved} judged pairs" in str(exc.value)
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
+    s = score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    assert s.skipped == saved and s.judged == 5 - saved
+    assert rows(out, "SELECT status FROM runs ORDER BY run_id") == [("interrupted",), ("finished",)]
+
+
+def test_sigint_on_the_cli_exits_130_with_the_resume_hint(tmp_path, model_path):
+    out = str(tmp_path / "o.duckdb")
+    p = subprocess.Popen([sys.executable, "-m", "rmjudge", "score", PAIRS, "-o", out,
+                          "--samples", "2", "--max-tokens", "32", "--commit-every", "1",
+                          "--threads", "1", "--model", model_path],
+                         stderr=subprocess.PIPE, text=True)
+    first = p.stderr.readline()
+    assert first.startswith("rmjudge: loading the judge")
+    time.sleep(6)
+    p.send_signal(signal.SIGINT)
+    err = first + p.communicate(timeout=120)[1]
+    assert p.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "Aborted!" not in err
+    assert "rerun the same command to resume" in err
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
+
+
+def rows_safe(out: str) -> int:
+    try:
+        return rows(out, "SELECT count(*) FROM pairs")[0][0]
+    except duckdb.Error:
+        return 0
+
+
+def test_export_status_is_recorded_after_the_export(tmp_path, monkeypatch):
+    import rmjudge.store as store_mod
+
+    def broken_copy(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_mod, "write_query_file", broken_copy)
+    out = str(tmp_path / "o.parquet")
+    with pytest.raises(Interrupted):
+        score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    assert rows(store_path(out), "SELECT status FROM runs") == [("interrupted",)]
+
+
+# -- 11. another input into the same store ----------------------------------------------------
+
+def test_a_different_input_into_an_existing_store_is_refused(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [row(i) for i in range(3)])
+    b = write_jsonl(tmp_path / "b.jsonl", [row(i + 10) for i in range(3)])
+    out = str(tmp_path / "o.duckdb")
+    score(a, ScriptedEngine(length_judge), settings(), output=out)
+    with pytest.raises(StoreError, match="holds results for another input"):
+        score(b, ScriptedEngine(length_judge), settings(), output=out)
+    assert rows(out, "SELECT count(*) FROM pairs") == [(3,)]
+    # the same input, grown by appending rows, resumes
+    Path(a).write_bytes(Path(a).read_bytes() + orjson.dumps(row(99)) + b"\n")
+    s = score(a, ScriptedEngine(length_judge), settings(), output=out)
+    assert (s.skipped, s.judged) == (3, 1)
+    s = score(b, ScriptedEngine(length_judge), settings(), output=out, overwrite=True)
+    assert s.judged == 3
+
+
+def test_busy_exit_code_on_the_cli(tmp_path):
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(30)"), out], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = subprocess.run([sys.executable, "-m", "rmjudge", "merge", out, PAIRS, "-o",
+                            str(tmp_path / "m.duckdb")], capture_output=True, text=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == EXIT_BUSY and r.stderr.startswith("Error: ")
+    assert "Traceback" not in r.stderr
