@@ -15,6 +15,7 @@ from rmjudge import cache
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import read_rows
+from rmjudge.runspec import resolve
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 
@@ -89,8 +90,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     from rmjudge.protocol import PairOrderJob
 
     engine = LlamaEngine(es, vocab_only=True)
-    suffix = engine.info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
-    context = min(es.n_ctx or engine.info.n_ctx_train, engine.info.n_ctx_train)
+    spec = resolve(js, engine.info, es.n_ctx)
+    suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
     intake = Intake(read_rows(source), mapper or Mapper(mapping or {}, seed=js.seed), limit=limit)
     orders = len(js.order_list)
@@ -108,7 +109,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         # Both orders hold the same text, so one tokenization counts for both.
         req = PairOrderJob(pair, "ab", js, suffix).rollout_request(js.samples)
         n = engine.count_tokens([req])[0]
-        if n + js.max_tokens + 24 > context:
+        if not spec.fits(n):
             rep.too_long += 1
             error(f"row {pair.row_number}: {n} prompt tokens + {js.max_tokens} to generate exceed "
                   f"the context of {context}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Generator, Iterable, Iterator
 
 from rmjudge.engine.base import Engine
+from rmjudge.runspec import resolve
 from rmjudge.protocol import PairOrderJob, PairResult, combine_orders, to_letter
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Generation, GenRequest, Pair
@@ -52,8 +53,7 @@ class Judge:
     def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None):
         self.engine = engine
         self.settings = settings
-        suffix = settings.prompt_suffix
-        self.suffix = engine.info.prompt_suffix if suffix is None else suffix
+        self.suffix = resolve(settings, engine.info).suffix
         self.pairs_in_flight = pairs_in_flight or engine.preferred_pairs_in_flight(settings)
 
     def _pair_task(self, pair: Pair) -> PairTask:

@@ -19,6 +19,7 @@ from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
+from rmjudge.runspec import resolve
 from rmjudge.settings import JudgeSettings
 from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, output_format,
                            sidecar, store_path)
@@ -118,12 +119,8 @@ class Summary:
 
 
 def verdict_settings(js: JudgeSettings, info) -> dict:
-    """What decides verdicts: a rerun on the same output must match these exactly."""
-    d = js.as_dict()
-    d["prompt_suffix"] = info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
-    d["model_sha256"] = info.sha256
-    d["lora_sha256"] = info.lora_sha256
-    return d
+    """What decides verdicts (see `RunSpec.verdict_settings`)."""
+    return resolve(js, info).verdict_settings()
 
 
 def _reason_kind(reason: str) -> str:

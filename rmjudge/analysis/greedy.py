@@ -19,6 +19,7 @@ import orjson
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.store import sidecar
 from rmjudge.protocol import PairOrderJob, to_letter
+from rmjudge.runspec import resolve
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Pair
 
@@ -89,7 +90,7 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             f"{table.path} was judged by the model with sha256 {want_sha[:12]}..., not "
             f"{engine.info.path} ({engine.info.sha256[:12]}...): pass the same --model (and "
             "--lora) as the scoring run, so the greedy row compares like with like")
-    suffix = js.prompt_suffix if js.prompt_suffix is not None else engine.info.prompt_suffix
+    suffix = resolve(js, engine.info).suffix
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)
     done = failures = 0
