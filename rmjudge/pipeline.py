@@ -53,6 +53,12 @@ def check_output(source: str, out: str) -> None:
     db = store_path(out)
     check_not_busy(db)
     check_writable_target(db)
+    if output_format(out) != "duckdb" and not os.path.exists(db):
+        for f in (out, sidecar(out, "samples"), sidecar(out, "errors")):
+            if os.path.exists(f):
+                raise StoreError(f"{f} exists and no rmjudge run wrote it (its run store {db} "
+                                 "is missing); it is left untouched: remove it or choose "
+                                 "another -o")
 
 
 def check_output_is_not_input(source: str, out: str) -> None:
@@ -150,7 +156,7 @@ def score(
     `mapping` of --map) turns rows into pairs."""
     out = output or default_output(source)
     fmt = output_format(out)
-    check_output_is_not_input(source, out)
+    check_output(source, out)
     rows: Iterator[RawRow] = read_rows(source)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     store = Store(store_path(out), overwrite=overwrite)

@@ -387,3 +387,16 @@ def test_busy_exit_code_on_the_cli(tmp_path):
         holder.wait()
     assert r.returncode == EXIT_BUSY and r.stderr.startswith("Error: ")
     assert "Traceback" not in r.stderr
+
+
+def test_an_export_file_rmjudge_did_not_write_is_left_alone(tmp_path):
+    out = tmp_path / "x.parquet"
+    out.write_text("someone's data")
+    with pytest.raises(StoreError, match="no rmjudge run wrote it"):
+        score(PAIRS, ScriptedEngine(length_judge), settings(), output=str(out))
+    assert out.read_text() == "someone's data"
+    # an export of rmjudge's own run is rewritten on a rerun
+    own = str(tmp_path / "own.parquet")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=own)
+    s = score(PAIRS, ScriptedEngine(length_judge), settings(), output=own)
+    assert s.skipped == 5

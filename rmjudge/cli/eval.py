@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from rmjudge.cli.common import ProgressLine, fail
-from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+from rmjudge.cli.options import engine_options, judge_options
+from rmjudge.cli.score import judge_input, parse_run_options, run_options
 
 
 @click.command("eval")
@@ -29,13 +29,12 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @click.option("-o", "--output", default=None,
               help="When TABLE is unjudged input: where to write the judged table "
               "(default INPUT.judged.duckdb).")
-@click.option("--limit", type=int, default=None,
-              help="When TABLE is unjudged input: judge only the first N rows.")
 @judge_options
 @engine_options
+@run_options
 def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[str, ...],
             max_groups: int | None, resamples: int, bootstrap_seed: int, output: str | None,
-            limit: int | None, **kw) -> None:
+            **kw) -> None:
     """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
     labels: accuracy per order, positional consistency and final-verdict accuracy, overall and
     per source/subset, with bootstrap intervals, next to the first-rollout and majority-vote
@@ -46,51 +45,31 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     import orjson
 
     from rmjudge.analysis.metrics import EvalSettings, evaluate, render
-    from rmjudge.analysis.tables import TableError, is_judged, open_judged
-    from rmjudge.io.readers import InputError
-    from rmjudge.models import ModelError
-    from rmjudge.settings import SettingsError
-    from rmjudge.store import StoreError
+    from rmjudge.analysis.tables import is_judged, open_judged
 
-    engine_kind = kw.pop("engine_kind")
-    try:
-        js = judge_settings(kw)
-        es = engine_settings(kw)
-        ev = EvalSettings(resamples=resamples, seed=bootstrap_seed,
-                          group_by=tuple(group_by) or None)
-    except (SettingsError, ValueError) as exc:
-        fail(str(exc))
+    ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     engine = None
-    try:
-        path = table
-        if not is_judged(table):
-            from rmjudge.cli.score import render_summary
+    path = table
+    if not is_judged(table):
+        from rmjudge.pipeline import default_output
+
+        summary = judge_input(table, output, dict(kw))
+        engine = summary.engine
+        path = output or default_output(table)
+    with open_judged(path) as t:
+        if greedy_baseline:
+            from rmjudge.analysis.greedy import run_greedy
             from rmjudge.engine import load_engine
-            from rmjudge.pipeline import default_output, score
 
-            engine = load_engine(es, kind=engine_kind)
-            progress = ProgressLine(True)
-            try:
-                summary = score(table, engine, js, output=output, limit=limit,
-                                on_progress=progress)
-            finally:
-                progress.close()
-            click.echo(render_summary(summary), err=True)
-            path = output or default_output(table)
-        with open_judged(path) as t:
-            if greedy_baseline:
-                from rmjudge.analysis.greedy import run_greedy
-                from rmjudge.engine import load_engine
-
-                engine = engine or load_engine(es, kind=engine_kind)
-                g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
-                    f"greedy baseline: {done}/{total} pair-orders", err=True))
-                click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
-                           f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
-                           err=True)
-            res = evaluate(t, ev)
-    except (TableError, InputError, ModelError, StoreError) as exc:
-        fail(str(exc))
+            if engine is None:
+                js, es, run = parse_run_options(dict(kw))
+                engine = load_engine(es, kind=run["engine_kind"])
+            g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
+                f"greedy baseline: {done}/{total} pair-orders", err=True))
+            click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
+                       f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
+                       err=True)
+        res = evaluate(t, ev)
     if as_json:
         click.echo(orjson.dumps(res.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:

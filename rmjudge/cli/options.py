@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 
-def _apply(options: list[Callable]) -> Callable:
+def combine_options(options: list[Callable]) -> Callable:
     def deco(f: Callable) -> Callable:
         for opt in reversed(options):
             f = opt(f)
@@ -16,7 +16,7 @@ def _apply(options: list[Callable]) -> Callable:
     return deco
 
 
-engine_options = _apply([
+engine_options = combine_options([
     click.option("--model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
                  help="GGUF judge model. Default: $RMJUDGE_MODEL, else the embedded SmolLM2-135M."),
     click.option("--lora", default=None, metavar="ADAPTER.gguf",
@@ -50,7 +50,7 @@ def engine_settings(kw: dict):
     )
 
 
-judge_options = _apply([
+judge_options = combine_options([
     click.option("--samples", "-n", default=8, show_default=True,
                  help="Rollouts per order (N)."),
     click.option("--max-tokens", default=256, show_default=True,

@@ -7,8 +7,23 @@ import sys
 import click
 
 from rmjudge.cli.common import make_progress, status
-from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
+                                 judge_settings)
 from rmjudge.errors import EXIT_STRICT, EXIT_USER
+
+
+run_options = combine_options([
+    click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
+                 help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=."),
+    click.option("--limit", type=int, default=None, help="Read only the first N rows."),
+    click.option("--shard", default=None, metavar="I/N",
+                 help="Judge only shard I of N (stable partition by pair id), for array jobs."),
+    click.option("--commit-every", default=8, show_default=True,
+                 help="Commit results every N pairs (a crash loses at most the pairs in flight)."),
+    click.option("--overwrite", is_flag=True,
+                 help="Discard an existing output (an rmjudge store no other run is writing) "
+                 "and start again."),
+])
 
 
 @click.command("score")
@@ -17,65 +32,72 @@ from rmjudge.errors import EXIT_STRICT, EXIT_USER
               help="Output: .duckdb (default INPUT.judged.duckdb), .parquet or .jsonl.")
 @judge_options
 @engine_options
-@click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
-              help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
-@click.option("--limit", type=int, default=None, help="Read only the first N rows.")
-@click.option("--shard", default=None, metavar="I/N",
-              help="Judge only shard I of N (stable partition by pair id), for array jobs.")
-@click.option("--commit-every", default=8, show_default=True,
-              help="Commit results every N pairs (a crash loses at most the pairs in flight).")
-@click.option("--overwrite", is_flag=True,
-              help="Discard an existing output (an rmjudge store no other run is writing) and "
-              "start again.")
+@run_options
 @click.option("--strict", is_flag=True, help="Exit 2 when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
-def command(source: str, output: str | None, mapping: str | None, limit: int | None,
-            shard: str | None, commit_every: int, overwrite: bool, strict: bool, dry_run: bool,
-            quiet: bool, **kw) -> None:
+def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet: bool,
+            **kw) -> None:
     """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
-    from rmjudge.io.mapping import parse_map
-    from rmjudge.settings import SettingsError
-
-    engine_kind = kw.pop("engine_kind")
-    try:
-        js = judge_settings(kw)
-        es = engine_settings(kw)
-        cols = parse_map(mapping)
-        shard_t = parse_shard(shard)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
     if dry_run:
         from rmjudge.dryrun import dry_run as run_dry
 
-        click.echo(run_dry(source, js, es, mapping=cols, limit=limit).render())
+        js, es, run = parse_run_options(kw)
+        click.echo(run_dry(source, js, es, mapping=run["mapping"], limit=run["limit"]).render())
         return
-    from rmjudge.engine import load_engine
-    from rmjudge.io.readers import count_rows, detect_format
-    from rmjudge.pipeline import check_output, default_output, score
-
-    detect_format(source)  # a missing or unreadable input fails before the model loads
-    check_output(source, output or default_output(source))  # so does an unusable output
-    from rmjudge.models import resolve_model
-
-    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
-    engine = load_engine(es, kind=engine_kind, vocab_only=False)
-    total = None if quiet else count_rows(source)
-    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)
-    try:
-        summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
-                        limit=limit, shard=shard_t, commit_every=commit_every,
-                        on_progress=progress)
-    finally:
-        progress.close()
-    if not quiet:
-        click.echo(render_summary(summary), err=True)
+    summary = judge_input(source, output, kw, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
         sys.exit(EXIT_USER)
     if strict and summary.errors:
         sys.exit(EXIT_STRICT)
+
+
+def parse_run_options(kw: dict):
+    """(JudgeSettings, EngineSettings, run options) from the options of `judge_options`,
+    `engine_options` and `run_options`; bad values raise SettingsError."""
+    from rmjudge.io.mapping import parse_map
+    from rmjudge.settings import SettingsError
+
+    try:
+        js = judge_settings(kw)
+        es = engine_settings(kw)
+        run = {"mapping": parse_map(kw.pop("mapping")), "limit": kw.pop("limit"),
+               "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
+               "overwrite": kw.pop("overwrite"), "engine_kind": kw.pop("engine_kind")}
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    return js, es, run
+
+
+def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, engine=None):
+    """Judge `source` into `output` as `rmjudge score` does (for `score` and for `eval` on
+    unjudged input); prints progress and the summary to stderr. Returns the Summary."""
+    from rmjudge.engine import load_engine
+    from rmjudge.io.readers import count_rows, detect_format
+    from rmjudge.models import resolve_model
+    from rmjudge.pipeline import check_output, default_output, score
+
+    js, es, run = parse_run_options(kw)
+    detect_format(source)  # a missing or unreadable input fails before the model loads
+    check_output(source, output or default_output(source))  # so does an unusable output
+    if engine is None:
+        status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
+        engine = load_engine(es, kind=run["engine_kind"], vocab_only=False)
+    limit = run["limit"]
+    total = None if quiet else count_rows(source)
+    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)
+    try:
+        summary = score(source, engine, js, output=output, mapping=run["mapping"],
+                        overwrite=run["overwrite"], limit=limit, shard=run["shard"],
+                        commit_every=run["commit_every"], on_progress=progress)
+    finally:
+        progress.close()
+    if not quiet:
+        click.echo(render_summary(summary), err=True)
+    summary.engine = engine
+    return summary
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
