@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmjudge import cache
-from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.io.mapping import LabelOptions, RowError, check_labels
 from rmjudge.io.readers import read_rows
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -83,7 +83,7 @@ def _hms(seconds: float) -> str:
 
 
 def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
-            limit: int | None = None) -> DryRunReport:
+            limit: int | None = None, labels=None) -> DryRunReport:
     from rmjudge.engine.llama import LlamaEngine
     from rmjudge.protocol import PairOrderJob
 
@@ -91,7 +91,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     suffix = engine.info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
     context = min(es.n_ctx or engine.info.n_ctx_train, engine.info.n_ctx_train)
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
-    mapper = Mapper(mapping or {}, seed=js.seed)
+    mapper = (labels or LabelOptions()).mapper(mapping, js.seed)
     seen: set[str] = set()
     orders = len(js.order_list)
 
@@ -100,7 +100,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         if len(rep.error_examples) < 5:
             rep.error_examples.append(msg)
 
-    for raw in read_rows(source):
+    for raw in check_labels(mapper, read_rows(source), source,
+                            **({"max_rows": limit} if limit else {})):
         if limit is not None and rep.rows >= limit:
             break
         rep.rows += 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from rmjudge import __version__
-from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.io.mapping import LabelOptions, Mapper, RowError, check_labels
 from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
@@ -127,11 +127,16 @@ def score(
     commit_every: int = COMMIT_EVERY_PAIRS,
     on_progress: Callable[[Progress], None] | None = None,
     command: str | None = None,
+    labels: LabelOptions | None = None,
 ) -> Summary:
     out = output or default_output(source)
     fmt = output_format(out)
     db = store_path(out)
-    rows: Iterator[RawRow] = read_rows(source)
+    # Gold labels (rmjudge.io.schemas): labels that need --label-values stop the run here,
+    # before any output is touched.
+    mapper = (labels or LabelOptions()).mapper(mapping, js.seed)
+    rows: Iterator[RawRow] = check_labels(mapper, read_rows(source), source,
+                                          **({"max_rows": limit} if limit else {}))
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     if overwrite:
         for p in (db, db + ".wal"):
@@ -139,7 +144,7 @@ def score(
                 os.remove(p)
     store = Store(db)
     try:
-        return _score(store, first, rows, engine, js, out, fmt, source, mapping or {}, limit,
+        return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit,
                       shard, commit_every, on_progress, command)
     finally:
         store.close()
@@ -153,7 +158,7 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") % n == i
 
 
-def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, limit, shard,
+def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper: Mapper, limit, shard,
            commit_every, on_progress, command) -> Summary:
     store.check_settings(verdict_settings(js, engine.info))
     info = engine.info
@@ -164,7 +169,6 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapping, lim
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
     })
     done = store.done_ids()
-    mapper = Mapper(mapping, seed=js.seed)
     prog = Progress()
     pending_errors: list[dict] = []
     seen: dict[str, int] = {}

@@ -7,6 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import ProgressLine, fail
+from rmjudge.cli.mapping_options import label_options, label_settings
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
 
 
@@ -18,6 +19,7 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @engine_options
 @click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
               help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
+@label_options
 @click.option("--limit", type=int, default=None, help="Read only the first N rows.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Judge only shard I of N (stable partition by pair id), for array jobs.")
@@ -38,7 +40,13 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
     from rmjudge.settings import SettingsError
     from rmjudge.store import StoreError
 
+    from rmjudge.errors import UserError
+
     engine_kind = kw.pop("engine_kind")
+    try:
+        labels = label_settings(kw)  # --label-values, --label
+    except UserError as exc:
+        fail(str(exc))
     try:
         js = judge_settings(kw)
         es = engine_settings(kw)
@@ -50,7 +58,7 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         if dry_run:
             from rmjudge.dryrun import dry_run as run_dry
 
-            report = run_dry(source, js, es, mapping=cols, limit=limit)
+            report = run_dry(source, js, es, mapping=cols, limit=limit, labels=labels)
             click.echo(report.render())
             return
         from rmjudge.engine import load_engine
@@ -68,7 +76,7 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         try:
             summary = score(source, engine, js, output=output, mapping=cols, overwrite=overwrite,
                             limit=limit, shard=shard_t, commit_every=commit_every,
-                            on_progress=progress)
+                            on_progress=progress, labels=labels)
         finally:
             progress.close()
     except (InputError, ModelError, StoreError) as exc:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from rmjudge.io.readers import InputError
-from rmjudge.errors import UserError
 
 UNCOVERED = "uncovered"  # a value no rule (or no letter) gives a meaning to
 
@@ -34,7 +33,7 @@ _LETTERS = {
 _TIES = {"", "tie", "tie(bothbad)", "draw", "a=b", "b=a"}
 
 
-class LabelValuesSyntaxError(UserError, ValueError):
+class LabelValuesSyntaxError(InputError, ValueError):
     """`--label-values` (or `--label`) is malformed or contradicts itself."""
 
 

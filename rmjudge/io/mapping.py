@@ -16,18 +16,20 @@ not used pass through to the output.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Iterable, Iterator
 
 import orjson
 
-from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, distinct_values,
+from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, LabelValuesSyntaxError,
+                               distinct_values,
                                letter_label, listing, parse_label_values, show_value)
 from rmjudge.io.messages import RowError
 from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
 from rmjudge.types import Message, Pair
 
-__all__ = ["Mapper", "RowError", "parse_map", "parse_label", "content_id", "check_labels",
+__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id", "check_labels",
            "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS", "LABEL_CHECK_ROWS"]
 
 MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
@@ -146,6 +148,25 @@ class Mapper:
         return content_id(messages, a, b, extra)
 
 
+@dataclass(frozen=True)
+class LabelOptions:
+    """`--label-values` and `--label`, parsed; `mapper()` builds the Mapper that applies them."""
+
+    values: LabelValues | None = None
+    choice: str | None = None
+
+    @classmethod
+    def parse(cls, values: str | None = None, choice: str | None = None) -> "LabelOptions":
+        """Raises LabelValuesSyntaxError (a UserError) for a malformed --label-values."""
+        choice = choice.strip() if choice is not None else None
+        if choice == "":
+            raise LabelValuesSyntaxError("--label is empty; give better, safer or a column name")
+        return cls(parse_label_values(values), choice)
+
+    def mapper(self, mapping: dict[str, str] | None, seed: int) -> Mapper:
+        return Mapper(mapping, seed, label_values=self.values, label_choice=self.choice)
+
+
 def labels_error(schema: Schema, counts, rows: str, values: LabelValues | None,
                  source: str | None = None) -> LabelValuesError:
     """`rows`: where the values were found ("the first 10000 rows", "row 7")."""
@@ -160,7 +181,7 @@ def labels_error(schema: Schema, counts, rows: str, values: LabelValues | None,
         f"{where}label column {col!r} does not say which response is better in A/B letters "
         f"({seen}); give the meaning of its values with --label-values, e.g. --label-values "
         f"\"VALUE=A,VALUE=B,VALUE=tie\" where A means {schema.slot_a()} is better "
-        " (see docs/datasets.md)")
+        "(see docs/datasets.md)")
 
 
 def check_labels(mapper: Mapper, rows: Iterable, source: str | None = None,
@@ -171,6 +192,7 @@ def check_labels(mapper: Mapper, rows: Iterable, source: str | None = None,
     column is free-form (not a published dataset's), reads up to `max_rows` rows and raises
     `LabelValuesError` listing the distinct values that have no meaning. Returns an iterator
     over all the rows, those read ahead included."""
+    max_rows = min(max_rows, LABEL_CHECK_ROWS)
     it = iter(rows)
     ahead: list = []
     schema = None
