@@ -51,9 +51,11 @@ class DryRunReport:
     throughput: dict | None = None
     max_tokens: int = 0
     context: int = 0
+    schema: str | None = None  # Mapper.describe(): how the input is read
 
     def render(self) -> str:
-        lines = [
+        lines = [f"input read as {self.schema}"] if self.schema else []
+        lines += [
             f"dry run: {self.rows} rows -> {self.pairs} pairs to judge, {self.errors} error rows"
             + (f" ({self.too_long} too long for the context of {self.context})" if self.too_long else ""),
         ]
@@ -128,6 +130,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         rep.pairs += 1
         rep.prompt_tokens += n
         rep.max_prompt_tokens = max(rep.max_prompt_tokens, n)
+    if mapper.schema is not None:
+        rep.schema = mapper.describe()
     first = js.adaptive or js.samples
     rep.generations_min = rep.pairs * orders * first
     per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)

@@ -305,3 +305,15 @@ def test_score_refuses_ambiguous_labels_before_writing_anything(tmp_path):
               JudgeSettings(samples=2), output=str(out), labels=LabelOptions.parse("0=A,1=B"))
     assert s.judged == 3
     assert rows(str(out), "SELECT label FROM pairs ORDER BY row_number") == [("B",), ("A",), ("B",)]
+
+
+def test_letter_ties_and_id_only_mapping():
+    m = Mapper()
+    row = {"prompt": "q", "response_a": "x", "response_b": "y"}
+    assert [m.to_pair(1, {**row, "label": v}).label for v in ("draw", "Tie (bothbad)", "", None,
+                                                                "response_b", "a<b")] == \
+        [None, None, None, None, "B", "B"]
+    # merge's input check needs only ids: a label without a meaning does not stop it
+    ids = Mapper(read_labels=False)
+    p = ids.to_pair(1, {**row, "label": 7})
+    assert p.label is None and p.id == m.to_pair(2, {**row, "label": "A"}).id

@@ -74,17 +74,20 @@ class Mapper:
     `mapping`: `--map` columns. `seed`: decides the slot of `chosen` in chosen/rejected data.
     `label_values`: a parsed `--label-values` (or its text). `label_choice`: `--label`, which
     label column to read (PKU-SafeRLHF: better|safer; otherwise a column name).
+    `read_labels=False`: for callers that need only ids (merge's input check); a label value
+    without a meaning is then left unlabelled instead of stopping the run.
     """
 
     def __init__(self, mapping: dict[str, str] | None = None, seed: int = 0, *,
                  label_values: LabelValues | str | None = None,
-                 label_choice: str | None = None) -> None:
+                 label_choice: str | None = None, read_labels: bool = True) -> None:
         self.mapping = dict(mapping or {})
         self.seed = seed
         if isinstance(label_values, str):
             label_values = parse_label_values(label_values)
         self.label_values = label_values
         self.label_choice = label_choice
+        self.read_labels = read_labels
         self.checked = False  # check_labels vetted the label values of the first rows
         self._schema: Schema | None = None
 
@@ -109,6 +112,8 @@ class Mapper:
         schema = self.detect(obj)
         r = schema.read(obj)
         label = r.label
+        if label == UNCOVERED and not self.read_labels:
+            label = None
         if label == UNCOVERED:
             col = schema.label_column
             value = obj.get(col)
