@@ -7,7 +7,6 @@ whatever slot the chosen response was drawn into.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

@@ -29,8 +29,9 @@ from rmjudge.io.messages import RowError
 from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
 from rmjudge.types import Message, Pair
 
-__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id", "check_labels",
-           "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS", "LABEL_CHECK_ROWS"]
+__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
+           "check_labels", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
+           "LABEL_CHECK_ROWS"]
 
 MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
 LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging

@@ -39,7 +39,8 @@ def content_text(content: Any, where: str) -> str:
                 texts.append(part)
                 continue
             if not isinstance(part, dict):
-                raise RowError(f"{where}: content part {j} must be an object, got {type_name(part)}")
+                raise RowError(f"{where}: content part {j} must be an object, "
+                               f"got {type_name(part)}")
             kind = part.get("type", "text")
             if kind != "text" or not isinstance(part.get("text"), str):
                 raise RowError(f"{where}: content part {j} is {kind!r}, not text; rmjudge "

@@ -3,15 +3,16 @@
 A `Schema` says how each field of a row is read and what its label means; `detect` picks one.
 Recognized without options (first match wins):
 
-| name           | columns                                                     | gold label |
-|----------------|-------------------------------------------------------------|------------|
-| pku-saferlhf   | prompt, response_0, response_1, better_response_id (+ safer_response_id) | 0: A, 1: B (`--label safer` reads safer_response_id) |
-| helpsteer3     | context, response1, response2, overall_preference           | < 0: A, > 0: B, 0: tie |
-| shp            | history, human_ref_A, human_ref_B, labels                   | 1: A, 0: B |
-| arena          | conversation_a, conversation_b, winner (+ turn, judge)      | model_a / model_b / tie / tie (bothbad) |
-| hh-rlhf        | chosen, rejected as "\\n\\nHuman: ...\\n\\nAssistant: ..." transcripts | chosen |
-| trl            | prompt?, chosen, rejected (strings or message lists)        | chosen |
-| rmjudge        | prompt, response_a, response_b, label?                      | A/B letters, ties unlabelled; other values need --label-values |
+- pku-saferlhf: prompt, response_0, response_1, better_response_id (+ safer_response_id);
+  0: A, 1: B (`--label safer` reads safer_response_id).
+- helpsteer3: context, response1, response2, overall_preference; < 0: A, > 0: B, 0: tie.
+- shp: history, human_ref_A, human_ref_B, labels; 1: A, 0: B.
+- arena: conversation_a, conversation_b, winner (+ turn, judge); model_a: A, model_b: B, tie and
+  tie (bothbad): unlabelled.
+- hh-rlhf: chosen, rejected as "Human: ... Assistant: ..." transcripts, no prompt; chosen.
+- trl: prompt?, chosen, rejected (strings, message lists or message objects); chosen.
+- rmjudge: prompt, response_a, response_b, label?; A/B letters, ties unlabelled; other values
+  need --label-values.
 
 `--map` (any key but id/label) selects the `mapped` schema: columns named explicitly, labels read
 as letters or by `--label-values`.
@@ -19,7 +20,7 @@ as letters or by `--label-values`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesSyntaxError, as_number,
@@ -151,7 +152,7 @@ class PKUSafeRLHF(_ThreeColumns):
                     f"--label {choice}: PKU-SafeRLHF input has the labels better "
                     "(better_response_id, the default) and safer (safer_response_id)")
         self.label_column = col
-        self.label_meaning = f"0: A (response_0), 1: B (response_1)"
+        self.label_meaning = "0: A (response_0), 1: B (response_1)"
 
     @classmethod
     def fits(cls, obj: dict) -> bool:
