@@ -156,6 +156,12 @@ def test_existing_shapes_keep_their_ids():
     assert p.id == "7"
 
 
+def test_chosen_rejected_without_a_prompt_names_the_fix():
+    m = Mapper()
+    with pytest.raises(RowError, match="^no prompt column found .* name it with --map prompt=COLUMN$"):
+        m.to_pair(1, {"chosen": "good", "rejected": "bad"})
+
+
 def test_map_id_naming_a_missing_column_is_a_row_error():
     m = Mapper({"id": "uid"})
     with pytest.raises(RowError, match=r"column 'uid' \(from --map id=uid\) is missing"):

@@ -291,8 +291,9 @@ class ChosenRejected(_Generic):
         used = {c_col, r_col}
         if p_col is None:
             if not (isinstance(chosen, list) and isinstance(rejected, list)):
-                raise self.missing(obj, "prompt column (prompt, question, instruction, ...), and "
-                                   "chosen/rejected are not whole conversations")
+                raise RowError(f"no prompt column found (prompt, question, instruction, ...) and "
+                               f"{c_col!r}/{r_col!r} are not whole conversations; columns: "
+                               f"{_columns(obj)}; name it with --map prompt=COLUMN")
             messages, good, bad = split_conversations(conversation(chosen, c_col),
                                                       conversation(rejected, r_col), c_col, r_col)
         else:
