@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rmjudge import cache
 from rmjudge.io.intake import Intake, RowFailure
-from rmjudge.io.mapping import Mapper
+from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import read_rows
 from rmjudge.runspec import resolve
 from rmjudge.settings import EngineSettings, JudgeSettings
@@ -48,6 +48,7 @@ class DryRunReport:
     prompt_tokens: int = 0
     max_prompt_tokens: int = 0
     error_examples: list[str] = field(default_factory=list)
+    schema: str | None = None  # Mapper.describe(): how the input is read
     generations_min: int = 0
     generations_max: int = 0
     throughput: dict | None = None
@@ -55,7 +56,8 @@ class DryRunReport:
     context: int = 0
 
     def render(self) -> str:
-        lines = [
+        lines = [f"input read as {self.schema}"] if self.schema else []
+        lines += [
             f"dry run: {self.rows} rows -> {self.pairs} pairs to judge, {self.errors} error rows"
             + (f" ({self.too_long} too long for the context of {self.context})" if self.too_long else ""),
         ]
@@ -93,7 +95,9 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     spec = resolve(js, engine.info, es.n_ctx)
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
-    intake = Intake(read_rows(source), mapper or Mapper(mapping or {}, seed=js.seed), limit=limit)
+    mapper = mapper or Mapper(mapping or {}, seed=js.seed)
+    rows = check_labels(mapper, read_rows(source), source, **({"max_rows": limit} if limit else {}))
+    intake = Intake(rows, mapper, limit=limit)
     orders = len(js.order_list)
 
     def error(msg: str) -> None:
@@ -118,6 +122,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         rep.prompt_tokens += n
         rep.max_prompt_tokens = max(rep.max_prompt_tokens, n)
     rep.rows = intake.rows_read
+    if mapper.schema is not None:
+        rep.schema = mapper.describe()
     first = js.adaptive or js.samples
     rep.generations_min = rep.pairs * orders * first
     per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)

@@ -226,7 +226,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
         f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
     counts = {_spec(s)[1] for i in report.shards for s in i.specs if _spec(s)}  # type: ignore[index]
     n = counts.pop() if len(counts) == 1 else None  # the shard count, to name a missing shard
-    mapper = Mapper(mapping, seed=seed)
+    mapper = Mapper(mapping, seed=seed, read_labels=False)  # ids only: labels are not checked here
     missing: list[int] = []
     owners: set[str] = set()
     mismatched: list[int] = []

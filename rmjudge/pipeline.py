@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.io.intake import Intake, RowFailure, input_identity
-from rmjudge.io.mapping import Mapper
+from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
@@ -150,20 +150,25 @@ def score(
     shard: tuple[int, int] | None = None,
     commit_every: int = COMMIT_EVERY_PAIRS,
     on_progress: Callable[[Progress], None] | None = None,
-    command: str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Summary:
     """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
-    `mapping` of --map) turns rows into pairs."""
+    `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
+    before judging starts."""
     out = output or default_output(source)
     fmt = output_format(out)
     check_output(source, out)
-    rows: Iterator[RawRow] = read_rows(source)
+    mapper = mapper or Mapper(mapping or {}, seed=js.seed)
+    # Labels that need --label-values stop the run here, before any output is touched.
+    rows: Iterator[RawRow] = check_labels(mapper, read_rows(source), source,
+                                          **({"max_rows": limit} if limit else {}))
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
+    if announce and mapper.schema is not None:
+        announce(f"input read as {mapper.describe()}")
     store = Store(store_path(out), overwrite=overwrite)
     try:
-        return _score(store, first, rows, engine, js, out, fmt, source,
-                      mapper or Mapper(mapping or {}, seed=js.seed), limit, shard, commit_every,
-                      on_progress)
+        return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
+                      commit_every, on_progress)
     finally:
         store.close()
 
@@ -179,6 +184,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         "lora_path": info.lora, "lora_sha256": info.lora_sha256,
         "settings": settings, "input": source,
         "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+        "schema": mapper.describe() if mapper.schema is not None else None,
     })
     prog = Progress()
     pending_errors: list[dict] = []

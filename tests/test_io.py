@@ -8,6 +8,7 @@ import json
 import duckdb
 import pytest
 
+from rmjudge.io.labels import LabelValuesError
 from rmjudge.io.mapping import Mapper, RowError, parse_label, parse_map
 from rmjudge.io.readers import InputError, read_jsonl, read_rows
 
@@ -105,12 +106,19 @@ def test_chosen_rejected_slot_is_seeded_and_balanced():
 
 def test_response_ab_with_labels_and_passthrough():
     m = Mapper()
-    for raw, want in [("A", "A"), ("2", "B"), (1, "A"), ("B>A", "B"), ("A>B", "A"), ("tie", None)]:
+    for raw, want in [("A", "A"), ("b", "B"), ("B>A", "B"), ("A>B", "A"), ("tie", None)]:
         p = m.to_pair(1, {"question": "q", "response_a": "x", "response_b": "y", "winner": raw,
                           "subset": "s1"})
         assert p.label == want
         assert p.extra == {"subset": "s1"}
         assert p.messages == ({"role": "user", "content": "q"},)
+    # numbers are not letters: 1/2 and 0/1 mean different things in different datasets
+    for raw in ("2", 1):
+        with pytest.raises(LabelValuesError, match="--label-values"):
+            m.to_pair(1, {"question": "q", "response_a": "x", "response_b": "y", "winner": raw})
+    m = Mapper(label_values="1=A,2=B")
+    assert [m.to_pair(1, {"question": "q", "response_a": "x", "response_b": "y", "winner": raw}).label
+            for raw in ("2", 1)] == ["B", "A"]
 
 
 def test_chat_prompts_and_trl_implicit_prompt():

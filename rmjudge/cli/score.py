@@ -7,6 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import make_progress, status
+from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
 from rmjudge.errors import EXIT_STRICT, EXIT_USER
@@ -23,6 +24,7 @@ run_options = combine_options([
     click.option("--overwrite", is_flag=True,
                  help="Discard an existing output (an rmjudge store no other run is writing) "
                  "and start again."),
+    label_options,
 ])
 
 
@@ -45,7 +47,7 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
         from rmjudge.dryrun import dry_run as run_dry
 
         js, es, run = parse_run_options(kw)
-        click.echo(run_dry(source, js, es, mapping=run["mapping"], limit=run["limit"]).render())
+        click.echo(run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"]).render())
         return
     summary = judge_input(source, output, kw, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
@@ -63,7 +65,10 @@ def parse_run_options(kw: dict):
     try:
         js = judge_settings(kw)
         es = engine_settings(kw)
-        run = {"mapping": parse_map(kw.pop("mapping")), "limit": kw.pop("limit"),
+        labels = label_settings(kw)
+        mapping = parse_map(kw.pop("mapping"))
+        run = {"mapper": build_mapper(mapping, js.seed, labels), "mapping": mapping,
+               "limit": kw.pop("limit"),
                "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
                "overwrite": kw.pop("overwrite"), "engine_kind": kw.pop("engine_kind")}
     except ValueError as exc:
@@ -89,9 +94,10 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
     total = None if quiet else count_rows(source)
     progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)
     try:
-        summary = score(source, engine, js, output=output, mapping=run["mapping"],
+        summary = score(source, engine, js, output=output, mapper=run["mapper"],
                         overwrite=run["overwrite"], limit=limit, shard=run["shard"],
-                        commit_every=run["commit_every"], on_progress=progress)
+                        commit_every=run["commit_every"], on_progress=progress,
+                        announce=lambda line: status(f"rmjudge: {line}", quiet))
     finally:
         progress.close()
     if not quiet:

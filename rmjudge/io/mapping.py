@@ -1,41 +1,40 @@
-"""Turn raw input rows into validated `Pair`s: shape recognition, `--map`, ids, gold labels.
+"""Turn raw input rows into validated `Pair`s: schema recognition, `--map`, ids, gold labels.
 
-Recognized without options:
-- `{prompt, chosen, rejected}` (gold label: chosen). Which of the two sits in slot A is drawn
-  from the seed and the pair id, so neither the judge nor a reader of the output can rely on
-  "chosen comes first".
-- `{prompt|question|instruction|input|query, response_a, response_b, label|winner|preference}`
-  with labels A/B, 1/2, "A>B"/"B>A" (anything else, such as "tie", is kept unlabelled).
-- chat-format prompts: a list of `{role, content}` messages (the history, ending in a user
-  turn), and TRL's implicit-prompt form where `chosen`/`rejected` are whole conversations.
-`--map prompt=question,a=resp1,b=resp2,label=pref,id=uid` (or `chosen=`/`rejected=`) names
-columns explicitly. Columns not used pass through to the output.
+The schema (`rmjudge.io.schemas`) is recognized from the first row's columns: TRL
+prompt/chosen/rejected (also UltraFeedback-binarized, Skywork, TRL's implicit prompt),
+HH-RLHF transcripts, HelpSteer3, PKU-SafeRLHF, SHP, Chatbot Arena / MT-Bench, and rmjudge's own
+prompt/response_a/response_b/label. `--map prompt=question,a=resp1,b=resp2,label=pref,id=uid`
+(or `chosen=`/`rejected=`) names columns explicitly. A gold label is never guessed: a label
+column whose values are not A/B letters needs `--label-values` (`rmjudge.io.labels`), and
+`check_labels` refuses such an input before anything is judged, showing the values found.
+
+With chosen/rejected data, which of the two sits in slot A is drawn from the seed and the pair
+id, so neither the judge nor a reader of the output can rely on "chosen comes first". Columns
+not used pass through to the output.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Iterable, Iterator
 
 import orjson
 
+from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, LabelValuesSyntaxError,
+                               distinct_values,
+                               letter_label, listing, parse_label_values, show_value)
+from rmjudge.io.messages import RowError
+from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
 from rmjudge.types import Message, Pair
 
-PROMPT_KEYS = ("prompt", "question", "instruction", "input", "query", "messages", "conversation")
-A_KEYS = ("response_a", "response_1", "output_a", "output_1", "answer_a", "completion_a")
-B_KEYS = ("response_b", "response_2", "output_b", "output_2", "answer_b", "completion_b")
-LABEL_KEYS = ("label", "winner", "preference", "preferred")
+__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
+           "check_labels", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
+           "LABEL_CHECK_ROWS"]
+
 MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
-
-_LABELS = {
-    "a": "A", "1": "A", "a>b": "A", "b<a": "A", "response_a": "A", "model_a": "A",
-    "b": "B", "2": "B", "b>a": "B", "a<b": "B", "response_b": "B", "model_b": "B",
-}
-
-
-class RowError(Exception):
-    """This row cannot be judged; the message says why and how to fix it."""
+LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging
 
 
 def parse_map(spec: str | None) -> dict[str, str]:
@@ -59,126 +58,174 @@ def parse_map(spec: str | None) -> dict[str, str]:
 
 
 def parse_label(value: Any) -> str | None:
-    if value is None or isinstance(value, bool):
-        return None
-    key = str(value).strip().lower().replace(" ", "")
-    return _LABELS.get(key)
+    """rmjudge's A/B letter labels ('A', 'B>A', 'model_b', ...): "A", "B", or None for a tie,
+    a missing label or a value that is not a letter (numbers are never read as letters)."""
+    out = letter_label(value)
+    return None if out == UNCOVERED else out
 
 
-def _type_name(v: Any) -> str:
-    return {int: "a number", float: "a number", bool: "a boolean", list: "a list",
-            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
-
-
-def _messages(value: Any, col: str) -> tuple[Message, ...]:
-    if isinstance(value, str):
-        if not value.strip():
-            raise RowError(f"field {col!r} is empty")
-        return ({"role": "user", "content": value},)
-    if isinstance(value, list) and value:
-        msgs = []
-        for i, m in enumerate(value):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
-                    or not isinstance(m.get("role"), str):
-                raise RowError(f"field {col!r}: message {i} must be an object with string "
-                               "'role' and 'content'")
-            msgs.append({"role": m["role"], "content": m["content"]})
-        if msgs[-1]["role"] != "user":
-            raise RowError(f"field {col!r}: the conversation must end with a user turn, "
-                           f"not {msgs[-1]['role']!r}")
-        return tuple(msgs)
-    if isinstance(value, list):
-        raise RowError(f"field {col!r} is an empty list")
-    raise RowError(f"field {col!r} must be a string or a list of messages, got {_type_name(value)}")
-
-
-def _response(value: Any, col: str) -> str:
-    if isinstance(value, list) and value and isinstance(value[-1], dict):
-        value = value[-1].get("content")  # a response given as [{"role": "assistant", ...}]
-    if not isinstance(value, str):
-        raise RowError(f"field {col!r} must be a string, got {_type_name(value)}")
-    if not value.strip():
-        raise RowError(f"field {col!r} is empty")
-    return value
-
-
-def content_id(messages: tuple[Message, ...], a: str, b: str) -> str:
-    blob = orjson.dumps([list(messages), a, b])
+def content_id(messages: tuple[Message, ...], a: str, b: str, extra: Any = None) -> str:
+    blob = orjson.dumps([list(messages), a, b] + ([] if extra is None else [extra]))
     return hashlib.blake2b(blob, digest_size=12).hexdigest()
 
 
-@dataclass
 class Mapper:
-    """Maps raw rows to Pairs. `seed` decides the slot of `chosen` in chosen/rejected data."""
+    """Maps raw rows to Pairs.
 
-    mapping: dict[str, str] = field(default_factory=dict)
-    seed: int = 0
+    `mapping`: `--map` columns. `seed`: decides the slot of `chosen` in chosen/rejected data.
+    `label_values`: a parsed `--label-values` (or its text). `label_choice`: `--label`, which
+    label column to read (PKU-SafeRLHF: better|safer; otherwise a column name).
+    `read_labels=False`: for callers that need only ids (merge's input check); a label value
+    without a meaning is then left unlabelled instead of stopping the run.
+    """
 
-    def _find(self, obj: dict, role: str, candidates: tuple[str, ...]) -> str | None:
-        if role in self.mapping:
-            col = self.mapping[role]
-            if col not in obj:
-                raise RowError(f"column {col!r} (from --map {role}={col}) is missing; "
-                               f"columns: {', '.join(map(str, obj)) or 'none'}")
-            return col
-        return next((k for k in candidates if k in obj), None)
+    def __init__(self, mapping: dict[str, str] | None = None, seed: int = 0, *,
+                 label_values: LabelValues | str | None = None,
+                 label_choice: str | None = None, read_labels: bool = True) -> None:
+        self.mapping = dict(mapping or {})
+        self.seed = seed
+        if isinstance(label_values, str):
+            label_values = parse_label_values(label_values)
+        self.label_values = label_values
+        self.label_choice = label_choice
+        self.read_labels = read_labels
+        self.checked = False  # check_labels vetted the label values of the first rows
+        self._schema: Schema | None = None
+
+    @property
+    def schema(self) -> str | None:
+        """The recognized schema's short name ("helpsteer3", ...); None before the first row."""
+        return None if self._schema is None else self._schema.name
+
+    def describe(self) -> str:
+        """One line: the schema, how each field is read and what the label means."""
+        if self._schema is None:
+            return "no row mapped yet"
+        return self._schema.describe()
+
+    def detect(self, obj: dict[str, Any]) -> Schema:
+        """The input's schema, recognized from the first row that fits one, then kept."""
+        if self._schema is None:
+            self._schema = detect(obj, self.mapping, self.label_values, self.label_choice)
+        return self._schema
 
     def to_pair(self, row_number: int, obj: dict[str, Any]) -> Pair:
-        used: set[str] = set()
-        chosen_col = self._find(obj, "chosen", ("chosen",))
-        rejected_col = self._find(obj, "rejected", ("rejected",))
-        a_col = self._find(obj, "a", A_KEYS)
-        b_col = self._find(obj, "b", B_KEYS)
-        prompt_col = self._find(obj, "prompt", PROMPT_KEYS)
-        label: str | None = None
-        if chosen_col and rejected_col and not (self.mapping.get("a") or self.mapping.get("b")):
-            chosen, rejected = obj[chosen_col], obj[rejected_col]
-            used |= {chosen_col, rejected_col}
-            if prompt_col is None and isinstance(chosen, list) and len(chosen) >= 2:
-                # TRL implicit prompt: chosen/rejected are whole conversations.
-                messages = _messages(chosen[:-1], chosen_col)
-            elif prompt_col is None:
-                raise RowError(self._missing(obj, "a prompt column (prompt, question, "
-                                             "instruction, ...)"))
-            else:
-                messages = _messages(obj[prompt_col], prompt_col)
-                used.add(prompt_col)
-            good = _response(chosen, chosen_col)
-            bad = _response(rejected, rejected_col)
-            pid = self._id(obj, messages, good, bad, used)
+        schema = self.detect(obj)
+        r = schema.read(obj)
+        label = r.label
+        if label == UNCOVERED and not self.read_labels:
+            label = None
+        if label == UNCOVERED:
+            col = schema.label_column
+            value = obj.get(col)
+            if not self.checked:
+                raise labels_error(schema, distinct_values([value]), f"row {row_number}",
+                                   self.label_values)
+            how = (f"--label-values {self.label_values.spec} does not cover it" if self.label_values
+                   else "it is not an A/B letter or a tie")
+            raise RowError(f"column {col!r} holds {show_value(value)}: {how}; add it to "
+                           "--label-values")
+        used = set(r.used)
+        pid = self._id(obj, r.messages, r.a, r.b, used, r.id_extra)
+        a, b = r.a, r.b
+        if r.chosen_rejected:
             from rmjudge.protocol import derive_seed
 
             if derive_seed(self.seed, pid, "slot") & 1:
-                a, b, label = bad, good, "B"
+                a, b, label = r.b, r.a, "B"
             else:
-                a, b, label = good, bad, "A"
-        elif a_col and b_col:
-            if prompt_col is None:
-                raise RowError(self._missing(obj, "a prompt column (prompt, question, "
-                                             "instruction, ...)"))
-            messages = _messages(obj[prompt_col], prompt_col)
-            a = _response(obj[a_col], a_col)
-            b = _response(obj[b_col], b_col)
-            used |= {prompt_col, a_col, b_col}
-            label_col = self._find(obj, "label", LABEL_KEYS)
-            if label_col is not None:
-                label = parse_label(obj[label_col])
-                used.add(label_col)
-            pid = self._id(obj, messages, a, b, used)
-        else:
-            raise RowError(self._missing(obj, "two responses (chosen/rejected or "
-                                         "response_a/response_b)"))
+                label = "A"
         extra = {k: v for k, v in obj.items() if k not in used}
-        return Pair(pid, row_number, messages, a, b, label, extra)  # type: ignore[arg-type]
+        return Pair(pid, row_number, r.messages, a, b, label, extra)  # type: ignore[arg-type]
 
-    def _id(self, obj: dict, messages, a: str, b: str, used: set[str]) -> str:
-        col = self.mapping.get("id", "id")
-        if col in obj and obj[col] is not None and str(obj[col]).strip():
+    def _id(self, obj: dict, messages, a: str, b: str, used: set[str], extra: Any) -> str:
+        if "id" in self.mapping:
+            col = self.mapping["id"]
+            if col not in obj:
+                raise RowError(f"column {col!r} (from --map id={col}) is missing; columns: "
+                               f"{', '.join(map(str, obj)) or 'none'}")
+            if obj[col] is None or not str(obj[col]).strip():
+                raise RowError(f"column {col!r} (from --map id={col}) is empty in this row")
             used.add(col)
             return str(obj[col])
-        return content_id(messages, a, b)
+        if obj.get("id") is not None and str(obj["id"]).strip():
+            used.add("id")
+            return str(obj["id"])
+        return content_id(messages, a, b, extra)
 
-    @staticmethod
-    def _missing(obj: dict, what: str) -> str:
-        cols = ", ".join(map(str, obj)) or "none"
-        return f"no {what} found; columns: {cols}; name them with --map (e.g. --map prompt=q,a=x,b=y)"
+
+@dataclass(frozen=True)
+class LabelOptions:
+    """`--label-values` and `--label`, parsed; `mapper()` builds the Mapper that applies them."""
+
+    values: LabelValues | None = None
+    choice: str | None = None
+
+    @classmethod
+    def parse(cls, values: str | None = None, choice: str | None = None) -> "LabelOptions":
+        """Raises LabelValuesSyntaxError (a UserError) for a malformed --label-values."""
+        choice = choice.strip() if choice is not None else None
+        if choice == "":
+            raise LabelValuesSyntaxError("--label is empty; give better, safer or a column name")
+        return cls(parse_label_values(values), choice)
+
+    def mapper(self, mapping: dict[str, str] | None, seed: int) -> Mapper:
+        return Mapper(mapping, seed, label_values=self.values, label_choice=self.choice)
+
+
+def labels_error(schema: Schema, counts, rows: str, values: LabelValues | None,
+                 source: str | None = None) -> LabelValuesError:
+    """`rows`: where the values were found ("the first 10000 rows", "row 7")."""
+    col = schema.label_column
+    where = f"{source}: " if source else ""
+    seen = f"values found in {rows}: {listing(counts)}"
+    if values is not None:
+        return LabelValuesError(
+            f"{where}label column {col!r} holds values that --label-values {values.spec} does "
+            f"not cover ({seen}); give each a meaning, e.g. add VALUE=tie or *=tie")
+    return LabelValuesError(
+        f"{where}label column {col!r} does not say which response is better in A/B letters "
+        f"({seen}); give the meaning of its values with --label-values, e.g. --label-values "
+        f"\"VALUE=A,VALUE=B,VALUE=tie\" where A means {schema.slot_a()} is better "
+        "(see docs/datasets.md)")
+
+
+def check_labels(mapper: Mapper, rows: Iterable, source: str | None = None,
+                 max_rows: int = LABEL_CHECK_ROWS) -> Iterator:
+    """Stop before judging when the input's labels need `--label-values` (or more of it).
+
+    `rows` are `RawRow`s. Recognizes the schema from the first readable row; when its label
+    column is free-form (not a published dataset's), reads up to `max_rows` rows and raises
+    `LabelValuesError` listing the distinct values that have no meaning. Returns an iterator
+    over all the rows, those read ahead included."""
+    max_rows = min(max_rows, LABEL_CHECK_ROWS)
+    it = iter(rows)
+    ahead: list = []
+    schema = None
+    for raw in it:
+        ahead.append(raw)
+        if raw.obj is not None:
+            try:
+                schema = mapper.detect(raw.obj)
+                break
+            except RowError:
+                continue
+        if len(ahead) >= max_rows:
+            break
+    if schema is None or not schema.free_labels:
+        mapper.checked = True
+        return chain(ahead, it)
+    col = schema.label_column
+    for raw in it:
+        ahead.append(raw)
+        if len(ahead) >= max_rows:
+            break
+    values = [raw.obj.get(col) for raw in ahead if raw.obj is not None and col in raw.obj]
+    bad = [v for v in values if v is not None and schema.label({col: v}) == UNCOVERED]
+    if bad:
+        n = len(ahead)
+        counts = distinct_values(values) if mapper.label_values is None else distinct_values(bad)
+        raise labels_error(schema, counts, f"the first {n} row{'s' if n != 1 else ''}",
+                           mapper.label_values, source)
+    mapper.checked = True
+    return chain(ahead, it)

@@ -1,0 +1,40 @@
+"""Click options that say how to read gold labels: `--label-values` and `--label`.
+
+`label_options` adds them to a command; `label_settings(kw)` pops and parses them into a
+`LabelOptions` (a malformed value raises a UserError), and `build_mapper` makes the Mapper.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+LABEL_VALUES_HELP = (
+    "Meaning of the label column's values when they are not A/B letters of a recognized "
+    "dataset: VALUE=A|B|tie,... with literals, comparisons and ranges, e.g. 0=A,1=B or "
+    "\"<0=A,>0=B,0=tie\" or \"-3..-1=A,1..3=B,*=tie\" (A: the first response is better; tie: "
+    "unlabelled). See docs/datasets.md.")
+LABEL_HELP = ("Which label to read when the input has several: better (default) or safer for "
+              "PKU-SafeRLHF; otherwise the label column's name.")
+
+
+def label_options(f: Callable) -> Callable:
+    f = click.option("--label", "label_choice", default=None, metavar="NAME", help=LABEL_HELP)(f)
+    f = click.option("--label-values", "label_values", default=None, metavar="VALUE=A|B|tie,...",
+                     help=LABEL_VALUES_HELP)(f)
+    return f
+
+
+def label_settings(kw: dict):
+    """Pop the options added by `label_options` from `kw`; a LabelOptions."""
+    from rmjudge.io.mapping import LabelOptions
+
+    return LabelOptions.parse(kw.pop("label_values"), kw.pop("label_choice"))
+
+
+def build_mapper(mapping: dict[str, str] | None, seed: int, labels=None):
+    """The Mapper for `--map` columns and the parsed label options."""
+    from rmjudge.io.mapping import LabelOptions
+
+    return (labels or LabelOptions()).mapper(mapping, seed)
