@@ -2,10 +2,10 @@
 
 Why Python's decompressors and not DuckDB's JSON reader, which reads `.jsonl.gz`/`.jsonl.zst`
 itself: rmjudge promises that a bad line is one error row with its reason and its text, and
-that every other line is still judged. DuckDB's `read_json` either stops at the first bad line
-(the default) or, with `ignore_errors=true`, drops bad lines without a trace, so their row
-numbers and reasons would be lost; measured on DuckDB 1.x with a `.jsonl.gz` holding one broken
-line among good ones: the query fails with "Malformed JSON", or returns the good rows only.
+that every other line is still judged. DuckDB's `read_json` cannot give that: measured with
+DuckDB 2.0.1 on a `.jsonl.gz` holding one broken line among five good ones, the query fails
+("Malformed JSON ... line 4") by default, and with `ignore_errors=true` it returns an all-NULL
+row in the broken line's place, with neither the reason nor the line's text.
 So the file is decompressed here, line by line in constant memory (gzip, bz2 and lzma from the
 standard library, zstd through the `zstandard` package), and the ordinary JSONL reader judges
 each line. A compressed CSV goes through the CSV reader the same way.
