@@ -378,20 +378,14 @@ def test_hub_id_offline_from_the_datasets_arrow_cache(tmp_path):
     files.mkdir()
     _parquet(files / "train.parquet", ROWS)
     _parquet(files / "test.parquet", ROWS[:2])
-    build = r"""
-import os, sys
-import datasets
-from datasets.packaged_modules.parquet.parquet import Parquet
-files = sys.argv[1]
-b = Parquet(dataset_name="prefs", config_name="default", config_id="default", hash="0" * 16,
-            data_files={"train": f"{files}/train.parquet", "test": f"{files}/test.parquet"})
-b.download_and_prepare()
-root = datasets.config.HF_DATASETS_CACHE
-os.rename(os.path.join(root, "prefs"), os.path.join(root, "org___prefs"))
-"""
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-c", build, str(files)], check=True, env=env,
-                   capture_output=True, timeout=300)
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    cache = home / "datasets"
+    Parquet(cache_dir=str(cache), dataset_name="prefs", config_name="default",
+            config_id="default", hash="0" * 16,
+            data_files={"train": str(files / "train.parquet"),
+                        "test": str(files / "test.parquet")}).download_and_prepare()
+    (cache / "prefs").rename(cache / "org___prefs")  # the name a Hub id's cache has
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # either switch works
         got = _probe(home, "hf://datasets/org/prefs@train", "hf://datasets/org/prefs@test",
                      **({"HF_HUB_OFFLINE": "", var: "1"} if var != "HF_HUB_OFFLINE" else {}))
