@@ -9,6 +9,7 @@ import io
 import json
 import lzma
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -72,8 +73,9 @@ def test_a_nul_byte_early_in_a_jsonl_file_is_one_error_row_not_a_refused_file(tm
 
 
 @pytest.mark.parametrize("name, head, message", [
-    ("random.jsonl", os.urandom(3000), "looks like a binary file"),
-    ("img.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00", "looks like a binary file"),
+    ("random.jsonl", random.Random(0).randbytes(3000), "looks like a binary file"),
+    ("img.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00",
+     "looks like a binary file"),
     ("zeros.jsonl", bytes(5000), "looks like a binary file"),
     ("wide.jsonl", '{"prompt": "p"}\n'.encode("utf-16"), "UTF-16"),
     ("wide_nobom.jsonl", '{"prompt": "p"}\n{"prompt": "q"}\n'.encode("utf-16-le"), "UTF-16"),

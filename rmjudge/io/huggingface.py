@@ -258,7 +258,8 @@ def _load_disk(source: str):
         return datasets.load_from_disk(folder)
     except Exception as exc:  # damaged or foreign files; datasets raises several kinds
         raise InputError(f"cannot load {folder} with datasets.load_from_disk "
-                         f"({_first_line(exc)}); save the dataset again with save_to_disk") from None
+                         f"({_first_line(exc)}); save the dataset again with "
+                         "save_to_disk") from None
 
 
 def read_disk(source: str) -> Iterator[RawRow]:

@@ -29,7 +29,7 @@ import io
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Generator, Iterable, Iterator, TextIO
+from typing import Any, BinaryIO, Generator, Iterable, Iterator
 
 import orjson
 
