@@ -88,42 +88,46 @@ class _Decompressing(io.RawIOBase):
     or a corruption is raised, so every line before the damage is read.
     """
 
-    CHUNK = 1 << 16
+    CHUNK = 1 << 14  # compressed bytes per step: what a corruption in it can cost
 
     def __init__(self, raw: BinaryIO, codec: str):
         self.raw = raw
         self.codec = codec
         self.dec = _decompressor(codec)
         self.started = False  # the current member/frame has had input
-        self.pending = b""
+        self.pending = b""  # decompressed bytes not yet read, from `pos` on
+        self.pos = 0
         self.done = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:  # type: ignore[override]
-        while not self.pending and not self.done:
-            self._fill()
-        n = min(len(buf), len(self.pending))
-        buf[:n] = self.pending[:n]
-        self.pending = self.pending[n:]
+        while self.pos >= len(self.pending) and not self.done:
+            self.pending, self.pos = self._fill(), 0
+        n = min(len(buf), len(self.pending) - self.pos)
+        buf[:n] = memoryview(self.pending)[self.pos:self.pos + n]
+        self.pos += n
         return n
 
-    def _fill(self) -> None:
+    def _fill(self) -> bytes:
+        """The next decompressed bytes (maybe none); raises once all before a damage is out."""
         data = self.raw.read(self.CHUNK)
         if not data:
             self.done = True
             if self.started and not self.dec.eof:
                 raise EOFError(f"the {TOOLS[self.codec]} data ends early: the file is truncated")
-            return
+            return b""
+        out = []
         while data:
             if self.dec.eof:  # the member/frame ended: another follows, or zero padding
                 if not data.strip(b"\x00"):
-                    return
+                    break
                 self.dec = _decompressor(self.codec)
             self.started = True
-            self.pending += self.dec.decompress(data)
+            out.append(self.dec.decompress(data))
             data = self.dec.unused_data if self.dec.eof else b""
+        return b"".join(out)
 
     def close(self) -> None:
         try:
