@@ -120,15 +120,23 @@ def _resolve_hub(source: str):
     raise InputError(_not_found_message(source, src, offline, problems)) from None
 
 
+def _load(datasets, path: str, config: str | None):
+    """Streamed where the dataset allows; else prepared on disk and memory-mapped."""
+    try:
+        return datasets.load_dataset(path, config, streaming=True)
+    except NotImplementedError:  # a format that cannot be streamed
+        return datasets.load_dataset(path, config)
+
+
 def _from_hub(datasets, src: HubSource):
-    return datasets.load_dataset(src.repo, src.config, streaming=True)
+    return _load(datasets, src.repo, src.config)
 
 
 def _from_snapshot(datasets, src: HubSource):
     from huggingface_hub import snapshot_download
 
     folder = snapshot_download(src.repo, repo_type="dataset", local_files_only=True)
-    return datasets.load_dataset(folder, src.config, streaming=True)
+    return _load(datasets, folder, src.config)
 
 
 def _is_config_problem(exc: BaseException) -> bool:
