@@ -16,7 +16,7 @@ from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.io.intake import Intake, RowFailure, input_identity
 from rmjudge.io.mapping import Mapper, check_labels
-from rmjudge.io.readers import RawRow, read_rows, split_duckdb_source
+from rmjudge.io.readers import RawRow, default_output_stem, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
 from rmjudge.runspec import resolve
@@ -36,12 +36,8 @@ class Interrupted(UserError):
 
 
 def default_output(source: str) -> str:
-    if source == "-":
-        return "stdin.judged.duckdb"
-    duck = split_duckdb_source(source)
-    base = duck[0] if duck else source
-    stem = os.path.splitext(base)[0]
-    return f"{stem}.judged.duckdb"
+    """`x.jsonl` -> `x.judged.duckdb` (hub ids, folders and globs: see `default_output_stem`)."""
+    return f"{default_output_stem(source)}.judged.duckdb"
 
 
 def check_output(source: str, out: str) -> None:

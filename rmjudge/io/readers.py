@@ -1,9 +1,23 @@
-"""Streaming readers: JSONL (file or `-` for stdin), Parquet, CSV, and a DuckDB table.
+"""Streaming readers: every input form rmjudge accepts, behind `read_rows` and `count_rows`.
+
+Forms (docs/inputs.md has an example of each): JSONL (a file, or `-` for stdin), compressed
+JSONL (gzip, zstd, bzip2, xz: see `rmjudge.io.compressed`), Parquet, CSV, a DuckDB table
+(`file.duckdb:table`), a folder or glob of shards (`rmjudge.io.shards`), and Hugging Face
+datasets: a Hub id `hf://datasets/org/name[:config][@split]` or a `save_to_disk` folder
+(`rmjudge.io.huggingface`). `detect_format` decides which, from the name and the first bytes.
 
 Every reader yields `RawRow`s: the 1-based row number, the decoded object (or None) and, for a
 row that could not be decoded, a reason a person can act on plus the offending raw text. A
-problem with the file as a whole (missing, wrong type, unknown table) raises `InputError`.
+problem with the input as a whole (missing, wrong type, unknown table) raises `InputError`.
 Nothing reads the whole file into memory.
+
+Encodings: a UTF-8 byte-order mark at the start of a JSONL file (or of each shard) is dropped.
+A NUL or any other stray byte is judged line by line like anything else: the line it is on
+becomes one error row. A file is refused as binary only when its first 4 KB do not look like
+text at all (over 30% control bytes or invalid UTF-8, e.g. an image or random bytes), or when it
+is UTF-16/UTF-32 or a ZIP archive, each with the command that fixes it. Compressed files are
+recognised by their magic bytes whatever their name, so a gzip file named `x.jsonl` is read
+like `x.jsonl.gz`.
 """
 
 from __future__ import annotations
@@ -15,13 +29,16 @@ import io
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Generator, Iterable, Iterator
 
 import orjson
 
 from rmjudge.sql import quote_ident
 
 RAW_LIMIT = 500  # characters of an offending row kept in `errors.raw`
+HEAD_BYTES = 4096  # what format and binary detection look at
+BINARY_SHARE = 0.3  # share of control bytes / invalid UTF-8 in the head that means "binary"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class InputError(UserError):
@@ -51,88 +68,168 @@ def split_duckdb_source(source: str) -> tuple[str, str] | None:
     return None
 
 
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+KNOWN_FORMS = ".jsonl, .jsonl.gz, .jsonl.zst, .parquet, .csv, a folder or glob of shards, " \
+    "file.duckdb:table, or hf://datasets/org/name"
+
+
 def detect_format(source: str) -> str:
-    """'jsonl' | 'parquet' | 'csv' | 'duckdb' from the name, then the first bytes."""
+    """What `source` is, checked enough to fail before any work starts.
+
+    'jsonl' | 'parquet' | 'csv' | 'duckdb' | 'shards' | 'hf-hub' | 'hf-disk', and for a
+    compressed file the inner format with the codec: 'jsonl.gz', 'jsonl.zst', 'csv.bz2', ...
+    """
     if source == "-":
         return "jsonl"
+    from rmjudge.io import huggingface, shards
+
+    if huggingface.is_hub_source(source):
+        huggingface.check_hub_source(source)
+        return "hf-hub"
     if split_duckdb_source(source):
         return "duckdb"
     if not os.path.exists(source):
+        if huggingface.split_disk_source(source):
+            return "hf-disk"
+        if shards.is_glob(source):
+            shards.shard_formats(source)
+            return "shards"
         raise InputError(f"input file not found: {source}")
     if os.path.isdir(source):
-        raise InputError(f"{source} is a directory; give a .jsonl, .parquet or .csv file")
-    lower = source.lower()
-    with open(source, "rb") as f:
-        head = f.read(4096)
+        if huggingface.is_saved_dataset(source):
+            huggingface.check_disk_source(source)
+            return "hf-disk"
+        shards.shard_formats(source)
+        return "shards"
+    return file_format(source)
+
+
+def file_format(path: str) -> str:
+    """The format of one file: by its name, then by its first bytes (decompressed if need be)."""
+    from rmjudge.io import compressed
+
+    lower = path.lower()
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
     if lower.endswith((".duckdb", ".ddb", ".db")):
-        raise InputError(f"name the table to read: {source}:TABLE")
+        raise InputError(f"name the table to read: {path}:TABLE")
     if head.startswith(b"PAR1") or lower.endswith(".parquet"):
         if not head.startswith(b"PAR1") and head:
-            raise InputError(f"{source} is not a Parquet file (no PAR1 header)")
+            raise InputError(f"{path} is not a Parquet file (no PAR1 header)")
         return "parquet"
+    codec = compressed.sniff(head)
+    if codec is None:
+        return _text_format(path, lower, head)
+    inner = compressed.strip_suffix(lower)
+    if inner.endswith(".parquet"):
+        raise InputError(f"{path} is a compressed Parquet file; Parquet compresses its own "
+                         f"pages, so decompress it ({compressed.TOOLS[codec]} -d {path}) and "
+                         "give the .parquet")
+    return _text_format(path, inner, compressed.read_head(path, codec, HEAD_BYTES)) + "." + codec
+
+
+def _text_format(path: str, lower: str, head: bytes) -> str:
     if lower.endswith((".csv", ".tsv")):
         return "csv"
-    if b"\x00" in head:
-        raise InputError(
-            f"{source} looks like a binary file, not JSONL; rmjudge reads .jsonl, .parquet, "
-            ".csv and file.duckdb:table"
-        )
-    stripped = head.lstrip()
+    reason = binary_reason(head, path)
+    if reason:
+        raise InputError(reason)
+    stripped = head.removeprefix(UTF8_BOM).lstrip()
     if lower.endswith(".json") and stripped.startswith(b"["):
         raise InputError(
-            f"{source} is a JSON array, not JSON Lines; convert it with: "
-            f"jq -c '.[]' {source} > pairs.jsonl"
+            f"{path} is a JSON array, not JSON Lines; convert it with: "
+            f"jq -c '.[]' {path} > pairs.jsonl"
         )
-    if lower.endswith((".jsonl", ".json", ".ndjson")) or not stripped or stripped.startswith(b"{"):
+    if lower.endswith(JSONL_SUFFIXES) or not stripped or stripped.startswith(b"{"):
         return "jsonl"
-    raise InputError(
-        f"cannot tell the format of {source}: use a .jsonl, .parquet or .csv file, "
-        "or file.duckdb:table"
-    )
+    raise InputError(f"cannot tell the format of {path}: use {KNOWN_FORMS}")
 
 
-def read_jsonl(stream: BinaryIO) -> Iterator[RawRow]:
+def binary_reason(head: bytes, path: str) -> str | None:
+    """Why the first bytes of a file are not JSONL text at all, or None when they may be.
+
+    One stray byte (a NUL, invalid UTF-8) does not make a file binary: the line it is on becomes
+    an error row. Only a head that is mostly not text is refused, and text in another encoding
+    is named with the command that converts it.
+    """
+    odd, even = head[1::2].count(0), head[0::2].count(0)
+    half = len(head) // 2
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+            len(head) >= 8 and max(odd, even) > 0.9 * half and min(odd, even) < 0.5 * half):
+        return (f"{path} is UTF-16 (or UTF-32) text; rmjudge reads UTF-8: convert it with "
+                f"iconv -f UTF-16 -t UTF-8 {path} > pairs.jsonl")
+    if head.startswith(b"PK\x03\x04"):
+        return f"{path} is a ZIP archive; unzip it and give the file inside"
+    if not head:
+        return None
+    text = head.decode("utf-8", "replace")
+    bad = sum(1 for ch in text if ch == "\ufffd" or ch == "\x7f"
+              or (ch < " " and ch not in "\t\n\r\f\b"))
+    if bad > BINARY_SHARE * len(text):
+        return (f"{path} looks like a binary file, not JSONL ({bad} of its first {len(text)} "
+                f"characters are control bytes or invalid UTF-8); rmjudge reads {KNOWN_FORMS}")
+    return None
+
+
+def read_jsonl(stream: Iterable[bytes], *, start: int = 1,
+               name: str | None = None) -> Generator[RawRow, None, int]:
+    """Rows of JSON Lines; a bad line is an error row with its reason, never the end of the file.
+
+    Row numbers are physical line numbers, offset by `start - 1` (a shard after others);
+    `name` (a shard's path) goes into the reasons. Returns the number of lines read.
+    """
+    at = f"{name} line" if name else "line"
+    n = 0
     for n, line in enumerate(stream, start=1):
+        if n == 1 and line.startswith(UTF8_BOM):
+            line = line[len(UTF8_BOM):]
         if not line.strip():
             continue
+        row = start + n - 1
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield RawRow(n, None, f"line {n} is not valid UTF-8 (byte {line[exc.start]:#04x} "
+            yield RawRow(row, None, f"{at} {n} is not valid UTF-8 (byte {line[exc.start]:#04x} "
                          f"at column {exc.start + 1}); re-encode the file as UTF-8", _clip(line))
             continue
         try:
             obj = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            yield RawRow(n, None, f"line {n} is not valid JSON ({exc}); fix or remove the line",
+            yield RawRow(row, None, f"{at} {n} is not valid JSON ({exc}); fix or remove the line",
                          _clip(text))
             continue
         if not isinstance(obj, dict):
             kind = {list: "an array", str: "a string", int: "a number", float: "a number",
                     bool: "a boolean", type(None): "null"}.get(type(obj), type(obj).__name__)
-            yield RawRow(n, None, f"line {n} is {kind}, expected a JSON object with the pair's "
+            yield RawRow(row, None, f"{at} {n} is {kind}, expected a JSON object with the pair's "
                          "fields", _clip(text))
             continue
-        yield RawRow(n, obj)
+        yield RawRow(row, obj)
+    return n
 
 
-def _read_duckdb_query(sql: str, params: list, database: str = ":memory:") -> Iterator[RawRow]:
+def _read_duckdb_query(sql: str, params: list, database: str = ":memory:",
+                       start: int = 1) -> Generator[RawRow, None, int]:
     import duckdb
 
     con = duckdb.connect(database, read_only=database != ":memory:")
+    n = 0
     try:
         cur = con.execute(sql, params)
         names = [d[0] for d in cur.description]
-        n = 0
         while True:
             chunk = cur.fetchmany(1024)
             if not chunk:
                 break
             for values in chunk:
+                yield RawRow(start + n, dict(zip(names, values)))
                 n += 1
-                yield RawRow(n, dict(zip(names, values)))
     finally:
         con.close()
+    return n
 
 
 def read_duckdb_table(path: str, table: str) -> Iterator[RawRow]:
@@ -155,88 +252,222 @@ def read_duckdb_table(path: str, table: str) -> Iterator[RawRow]:
     yield from _read_duckdb_query(f"SELECT * FROM {quote_ident(table)}", [], path)
 
 
-def read_parquet(path: str) -> Iterator[RawRow]:
+def read_parquet(path: str, *, start: int = 1) -> Generator[RawRow, None, int]:
+    """Rows of one Parquet file through DuckDB's reader; returns how many."""
     import duckdb
 
     try:
-        rows = _read_duckdb_query("SELECT * FROM read_parquet(?)", [path])
+        rows = _read_duckdb_query("SELECT * FROM read_parquet(?)", [path], start=start)
         first = next(rows, None)
     except duckdb.Error as exc:
         raise InputError(f"cannot read {path} as Parquet: {str(exc).splitlines()[0]}") from None
-    if first is not None:
-        yield first
-        yield from rows
+    if first is None:
+        return 0
+    yield first
+    return (yield from rows)  # the count includes `first`
 
 
 def read_csv(path: str) -> Iterator[RawRow]:
-    csv.field_size_limit(sys.maxsize)
     with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as f:
-        dialect = "excel-tab" if path.lower().endswith(".tsv") else "excel"
-        reader = csv.reader(f, dialect=dialect)
-        header = next(reader, None)
-        if header is None:
-            return
-        header = [h.lstrip("\ufeff") for h in header]
-        for fields in reader:
-            n = reader.line_num  # physical line of the row's end (1 = header)
-            if not any(fields):
-                continue
-            raw = ",".join(fields)
-            if any("\udc80" <= ch <= "\udcff" for fld in fields for ch in fld):
-                yield RawRow(n, None, f"line {n} is not valid UTF-8; re-encode the file as UTF-8",
-                             _clip(raw.encode("utf-8", "surrogateescape")))
-                continue
-            if len(fields) != len(header):
-                yield RawRow(n, None, f"line {n} has {len(fields)} fields, the header has "
-                             f"{len(header)}; check the quoting of that row", _clip(raw))
-                continue
-            yield RawRow(n, dict(zip(header, fields)))
+        yield from read_csv_lines(f, tsv=path.lower().endswith(".tsv"))
+
+
+def read_csv_lines(lines: Iterable[str], *, tsv: bool = False, start: int = 1,
+                   name: str | None = None) -> Generator[RawRow, None, int]:
+    """Rows of CSV text (lines decoded with surrogateescape, newlines kept); returns the
+    number of physical lines read, the header included."""
+    csv.field_size_limit(sys.maxsize)
+    at = f"{name} line" if name else "line"
+    reader = csv.reader(lines, dialect="excel-tab" if tsv else "excel")
+    header = next(reader, None)
+    if header is None:
+        return reader.line_num
+    header = [h.lstrip("\ufeff") for h in header]
+    for fields in reader:
+        n = reader.line_num  # physical line of the row's end (1 = header)
+        if not any(fields):
+            continue
+        row = start + n - 1
+        raw = ",".join(fields)
+        if any("\udc80" <= ch <= "\udcff" for fld in fields for ch in fld):
+            yield RawRow(row, None, f"{at} {n} is not valid UTF-8; re-encode the file as UTF-8",
+                         _clip(raw.encode("utf-8", "surrogateescape")))
+            continue
+        if len(fields) != len(header):
+            yield RawRow(row, None, f"{at} {n} has {len(fields)} fields, the header has "
+                         f"{len(header)}; check the quoting of that row", _clip(raw))
+            continue
+        yield RawRow(row, dict(zip(header, fields)))
+    return reader.line_num
+
+
+def read_file(path: str, fmt: str | None = None, *, start: int = 1,
+              name: str | None = None) -> Generator[RawRow, None, int]:
+    """Rows of one JSONL/CSV/Parquet file, compressed or not, numbered from `start`.
+
+    Returns how many row numbers it used, so that the next shard's rows continue after them.
+    A compressed file that is damaged part-way (truncated download, bad checksum) keeps the
+    rows before the damage and ends with one error row that says so.
+    """
+    from rmjudge.io import compressed
+
+    fmt = fmt or file_format(path)
+    kind, _, codec = fmt.partition(".")
+    if kind == "parquet":
+        return (yield from read_parquet(path, start=start))
+    tsv = compressed.strip_suffix(path.lower()).endswith(".tsv")
+    if not codec:
+        if kind == "csv":
+            with open(path, "r", encoding="utf-8", errors="surrogateescape", newline="") as f:
+                return (yield from read_csv_lines(f, tsv=tsv, start=start, name=name))
+        with open(path, "rb") as f:
+            return (yield from read_jsonl(f, start=start, name=name))
+    with compressed.open_stream(path, codec) as stream:
+        if kind == "csv":
+            lines = compressed.SafeLines(io.TextIOWrapper(
+                stream, encoding="utf-8", errors="surrogateescape", newline=""))
+            n = yield from read_csv_lines(lines, tsv=tsv, start=start, name=name)
+        else:
+            lines = compressed.SafeLines(stream)
+            n = yield from read_jsonl(lines, start=start, name=name)
+    if lines.error is None:
+        return n
+    yield RawRow(start + n, None, f"{name or path} is damaged after line {n} ({lines.error}); "
+                 "the rows after that point cannot be read: download or compress the file again")
+    return n + 1
 
 
 def read_rows(source: str, stdin: BinaryIO | None = None) -> Iterator[RawRow]:
-    """Rows of any supported source. Raises InputError for whole-file problems."""
+    """Rows of any supported source. Raises InputError for whole-input problems."""
     fmt = detect_format(source)
-    if fmt == "jsonl":
-        if source == "-":
-            yield from read_jsonl(stdin or sys.stdin.buffer)
-            return
-        with open(source, "rb") as f:
-            yield from read_jsonl(io.BufferedReader(f))  # type: ignore[arg-type]
-    elif fmt == "parquet":
-        yield from read_parquet(source)
-    elif fmt == "csv":
-        yield from read_csv(source)
-    else:
+    if source == "-":
+        yield from _read_stdin(stdin or sys.stdin.buffer)
+    elif fmt == "hf-hub":
+        from rmjudge.io import huggingface
+
+        yield from huggingface.read_hub(source)
+    elif fmt == "hf-disk":
+        from rmjudge.io import huggingface
+
+        yield from huggingface.read_disk(source)
+    elif fmt == "shards":
+        from rmjudge.io import shards
+
+        yield from shards.read_shards(source)
+    elif fmt == "duckdb":
         path, table = split_duckdb_source(source)  # type: ignore[misc]
         yield from read_duckdb_table(path, table)
+    else:
+        yield from read_file(source, fmt)
+
+
+def _read_stdin(stream: BinaryIO) -> Iterator[RawRow]:
+    """JSONL on stdin, decompressed when its first bytes are gzip/zstd/bzip2/xz."""
+    from rmjudge.io import compressed
+
+    peek = getattr(stream, "peek", None)
+    codec = compressed.sniff(peek(8)[:8]) if peek else None
+    if codec is None:
+        yield from read_jsonl(stream)
+        return
+    with compressed.wrap_stream(stream, codec) as inner:
+        lines = compressed.SafeLines(inner)
+        n = yield from read_jsonl(lines)
+    if lines.error is not None:
+        yield RawRow(n + 1, None, f"stdin is damaged after line {n} ({lines.error}); the rows "
+                     "after that point cannot be read")
 
 
 def count_rows(source: str) -> int | None:
-    """Rows in the input, when cheap to know (for the progress total); None otherwise."""
+    """Rows in the input, when cheap to know (for the progress total); None otherwise.
+
+    For line-based files this counts lines (blank ones included), decompressing if need be.
+    """
+    if source == "-":
+        return None
     try:
         fmt = detect_format(source)
     except InputError:
         return None
-    if source == "-":
-        return None
-    if fmt in ("jsonl", "csv"):
-        n = 0
-        last = b"\n"
-        with open(source, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                n += block.count(b"\n")
-                last = block[-1:]
-        n += last != b"\n"
-        return n - (1 if fmt == "csv" else 0)
-    import duckdb
+    from rmjudge.io import compressed
 
     try:
-        if fmt == "parquet":
-            con = duckdb.connect()
-            try:
-                return int(con.execute("SELECT count(*) FROM read_parquet(?)", [source]).fetchone()[0])
-            finally:
-                con.close()
-    except duckdb.Error:
+        if fmt in ("hf-hub", "hf-disk"):
+            from rmjudge.io import huggingface
+
+            return huggingface.count_rows(source, fmt)
+        if fmt == "shards":
+            from rmjudge.io import shards
+
+            return shards.count_shards(source)
+        if fmt == "duckdb":
+            return None
+        return count_file(source, fmt)
+    except (InputError, OSError, EOFError, *compressed.ERRORS):
         return None
-    return None
+
+
+def count_file(path: str, fmt: str) -> int | None:
+    """Rows in one JSONL/CSV/Parquet file (compressed or not), or None when DuckDB cannot tell."""
+    from rmjudge.io import compressed
+
+    kind, _, codec = fmt.partition(".")
+    if kind == "parquet":
+        import duckdb
+
+        con = duckdb.connect()
+        try:
+            return int(con.execute("SELECT count(*) FROM read_parquet(?)", [path]).fetchone()[0])
+        except duckdb.Error:
+            return None
+        finally:
+            con.close()
+    n = 0
+    last = b"\n"
+    with (compressed.open_stream(path, codec) if codec else open(path, "rb")) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            n += block.count(b"\n")
+            last = block[-1:]
+    n += last != b"\n"
+    return n - (1 if kind == "csv" else 0)
+
+
+def default_output_stem(source: str) -> str:
+    """The output name for `source` without `.judged.duckdb` (decided from the text alone).
+
+    `pairs.jsonl`, `pairs.jsonl.gz`, `pairs.jsonl.zst` -> `pairs`; `x.duckdb:train` -> `x`;
+    `-` -> `stdin`; `hf://datasets/org/prefs:en@test` -> `org_prefs.en.test` (in the current
+    folder); a folder `data/` or a save_to_disk folder -> `data`; `ds@test` (a DatasetDict
+    split) and its subfolder `ds/test` -> `ds.test`; a glob `data/*.parquet` -> `data`,
+    `data/train-*.parquet` -> `data/train`, `*.jsonl` -> `shards`.
+    """
+    from rmjudge.io import compressed, huggingface, shards
+
+    if source == "-":
+        return "stdin"
+    if huggingface.is_hub_source(source):
+        try:
+            src = huggingface.parse_hub_source(source)
+        except InputError:
+            return "hub"
+        return ".".join(p for p in (src.repo.replace("/", "_"), src.config, src.split) if p)
+    duck = split_duckdb_source(source)
+    if duck:
+        return os.path.splitext(duck[0])[0]
+    disk = None if os.path.exists(source) else huggingface.split_disk_source(source)
+    if disk:
+        return f"{disk[0].rstrip(os.sep)}.{disk[1]}"
+    if os.path.isdir(source):
+        folder = source.rstrip(os.sep) or source
+        parent = os.path.dirname(folder)
+        if parent and os.path.isfile(os.path.join(parent, "dataset_dict.json")):
+            return f"{parent}.{os.path.basename(folder)}"
+        return folder
+    if not os.path.exists(source) and shards.is_glob(source):
+        literal = source[: min(source.index(ch) for ch in "*?[" if ch in source)]
+        folder, _, partial = literal.rpartition(os.sep)
+        partial = partial.rstrip("-_.")
+        if partial:
+            return os.path.join(folder, partial) if folder else partial
+        return folder or "shards"
+    return os.path.splitext(compressed.strip_suffix(source))[0]
