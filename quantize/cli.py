@@ -11,9 +11,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, NoReturn, TypeVar
+from typing import Callable, TypeVar
 
 import click
+
+from rmjudge import __version__
+from rmjudge.cli.common import UserErrorGroup
 
 from quantize.config import (DEFAULT_QUANT, LORA_OUT_TYPES, MERGE_DTYPES, OUT_TYPES,
                              QUANT_TYPES, ConvertConfig, ExportError, LoraExportConfig,
@@ -24,24 +27,18 @@ C = TypeVar("C")
 R = TypeVar("R")
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
 def _run(step: Callable[[C], R], make_config: Callable[[], C]) -> R:
-    """Build the step's config and run it; a user-fixable ExportError exits 2 with its message."""
-    try:
-        return step(make_config())
-    except ExportError as exc:
-        _fail(str(exc))
+    """Build the step's config and run it (an ExportError is a UserError: the group prints it
+    as one `Error:` line with exit code 1, as every rmjudge command does)."""
+    return step(make_config())
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-@click.group()
+@click.group(cls=UserErrorGroup)
+@click.version_option(__version__, prog_name="rmjudge-export")
 def main() -> None:
     """Export a trained judge for `rmjudge score`: merge, convert to GGUF, quantize, verify."""
 
