@@ -16,7 +16,10 @@ once `rmjudge eval --greedy-baseline` ran), with a lock file beside it (`X.lock`
 - Disk full or unwritable outputs become one `DiskError` naming the file; the transaction in
   flight is rolled back, so the store stays consistent and a rerun resumes.
 
-Passthrough input columns become VARCHAR columns of `pairs` (non-string values JSON-encoded).
+Passthrough input columns keep their types: numbers, booleans and strings as such, lists and
+objects as DuckDB JSON (a later value that does not fit widens the column: BIGINT -> DOUBLE ->
+VARCHAR, with non-strings JSON-encoded in a VARCHAR column). `messages` is JSON too; exports
+write JSON columns as nested lists and structs (Parquet) or nested JSON (JSONL).
 DuckDB names are case-insensitive: an input column whose name matches a core column in any case
 is stored as `input_<name>`, and a name that would still collide gets a `_2`, `_3`... suffix;
 the input-key -> column map is kept in `meta`, so every commit and resume uses the same names.
@@ -46,7 +49,7 @@ PAIR_COLUMNS = [
     ("shortcut_ab", "BOOLEAN"), ("shortcut_ba", "BOOLEAN"), ("policy", "VARCHAR"),
     ("confidence_ab", "DOUBLE"), ("confidence_ba", "DOUBLE"),
     ("rollouts_ab", "INTEGER"), ("rollouts_ba", "INTEGER"),
-    ("prompt", "VARCHAR"), ("messages", "VARCHAR"), ("response_a", "VARCHAR"),
+    ("prompt", "VARCHAR"), ("messages", "JSON"), ("response_a", "VARCHAR"),
     ("response_b", "VARCHAR"), ("run_id", "INTEGER"),
 ]
 SAMPLE_COLUMNS = [
@@ -131,10 +134,46 @@ def _ddl(name: str, cols: list[tuple[str, str]], extra: str = "") -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({body}{extra})"
 
 
-def _passthrough(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "BOOLEAN"
+    if isinstance(v, int):
+        return "BIGINT" if -2**63 <= v < 2**63 else "VARCHAR"
+    if isinstance(v, float):
+        return "DOUBLE"
+    if isinstance(v, str):
+        return "VARCHAR"
+    if isinstance(v, (list, dict)):
+        return "JSON"
+    return "VARCHAR"
+
+
+def _type_for(kinds: set[str]) -> str:
+    """One column type for values of these kinds (numbers widen; any other mix is VARCHAR)."""
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    if kinds <= {"BIGINT", "DOUBLE"}:
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def _wider(have: str, want: str) -> str:
+    if have == want or have == "VARCHAR":
+        return have
+    if {have, want} <= {"BIGINT", "DOUBLE"}:
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def _cell(v: Any, typ: str) -> Any:
+    """A passthrough value for a column of type `typ` (VARCHAR: non-strings JSON-encoded)."""
+    if v is None:
+        return None
+    if typ == "JSON":
+        return orjson.dumps(v, default=str).decode()
+    if typ in ("BOOLEAN", "BIGINT", "DOUBLE"):
         return v
-    return orjson.dumps(v, default=str).decode()
+    return v if isinstance(v, str) else orjson.dumps(v, default=str).decode()
 
 
 def describe_differences(old: dict, new: dict) -> str:
@@ -282,6 +321,9 @@ class Store:
             raise
         self.pair_columns = self._columns("pairs")
         self._columns_map: dict[str, str] = self.meta("passthrough") or {}
+        self._types: dict[str, str] = dict(self.con.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'pairs' "
+            "AND database_name = current_database()").fetchall())
         self.run_id: int | None = None
 
     def _create_tables(self) -> None:
@@ -411,15 +453,44 @@ class Store:
         self._columns_map[key] = col
         return col
 
-    def add_columns(self, names: Iterable[str], con=None) -> None:
-        """Add passthrough VARCHAR columns to `pairs` (within the caller's transaction)."""
+    def add_columns(self, names: Iterable[str] | dict[str, str], con=None) -> None:
+        """Add passthrough columns to `pairs` (within the caller's transaction): a list of
+        names (VARCHAR) or a {name: type} dict."""
         con = con or self.con
+        typed = names if isinstance(names, dict) else {n: "VARCHAR" for n in names}
         have = {c.lower() for c in self.pair_columns}
-        for name in names:
+        for name, typ in typed.items():
             if name.lower() not in have:
-                con.execute(f"ALTER TABLE pairs ADD COLUMN {quote_ident(name)} VARCHAR")
+                con.execute(f"ALTER TABLE pairs ADD COLUMN {quote_ident(name)} {typ}")
                 self.pair_columns.append(name)
+                self._types[name] = typ
                 have.add(name.lower())
+
+    def _widen(self, con, col: str, typ: str) -> None:
+        con.execute(f"ALTER TABLE pairs ALTER COLUMN {quote_ident(col)} SET DATA TYPE {typ}")
+        self._types[col] = typ
+
+    def _typed_values(self, extra: dict[str, str], results: list[PairResult]):
+        """Per passthrough column: its type (new columns: from the values; a value that does
+        not fit widens the column: BIGINT -> DOUBLE -> VARCHAR, anything -> VARCHAR) and the
+        values converted for it. Returns ({column: type to add}, {column: type to widen to},
+        [[values per row]])."""
+        new: dict[str, str] = {}
+        widen: dict[str, str] = {}
+        columns = []
+        for col, key in extra.items():
+            values = [res.pair.extra.get(key) for res in results]
+            have = self._types.get(col)
+            kinds = {_kind(v) for v in values if v is not None}
+            want = _type_for(kinds) if kinds else None
+            if have is None:
+                have = want or "VARCHAR"
+                new[col] = have
+            elif want is not None and _wider(have, want) != have:
+                have = _wider(have, want)
+                widen[col] = have
+            columns.append([_cell(v, have) for v in values])
+        return new, widen, [list(r) for r in zip(*columns)] if columns else [[] for _ in results]
 
     def commit(self, results: list[PairResult], errors: list[dict]) -> None:
         """Write a chunk of judged pairs and error rows in one transaction."""
@@ -429,19 +500,22 @@ class Store:
                 if k not in keys:
                     keys.append(k)
         before = dict(self._columns_map)
+        types_before = dict(self._types)
         extra = {self.column_for(k): k for k in keys}  # output column -> input key
         cols = [c for c, _ in PAIR_COLUMNS] + list(extra)
+        new, widen, cells = self._typed_values(extra, results)
         rows, samples = [], []
-        for res in results:
-            rows.append(self._pair_row(res)
-                        + [_passthrough(res.pair.extra.get(k)) for k in extra.values()])
+        for res, more in zip(results, cells):
+            rows.append(self._pair_row(res) + more)
             for o in res.orders.values():
                 samples.extend(self._sample_row(s) for s in o.samples)
         map_changed = self._columns_map != before
         n_cols = len(self.pair_columns)
 
         def statements(con) -> None:
-            self.add_columns(extra, con)
+            self.add_columns(new, con)
+            for col, typ in widen.items():
+                self._widen(con, col, typ)
             if map_changed:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
                             [orjson.dumps(self._columns_map).decode()])
@@ -463,6 +537,7 @@ class Store:
             self._write(statements)
         except BaseException:  # nothing of this chunk was kept: forget its columns too
             self._columns_map = before
+            self._types = types_before
             del self.pair_columns[n_cols:]
             self.pair_columns = self._columns("pairs")
             raise
@@ -620,9 +695,37 @@ class Store:
                     remove_export(path)
                 continue
             order_by = f" ORDER BY {order}" if order else ""
-            write_query_file(self.con, f"SELECT * FROM {table}{order_by}", path, fmt)
+            select = self._nested_select(table) if fmt == "parquet" else "*"
+            write_query_file(self.con, f"SELECT {select} FROM {table}{order_by}", path, fmt)
             written.append(path)
         return written
+
+    def _nested_select(self, table: str) -> str:
+        """`*`, with JSON columns as nested Parquet types where their values share a shape."""
+        if table != "pairs":
+            return "*"
+        swaps = []
+        for col, typ in self._columns_types("pairs").items():
+            if typ != "JSON":
+                continue
+            q = quote_ident(col)
+            if col == "messages":
+                shape = '[{"role":"VARCHAR","content":"VARCHAR"}]'
+            else:
+                kinds = {r[0] for r in self.con.execute(
+                    f"SELECT DISTINCT json_type({q}) FROM pairs WHERE {q} IS NOT NULL").fetchall()}
+                if len(kinds) != 1 or kinds - {"OBJECT", "ARRAY"}:
+                    continue
+                shape = self.con.execute(f"SELECT json_group_structure({q}) FROM pairs").fetchone()[0]
+                if not shape or '"JSON"' in shape or "NULL" in shape:
+                    continue
+            swaps.append(f"from_json({q}, {sql_literal(shape)}) AS {q}")
+        return f"* REPLACE ({', '.join(swaps)})" if swaps else "*"
+
+    def _columns_types(self, table: str) -> dict[str, str]:
+        return dict(self.con.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? AND "
+            "database_name = current_database() ORDER BY column_index", [table]).fetchall())
 
     def close(self) -> None:
         try:

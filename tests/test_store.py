@@ -114,7 +114,7 @@ def test_passthrough_names_that_collide_by_case_keep_every_value(tmp_path):
     assert len({c.lower() for c in cols}) == len(cols)
     got = rows(out, "SELECT * FROM pairs ORDER BY row_number")[0]
     values = dict(zip(cols, got))
-    for v in ("gold-ish", "x0", "v", "1", "2", "old", "older"):
+    for v in ("gold-ish", "x0", "v", 1, 2, "old", "older"):
         assert v in values.values(), v
     # a rerun resumes with the same column names
     s = score(src, ScriptedEngine(length_judge), settings(), output=out)
@@ -400,3 +400,31 @@ def test_an_export_file_rmjudge_did_not_write_is_left_alone(tmp_path):
     score(PAIRS, ScriptedEngine(length_judge), settings(), output=own)
     s = score(PAIRS, ScriptedEngine(length_judge), settings(), output=own)
     assert s.skipped == 5
+
+
+def test_passthrough_columns_keep_their_types_in_every_output(tmp_path):
+    import pyarrow.parquet as pq
+
+    objs = [row(i, score=i, ratio=i / 2, ok=i % 2 == 0, tags=["x", f"t{i}"],
+                meta={"lang": "en", "n": i}, mixed=(i if i else "zero")) for i in range(3)]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    db = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(length_judge), settings(), output=db, commit_every=1)
+    types = dict(rows(db, "SELECT column_name, data_type FROM duckdb_columns() "
+                          "WHERE table_name = 'pairs'"))
+    assert (types["score"], types["ratio"], types["ok"]) == ("BIGINT", "DOUBLE", "BOOLEAN")
+    assert types["tags"] == types["meta"] == types["messages"] == "JSON"
+    assert types["mixed"] == "VARCHAR"  # "zero" then 1, 2: widened, nothing lost
+    assert sorted(r[0] for r in rows(db, "SELECT mixed FROM pairs")) == ["1", "2", "zero"]
+    pq_out = str(tmp_path / "o.parquet")
+    score(src, ScriptedEngine(length_judge), settings(), output=pq_out)
+    t = pq.read_table(pq_out).to_pylist()
+    first = next(r for r in t if r["id"] == "p1")
+    assert first["score"] == 1 and first["ratio"] == 0.5 and first["ok"] is False
+    assert first["tags"] == ["x", "t1"] and first["meta"] == {"lang": "en", "n": 1}
+    assert first["messages"] == [{"role": "user", "content": "Question 1?"}]
+    js_out = str(tmp_path / "o.jsonl")
+    score(src, ScriptedEngine(length_judge), settings(), output=js_out)
+    got = {r["id"]: r for r in map(orjson.loads, Path(js_out).read_bytes().splitlines())}
+    assert got["p2"]["tags"] == ["x", "t2"] and got["p2"]["score"] == 2
+    assert got["p2"]["messages"] == [{"role": "user", "content": "Question 2?"}]
