@@ -297,15 +297,13 @@ class _Counts:
 
     def summary(self, store: Store, out, files, prog: Progress, error_reasons) -> Summary:
         """Counts over the whole output (all runs), so a resumed run reports the full table."""
+        from rmjudge.analysis.counts import pair_counts
+
         q = store.con.execute
-        labelled, correct, cc, both_l, cons, both = q("""
-            SELECT count(*) FILTER (WHERE label IS NOT NULL),
-                   count(*) FILTER (WHERE correct),
-                   count(*) FILTER (WHERE label IS NOT NULL AND verdict_ab = label AND verdict_ba = label),
-                   count(*) FILTER (WHERE label IS NOT NULL AND verdict_ba IS NOT NULL),
-                   count(*) FILTER (WHERE consistent),
-                   count(*) FILTER (WHERE consistent IS NOT NULL)
-            FROM pairs""").fetchone()
+        c = pair_counts(lambda sql, params: q(sql, params).fetchone())
+        labelled, correct, cc, both_l, cons, both = (
+            c["labelled"], c["correct"], c["consistent_correct"], c["both_orders_labelled"],
+            c["consistent"], c["both_orders"])
         verdicts = dict(q("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 1").fetchall())
         gens, pf, forced = q("""SELECT count(*), count(*) FILTER (WHERE verdict_source IS DISTINCT
                                 FROM 'generated'), count(*) FILTER (WHERE verdict_source = 'forced')

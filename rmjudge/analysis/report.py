@@ -19,6 +19,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from rmjudge.analysis.counts import pair_counts
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.sql import quote_ident
 
@@ -67,23 +68,20 @@ def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) ->
     """The per-group figures: accuracy, consistency, slot-1 rate, flips, parse failures,
     entropy, ECE, on the pairs matching `where`."""
     p = params or []
-    (n, lab, correct, both_l, cons_c, ab_dec, ab_1, ba_dec, ba_1, flips, both) = t.one(f"""
-        SELECT count(*), count(*) FILTER (WHERE label IN ('A','B')),
-               count(*) FILTER (WHERE correct),
-               count(*) FILTER (WHERE label IN ('A','B') AND verdict_ba IS NOT NULL),
-               count(*) FILTER (WHERE label IN ('A','B') AND verdict_ab = label AND verdict_ba = label),
-               count(*) FILTER (WHERE verdict_ab IN ('A','B')),
+    c = pair_counts(t.one, where, p)
+    ab_dec, ab_1, ba_dec, ba_1 = t.one(f"""
+        SELECT count(*) FILTER (WHERE verdict_ab IN ('A','B')),
                count(*) FILTER (WHERE verdict_ab = 'A'),
                count(*) FILTER (WHERE verdict_ba IN ('A','B')),
-               count(*) FILTER (WHERE verdict_ba = 'B'),
-               count(*) FILTER (WHERE consistent = false),
-               count(*) FILTER (WHERE consistent IS NOT NULL)
+               count(*) FILTER (WHERE verdict_ba = 'B')
         FROM pairs WHERE {where}""", p)
     out = {
-        "pairs": n, "labelled": lab, "accuracy": _ratio(correct, lab),
-        "consistency": _ratio(cons_c, both_l), "slot1_ab": _ratio(ab_1, ab_dec),
+        "pairs": c["pairs"], "labelled": c["labelled"],
+        "accuracy": _ratio(c["correct"], c["labelled"]),
+        "consistency": _ratio(c["consistent_correct"], c["both_orders_labelled"]),
+        "slot1_ab": _ratio(ab_1, ab_dec),
         "slot1_ba": _ratio(ba_1, ba_dec), "slot1": _ratio(ab_1 + ba_1, ab_dec + ba_dec),
-        "flip_rate": _ratio(flips, both), "parse_failure": None, "forced": None,
+        "flip_rate": _ratio(c["inconsistent"], c["both_orders"]), "parse_failure": None, "forced": None,
         "entropy": None, "ece": None,
     }
     if t.has_samples:
