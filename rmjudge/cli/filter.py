@@ -70,6 +70,6 @@ def command(table: str, output: str | None, fmt: str, chat: bool, min_confidence
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
-    click.echo(render(summary))
+    click.echo(render(summary), err=True)
     if summary.written == 0 and os.path.exists(out):
         click.echo("note: no pair passed the filter; the output is empty", err=True)

@@ -48,4 +48,4 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
     if as_json:
         click.echo(orjson.dumps(data.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render_text(data, out))
+        click.echo(render_text(data, out), err=True)
