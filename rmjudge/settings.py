@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
-
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
+
+from rmjudge.errors import UserError
 
 Orders = Literal["both", "ab"]
 Inconsistent = Literal["tie", "drop", "confident"]
@@ -15,21 +15,36 @@ class SettingsError(UserError, ValueError):
     """A setting is out of range; the message names the option and the allowed values."""
 
 
+def _opt(default, help: str, **cli):
+    """A settings field with its command-line option: `help`, and optionally `flag` (a switch
+    that sets the field to False, e.g. "--no-reflect"), `short` ("-n"), `metavar`, `choices`
+    and `cli=False` for a field without an option. `rmjudge.cli.options` builds the options."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
-    samples: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 256
-    orders: Orders = "both"
-    reflect: bool = True
-    shortcut: bool = True
-    forced: bool = True
-    on_inconsistent: Inconsistent = "tie"
-    seed: int = 0
-    confidence_fraction: float = 0.1
-    prompt_suffix: str | None = None  # None: chosen from the model family
-    adaptive: int = 0  # 0: off; else the number of rollouts per order to start with
+    """How pairs are judged. Every field is a `score`/`eval` option (see `_opt`)."""
+
+    samples: int = _opt(8, "Rollouts per order (N).", short="-n")
+    max_tokens: int = _opt(256, "Token limit of every generation.")
+    temperature: float = _opt(1.0, "Rollout temperature.")
+    top_p: float = _opt(1.0, "Nucleus sampling threshold of the rollouts.")
+    orders: Orders = _opt("both", "Judge (A,B) and (B,A), or (A,B) only.", choices=("both", "ab"))
+    on_inconsistent: Inconsistent = _opt("tie", "Verdict when the two orders disagree.",
+                                         choices=("tie", "drop", "confident"))
+    reflect: bool = _opt(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
+    shortcut: bool = _opt(True, "Run self-reflection even when all rollouts agree.",
+                          flag="--no-shortcut")
+    forced: bool = _opt(True, "Do not force a verdict from the logits when a generation does "
+                        "not parse.", flag="--no-forced")
+    adaptive: int = _opt(0, "Start with K rollouts per order; go on to N only when they "
+                         "disagree (0: off).", metavar="K")
+    seed: int = _opt(0, "Run seed (per-pair seeds derive from it).")
+    prompt_suffix: str | None = _opt(None, "Text appended to every prompt (default: per model "
+                                     "family, e.g. Qwen3 /no_think).")
+    confidence_fraction: float = _opt(0.1, "Share of the lowest token log-probs averaged into a "
+                                      "rollout's confidence.", cli=False)
 
     def __post_init__(self) -> None:
         if self.samples < 1:

@@ -50,38 +50,59 @@ def engine_settings(kw: dict):
     )
 
 
-judge_options = combine_options([
-    click.option("--samples", "-n", default=8, show_default=True,
-                 help="Rollouts per order (N)."),
-    click.option("--max-tokens", default=256, show_default=True,
-                 help="Token limit of every generation."),
-    click.option("--temperature", default=1.0, show_default=True, help="Rollout temperature."),
-    click.option("--top-p", default=1.0, show_default=True),
-    click.option("--orders", type=click.Choice(["both", "ab"]), default="both", show_default=True,
-                 help="Judge (A,B) and (B,A), or (A,B) only."),
-    click.option("--on-inconsistent", type=click.Choice(["tie", "drop", "confident"]),
-                 default="tie", show_default=True,
-                 help="Verdict when the two orders disagree."),
-    click.option("--no-reflect", is_flag=True, help="Plain majority vote (no self-reflection)."),
-    click.option("--no-shortcut", is_flag=True,
-                 help="Run self-reflection even when all rollouts agree."),
-    click.option("--no-forced", is_flag=True,
-                 help="Do not force a verdict from the logits when a generation does not parse."),
-    click.option("--adaptive", default=0, metavar="K",
-                 help="Start with K rollouts per order; go on to N only when they disagree."),
-    click.option("--seed", default=0, show_default=True, help="Run seed (per-pair seeds derive from it)."),
-    click.option("--prompt-suffix", default=None,
-                 help="Text appended to every prompt (default: per model family, e.g. Qwen3 /no_think)."),
-])
+def settings_options(cls) -> Callable:
+    """One click option per field of a settings dataclass, from the field's metadata (its
+    help, and `flag`, `short`, `metavar`, `choices`, `cli`): the dataclass is the one place a
+    setting, its default and its help are declared."""
+    from dataclasses import MISSING, fields
+
+    opts = []
+    for f in fields(cls):
+        meta = f.metadata
+        if meta.get("cli", True) is False:
+            continue
+        if "flag" in meta:  # a switch that turns a default-True field off
+            opts.append(click.option(meta["flag"], f"no_{f.name}", is_flag=True,
+                                     help=meta["help"]))
+            continue
+        names = [f"--{f.name.replace('_', '-')}"] + ([meta["short"]] if "short" in meta else [])
+        kw: dict = {"default": None if f.default is MISSING else f.default, "help": meta["help"],
+                    "show_default": f.default is not None}
+        if "choices" in meta:
+            kw["type"] = click.Choice(list(meta["choices"]))
+        elif f.default is not None and f.default is not MISSING:
+            kw["type"] = type(f.default)
+        if "metavar" in meta:
+            kw["metavar"] = meta["metavar"]
+        opts.append(click.option(*names, f.name, **kw))
+    return combine_options(opts)
+
+
+def settings_from(cls, kw: dict):
+    """The settings dataclass from the options `settings_options(cls)` added (popped from kw)."""
+    from dataclasses import fields
+
+    values = {}
+    for f in fields(cls):
+        if f.metadata.get("cli", True) is False:
+            continue
+        if "flag" in f.metadata:
+            values[f.name] = not kw.pop(f"no_{f.name}")
+        else:
+            values[f.name] = kw.pop(f.name)
+    return cls(**values)
+
+
+def _judge_options():
+    from rmjudge.settings import JudgeSettings
+
+    return settings_options(JudgeSettings)
+
+
+judge_options = _judge_options()
 
 
 def judge_settings(kw: dict):
     from rmjudge.settings import JudgeSettings
 
-    return JudgeSettings(
-        samples=kw.pop("samples"), max_tokens=kw.pop("max_tokens"),
-        temperature=kw.pop("temperature"), top_p=kw.pop("top_p"), orders=kw.pop("orders"),
-        on_inconsistent=kw.pop("on_inconsistent"), reflect=not kw.pop("no_reflect"),
-        shortcut=not kw.pop("no_shortcut"), forced=not kw.pop("no_forced"),
-        adaptive=kw.pop("adaptive"), seed=kw.pop("seed"), prompt_suffix=kw.pop("prompt_suffix"),
-    )
+    return settings_from(JudgeSettings, kw)
