@@ -8,6 +8,7 @@ import click
 
 from rmjudge.cli.common import ProgressLine, fail
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+from rmjudge.cli.server_options import server_options, server_settings  # --server (engine/server.py)
 
 
 @click.command("score")
@@ -16,6 +17,7 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
               help="Output: .duckdb (default INPUT.judged.duckdb), .parquet or .jsonl.")
 @judge_options
 @engine_options
+@server_options
 @click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
               help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
 @click.option("--limit", type=int, default=None, help="Read only the first N rows.")
@@ -44,6 +46,9 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         es = engine_settings(kw)
         cols = parse_map(mapping)
         shard_t = parse_shard(shard)
+        server = server_settings(kw)  # --server: judge through an OpenAI-compatible server
+        if server is not None and dry_run:
+            raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
     except (SettingsError, ValueError) as exc:
         fail(str(exc))
     try:
@@ -58,7 +63,7 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
         from rmjudge.pipeline import score
 
         detect_format(source)  # a missing or unreadable input fails before the model loads
-        engine = load_engine(es, kind=engine_kind, vocab_only=False)
+        engine = load_engine(es, kind=engine_kind, vocab_only=False, server=server)
         from rmjudge.io.readers import count_rows
 
         progress = ProgressLine(not quiet)
