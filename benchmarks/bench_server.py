@@ -97,7 +97,8 @@ def main() -> None:
     from rmjudge.models import resolve_model
     from rmjudge.settings import EngineSettings, JudgeSettings
 
-    data = Path(args.data) if args.data else (DEFAULT_DATA if DEFAULT_DATA.exists() else FALLBACK_DATA)
+    data = Path(args.data) if args.data else (
+        DEFAULT_DATA if DEFAULT_DATA.exists() else FALLBACK_DATA)
     pairs = _pairs(data, args.pairs)
     js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=0)
     model = resolve_model(args.model)

@@ -32,6 +32,12 @@ _TAGGED = re.compile(rf"^({_REPO}):([A-Za-z0-9_.-]+)$")
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
+def _first_part(filename: str) -> bool:
+    """An unsplit GGUF, or part 1 of a split one."""
+    m = _SPLIT.search(filename)
+    return m is None or m.group(1) == "00001"
+
+
 @dataclass(frozen=True)
 class HubSpec:
     repo: str
@@ -138,7 +144,8 @@ def repo_files(repo: str) -> list[str]:
         raise ModelError(f"hf:{repo} is not in the Hugging Face cache ({cache_dir()}) and the "
                          "Hub cannot be reached: fetch it once online "
                          f"(huggingface-cli download {repo} --include '*.gguf')")
-    return sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_file() or p.is_symlink())
+    return sorted(str(p.relative_to(snap)) for p in snap.rglob("*")
+                  if p.is_file() or p.is_symlink())
 
 
 def _cached_snapshot(repo: str) -> Path | None:
@@ -162,7 +169,7 @@ def choose_gguf(files: list[str], tag: str | None, repo: str) -> str:
     # the tag between separators; "_" may precede it but not follow (Q4_K is not Q4_K_M)
     pat = re.compile(rf"(^|[-_.]){re.escape(want)}([-.]|$)", re.IGNORECASE)
     hits = [f for f in ggufs if pat.search(_stem(f))]
-    hits = [f for f in hits if not _SPLIT.search(f) or _SPLIT.search(f).group(1) == "00001"]  # type: ignore[union-attr]
+    hits = [f for f in hits if _first_part(f)]
     if hits:
         return sorted(hits, key=lambda f: (len(f), f))[0]
     if tag is None and len(ggufs) == 1:

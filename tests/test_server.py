@@ -536,7 +536,8 @@ def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_pat
 # -- Hub judges, offline, on a cache laid out as huggingface_hub lays it out -------------------
 
 
-def lay_out_cache(home: Path, repo: str, files: dict[str, Path | bytes], commit="c0ffee" * 6 + "ab"):
+def lay_out_cache(home: Path, repo: str, files: dict[str, Path | bytes],
+                  commit: str = "c0ffee" * 6 + "ab"):
     """models--org--repo/{refs/main, snapshots/<commit>/<file> -> ../../blobs/<name>}."""
     folder = home / "hub" / ("models--" + repo.replace("/", "--"))
     (folder / "refs").mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,8 @@ def server_settings(kw: dict):
     """A ServerSettings from the options (None without --server); pops them from `kw`."""
     url = kw.pop("server_url")
     model, k = kw.pop("server_model"), kw.pop("server_concurrency")
-    retries, timeout, template = kw.pop("server_retries"), kw.pop("server_timeout"), kw.pop("chat_template")
+    retries, timeout = kw.pop("server_retries"), kw.pop("server_timeout")
+    template = kw.pop("chat_template")
     if url is None:
         if model or template:
             from rmjudge.settings import SettingsError

@@ -261,7 +261,8 @@ class ServerEngine:
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 self.requests_sent += 1
                 try:
-                    resp = await self._client.request(method, url, json=body)  # type: ignore[union-attr]
+                    client = self._client
+                    resp = await client.request(method, url, json=body)  # type: ignore[union-attr]
                 except httpx.TimeoutException:
                     last = f"no answer within {self.settings.timeout:g} s"
                 except httpx.TransportError as exc:
@@ -559,7 +560,8 @@ class ServerEngine:
             return self._request_failed(exc)
         ch = (out.get("choices") or [None])[0]
         if not isinstance(ch, dict):
-            raise ServerError(f"the server at {self.url} answered without choices: {str(out)[:200]}")
+            raise ServerError(f"the server at {self.url} answered without choices: "
+                              f"{str(out)[:200]}")
         text = ch.get("text") if prompt is not None else (ch.get("message") or {}).get("content")
         text = text or ""
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
