@@ -150,6 +150,7 @@ def test_generations_logprobs_seeds_and_prompt(fake, template):
     f = fake()
     with ServerEngine(settings(f.url, template)) as eng:
         assert (eng.flavor, eng.endpoint, eng.model) == ("vllm", "completions", "judge")
+        assert "/v1/completions, chat template from " + template in eng.describe()
         gens = eng.generate([req(n=3)])[0]
         # the prompt is the locally rendered template, sent as text
         sent = [b for b in f.posts() if b["max_tokens"] == 16]
@@ -306,7 +307,7 @@ def test_chat_endpoint_when_completions_are_not_offered(fake):
 
     f = fake(complete=None, chat=chat)
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
-        assert eng.endpoint == "chat"
+        assert eng.endpoint == "chat" and "/v1/chat/completions" in eng.describe()
         g = eng.generate([req(force=prompts.force_spec("pref"))])[0][0]
     assert g.text == "no verdict here" and g.token_logprobs == [-0.3]
     assert g.forced_probs[0] > 0.9
@@ -444,9 +445,21 @@ def test_score_through_a_real_server(llama_server, model_path, tmp_path):
                          server=ServerSettings(url=llama_server, concurrency=4))
     local = load_engine(EngineSettings(model=model_path), vocab_only=True)
     assert engine.flavor == "llama-cpp-python" and engine.endpoint == "completions"
+    assert engine.describe() == (f"judging through llama-cpp-python at {llama_server}: model "
+                                 f"{model_path}, /v1/completions, chat template from {model_path}"
+                                 ", 4 requests in flight")
     # the prompt text is the in-process engine's, byte for byte
     r = req()
     assert engine.render(r) == local.tok.render(r.messages, r.assistant_prefix)
+    # greedy: the same text as the in-process engine; log-probabilities close (the server
+    # decodes with flash attention, the in-process engine without it on CPU)
+    greedy = req(temperature=0.0, max_tokens=10, stop=())
+    inproc = load_engine(EngineSettings(model=model_path, threads=1, parallel=1))
+    want = inproc.generate([greedy])[0][0]
+    got = engine.generate([greedy])[0][0]
+    del inproc
+    assert got.text == want.text and got.n_tokens == want.n_tokens == 10
+    assert max(abs(a - b) for a, b in zip(got.token_logprobs, want.token_logprobs)) < 0.5
     out = str(tmp_path / "o.duckdb")
     s = score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY), output=out, limit=2)
     assert s.judged == 2 and s.errors == 0

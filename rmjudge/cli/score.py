@@ -64,6 +64,8 @@ def command(source: str, output: str | None, mapping: str | None, limit: int | N
 
         detect_format(source)  # a missing or unreadable input fails before the model loads
         engine = load_engine(es, kind=engine_kind, vocab_only=False, server=server)
+        if server is not None and not quiet:
+            click.echo(f"rmjudge: {engine.describe()}", err=True)
         from rmjudge.io.readers import count_rows
 
         progress = ProgressLine(not quiet)

@@ -211,6 +211,14 @@ class ServerEngine:
             prompt_suffix=suffix_for_model(arch, self.model),
         )
 
+    def describe(self) -> str:
+        """One line for the user: which server, model, endpoint and template source."""
+        where = ("/v1/completions, chat template from " + self.template_source
+                 if self.endpoint == "completions" else
+                 "/v1/chat/completions (no text completions; the server renders the template)")
+        return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
+                f"{self.settings.concurrency} requests in flight")
+
     # -- lifecycle -------------------------------------------------------------------------
     async def _open(self) -> None:
         httpx = self._httpx
