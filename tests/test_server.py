@@ -625,3 +625,18 @@ def test_hub_judge_loads_and_is_listed(hub_home, model_path):
                        capture_output=True, text=True, env=env)
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert r.stderr.startswith("Error: hf:no/such is not in the Hugging Face cache")
+
+
+def test_hub_spec_needs_the_extra_and_a_local_file_wins(tmp_path, monkeypatch):
+    from rmjudge.hub_models import is_hub_spec
+    from rmjudge.models import ModelError, resolve_model
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
+    with pytest.raises(ModelError, match=r"pip install 'rmjudge\[hub\]'"):
+        resolve_model("hf:org/repo:Q4_K_M")
+    # a local file that happens to be named like org/repo:TAG is that file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "repo:Q4_K_M").write_bytes(FAKE_GGUF)
+    assert not is_hub_spec("org/repo:Q4_K_M") and is_hub_spec("hf:org/repo:Q4_K_M")
+    assert resolve_model("org/repo:Q4_K_M") == "org/repo:Q4_K_M"
