@@ -8,6 +8,7 @@ is checked against the same `verdict_settings`.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from rmjudge.engine.base import ModelInfo
@@ -42,6 +43,10 @@ class RunSpec:
         d["prompt_suffix"] = self.suffix
         d["model_sha256"] = self.model.sha256
         d["lora_sha256"] = self.model.lora_sha256
+        if not self.model.sha256:  # a served model (engine/server.py): no file hash to compare
+            d["model_name"] = self.model.name
+            d["chat_template_sha256"] = hashlib.sha256(
+                (self.model.chat_template or "").encode()).hexdigest()
         return d
 
 

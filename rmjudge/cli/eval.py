@@ -9,6 +9,7 @@ import click
 
 from rmjudge.cli.options import engine_options, judge_options
 from rmjudge.cli.score import judge_input, parse_run_options, run_options
+from rmjudge.cli.server_options import server_options
 
 
 @click.command("eval")
@@ -31,6 +32,7 @@ from rmjudge.cli.score import judge_input, parse_run_options, run_options
               "(default INPUT.judged.duckdb).")
 @judge_options
 @engine_options
+@server_options
 @run_options
 def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[str, ...],
             max_groups: int | None, resamples: int, bootstrap_seed: int, output: str | None,
@@ -63,7 +65,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
 
             if engine is None:
                 js, es, run = parse_run_options(dict(kw))
-                engine = load_engine(es, kind=run["engine_kind"])
+                engine = load_engine(es, kind=run["engine_kind"], server=run["server"])
             g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
                 f"greedy baseline: {done}/{total} pair-orders", err=True))
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "

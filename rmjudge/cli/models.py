@@ -9,9 +9,11 @@ from rmjudge.cli.common import fail
 
 @click.command("models")
 @click.option("--model", "model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
-              help="GGUF judge model (default: RMJUDGE_MODEL, else the embedded SmolLM2-135M).")
+              help="GGUF judge model, or hf:org/repo/file.gguf / org/repo:Q4_K_M from the Hub "
+              "(default: RMJUDGE_MODEL, else the embedded SmolLM2-135M).")
 def command(model: str | None) -> None:
-    """Show the resolved judge model: path, sha256, architecture, context length, template."""
+    """Show the resolved judge model: path, sha256, architecture, context length, template;
+    then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.llama import read_model_info
     from rmjudge.models import ModelError, resolve_model
 
@@ -27,3 +29,14 @@ def command(model: str | None) -> None:
     click.echo(f"context length: {info.n_ctx_train}")
     click.echo(f"chat template:  {'yes' if info.chat_template else 'no (plain fallback)'}")
     click.echo(f"prompt suffix:  {info.prompt_suffix!r}")
+    _list_hub_cache()
+
+
+def _list_hub_cache() -> None:
+    """Judges cached from the Hugging Face Hub (rmjudge/hub_models.py), usable as --model."""
+    from rmjudge.hub_models import cache_dir, cached_ggufs
+
+    found = cached_ggufs()
+    click.echo(f"\nGGUF judges in the Hugging Face cache ({cache_dir()}): {len(found) or 'none'}")
+    for g in found:
+        click.echo(f"  {g.spec}  ({g.size / 2**20:.1f} MiB)")

@@ -8,6 +8,7 @@ import click
 
 from rmjudge.cli.common import make_progress, status
 from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings
+from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
 from rmjudge.errors import EXIT_STRICT, EXIT_USER
@@ -34,6 +35,7 @@ run_options = combine_options([
               help="Output: .duckdb (default INPUT.judged.duckdb), .parquet or .jsonl.")
 @judge_options
 @engine_options
+@server_options
 @run_options
 @click.option("--strict", is_flag=True, help="Exit 2 when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
@@ -45,8 +47,11 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
     if dry_run:
         from rmjudge.dryrun import dry_run as run_dry
+        from rmjudge.settings import SettingsError
 
         js, es, run = parse_run_options(kw)
+        if run["server"] is not None:
+            raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
         click.echo(run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"]).render())
         return
     summary = judge_input(source, output, kw, quiet=quiet)
@@ -70,7 +75,8 @@ def parse_run_options(kw: dict):
         run = {"mapper": build_mapper(mapping, js.seed, labels), "mapping": mapping,
                "limit": kw.pop("limit"),
                "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
-               "overwrite": kw.pop("overwrite"), "engine_kind": kw.pop("engine_kind")}
+               "overwrite": kw.pop("overwrite"), "engine_kind": kw.pop("engine_kind"),
+               "server": server_settings(kw)}
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     return js, es, run
@@ -87,7 +93,10 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
     js, es, run = parse_run_options(kw)
     detect_format(source)  # a missing or unreadable input fails before the model loads
     check_output(source, output or default_output(source))  # so does an unusable output
-    if engine is None:
+    if engine is None and run["server"] is not None:
+        engine = load_engine(es, kind=run["engine_kind"], vocab_only=False, server=run["server"])
+        status(f"rmjudge: {engine.describe()}", quiet)
+    elif engine is None:
         status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
         engine = load_engine(es, kind=run["engine_kind"], vocab_only=False)
     limit = run["limit"]

@@ -1,13 +1,33 @@
-"""Engines: `batched` (the fast llama.cpp engine) and `naive` (one sequence at a time through
-llama-cpp-python's high-level `Llama`, kept as a baseline and for cross-checks)."""
+"""Engines: `batched` (the fast llama.cpp engine), `naive` (one sequence at a time through
+llama-cpp-python's high-level `Llama`, kept as a baseline and for cross-checks) and `server`
+(an OpenAI-compatible HTTP server: llama-server, vLLM, SGLang; see engine/server.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rmjudge.settings import EngineSettings
 
+if TYPE_CHECKING:
+    from rmjudge.engine.server import ServerSettings
 
-def load_engine(settings: EngineSettings | None = None, kind: str = "batched", vocab_only: bool = False):
+
+def load_engine(settings: EngineSettings | None = None, kind: str = "batched", vocab_only: bool = False,
+                server: "ServerSettings | None" = None):
+    """`server` given (or kind "server"): judge through that server; `settings.model`, when
+    set, is then only where the chat template and tokenizer come from."""
     settings = settings or EngineSettings()
+    if server is not None or kind == "server":
+        from rmjudge.engine.server import ServerEngine
+        from rmjudge.settings import SettingsError
+
+        if server is None:
+            raise SettingsError("the server engine needs --server URL")
+        if server.template_model is None and settings.model:
+            from dataclasses import replace
+
+            server = replace(server, template_model=settings.model)
+        return ServerEngine(server)
     if kind == "naive":
         from rmjudge.engine.naive import NaiveEngine
 

@@ -1,0 +1,59 @@
+"""`rmjudge score --server URL`: options for judging through an OpenAI-compatible server.
+
+Kept apart from the in-process engine's options (cli/options.py). With `--server`, `--model`
+(a GGUF path or Hub spec) is only where the chat template and tokenizer come from, when the
+server does not expose its template; the API key is read from $RMJUDGE_API_KEY, never from an
+option, so it stays out of shell history and of the run tables.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+
+def _options(options: list[Callable]) -> Callable:
+    def deco(f: Callable) -> Callable:
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+server_options = _options([
+    click.option("--server", "server_url", default=None, metavar="URL",
+                 help="Judge through an OpenAI-compatible server (llama-server, vLLM, SGLang), "
+                 "e.g. http://127.0.0.1:8000/v1. API key: $RMJUDGE_API_KEY. "
+                 "pip install 'rmjudge[server]'."),
+    click.option("--server-model", default=None, metavar="NAME",
+                 help="Model name on the server (default: the only one it serves)."),
+    click.option("--server-concurrency", default=32, show_default=True, metavar="K",
+                 help="HTTP requests in flight."),
+    click.option("--server-retries", default=6, show_default=True, metavar="N",
+                 help="Retries of a request on 429/5xx/connection errors (exponential backoff)."),
+    click.option("--server-timeout", default=600.0, show_default=True, metavar="SECONDS",
+                 help="Wait for one response at most this long."),
+    click.option("--chat-template", default=None, metavar="FILE",
+                 help="Jinja chat template, when the server does not expose its own "
+                 "(otherwise --model GGUF, else the Hub tokenizer of the served model)."),
+])
+
+
+def server_settings(kw: dict):
+    """A ServerSettings from the options (None without --server); pops them from `kw`."""
+    url = kw.pop("server_url")
+    model, k = kw.pop("server_model"), kw.pop("server_concurrency")
+    retries, timeout = kw.pop("server_retries"), kw.pop("server_timeout")
+    template = kw.pop("chat_template")
+    if url is None:
+        if model or template:
+            from rmjudge.settings import SettingsError
+
+            raise SettingsError("--server-model and --chat-template need --server URL")
+        return None
+    from rmjudge.engine.server import ServerSettings
+
+    return ServerSettings(url=url, model=model, concurrency=k, retries=retries, timeout=timeout,
+                          chat_template=template)

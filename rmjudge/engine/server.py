@@ -1,0 +1,748 @@
+"""Judging through an OpenAI-compatible server (llama-server, vLLM, SGLang, llama-cpp-python).
+
+The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine:
+
+- **Prompts are rendered here**, with the judge's chat template (`ChatTemplate`, the class the
+  in-process engine uses), and sent as text to `/v1/completions`, so the prompt text is the
+  same byte for byte. The template comes from the server where it exposes one (llama-server's
+  `/props`), else a `--chat-template` file, else the GGUF given with `--model`, else the
+  Hugging Face tokenizer of the served model's name (`tokenizer_config.json`). Only when the
+  server offers no text completions does the engine fall back to `/v1/chat/completions` (the
+  server renders the template then, and the assistant prefix is sent as a final assistant
+  message to continue); `ServerEngine.endpoint` says which is used.
+- **One HTTP request per sample**, with its own seed derived from (request seed, sample index),
+  as the in-process engine derives each sample's generator; `logprobs` returns the sampled
+  tokens' log-probabilities, from which the rollout confidences are computed.
+- **Forced verdicts**: when a generation does not parse, a one-token request with the top
+  log-probabilities is sent for prompt + text + `force.continuation(text)`, and the two
+  choices' probabilities are read from it.
+- **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
+  group; when a group has several members, one one-token request for their common prompt
+  prefix goes first ("priming" the server's prefix cache), then the members run concurrently
+  and are admitted in group order, so a server with a prefix cache (vLLM
+  `--enable-prefix-caching`, SGLang's radix cache, llama-server's slots) evaluates the shared
+  prefix once.
+- **Many requests in flight**: an asyncio event loop in a background thread runs an
+  `httpx.AsyncClient`; a semaphore bounds the requests in flight (`--server-concurrency`).
+  429, 5xx, connection errors and timeouts are retried with exponential backoff and jitter
+  (honouring `Retry-After`); when the server stays unreachable the run stops with one
+  `ServerError` whose message says the store is resumable.
+
+The API key is read from `RMJUDGE_API_KEY` and sent as a bearer token; it is never stored.
+`ModelInfo.path` is the server URL without credentials, `name` the served model's name,
+`sha256` is empty (no common server exposes the model file's hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import os
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from rmjudge.engine.base import ModelInfo
+from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.models import ModelError
+from rmjudge.prompts import suffix_for_model
+from rmjudge.settings import JudgeSettings, SettingsError
+from rmjudge.types import Generation, GenRequest
+
+API_KEY_ENV = "RMJUDGE_API_KEY"
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+# Server flags that turn log-probabilities on, named in the error when a server returns none.
+LOGPROB_FLAGS = (
+    "llama-cpp-python: python -m llama_cpp.server --logits_all true; "
+    "vLLM: --max-logprobs 20 (or more); SGLang and llama-server return them by default"
+)
+
+
+class ServerError(ModelError):
+    """The server cannot be used (unreachable, refuses, lacks log-probabilities)."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    url: str
+    model: str | None = None  # served model name; None: the only one the server lists
+    concurrency: int = 32  # HTTP requests in flight
+    chat_template: str | None = None  # Jinja file; see the module docstring for the order
+    template_model: str | None = None  # a GGUF (path or hf: spec) whose template/tokenizer to use
+    timeout: float = 600.0  # seconds to wait for one response
+    retries: int = 6  # attempts after the first, on 429/5xx/connection errors/timeouts
+    backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
+    top_logprobs: int = 20  # alternatives asked for when forcing a verdict
+    prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(f"--server must be an http(s) URL such as http://host:8000/v1, "
+                                f"got {public_url(self.url)!r}")
+        if self.concurrency < 1:
+            raise SettingsError("--server-concurrency must be at least 1")
+        if self.retries < 0:
+            raise SettingsError("--server-retries must be at least 0")
+        if self.timeout <= 0:
+            raise SettingsError("--server-timeout must be positive")
+        if self.top_logprobs < 2:
+            raise SettingsError("top_logprobs must be at least 2")
+
+
+def public_url(url: str) -> str:
+    """The URL without user:password@ and without a query string (which may carry a key)."""
+    p = urlsplit(url)
+    host = p.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{p.port}" if p.port else "")
+    return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The server seed of sample `index` of a request: 31 bits (every server accepts them)."""
+    h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") & 0x7FFFFFFF
+
+
+def _common_prefix(texts: list[str]) -> str:
+    if not texts:
+        return ""
+    return os.path.commonprefix(texts)
+
+
+class _Loop:
+    """An asyncio loop in a daemon thread: `run(coro)` from any thread, even inside a loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rmjudge-http",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, coro):
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class _Unreachable(Exception):
+    """Retries are exhausted: the server is down, refuses connections or keeps failing."""
+
+    def __init__(self, reason: str, attempts: int):
+        super().__init__(reason)
+        self.reason = reason
+        self.attempts = attempts
+
+
+class _HTTPStatus(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error_text(resp) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)[:500]
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:500]
+    return str(err)[:500]
+
+
+class ServerEngine:
+    """The Engine seam over an OpenAI-compatible HTTP server (see module docstring)."""
+
+    def __init__(self, settings: ServerSettings):
+        try:
+            import httpx
+        except ImportError:
+            raise ModelError("--server needs httpx: pip install 'rmjudge[server]'") from None
+        self._httpx = httpx
+        self.settings = settings
+        url = settings.url.rstrip("/")
+        self.base = url if url.endswith("/v1") else url + "/v1"
+        self.root = self.base[: -len("/v1")]
+        self.url = public_url(self.base)
+        self._key = os.environ.get(API_KEY_ENV) or None
+        self._generated = 0
+        self.requests_sent = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._loop = _Loop()
+        self._sem: asyncio.Semaphore | None = None
+        self._client = None
+        self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
+        try:
+            self._loop.run(self._open())
+            self.flavor, self.model, n_ctx, props = self._loop.run(self._discover())
+            self.template, template_source, arch = self._find_template(props)
+            self.template_source = template_source
+            self.endpoint = self._loop.run(self._probe())
+        except _Unreachable as exc:
+            self.close()
+            raise ServerError(f"the server at {self.url} stopped answering while being checked "
+                              f"({exc.reason}); check it and retry") from None
+        except BaseException:
+            self.close()
+            raise
+        if self.endpoint == "chat":
+            self.template_source = "the server (chat completions)"
+        self.info = ModelInfo(
+            path=self.url, sha256="", architecture=arch, name=self.model, n_ctx_train=n_ctx,
+            chat_template=None if self.template is None else self.template.source,
+            prompt_suffix=suffix_for_model(arch, self.model),
+        )
+
+    def describe(self) -> str:
+        """One line for the user: which server, model, endpoint and template source."""
+        where = ("/v1/completions, chat template from " + self.template_source
+                 if self.endpoint == "completions" else
+                 "/v1/chat/completions (no text completions; the server renders the template)")
+        return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
+                f"{self.settings.concurrency} requests in flight")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def _open(self) -> None:
+        httpx = self._httpx
+        k = self.settings.concurrency
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(self.settings.timeout, connect=10.0, pool=None),
+            limits=httpx.Limits(max_connections=k + 4, max_keepalive_connections=k + 4),
+        )
+        self._sem = asyncio.Semaphore(k)
+
+    async def _aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    def close(self) -> None:
+        """Close the HTTP client and its thread (also done at interpreter exit)."""
+        if self._loop is None:
+            return
+        try:
+            self._loop.run(self._aclose())
+        except Exception:  # noqa: BLE001 - closing must not mask the original error
+            pass
+        self._loop.close()
+        self._loop = None  # type: ignore[assignment]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- HTTP --------------------------------------------------------------------------------
+    async def _request(self, method: str, url: str, body: dict | None = None,
+                       retry: bool = True) -> Any:
+        """One call with retries on 429/5xx/connection errors/timeouts; returns parsed JSON.
+
+        Raises `_HTTPStatus` for a final non-retryable status and `_Unreachable` when retries
+        are exhausted. The semaphore is held only while a request is on the wire."""
+        httpx = self._httpx
+        attempts = 1 + (self.settings.retries if retry else 0)
+        last = ""
+        for attempt in range(attempts):
+            wait = None
+            async with self._sem:  # type: ignore[union-attr]
+                self.in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                self.requests_sent += 1
+                try:
+                    client = self._client
+                    resp = await client.request(method, url, json=body)  # type: ignore[union-attr]
+                except httpx.TimeoutException:
+                    last = f"no answer within {self.settings.timeout:g} s"
+                except httpx.TransportError as exc:
+                    last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                else:
+                    if resp.status_code < 400:
+                        try:
+                            return resp.json()
+                        except ValueError:
+                            last = f"answered {resp.status_code} with a body that is not JSON"
+                    elif resp.status_code in RETRY_STATUS and not _deterministic(resp):
+                        last = f"HTTP {resp.status_code}: {_error_text(resp)}"
+                        wait = _retry_after(resp)
+                    else:
+                        raise _HTTPStatus(resp.status_code, _error_text(resp))
+                finally:
+                    self.in_flight -= 1
+            if attempt + 1 < attempts:
+                backoff = min(30.0, self.settings.backoff * 2 ** attempt) * random.uniform(0.5, 1.5)
+                await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
+        raise _Unreachable(last, attempts)
+
+    async def _get(self, path: str, root: bool = False, retry: bool = True) -> Any:
+        return await self._request("GET", (self.root if root else self.base) + path, retry=retry)
+
+    # -- discovery -----------------------------------------------------------------------------
+    async def _discover(self) -> tuple[str, str, int, dict]:
+        try:
+            listing = await self._get("/models", retry=False)
+        except _Unreachable as exc:
+            raise ServerError(f"cannot reach the server at {self.url} ({exc.reason}); start it, "
+                              "or fix --server (for example http://127.0.0.1:8000/v1)") from None
+        except _HTTPStatus as exc:
+            if exc.status in (401, 403):
+                raise ServerError(f"the server at {self.url} refused the request (HTTP "
+                                  f"{exc.status}: {exc.message}); set {API_KEY_ENV} to its "
+                                  "API key") from None
+            if exc.status == 503:  # still loading: wait like any other request
+                listing = await self._get("/models")
+            elif exc.status == 404:
+                listing = {"data": []}
+            else:
+                raise ServerError(f"the server at {self.url} answered /models with HTTP "
+                                  f"{exc.status}: {exc.message}") from None
+        models = [m for m in (listing.get("data") or []) if isinstance(m, dict) and m.get("id")]
+        names = [m["id"] for m in models]
+        want = self.settings.model
+        if want is None:
+            if len(names) != 1:
+                raise ServerError(
+                    f"the server at {self.url} serves {len(names)} models"
+                    f"{': ' + ', '.join(names) if names else ''}; choose one with --server-model")
+            want = names[0]
+        elif names and want not in names:
+            raise ServerError(f"the server at {self.url} does not serve {want!r}; it serves "
+                              f"{', '.join(names)}: fix --server-model")
+        entry = next((m for m in models if m["id"] == want), {})
+        owner = str(entry.get("owned_by", "")).lower()
+        props: dict = {}
+        try:
+            p = await self._get("/props", root=True, retry=False)
+            props = p if isinstance(p, dict) else {}
+        except (_Unreachable, _HTTPStatus):
+            props = {}
+        if "vllm" in owner:
+            flavor = "vllm"
+        elif "sglang" in owner:
+            flavor = "sglang"
+        elif "llamacpp" in owner or "default_generation_settings" in props:
+            flavor = "llama-server"
+        elif owner == "me":
+            flavor = "llama-cpp-python"
+        else:
+            flavor = "openai-compatible"
+        n_ctx = (entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
+                 or (props.get("default_generation_settings") or {}).get("n_ctx") or 0)
+        return flavor, want, int(n_ctx), props
+
+    def _find_template(self, props: dict) -> tuple[ChatTemplate | None, str, str]:
+        """(template, where it came from, architecture) in the documented order."""
+        s = self.settings
+        arch = "unknown"
+        gguf_template = None
+        if s.template_model:
+            from rmjudge.engine.llama import LlamaEngine
+            from rmjudge.settings import EngineSettings
+
+            local = LlamaEngine(EngineSettings(model=s.template_model), vocab_only=True)
+            self._tokenizer = local.tok
+            arch = local.info.architecture
+            gguf_template = local.tok.template
+        if props.get("chat_template"):
+            return (ChatTemplate(props["chat_template"], props.get("bos_token") or "",
+                                 props.get("eos_token") or ""),
+                    f"the server ({self.root}/props)", arch)
+        if s.chat_template:
+            try:
+                with open(s.chat_template, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ServerError(f"cannot read --chat-template {s.chat_template}: "
+                                  f"{exc.strerror}") from None
+            bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
+            return ChatTemplate(text, bos, eos), s.chat_template, arch
+        if gguf_template is not None:
+            if not gguf_template.source:
+                raise ServerError(f"{s.template_model} has no chat template; pass "
+                                  "--chat-template FILE")
+            return gguf_template, s.template_model, arch  # type: ignore[return-value]
+        hub = _hub_template(self.model)
+        if hub is not None:
+            return hub[0], hub[1], arch
+        return None, "", arch
+
+    async def _probe(self) -> str:
+        """Check that completions (else chat completions) answer with log-probabilities."""
+        body = self._completion_body("Hello", 1, 0.0, 1.0, 0, (), self.settings.top_logprobs)
+        try:
+            out = await self._request("POST", self.base + "/completions", body)
+        except _HTTPStatus as exc:
+            if exc.status in (404, 405, 501):
+                return await self._probe_chat()
+            raise self._probe_error(exc) from None
+        ch = (out.get("choices") or [{}])[0]
+        if not _token_logprobs(ch.get("logprobs")) or len(_top_at(ch.get("logprobs"), 0)) < 2:
+            raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
+                              f"rmjudge needs for confidences and forced verdicts; enable them "
+                              f"({LOGPROB_FLAGS})")
+        if self.template is None:
+            raise ServerError(
+                f"no chat template for {self.model!r}: the server does not expose one; pass "
+                "--chat-template FILE, or --model the GGUF it serves (pip install "
+                "'rmjudge[hub]' to read the template of a Hub model name)")
+        return "completions"
+
+    async def _probe_chat(self) -> str:
+        body = self._chat_body([{"role": "user", "content": "Hello"}], "", 1, 0.0, 1.0, 0, (),
+                               self.settings.top_logprobs)
+        try:
+            out = await self._request("POST", self.base + "/chat/completions", body)
+        except _HTTPStatus as exc:
+            if exc.status in (404, 405, 501):
+                raise ServerError(f"the server at {self.url} offers neither /v1/completions nor "
+                                  "/v1/chat/completions; check --server") from None
+            raise self._probe_error(exc) from None
+        ch = (out.get("choices") or [{}])[0]
+        if not _token_logprobs(ch.get("logprobs")):
+            raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
+                              f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
+        return "chat"
+
+    def _probe_error(self, exc: _HTTPStatus) -> ServerError:
+        if exc.status in (401, 403):
+            return ServerError(f"the server at {self.url} refused the request (HTTP "
+                               f"{exc.status}); set {API_KEY_ENV} to its API key")
+        if "logprob" in exc.message.lower() or "logits_all" in exc.message:
+            return ServerError(f"the server at {self.url} does not give log-probabilities "
+                               f"({exc.message}); enable them ({LOGPROB_FLAGS})")
+        return ServerError(f"the server at {self.url} rejected a test request (HTTP "
+                           f"{exc.status}: {exc.message})")
+
+    # -- request bodies ------------------------------------------------------------------------
+    def _sampling(self, temperature: float, top_p: float, seed: int) -> dict:
+        """Plain sampling from the model's distribution, as the in-process engine does: no
+        top-k, no min-p, no repetition penalty (llama.cpp servers default to all three)."""
+        d: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed,
+                             "min_p": 0.0}
+        if self.flavor in ("llama-server", "llama-cpp-python", "openai-compatible"):
+            d["top_k"] = 0  # llama.cpp: 0 is off (llama-cpp-python refuses -1)
+            d["repeat_penalty"] = 1.0
+        else:
+            d["top_k"] = -1  # vLLM, SGLang: -1 is off
+        if self.flavor == "llama-server":
+            d["cache_prompt"] = True
+        return d
+
+    def _completion_body(self, prompt: str, max_tokens: int, temperature: float, top_p: float,
+                         seed: int, stop: tuple[str, ...], logprobs: int | None) -> dict:
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+                                "n": 1, "stream": False, **self._sampling(temperature, top_p, seed)}
+        if stop:
+            body["stop"] = list(stop)
+            if self.flavor == "vllm":
+                body["include_stop_str_in_output"] = True
+            elif self.flavor == "sglang":
+                body["no_stop_trim"] = True
+        if logprobs is not None:
+            body["logprobs"] = logprobs
+        tmpl = getattr(self, "template", None)
+        if tmpl is not None and tmpl.bos and prompt.startswith(tmpl.bos):
+            if self.flavor in ("llama-server", "llama-cpp-python"):
+                # llama.cpp adds the model's BOS itself: one BOS, not two
+                body["prompt"] = prompt[len(tmpl.bos):]
+            else:
+                body["add_special_tokens"] = False
+        return body
+
+    def _chat_body(self, messages: list, assistant: str, max_tokens: int, temperature: float,
+                   top_p: float, seed: int, stop: tuple[str, ...], top: int) -> dict:
+        msgs = list(messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
+                                "stream": False, "logprobs": True, "top_logprobs": top,
+                                **self._sampling(temperature, top_p, seed)}
+        if assistant:
+            msgs.append({"role": "assistant", "content": assistant})
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        body["messages"] = msgs
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
+    # -- Engine protocol -----------------------------------------------------------------------
+    @property
+    def generated_tokens(self) -> int:
+        return self._generated
+
+    def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
+        per_pair = settings.samples * len(settings.order_list)
+        return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
+
+    def render(self, req: GenRequest) -> str:
+        """The prompt text sent to /v1/completions (what the in-process engine tokenizes)."""
+        if self.template is None:
+            raise ServerError("the chat endpoint renders prompts on the server")
+        try:
+            return self.template.render(req.messages, req.assistant_prefix)
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
+
+    def count_tokens(self, requests: list[GenRequest]) -> list[int]:
+        if self._tokenizer is None:
+            raise ServerError("counting tokens for --server needs the served GGUF: pass "
+                              "--model FILE.gguf")
+        return [len(self._tokenizer.prompt_tokens(r)) for r in requests]
+
+    def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
+        try:
+            out = self._loop.run(self._generate(requests))
+        except _Unreachable as exc:
+            raise ServerError(
+                f"the server at {self.url} stopped answering ({exc.reason}) after {exc.attempts} "
+                "attempts; the pairs judged so far are saved: check the server and rerun the same "
+                "command to resume") from None
+        self._generated += sum(g.n_tokens for gens in out for g in gens)
+        return out
+
+    async def _generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
+        out: list[list[Generation | None]] = [[None] * r.n for r in requests]
+        groups: dict[Any, list[tuple[int, int, str | None]]] = {}
+        for i, req in enumerate(requests):
+            prompt = self.render(req) if self.endpoint == "completions" else None
+            key = req.share_key if req.share_key is not None else ("__req", i)
+            groups.setdefault(key, []).extend((i, s, prompt) for s in range(req.n))
+
+        async def one(i: int, s: int, prompt: str | None) -> None:
+            out[i][s] = await self._sample(requests[i], s, prompt)
+
+        async def group(members: list[tuple[int, int, str | None]]) -> None:
+            if self.settings.prime and len(members) > 1 and self.endpoint == "completions":
+                prefix = _common_prefix([p for _, _, p in members])  # type: ignore[misc]
+                if prefix:
+                    await self._prime(prefix)
+            await asyncio.gather(*(one(*m) for m in members))
+
+        tasks = [asyncio.ensure_future(group(m)) for m in groups.values()]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return out  # type: ignore[return-value]
+
+    async def _prime(self, prefix: str) -> None:
+        body = self._completion_body(prefix, 1, 0.0, 1.0, 0, (), None)
+        try:
+            await self._request("POST", self.base + "/completions", body)
+        except _HTTPStatus:
+            pass  # the members' own requests report what is wrong with the prompt
+
+    async def _sample(self, req: GenRequest, s: int, prompt: str | None) -> Generation:
+        seed = sample_seed(req.seed, s)
+        try:
+            if prompt is not None:
+                body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
+                                             seed, req.stop, 1)
+                out = await self._request("POST", self.base + "/completions", body)
+            else:
+                body = self._chat_body(list(req.messages), req.assistant_prefix, req.max_tokens,
+                                       req.temperature, req.top_p, seed, req.stop, 1)
+                out = await self._request("POST", self.base + "/chat/completions", body)
+        except _HTTPStatus as exc:
+            return self._request_failed(exc)
+        ch = (out.get("choices") or [None])[0]
+        if not isinstance(ch, dict):
+            raise ServerError(f"the server at {self.url} answered without choices: "
+                              f"{str(out)[:200]}")
+        text = ch.get("text") if prompt is not None else (ch.get("message") or {}).get("content")
+        text = text or ""
+        finish = "length" if ch.get("finish_reason") == "length" else "stop"
+        text = _restore_stop(text, finish, req.stop, ch)
+        lps = _token_logprobs(ch.get("logprobs"))
+        if lps is None:
+            raise ServerError(f"the server at {self.url} returned no log-probabilities for a "
+                              f"generation; enable them ({LOGPROB_FLAGS})")
+        gen = Generation(text=text, token_logprobs=[float(x) for x in lps if x is not None],
+                         finish_reason=finish)
+        if req.force is not None:
+            cont = req.force.continuation(text)
+            if cont is not None:
+                await self._force(req, prompt, text, cont, gen)
+        return gen
+
+    def _request_failed(self, exc: _HTTPStatus) -> Generation:
+        if exc.status in (401, 403):
+            raise ServerError(f"the server at {self.url} refused the request (HTTP {exc.status});"
+                              f" set {API_KEY_ENV} to its API key")
+        if exc.status == 404:
+            raise ServerError(f"the server at {self.url} answered 404 ({exc.message}); was it "
+                              "restarted with another model? fix --server-model")
+        # a request the server will not run (too long for its context, ...): this pair fails
+        return Generation("", [], "error", error=f"the server rejected the request (HTTP "
+                          f"{exc.status}: {exc.message})")
+
+    async def _force(self, req: GenRequest, prompt: str | None, text: str, cont: str,
+                     gen: Generation) -> None:
+        """Probabilities of the two choices as the next token after prompt + text + cont."""
+        c1, c2 = req.force.choices  # type: ignore[union-attr]
+        head = os.path.commonprefix([c1, c2])
+        lps = await self._next_token(req, prompt, text + cont)
+        found = _choice_logprobs(lps, c1, c2)
+        if found is None and head:
+            # the choices' shared start (" " of " 1"/" 2") may be a token of its own
+            lps = await self._next_token(req, prompt, text + cont + head)
+            found = _choice_logprobs(lps, c1[len(head):], c2[len(head):])
+        if found is None:
+            return
+        a, b = found
+        m = max(a, b)
+        e1, e2 = math.exp(a - m), math.exp(b - m)
+        gen.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
+        gen.forced_logprob = m
+
+    async def _next_token(self, req: GenRequest, prompt: str | None, tail: str) -> dict[str, float]:
+        k = self.settings.top_logprobs
+        try:
+            if prompt is not None:
+                body = self._completion_body(prompt + tail, 1, 0.0, 1.0, 0, (), k)
+                out = await self._request("POST", self.base + "/completions", body)
+            else:
+                body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,
+                                       1.0, 0, (), k)
+                out = await self._request("POST", self.base + "/chat/completions", body)
+        except _HTTPStatus:
+            return {}  # no forced verdict for this sample; the sample stays unparsed
+        ch = (out.get("choices") or [{}])[0]
+        return _top_at(ch.get("logprobs"), 0)
+
+
+# -- response parsing (legacy completions and chat-style logprobs) ----------------------------
+
+
+def _deterministic(resp) -> bool:
+    """A 500 whose message says retrying cannot help: llama-cpp-python answers 500 to a missing
+    logits_all and to request validation errors."""
+    if resp.status_code != 500:
+        return False
+    text = _error_text(resp)
+    return "logits_all" in text or "validation error" in text
+
+
+def _retry_after(resp) -> float | None:
+    v = resp.headers.get("retry-after")
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _token_logprobs(lp: Any) -> list[float | None] | None:
+    """Sampled tokens' log-probabilities from either logprobs format, or None when absent."""
+    if not isinstance(lp, dict):
+        return None
+    if isinstance(lp.get("token_logprobs"), list):  # legacy completions (vLLM, llama-cpp-python)
+        return lp["token_logprobs"]
+    if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
+        return [c.get("logprob") for c in lp["content"] if isinstance(c, dict)]
+    return None
+
+
+def _top_at(lp: Any, i: int) -> dict[str, float]:
+    """token -> log-probability of the alternatives at generated position i."""
+    if not isinstance(lp, dict):
+        return {}
+    top = lp.get("top_logprobs")
+    if isinstance(top, list) and len(top) > i and isinstance(top[i], dict):
+        return {str(k): float(v) for k, v in top[i].items() if v is not None}
+    content = lp.get("content")
+    if isinstance(content, list) and len(content) > i and isinstance(content[i], dict):
+        alts = content[i].get("top_logprobs") or []
+        return {str(a["token"]): float(a["logprob"]) for a in alts
+                if isinstance(a, dict) and "token" in a and a.get("logprob") is not None}
+    return {}
+
+
+def _choice_logprobs(top: dict[str, float], c1: str, c2: str) -> tuple[float, float] | None:
+    """Log-probabilities of the two choices among the top alternatives. A choice missing from
+    them is given the smallest listed log-probability (an upper bound on its own); None when
+    neither is listed."""
+    a, b = top.get(c1), top.get(c2)
+    if a is None and b is None:
+        return None
+    floor = min(top.values())
+    return (a if a is not None else floor), (b if b is not None else floor)
+
+
+def _restore_stop(text: str, finish: str, stops: tuple[str, ...], choice: dict) -> str:
+    """Servers cut a matched stop string from the text; the in-process engine keeps it.
+
+    Put it back when the server says which one matched (vLLM `stop_reason`, SGLang
+    `matched_stop`) or, for closing tags such as `</Result>`, when its opening tag is open."""
+    if finish != "stop" or not stops or any(text.endswith(s) for s in stops):
+        return text
+    for key in ("stop_reason", "matched_stop", "stopping_word"):
+        v = choice.get(key)
+        if isinstance(v, str) and v in stops:
+            return text + v
+    for s in stops:
+        if s.startswith("</") and s.endswith(">"):
+            opener = "<" + s[2:]
+            if text.rfind(opener) >= 0 and text.rfind(opener) >= text.rfind(s):
+                return text + s
+    return text
+
+
+def _hub_template(name: str) -> tuple[ChatTemplate, str] | None:
+    """The chat template of a Hub model named like the served model, from its cached or
+    downloaded tokenizer_config.json (needs huggingface_hub; honours HF_HUB_OFFLINE)."""
+    if "/" not in name:
+        return None
+    try:
+        from rmjudge.hub_models import hub_file
+    except ImportError:
+        return None
+    try:
+        path = hub_file(name, "tokenizer_config.json")
+    except ModelError:
+        return None
+    if path is None:
+        return None
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None
+    template = cfg.get("chat_template")
+    if isinstance(template, list):  # named templates: take the default
+        template = next((t.get("template") for t in template
+                         if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not template:
+        jinja = hub_file(name, "chat_template.jinja")
+        if jinja is None:
+            return None
+        with open(jinja, encoding="utf-8") as f:
+            template = f.read()
+
+    def tok(v: Any) -> str:
+        return (v.get("content") or "") if isinstance(v, dict) else (v or "")
+
+    return (ChatTemplate(template, tok(cfg.get("bos_token")), tok(cfg.get("eos_token"))),
+            f"the Hub tokenizer of {name}")

@@ -1,0 +1,642 @@
+"""The server engine (rmjudge/engine/server.py) and Hub judges (rmjudge/hub_models.py).
+
+Unit tests drive the engine against a small scripted HTTP server in this process (retries,
+backoff, missing log-probabilities, forced verdicts, seeds, credentials). The `model` tests
+start llama-cpp-python's OpenAI-compatible server on 127.0.0.1 with the embedded SmolLM2 (one
+thread) and judge a few pairs through it, through the library and the CLI, including a kill -9
+of rmjudge and a server that dies mid-run. Hub tests run offline on a cache laid out as
+huggingface_hub lays it out. All traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers import rows
+from recompute import recompute_all
+
+from rmjudge import prompts
+from rmjudge.settings import JudgeSettings, SettingsError
+from rmjudge.types import GenRequest
+
+httpx = pytest.importorskip("httpx")
+
+from rmjudge.engine.server import (ServerEngine, ServerError, ServerSettings,  # noqa: E402
+                                   public_url, sample_seed)
+
+DATA = Path(__file__).parent / "data"
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+# -- a scripted OpenAI-compatible server ---------------------------------------------------------
+
+
+class Fake:
+    """A tiny OpenAI-compatible server: `complete(body) -> (status, json, headers)`."""
+
+    def __init__(self, complete="ok", owned_by="vllm", props=None, chat=None):
+        self.requests: list[tuple[str, dict, dict]] = []
+        self.complete = ok_completion if complete == "ok" else complete
+        self.chat = chat
+        self.owned_by = owned_by
+        self.props = props
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, status, obj, headers=None):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                fake.requests.append((self.path, {}, dict(self.headers)))
+                if self.path == "/v1/models":
+                    self._send(200, {"data": [{"id": "judge", "owned_by": fake.owned_by,
+                                               "max_model_len": 4096}]})
+                elif self.path == "/props" and fake.props is not None:
+                    self._send(200, fake.props)
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                fake.requests.append((self.path, body, dict(self.headers)))
+                if self.path == "/v1/completions" and fake.complete is not None:
+                    self._send(*fake.complete(body))
+                elif self.path == "/v1/chat/completions" and fake.chat is not None:
+                    self._send(*fake.chat(body))
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def posts(self, path="/v1/completions"):
+        return [b for p, b, _ in self.requests if p == path]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def ok_completion(body, text="<Result>Response 1 is better than Response 2", finish="stop"):
+    if body["max_tokens"] == 1:  # a forced-verdict (or probe, or priming) request
+        top = {" 1": -0.2, " 2": -1.8, " 3": -4.0}
+        return 200, {"choices": [{"text": " 1", "finish_reason": "length", "logprobs": {
+            "tokens": [" 1"], "token_logprobs": [-0.2], "top_logprobs": [top]}}]}, {}
+    return 200, {"choices": [{"text": text, "finish_reason": finish, "logprobs": {
+        "tokens": ["a", "b", "c"], "token_logprobs": [-0.5, -1.0, -0.25],
+        "top_logprobs": [{"a": -0.5}] * 3}}]}, {}
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def make(**kw):
+        f = Fake(**kw)
+        servers.append(f)
+        return f
+
+    yield make
+    for f in servers:
+        f.close()
+
+
+@pytest.fixture
+def template(tmp_path):
+    p = tmp_path / "template.jinja"
+    p.write_text(TEMPLATE)
+    return str(p)
+
+
+def settings(url, template, **kw):
+    return ServerSettings(url=url, chat_template=template, **{"backoff": 0.01, **kw})
+
+
+def req(n=1, **kw):
+    msgs = prompts.pref_messages([{"role": "user", "content": "Name a color."}], "Red.", "Cat.")
+    base = dict(messages=msgs, n=n, assistant_prefix=prompts.ASSISTANT_PREFIX, temperature=1.0,
+                seed=7, max_tokens=16, stop=prompts.STOP, share_key="k")
+    base.update(kw)
+    return GenRequest(**base)
+
+
+# -- unit tests on the scripted server --------------------------------------------------------
+
+
+def test_generations_logprobs_seeds_and_prompt(fake, template):
+    f = fake()
+    with ServerEngine(settings(f.url, template)) as eng:
+        assert (eng.flavor, eng.endpoint, eng.model) == ("vllm", "completions", "judge")
+        assert "/v1/completions, chat template from " + template in eng.describe()
+        gens = eng.generate([req(n=3)])[0]
+        # the prompt is the locally rendered template, sent as text
+        sent = [b for b in f.posts() if b["max_tokens"] == 16]
+        assert {b["prompt"] for b in sent} == {eng.render(req())}
+        assert eng.render(req()).startswith("<|user|>") and eng.render(req()).endswith(
+            "<|assistant|>" + prompts.ASSISTANT_PREFIX)
+        # one request per sample, seeded from (request seed, sample index)
+        assert sorted(b["seed"] for b in sent) == sorted(sample_seed(7, i) for i in range(3))
+        assert len({b["seed"] for b in sent}) == 3
+        assert all(b["logprobs"] == 1 and b["top_k"] == -1 and b["min_p"] == 0.0 for b in sent)
+    for g in gens:
+        assert g.token_logprobs == [-0.5, -1.0, -0.25] and g.finish_reason == "stop"
+        # the server cut the stop string; the engine restores it as the local engine keeps it
+        assert g.text.endswith("</Result>") and prompts.parse_verdict(g.text, "pref") == 1
+        assert g.forced_probs is None  # it parsed: nothing to force
+
+
+def test_shared_prompts_prime_the_prefix_cache_once_per_group(fake, template):
+    f = fake()
+    with ServerEngine(settings(f.url, template)) as eng:
+        eng.generate([req(n=4)])
+    primes = [b for b in f.posts() if b["max_tokens"] == 1 and "logprobs" not in b]
+    samples = [b for b in f.posts() if b["max_tokens"] == 16]
+    assert len(primes) == 1 and len(samples) == 4
+    assert primes[0]["prompt"] == samples[0]["prompt"]
+    order = [b["max_tokens"] for b in f.posts()]
+    assert order.index(1, 1) < order.index(16)  # the priming request goes first (after the probe)
+
+
+def test_forced_verdict_from_top_logprobs(fake, template):
+    f = fake(complete=lambda b: ok_completion(b, text="I cannot decide", finish="length"))
+    with ServerEngine(settings(f.url, template)) as eng:
+        g = eng.generate([req(force=prompts.force_spec("pref"))])[0][0]
+    p1, p2 = g.forced_probs
+    import math
+
+    want = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.8))
+    assert abs(p1 - want) < 1e-9 and abs(p1 + p2 - 1) < 1e-12
+    assert g.forced_logprob == -0.2
+    forced = [b for b in f.posts() if b.get("logprobs") == 20 and b["prompt"] != "Hello"]
+    cont = prompts.forced_continuation("I cannot decide", "pref")
+    assert forced[0]["prompt"] == eng.render(req()) + "I cannot decide" + cont
+    assert forced[0]["temperature"] == 0.0
+
+
+def test_retries_with_backoff_on_429_and_503(fake, template):
+    calls = {"n": 0}
+
+    def flaky(body):
+        if body["max_tokens"] == 16:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return 429, {"error": {"message": "slow down"}}, {"retry-after": "0"}
+            if calls["n"] == 2:
+                return 503, {"error": {"message": "busy"}}, {}
+        return ok_completion(body)
+
+    f = fake(complete=flaky)
+    with ServerEngine(settings(f.url, template, prime=False)) as eng:
+        g = eng.generate([req()])[0][0]
+    assert calls["n"] == 3 and prompts.parse_verdict(g.text, "pref") == 1
+
+
+def test_retries_exhausted_is_a_resumable_server_error(fake, template):
+    state = {"down": False}
+
+    def dies(body):
+        if state["down"]:
+            return 502, {"error": {"message": "bad gateway"}}, {}
+        return ok_completion(body)
+
+    f = fake(complete=dies)
+    eng = ServerEngine(settings(f.url, template, retries=2))
+    state["down"] = True
+    t = time.monotonic()
+    with pytest.raises(ServerError, match="rerun the same command to resume") as exc:
+        eng.generate([req(n=2)])
+    assert "HTTP 502: bad gateway" in str(exc.value) and "after 3 attempts" in str(exc.value)
+    assert time.monotonic() - t < 10
+    eng.close()
+
+
+def test_missing_logprobs_is_a_clear_error_naming_the_flag(fake, template):
+    def no_lp(body):
+        return 200, {"choices": [{"text": "x", "finish_reason": "length", "logprobs": None}]}, {}
+
+    f = fake(complete=no_lp)
+    with pytest.raises(ServerError, match="--logits_all true.*--max-logprobs"):
+        ServerEngine(settings(f.url, template))
+
+
+def test_llama_cpp_python_without_logits_all_is_not_retried(fake, template):
+    def refuses(body):
+        return 500, {"error": {"message": "logprobs is not supported for models created with "
+                               "logits_all=False"}}, {}
+
+    f = fake(complete=refuses, owned_by="me")
+    t = time.monotonic()
+    with pytest.raises(ServerError, match="logits_all true"):
+        ServerEngine(settings(f.url, template, backoff=2.0))
+    assert time.monotonic() - t < 2  # not retried: the answer cannot change
+    assert len(f.posts()) == 1
+
+
+def test_unreachable_server_is_one_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(ServerError, match=f"cannot reach the server at http://127.0.0.1:{port}/v1"):
+        ServerEngine(ServerSettings(url=f"http://127.0.0.1:{port}/v1"))
+
+
+def test_api_key_is_sent_but_never_recorded(fake, template, monkeypatch):
+    monkeypatch.setenv("RMJUDGE_API_KEY", "sekrit-key")
+    f = fake()
+    with ServerEngine(settings(f.url, template)) as eng:
+        eng.generate([req()])
+        assert eng.info.path == f.url and "sekrit" not in repr(eng.info)
+        assert eng.info.sha256 == "" and eng.info.name == "judge"
+    assert all(h.get("Authorization") == "Bearer sekrit-key" for _, _, h in f.requests)
+    # credentials in the URL never reach the recorded path
+    with ServerEngine(settings(f.url.replace("http://", "http://user:pw@"), template)) as eng:
+        assert eng.info.path == f.url
+    assert public_url(f.url.replace("http://", "http://user:pw@") + "?token=abc") == f.url
+
+
+def test_template_from_llama_server_props_and_one_bos(fake):
+    props = {"chat_template": "{{ bos_token }}" + TEMPLATE, "bos_token": "<s>", "eos_token": "</s>",
+             "default_generation_settings": {"n_ctx": 2048}}
+    f = fake(owned_by="llamacpp", props=props)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.flavor == "llama-server" and "/props" in eng.template_source
+        assert eng.info.n_ctx_train == 4096  # max_model_len of /v1/models wins
+        assert eng.render(req()).startswith("<s><|user|>")
+        eng.generate([req()])
+    sent = [b for b in f.posts() if b["max_tokens"] == 16][0]
+    # llama.cpp adds the BOS itself: the rendered BOS text is not sent twice
+    assert not sent["prompt"].startswith("<s>") and sent["top_k"] == 0
+    assert sent["repeat_penalty"] == 1.0 and sent["cache_prompt"] is True
+
+
+def test_no_template_anywhere_is_a_clear_error(fake):
+    f = fake()
+    with pytest.raises(ServerError, match="--chat-template FILE"):
+        ServerEngine(ServerSettings(url=f.url, backoff=0.01))
+
+
+def test_chat_endpoint_when_completions_are_not_offered(fake):
+    def chat(body):
+        top = [{"token": " 1", "logprob": -0.1}, {"token": " 2", "logprob": -2.5}]
+        return 200, {"choices": [{"message": {"content": "no verdict here"},
+                                  "finish_reason": "length", "logprobs": {"content": [
+                                      {"token": "no", "logprob": -0.3, "top_logprobs": top}]}}]}, {}
+
+    f = fake(complete=None, chat=chat)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.endpoint == "chat" and "/v1/chat/completions" in eng.describe()
+        g = eng.generate([req(force=prompts.force_spec("pref"))])[0][0]
+    assert g.text == "no verdict here" and g.token_logprobs == [-0.3]
+    assert g.forced_probs[0] > 0.9
+    body = [b for b in f.posts("/v1/chat/completions") if b["max_tokens"] == 16][0]
+    assert body["messages"][-1] == {"role": "assistant", "content": prompts.ASSISTANT_PREFIX}
+    assert body["continue_final_message"] is True
+
+
+def test_a_rejected_request_fails_its_pair_not_the_run(fake, template):
+    def too_long(body):
+        if "Cat." in body["prompt"] and body["max_tokens"] == 16:
+            return 400, {"error": {"message": "maximum context length is 4096 tokens"}}, {}
+        return ok_completion(body)
+
+    f = fake(complete=too_long)
+    with ServerEngine(settings(f.url, template)) as eng:
+        out = eng.generate([req(), req(messages=({"role": "user", "content": "fine"},),
+                                        share_key="other")])
+    assert out[0][0].finish_reason == "error" and "maximum context length" in out[0][0].error
+    assert out[1][0].finish_reason == "stop"
+
+
+def test_many_requests_in_flight(fake, template):
+    cond = threading.Condition()
+    seen = {"max": 0, "now": 0}
+
+    def slow(body):
+        if body["max_tokens"] == 16:
+            with cond:
+                seen["now"] += 1
+                seen["max"] = max(seen["max"], seen["now"])
+                cond.notify_all()
+                # hold every request until 8 are on the server at once (or 5 s pass)
+                cond.wait_for(lambda: seen["max"] >= 8, timeout=5)
+                seen["now"] -= 1
+        return ok_completion(body)
+
+    f = fake(complete=slow)
+    with ServerEngine(settings(f.url, template, concurrency=8, prime=False)) as eng:
+        t = time.monotonic()
+        eng.generate([req(n=4, share_key=i) for i in range(4)])
+        assert time.monotonic() - t < 4
+        assert eng.peak_in_flight == 8
+    assert seen["max"] == 8
+
+
+def test_settings_are_checked():
+    with pytest.raises(SettingsError, match="--server must be an http"):
+        ServerSettings(url="127.0.0.1:8000")
+    with pytest.raises(SettingsError, match="--server-concurrency"):
+        ServerSettings(url="http://127.0.0.1:1/v1", concurrency=0)
+
+
+def test_cli_server_errors_are_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
+                        "-o", str(tmp_path / "o.duckdb"), "--server", f"http://127.0.0.1:{port}/v1",
+                        "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: cannot reach the server")
+    r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
+                        "--server-model", "x"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "Error: --server-model and --chat-template need --server URL")
+
+
+# -- a real server: llama-cpp-python's, with the embedded model ---------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_llama_server(model_path: str, log: Path) -> tuple[subprocess.Popen, str]:
+    pytest.importorskip("uvicorn")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--host", "127.0.0.1",
+           "--port", str(port), "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", "4096"]
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama_cpp.server exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/models", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("llama_cpp.server did not start within 90 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def llama_server(model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("srv") / "server.log"
+    proc, url = start_llama_server(model_path, log)
+    yield url, log
+    stop(proc)
+
+
+TINY = dict(samples=2, max_tokens=16, seed=3)
+MID_RUN = 24  # completion requests before a kill: 3 pairs take about 50
+
+def _score_cmd(url, model_path, out, *extra):
+    return [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", out,
+            "--samples", "2", "--max-tokens", "16", "--seed", "3", "--server", url,
+            "--model", model_path, "--server-concurrency", "4", "--quiet", *extra]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_score_through_a_real_server(llama_server, model_path, tmp_path):
+    llama_server, _ = llama_server
+    from rmjudge.engine import load_engine
+    from rmjudge.pipeline import score
+    from rmjudge.settings import EngineSettings
+
+    engine = load_engine(EngineSettings(model=model_path),
+                         server=ServerSettings(url=llama_server, concurrency=4))
+    local = load_engine(EngineSettings(model=model_path), vocab_only=True)
+    assert engine.flavor == "llama-cpp-python" and engine.endpoint == "completions"
+    assert engine.describe() == (f"judging through llama-cpp-python at {llama_server}: model "
+                                 f"{model_path}, /v1/completions, chat template from {model_path}"
+                                 ", 4 requests in flight")
+    # the prompt text is the in-process engine's, byte for byte
+    r = req()
+    assert engine.render(r) == local.tok.render(r.messages, r.assistant_prefix)
+    # greedy: the same text as the in-process engine; log-probabilities close (the server
+    # decodes with flash attention, the in-process engine without it on CPU)
+    greedy = req(temperature=0.0, max_tokens=10, stop=())
+    inproc = load_engine(EngineSettings(model=model_path, threads=1, parallel=1))
+    want = inproc.generate([greedy])[0][0]
+    got = engine.generate([greedy])[0][0]
+    del inproc
+    assert got.text == want.text and got.n_tokens == want.n_tokens == 10
+    assert max(abs(a - b) for a, b in zip(got.token_logprobs, want.token_logprobs)) < 0.5
+    out = str(tmp_path / "o.duckdb")
+    s = score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY), output=out, limit=2)
+    assert s.judged == 2 and s.errors == 0
+    assert rows(out, "SELECT count(*) FROM samples WHERE stage='rollout'") == [(2 * 2 * 2,)]
+    # the same contract as the in-process engine: confidences of generated rollouts, forced
+    # verdicts for unparsed ones, verdicts that recompute from the samples
+    assert rows(out, """SELECT count(*) FROM samples WHERE stage='rollout' AND tokens > 0
+                        AND confidence IS NULL""") == [(0,)]
+    assert rows(out, """SELECT count(*) FROM samples WHERE verdict_source='forced'
+                        AND (p_first IS NULL OR p_first <= 0 OR p_first >= 1)""") == [(0,)]
+    assert rows(out, "SELECT count(*) FROM samples WHERE prediction IS NULL") == [(0,)]
+    assert recompute_all(out) == 2
+    assert rows(out, "SELECT model_path, model_sha256 FROM runs") == [(llama_server, "")]
+    assert engine.peak_in_flight >= 2
+    engine.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_cli_resumes_after_kill_9(llama_server, model_path, tmp_path):
+    url, log = llama_server
+    out = str(tmp_path / "k.duckdb")
+    cmd = _score_cmd(url, model_path, out, "--commit-every", "1", "--limit", "3")
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    _wait_requests(log, log.stat().st_size, MID_RUN, p)
+    assert p.poll() is None, "the run ended before it could be killed"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    first = _count(out)
+    assert first < 3
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    assert rows(out, """SELECT count(*) FROM (SELECT pair_id, "order", stage, idx FROM samples
+                     GROUP BY ALL HAVING count(*) > 1)""") == [(0,)]
+    assert recompute_all(out) == 3
+
+
+def _wait_requests(log: Path, start: int, n: int, proc: subprocess.Popen, limit=180.0) -> None:
+    """Wait until the server logged `n` completion requests after byte `start` of its log (the
+    run store is locked by its writer, so progress is read from the server's side)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.read_bytes()[start:].count(b"POST /v1/completions") >= n:
+            return
+        time.sleep(0.2)
+
+
+def _count(db: str) -> int:
+    try:
+        return rows(db, "SELECT count(*) FROM pairs")[0][0]
+    except Exception:  # noqa: BLE001 - locked or not yet created: not yet
+        return 0
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_path, tmp_path):
+    proc, url = start_llama_server(model_path, tmp_path / "server.log")
+    out = str(tmp_path / "d.duckdb")
+    try:
+        p = subprocess.Popen(_score_cmd(url, model_path, out, "--commit-every", "1",
+                                        "--limit", "3", "--server-retries", "2"),
+                             stderr=subprocess.PIPE, text=True)
+        _wait_requests(tmp_path / "server.log", 0, MID_RUN, p)
+        assert p.poll() is None, "the run ended before the server could be killed"
+        os.kill(proc.pid, signal.SIGKILL)  # the server dies mid-run
+        _, err = p.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert p.returncode == 1
+    assert err.count("\n") == 1 and err.startswith("Error: the server at " + url)
+    assert "rerun the same command to resume" in err
+    assert _count(out) < 3
+    # a new server (another port) finishes the run: the store resumes where it stopped
+    proc2, url2 = start_llama_server(model_path, tmp_path / "server2.log")
+    try:
+        done = subprocess.run(_score_cmd(url2, model_path, out, "--limit", "3"),
+                              capture_output=True, text=True)
+    finally:
+        stop(proc2)
+    assert done.returncode == 0, done.stderr
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    assert recompute_all(out) == 3
+
+
+# -- Hub judges, offline, on a cache laid out as huggingface_hub lays it out -------------------
+
+
+def lay_out_cache(home: Path, repo: str, files: dict[str, Path | bytes],
+                  commit: str = "c0ffee" * 6 + "ab"):
+    """models--org--repo/{refs/main, snapshots/<commit>/<file> -> ../../blobs/<name>}."""
+    folder = home / "hub" / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
+    snap = folder / "snapshots" / commit
+    (folder / "blobs").mkdir(exist_ok=True)
+    for name, src in files.items():
+        blob = folder / "blobs" / f"blob{abs(hash(name))}"
+        if isinstance(src, Path):
+            blob.symlink_to(src)
+        else:
+            blob.write_bytes(src)
+        dest = snap / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.symlink_to(os.path.relpath(blob, dest.parent))
+    return snap
+
+
+@pytest.fixture
+def hub_home(tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+FAKE_GGUF = b"GGUF" + b"\0" * 60
+
+
+def test_hub_specs_resolve_offline_from_the_cache(hub_home):
+    from rmjudge.models import ModelError, resolve_model
+
+    snap = lay_out_cache(hub_home, "org/judge-GGUF", {
+        "judge-Q4_K_M.gguf": FAKE_GGUF, "judge-Q8_0.gguf": FAKE_GGUF,
+        "mmproj-judge-f16.gguf": FAKE_GGUF, "README.md": b"hi"})
+    assert resolve_model("hf:org/judge-GGUF/judge-Q8_0.gguf") == str(snap / "judge-Q8_0.gguf")
+    assert resolve_model("org/judge-GGUF:q8_0") == str(snap / "judge-Q8_0.gguf")
+    assert resolve_model("hf:org/judge-GGUF") == str(snap / "judge-Q4_K_M.gguf")  # default tag
+    with pytest.raises(ModelError, match="no GGUF tagged Q2_K; it has Q4_K_M, Q8_0"):
+        resolve_model("org/judge-GGUF:Q2_K")
+    with pytest.raises(ModelError, match="HF_HUB_OFFLINE=1"):
+        resolve_model("hf:org/judge-GGUF/judge-Q6_K.gguf")
+    with pytest.raises(ModelError, match="not in the Hugging Face cache"):
+        resolve_model("hf:other/missing:Q4_K_M")
+
+
+def test_split_gguf_resolves_to_its_first_part(hub_home):
+    from rmjudge.models import resolve_model
+
+    snap = lay_out_cache(hub_home, "org/big", {
+        "Q4_K_M/big-Q4_K_M-00001-of-00002.gguf": FAKE_GGUF,
+        "Q4_K_M/big-Q4_K_M-00002-of-00002.gguf": FAKE_GGUF})
+    assert resolve_model("org/big:Q4_K_M") == str(snap / "Q4_K_M/big-Q4_K_M-00001-of-00002.gguf")
+
+
+@pytest.mark.model
+def test_hub_judge_loads_and_is_listed(hub_home, model_path):
+    snap = lay_out_cache(hub_home, "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
+                         {"smollm2-135m-instruct-q4_1.gguf": Path(model_path)})
+    env = {**os.environ}
+    r = subprocess.run([sys.executable, "-m", "rmjudge", "models", "--model",
+                        "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"path:           {snap / 'smollm2-135m-instruct-q4_1.gguf'}" in r.stdout
+    assert "architecture:   llama" in r.stdout
+    assert ("hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"
+            in r.stdout)
+    r = subprocess.run([sys.executable, "-m", "rmjudge", "models", "--model", "hf:no/such:Q4_K_M"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("Error: hf:no/such is not in the Hugging Face cache")
+
+
+def test_hub_spec_needs_the_extra_and_a_local_file_wins(tmp_path, monkeypatch):
+    from rmjudge.hub_models import is_hub_spec
+    from rmjudge.models import ModelError, resolve_model
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
+    with pytest.raises(ModelError, match=r"pip install 'rmjudge\[hub\]'"):
+        resolve_model("hf:org/repo:Q4_K_M")
+    # a local file that happens to be named like org/repo:TAG is that file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "repo:Q4_K_M").write_bytes(FAKE_GGUF)
+    assert not is_hub_spec("org/repo:Q4_K_M") and is_hub_spec("hf:org/repo:Q4_K_M")
+    assert resolve_model("org/repo:Q4_K_M") == "org/repo:Q4_K_M"
