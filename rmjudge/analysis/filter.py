@@ -96,6 +96,7 @@ class FilterSummary:
     flattened: int  # multi-turn prompts written as their last user message (dpo without chat)
     format: str = "dpo"
     file_format: str = "jsonl"
+    columns: list[tuple[str, str]] = field(default_factory=list)  # (name, DuckDB type)
 
     @property
     def written(self) -> int:
@@ -220,6 +221,7 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     con = table.con
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
     query = dataset_query(table, fs)
+    columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
     from rmjudge.store import write_query_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -234,7 +236,7 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     return FilterSummary(
         output=output, total=sum(counts.values()), kept=counts.get("kept", 0),
         swapped=counts.get("swapped", 0), labelled=counts.get("labelled", 0), dropped=dropped,
-        flattened=flattened, format=fs.format, file_format=fmt,
+        flattened=flattened, format=fs.format, file_format=fmt, columns=columns,
     )
 
 

@@ -89,6 +89,18 @@ class JudgedTable:
                     out.append(c)
         return out
 
+    def runs(self) -> list[dict]:
+        """The store's `runs` rows (one per `rmjudge score` run: model, input, settings...),
+        oldest first; empty for an export whose working store is gone."""
+        db = {"duckdb": "judged"}.get(self.fmt, "work")
+        present = self.one("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? "
+                           "AND table_name = 'runs'", [db])[0]
+        if not present:
+            return []
+        cur = self.con.execute(f"SELECT * FROM {db}.runs ORDER BY run_id")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
     def refresh(self, name: str) -> None:
         """Re-read one table (after the store added rows to it), as `open_judged` does."""
         self.con.execute(f"DROP VIEW IF EXISTS {name}")
