@@ -159,7 +159,9 @@ def push(export: str, repo_id: str, *, private: bool = False, license: str | Non
     hf = require_hub()
     check_repo_id(repo_id)
     read_record(export)  # fail on a missing or stale record before asking for a token
-    if hf.constants.HF_HUB_OFFLINE:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
         raise HubError("HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, "
                        "or write the upload folder with --dry-run DIR")
     token = token or hf.get_token()
