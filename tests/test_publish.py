@@ -207,6 +207,64 @@ def test_type_recovery_rule(values, expected):
     assert [r[0] for r in con.execute(f"SELECT {expr} FROM t").fetchall()] == expected
 
 
+@pytest.mark.parametrize("values, declared, sniff, expected", [
+    (["3", "-4"], "BIGINT", False, [3, -4]),
+    (["0.25", "1.0"], "DOUBLE", False, [0.25, 1.0]),
+    (['{"a": 1}', '{"a": 2, "b": "x"}'], "JSON", False, [{"a": 1, "b": None}, {"a": 2, "b": "x"}]),
+    (['[1, "a"]', "[2]"], "JSON", False, ['[1, "a"]', "[2]"]),
+    # a typed store's VARCHAR column holds strings: "3" stays "3"; a JSON-encoded date is text
+    (["3", "4"], "VARCHAR", False, ["3", "4"]),
+    (['"2024-05-01"', '"2024-05-02"'], "VARCHAR", False, ["2024-05-01", "2024-05-02"]),
+])
+def test_declared_types_are_used_as_they_are(values, declared, sniff, expected):
+    con = duckdb.connect(":memory:")
+    con.execute("CREATE TEMP TABLE t (c VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?)", [[v] for v in values])
+    expr = column_expression(con, "t", "c", declared, sniff)
+    assert [r[0] for r in con.execute(f"SELECT {expr} FROM t").fetchall()] == expected
+
+
+@pytest.mark.parametrize("version, code", [("0.2.0", ["3", "5", "6"]), ("0.1.1", [3, 5, 6])])
+def test_typed_stores_keep_numeric_strings(tmp_path, typed_table, version, code):
+    """A store of 0.2.0+ types its passthrough columns, so a VARCHAR column of digits is text;
+    in an older store the same column cannot be told from numbers."""
+    import shutil
+
+    store = tmp_path / "s.duckdb"
+    shutil.copy(typed_table, store)
+    con = duckdb.connect(str(store))
+    con.execute("ALTER TABLE pairs ALTER COLUMN n SET DATA TYPE BIGINT")
+    con.execute("ALTER TABLE pairs ALTER COLUMN tags SET DATA TYPE JSON")
+    con.execute("ALTER TABLE pairs ADD COLUMN code VARCHAR")
+    con.execute("UPDATE pairs SET code = substr(id, 2)")
+    con.execute("UPDATE runs SET version = ?", [version])
+    con.close()
+    out = tmp_path / "o.parquet"
+    r = CliRunner().invoke(main, ["filter", str(store), "-o", str(out), "--keep-columns",
+                                  "id,n,tags,code,stamp"])
+    assert r.exit_code == 0, r.output
+    rows = pq.read_table(out).to_pylist()
+    assert [r["code"] for r in rows] == code
+    assert [r["n"] for r in rows] == [2, 4, 5] and rows[0]["tags"] == ["t"]
+    assert rows[0]["stamp"] == "2024-05-03T10:00:00"
+
+
+def test_nested_columns_of_a_parquet_export_come_back_nested(tmp_path, typed_table):
+    """An export written with nested Parquet types (lists, structs) reads back as such."""
+    export = tmp_path / "judged.parquet"
+    con = duckdb.connect(typed_table, read_only=True)
+    con.execute(f"""COPY (SELECT * REPLACE (from_json(meta, '{{"k": "BIGINT", "who": "VARCHAR"}}')
+                          AS meta, CAST(n AS BIGINT) AS n) FROM pairs)
+                    TO '{export}' (FORMAT parquet)""")
+    con.close()
+    out = tmp_path / "o.jsonl"
+    r = CliRunner().invoke(main, ["filter", str(export), "-o", str(out), "--keep-columns",
+                                  "id,n,meta"])
+    assert r.exit_code == 0, r.output
+    rows = _jsonl(out)
+    assert rows[0] == {**rows[0], "n": 2, "meta": {"k": 2, "who": "w2"}}
+
+
 # -- empty result -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def unlabelled(tmp_path_factory):

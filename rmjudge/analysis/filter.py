@@ -195,8 +195,7 @@ def dataset_query(table: JudgedTable, fs: FilterSettings) -> str:
     if clash:
         raise TableError(f"--keep-columns {', '.join(clash)} would overwrite the output's own "
                          "column of that name")
-    typed = typed_columns(table.con, "pairs",
-                          [c for c in fs.keep_columns if c in table.passthrough])
+    typed = typed_columns(table, [c for c in fs.keep_columns if c in table.passthrough])
     keep = [f"{typed.get(c, quote_ident(c))} AS {quote_ident(c)}" for c in fs.keep_columns]
     extra = (evidence_columns() if fs.evidence else []) + keep
     kept = "FROM decided WHERE action <> 'dropped'"
