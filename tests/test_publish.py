@@ -439,10 +439,14 @@ def test_push_without_token_or_extra_is_one_error_line(tmp_path, judged, monkeyp
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    no_token = ("Error: no Hugging Face token to push with: run `hf auth login` or set "
+                "HF_TOKEN to a token with write access\n")
     r = CliRunner().invoke(main, ["push", str(out), "me/d"])
-    assert r.exit_code == 1
-    assert r.output == ("Error: no Hugging Face token to push with: run `hf auth login` or set "
-                        "HF_TOKEN to a token with write access\n")
+    assert r.exit_code == 1 and r.output == no_token
+    r = CliRunner().invoke(main, ["filter", judged, "-o", str(tmp_path / "y.parquet"),
+                                  "--push-to-hub", "me/d"])
+    assert r.exit_code == 1 and r.output == no_token
+    assert not (tmp_path / "y.parquet").exists()  # checked before any work
     real = hubmod.importlib.util.find_spec
     monkeypatch.setattr(hubmod.importlib.util, "find_spec",
                         lambda name, *a: None if name == "huggingface_hub" else real(name, *a))
@@ -535,3 +539,22 @@ def test_filter_push_to_hub_against_a_local_hub(tmp_path, judged):
     assert _load(tmp_path / "got.parquet")["id"] == ["p3", "p5", "p6"]
     assert _front_matter(files["README.md"].decode())["configs"][0]["data_files"][0]["path"] == \
         "data/train.parquet"
+
+
+def test_hub_failures_are_user_errors_and_bugs_are_not(tmp_path, judged):
+    out = tmp_path / "d.parquet"
+    assert CliRunner().invoke(main, ["filter", judged, "-o", str(out)]).exit_code == 0
+
+    class Refusing(RecordingApi):
+        def create_repo(self, repo_id, **kw):
+            raise ConnectionError("[Errno 111] Connection refused")
+
+    class Broken(RecordingApi):
+        def upload_folder(self, **kw):
+            raise TypeError("a bug")
+
+    with pytest.raises(HubError, match=r"^cannot push .*: \[Errno 111\] Connection refused \(check"):
+        push(str(out), "org/x", api=Refusing(), token="hf_x")
+    with pytest.raises(TypeError):
+        push(str(out), "org/x", api=Broken(), token="hf_x")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rmjudge-push-")]

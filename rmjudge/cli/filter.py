@@ -71,11 +71,13 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
 
     if (private or license_ or dry_run) and not repo_id:
         fail("--private, --license and --dry-run go with --push-to-hub ORG/NAME")
-    if repo_id:  # a bad id or a missing extra fails before any work
-        from rmjudge.publish.hub import check_repo_id, require_hub
+    if repo_id:  # a bad id, a missing extra or token fails before any work
+        from rmjudge.publish.hub import check_repo_id, require_hub, resolve_token
 
         require_hub()
         check_repo_id(repo_id)
+        if not dry_run:
+            resolve_token()
 
     try:
         fs = FilterSettings(

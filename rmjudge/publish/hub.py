@@ -140,6 +140,21 @@ def prepare_folder(export: str, repo_id: str, folder: str,
     return Prepared(folder, data_path, readme, rows, license)
 
 
+def resolve_token(token: str | None = None) -> str:
+    """The token to push with (`token`, else HF_TOKEN or the `hf auth login` one)."""
+    hf = require_hub()
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise HubError("HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, "
+                       "or write the upload folder with --dry-run DIR")
+    token = token or hf.get_token()
+    if not token:
+        raise HubTokenError("no Hugging Face token to push with: run `hf auth login` or set "
+                            "HF_TOKEN to a token with write access")
+    return token
+
+
 def _is_transfer_error(exc: BaseException) -> bool:
     """Errors of the Hub client or its HTTP stack (refused, unauthorized, network down...)."""
     roots = {"huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2", "requests",
@@ -159,15 +174,7 @@ def push(export: str, repo_id: str, *, private: bool = False, license: str | Non
     hf = require_hub()
     check_repo_id(repo_id)
     read_record(export)  # fail on a missing or stale record before asking for a token
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        raise HubError("HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, "
-                       "or write the upload folder with --dry-run DIR")
-    token = token or hf.get_token()
-    if not token:
-        raise HubTokenError("no Hugging Face token to push with: run `hf auth login` or set "
-                            "HF_TOKEN to a token with write access")
+    token = resolve_token(token)
     api = api or hf.HfApi()
     work = tempfile.mkdtemp(prefix=".rmjudge-push-", dir=os.path.dirname(os.path.abspath(export)))
     try:
