@@ -28,7 +28,7 @@ from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.pipeline import score
 from rmjudge.publish import hub as hubmod
-from rmjudge.publish.card import metadata
+from rmjudge.publish.card import metadata, render_card
 from rmjudge.publish.hub import HubError, prepare_folder, push, source_license
 from rmjudge.publish.record import RecordError, record_path
 from rmjudge.settings import JudgeSettings
@@ -84,7 +84,8 @@ def test_evidence_columns_follow_the_chosen_response(tmp_path, flipped):
         assert r["judge_verdict_ab"] == ("chosen" if v_ab == verdict else "rejected")
         assert r["judge_verdict_ba"] == ("chosen" if v_ba == verdict else "rejected")
     # p1 was swapped: order (A, B) backed the gold label, now the rejected response
-    assert rows["p1"]["judge_verdict_ab"] == "rejected" and rows["p1"]["judge_verdict_ba"] == "chosen"
+    p1 = rows["p1"]
+    assert (p1["judge_verdict_ab"], p1["judge_verdict_ba"]) == ("rejected", "chosen")
     assert rows["p1"]["judge_consistent"] is False and rows["p1"]["chosen"] == "5"
     assert rows["p3"]["judge_verdict_ab"] == rows["p3"]["judge_verdict_ba"] == "chosen"
 
@@ -395,6 +396,15 @@ def test_source_license_comes_from_the_cached_card(tmp_path, monkeypatch):
     assert source_license({"runs": [{"input": "hf://datasets/org/other"}]}) is None
     meta = metadata(record, "data/train.parquet", "cc-by-4.0", "x")
     assert meta["source_datasets"] == ["org/prefs"] and meta["size_categories"] == ["10K<n<100K"]
+    record.update(counts={"rows": 12000, "written": 12000, "pairs": 20000, "kept": 12000,
+                          "swapped": 0, "labelled": 0, "dropped": {"orders disagree": 8000}},
+                  input={"source": "hf://datasets/org/prefs@train", "fingerprint": "f" * 32,
+                         "revision": "b" * 40})
+    text = render_card(record, "data/train.parquet", "me/x", "cc-by-4.0")
+    assert "- input: `hf://datasets/org/prefs@train` ([org/prefs](https://huggingface.co/" \
+        "datasets/org/prefs))" in text
+    assert f"- revision: `{'b' * 40}`" in text and "- license: cc-by-4.0" in text
+    assert _front_matter(text)["license"] == "cc-by-4.0"
 
 
 # -- pushing ------------------------------------------------------------------------------------
@@ -530,7 +540,8 @@ def test_filter_push_to_hub_against_a_local_hub(tmp_path, judged):
     assert json.loads(body) == {"name": "stub", "organization": "org", "visibility": "private",
                                 "type": "dataset"}
     assert auth == "Bearer hf_stubtoken"
-    commit = [json.loads(line) for line in posts["/api/datasets/org/stub/commit/main"][0].splitlines()]
+    commit_body = posts["/api/datasets/org/stub/commit/main"][0]
+    commit = [json.loads(line) for line in commit_body.splitlines()]
     files = {c["value"]["path"]: base64.b64decode(c["value"]["content"])
              for c in commit if c["key"] == "file"}
     assert sorted(files) == ["README.md", "data/train.parquet"]
@@ -553,7 +564,8 @@ def test_hub_failures_are_user_errors_and_bugs_are_not(tmp_path, judged):
         def upload_folder(self, **kw):
             raise TypeError("a bug")
 
-    with pytest.raises(HubError, match=r"^cannot push .*: \[Errno 111\] Connection refused \(check"):
+    refused = r"^cannot push .*: \[Errno 111\] Connection refused \(check"
+    with pytest.raises(HubError, match=refused):
         push(str(out), "org/x", api=Refusing(), token="hf_x")
     with pytest.raises(TypeError):
         push(str(out), "org/x", api=Broken(), token="hf_x")

@@ -22,7 +22,7 @@ def default_output(table: str, fmt: str) -> str:
 @click.argument("table", metavar="TABLE")
 @click.option("-o", "--output", default=None,
               help="Dataset to write, .jsonl or .parquet (default: next to TABLE, "
-              "NAME.dpo.jsonl / NAME.rm.jsonl).")
+              "NAME.dpo.jsonl, NAME.rm.jsonl or NAME.kto.jsonl).")
 @click.option("--format", "fmt", type=click.Choice(["dpo", "rm", "kto"]), default="dpo",
               show_default=True,
               help="dpo: TRL prompt/chosen/rejected; rm: chosen/rejected as whole conversations; "
