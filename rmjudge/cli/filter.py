@@ -96,7 +96,7 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
-    click.echo(render(summary))
+    click.echo(render(summary), err=True)
     warning = empty_warning(summary)
     if warning:
         click.echo(warning, err=True)
