@@ -15,9 +15,23 @@ Every pair gets one outcome, decided in this order (the first that applies):
 So the chosen response of every written row is the judge's winner.
 
 Formats: `dpo` (TRL: `prompt`, `chosen`, `rejected`; the prompt as a string, or with `chat` as
-the conversation with `chosen`/`rejected` as one assistant message each) and `rm` (`chosen` and
-`rejected` as whole conversations, TRL's implicit-prompt form). Written as Parquet or JSONL by
-the output's extension, loadable with `datasets.load_dataset("parquet"|"json", data_files=...)`.
+the conversation with `chosen`/`rejected` as one assistant message each), `rm` (`chosen` and
+`rejected` as whole conversations, TRL's implicit-prompt form) and `kto` (TRL's unpaired form:
+`prompt`, `completion`, `label`; two rows per pair, the chosen response with `label = true`
+then the rejected one with `label = false`; with `chat` the prompt is the conversation and the
+completion one assistant message). Conversations are lists of `{role, content}` structs in
+both file formats. Written as Parquet or JSONL by the output's extension, loadable with
+`datasets.load_dataset("parquet"|"json", data_files=...)`; when no pair is kept the file is
+still a valid one of its format (Parquet: no rows, the dataset's columns; JSONL: 0 lines).
+
+With `evidence`, every row also carries the judge's evidence about its pair (the same values
+on both KTO rows of a pair), relative to the pair's chosen response: `judge_vote_share` (share
+of the final votes, averaged over the orders, that went to the chosen response), `judge_consistent`
+(the two orders agree; null when judged in one order) and `judge_verdict_ab` /
+`judge_verdict_ba` (each order's verdict: `chosen`, `rejected`, `error`, or null when that
+order was not judged).
+
+Kept passthrough columns get their input types back (`rmjudge.analysis.typed`).
 """
 
 from __future__ import annotations
@@ -26,9 +40,16 @@ import os
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable, TableError, table_format
+from rmjudge.analysis.typed import typed_columns
 from rmjudge.sql import quote_ident
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
+FORMATS = ("dpo", "rm", "kto")
+EVIDENCE_COLUMNS = ("judge_vote_share", "judge_consistent", "judge_verdict_ab",
+                    "judge_verdict_ba")
+# the columns each format writes itself (a kept column may not take one of these names)
+FORMAT_COLUMNS = {"dpo": ("prompt", "chosen", "rejected"), "rm": ("chosen", "rejected"),
+                  "kto": ("prompt", "completion", "label")}
 
 
 @dataclass(frozen=True)
@@ -43,9 +64,12 @@ class FilterSettings:
         "help": "Minimum winner vote share for a swap."})
     label_unlabelled: bool = field(default=True, metadata={
         "help": "Give unlabelled pairs the judge's winner as chosen (else drop them)."})
-    format: str = field(default="dpo", metadata={"help": "dpo or rm."})
+    format: str = field(default="dpo", metadata={"help": "dpo, rm or kto."})
     chat: bool = field(default=False, metadata={
-        "help": "dpo: prompt as chat messages, chosen/rejected as assistant messages."})
+        "help": "dpo/kto: prompt as chat messages, responses as assistant messages."})
+    evidence: bool = field(default=False, metadata={
+        "help": "Add the judge's evidence columns (judge_vote_share, judge_consistent, "
+                "judge_verdict_ab, judge_verdict_ba)."})
     keep_columns: tuple[str, ...] = field(default=(), metadata={
         "help": "Columns of the judged table to carry along (passthrough columns, id, p_a...)."})
 
@@ -54,10 +78,11 @@ class FilterSettings:
             raise ValueError("--min-confidence must be between 0 and 1 (0.5 keeps every winner)")
         if not 0.5 <= self.relabel_min <= 1.0:
             raise ValueError("--relabel-min must be between 0.5 and 1")
-        if self.format not in ("dpo", "rm"):
-            raise ValueError("--format must be dpo or rm")
+        if self.format not in FORMATS:
+            raise ValueError("--format must be dpo, rm or kto")
         if self.chat and self.format == "rm":
-            raise ValueError("--chat applies to --format dpo (rm rows are always conversations)")
+            raise ValueError("--chat applies to --format dpo and kto (rm rows are always "
+                             "conversations)")
 
 
 @dataclass
@@ -69,10 +94,19 @@ class FilterSummary:
     labelled: int
     dropped: dict[str, int]
     flattened: int  # multi-turn prompts written as their last user message (dpo without chat)
+    format: str = "dpo"
+    file_format: str = "jsonl"
+    columns: list[tuple[str, str]] = field(default_factory=list)  # (name, DuckDB type)
 
     @property
     def written(self) -> int:
+        """Pairs written."""
         return self.kept + self.swapped + self.labelled
+
+    @property
+    def rows(self) -> int:
+        """Rows of the file (two per pair in KTO)."""
+        return 2 * self.written if self.format == "kto" else self.written
 
 
 def decisions_sql(fs: FilterSettings) -> str:
@@ -106,20 +140,72 @@ def decisions_sql(fs: FilterSettings) -> str:
     FROM d"""
 
 
+CHOSEN = "CASE verdict WHEN 'A' THEN response_a ELSE response_b END"
+REJECTED = "CASE verdict WHEN 'A' THEN response_b ELSE response_a END"
+MESSAGES = f"from_json(messages, '{MSG_TYPE}')"
+
+
+def _turn(x: str) -> str:
+    return f"[{{'role': 'assistant', 'content': {x}}}]"
+
+
 def output_columns(fs: FilterSettings) -> list[str]:
-    chosen = "CASE verdict WHEN 'A' THEN response_a ELSE response_b END"
-    rejected = "CASE verdict WHEN 'A' THEN response_b ELSE response_a END"
-    msgs = f"from_json(messages, '{MSG_TYPE}')"
-
-    def turn(x: str) -> str:
-        return f"[{{'role': 'assistant', 'content': {x}}}]"
-
+    """The format's own columns, over the `decided` view (dpo and rm: one row per pair)."""
     if fs.format == "rm":
-        return [f"list_concat({msgs}, {turn(chosen)}) AS chosen",
-                f"list_concat({msgs}, {turn(rejected)}) AS rejected"]
+        return [f"list_concat({MESSAGES}, {_turn(CHOSEN)}) AS chosen",
+                f"list_concat({MESSAGES}, {_turn(REJECTED)}) AS rejected"]
     if fs.chat:
-        return [f"{msgs} AS prompt", f"{turn(chosen)} AS chosen", f"{turn(rejected)} AS rejected"]
-    return ["prompt", f"{chosen} AS chosen", f"{rejected} AS rejected"]
+        return [f"{MESSAGES} AS prompt", f"{_turn(CHOSEN)} AS chosen",
+                f"{_turn(REJECTED)} AS rejected"]
+    return ["prompt", f"{CHOSEN} AS chosen", f"{REJECTED} AS rejected"]
+
+
+def kto_columns(fs: FilterSettings, good: bool) -> list[str]:
+    """KTO's columns for the row of the chosen (`good`) or the rejected response of a pair."""
+    text = CHOSEN if good else REJECTED
+    prompt = MESSAGES if fs.chat else "prompt"
+    completion = _turn(text) if fs.chat else text
+    return [f"{prompt} AS prompt", f"{completion} AS completion", f"{str(good).lower()} AS label"]
+
+
+def _relative(col: str) -> str:
+    """An order's verdict (A/B letter) relative to the pair's chosen response (the winner)."""
+    return (f"CASE WHEN {col} IN ('A', 'B') THEN CASE WHEN {col} = verdict THEN 'chosen' "
+            f"ELSE 'rejected' END ELSE {col} END")
+
+
+def evidence_columns() -> list[str]:
+    return ["CAST(strength AS DOUBLE) AS judge_vote_share",
+            "CAST(consistent AS BOOLEAN) AS judge_consistent",
+            f"CAST({_relative('verdict_ab')} AS VARCHAR) AS judge_verdict_ab",
+            f"CAST({_relative('verdict_ba')} AS VARCHAR) AS judge_verdict_ba"]
+
+
+def dataset_query(table: JudgedTable, fs: FilterSettings) -> str:
+    """The query over the `decided` view that yields the rows of the dataset, in input order."""
+    reserved = set(FORMAT_COLUMNS[fs.format]) | {"prompt", "chosen", "rejected"}
+    if fs.evidence:
+        reserved |= set(EVIDENCE_COLUMNS)
+    missing = [c for c in fs.keep_columns if c not in table.pair_columns]
+    if missing:
+        raise TableError(
+            f"{table.path} has no column {', '.join(map(repr, missing))}; columns you can keep: "
+            f"{', '.join(c for c in table.pair_columns if c not in reserved)}")
+    clash = [c for c in fs.keep_columns if c in reserved]
+    if clash:
+        raise TableError(f"--keep-columns {', '.join(clash)} would overwrite the output's own "
+                         "column of that name")
+    typed = typed_columns(table, [c for c in fs.keep_columns if c in table.passthrough])
+    keep = [f"{typed.get(c, quote_ident(c))} AS {quote_ident(c)}" for c in fs.keep_columns]
+    extra = (evidence_columns() if fs.evidence else []) + keep
+    kept = "FROM decided WHERE action <> 'dropped'"
+    if fs.format != "kto":
+        return f"SELECT {', '.join(output_columns(fs) + extra)} {kept} ORDER BY row_number, id"
+    order = ["row_number AS __row", "id AS __id"]
+    rows = [f"SELECT {', '.join(kto_columns(fs, good) + extra + order)}, {int(not good)} "
+            f"AS __side {kept}" for good in (True, False)]
+    return (f"SELECT * EXCLUDE (__row, __id, __side) FROM ({rows[0]} UNION ALL {rows[1]}) "
+            "ORDER BY __row, __id, __side")
 
 
 def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = None) -> FilterSummary:
@@ -131,41 +217,43 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
                          ".jsonl")
     if os.path.abspath(output) == os.path.abspath(table.path):
         raise TableError(f"{output} is the judged table itself; write the dataset elsewhere")
-    reserved = {"prompt", "chosen", "rejected"}
-    missing = [c for c in fs.keep_columns if c not in table.pair_columns]
-    if missing:
-        raise TableError(
-            f"{table.path} has no column {', '.join(map(repr, missing))}; columns you can keep: "
-            f"{', '.join(c for c in table.pair_columns if c not in reserved)}")
-    keep = [f"{quote_ident(c)}" for c in fs.keep_columns if c not in reserved]
-    clash = [c for c in fs.keep_columns if c in reserved]
-    if clash:
-        raise TableError(f"--keep-columns {', '.join(clash)} would overwrite the output's own "
-                         "column of that name")
     con = table.con
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
-    cols = ", ".join(output_columns(fs) + keep)
+    query = dataset_query(table, fs)
+    columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
     from rmjudge.store import write_query_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    write_query_file(con, f"SELECT {cols} FROM decided WHERE action <> 'dropped' "
-                     "ORDER BY row_number, id", output, fmt)
+    write_query_file(con, query, output, fmt)
     counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())
     dropped = dict(con.execute("""SELECT reason, count(*) FROM decided WHERE action = 'dropped'
                                   GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())
     flattened = 0
-    if fs.format == "dpo" and not fs.chat:
+    if fs.format in ("dpo", "kto") and not fs.chat:
         flattened = con.execute(f"""SELECT count(*) FROM decided WHERE action <> 'dropped'
-                                    AND len(from_json(messages, '{MSG_TYPE}')) > 1""").fetchone()[0]
+                                    AND len({MESSAGES}) > 1""").fetchone()[0]
     return FilterSummary(
         output=output, total=sum(counts.values()), kept=counts.get("kept", 0),
         swapped=counts.get("swapped", 0), labelled=counts.get("labelled", 0), dropped=dropped,
-        flattened=flattened,
+        flattened=flattened, format=fs.format, file_format=fmt, columns=columns,
     )
 
 
+def empty_warning(s: FilterSummary) -> str | None:
+    """The warning for a dataset with no rows (None when some pair was kept)."""
+    if s.written:
+        return None
+    if s.file_format == "parquet":
+        return (f"warning: no pair passed the filter; {s.output} is a Parquet file with the "
+                "dataset's columns and no rows")
+    return (f"warning: no pair passed the filter; {s.output} has 0 lines (valid JSONL, but "
+            "datasets.load_dataset cannot read columns from it: write .parquet to keep the "
+            "schema)")
+
+
 def render(s: FilterSummary) -> str:
-    lines = [f"wrote {s.written} of {s.total} pairs -> {s.output}",
+    rows = f" ({s.rows} rows)" if s.rows != s.written else ""
+    lines = [f"wrote {s.written} of {s.total} pairs{rows} -> {s.output}",
              f"  kept (judge agrees with label): {s.kept}",
              f"  swapped (judge confidently disagrees, chosen/rejected exchanged): {s.swapped}",
              f"  labelled by the judge (no gold label): {s.labelled}",

@@ -48,6 +48,8 @@ class JudgedTable:
     tables: set[str] = field(default_factory=set)
     pair_columns: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    # pairs column -> its type in the file (the view reads passthrough columns as VARCHAR)
+    source_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_samples(self) -> bool:
@@ -89,6 +91,18 @@ class JudgedTable:
                     out.append(c)
         return out
 
+    def runs(self) -> list[dict]:
+        """The store's `runs` rows (one per `rmjudge score` run: model, input, settings...),
+        oldest first; empty for an export whose working store is gone."""
+        db = {"duckdb": "judged"}.get(self.fmt, "work")
+        present = self.one("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? "
+                           "AND table_name = 'runs'", [db])[0]
+        if not present:
+            return []
+        cur = self.con.execute(f"SELECT * FROM {db}.runs ORDER BY run_id")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
     def refresh(self, name: str) -> None:
         """Re-read one table (after the store added rows to it), as `open_judged` does."""
         self.con.execute(f"DROP VIEW IF EXISTS {name}")
@@ -120,14 +134,27 @@ class JudgedTable:
 _KNOWN = {"pairs": PAIR_COLUMNS, "samples": SAMPLE_COLUMNS, "greedy": GREEDY_COLUMNS}
 
 
-def _typed_view(con: duckdb.DuckDBPyConnection, name: str, source: str) -> list[str]:
+def is_nested_type(t: str) -> bool:
+    """A DuckDB list, struct or map type (`INTEGER[]`, `STRUCT(...)`, `MAP(...)`)."""
+    return t.endswith("]") or t.startswith(("STRUCT", "MAP"))
+
+
+def _typed_view(con: duckdb.DuckDBPyConnection, name: str, source: str,
+                types: dict[str, str] | None = None) -> list[str]:
     """A view over `source` with the store's column types (JSON exports lose some); a known
     column the file lacks (older or hand-edited stores) reads as NULL instead of failing every
-    query that names it."""
-    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+    query that names it. Other columns read as VARCHAR (nested values as JSON text); their
+    types in the file go to `types`."""
+    described = [(r[0], r[1]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+    cols = [c for c, _ in described]
+    if types is not None:
+        types.update(described)
     exprs = []
-    for c in cols:
+    for c, have in described:
         t = _TYPES.get(c, "VARCHAR")
+        if t == "VARCHAR" and is_nested_type(have):
+            exprs.append(f"CAST(to_json({quote_ident(c)}) AS VARCHAR) AS {quote_ident(c)}")
+            continue
         exprs.append(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}")
     have = {c.lower() for c in cols}
     for c, t in _KNOWN.get(name, []):
@@ -151,6 +178,7 @@ def open_judged(path: str) -> JudgedTable:
     con = duckdb.connect(":memory:")
     tables: set[str] = set()
     meta: dict = {}
+    types: dict[str, str] = {}
     try:
         if fmt == "duckdb":
             try:
@@ -167,7 +195,7 @@ def open_judged(path: str) -> JudgedTable:
                                  "run `rmjudge score INPUT` to make one")
             for t in ("pairs", "samples", "greedy"):
                 if t in present:
-                    got = _typed_view(con, t, f"judged.{t}")
+                    got = _typed_view(con, t, f"judged.{t}", types if t == "pairs" else None)
                     if t == "pairs":
                         src_cols = got
                     tables.add(t)
@@ -181,7 +209,7 @@ def open_judged(path: str) -> JudgedTable:
                         meta[k] = v
         else:
             try:
-                src_cols = _typed_view(con, "pairs", _reader(path, fmt))
+                src_cols = _typed_view(con, "pairs", _reader(path, fmt), types)
             except duckdb.Error as exc:
                 raise TableError(f"cannot read {path} as {fmt}: "
                                  f"{str(exc).splitlines()[0]}") from None
@@ -210,7 +238,7 @@ def open_judged(path: str) -> JudgedTable:
     except BaseException:
         con.close()
         raise
-    return JudgedTable(path, con, fmt, tables, cols, meta)
+    return JudgedTable(path, con, fmt, tables, cols, meta, types)
 
 
 def is_judged(path: str) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from rmjudge.cli.common import fail
@@ -24,12 +22,16 @@ def default_output(table: str, fmt: str) -> str:
 @click.argument("table", metavar="TABLE")
 @click.option("-o", "--output", default=None,
               help="Dataset to write, .jsonl or .parquet (default: next to TABLE, "
-              "NAME.dpo.jsonl / NAME.rm.jsonl).")
-@click.option("--format", "fmt", type=click.Choice(["dpo", "rm"]), default="dpo",
+              "NAME.dpo.jsonl, NAME.rm.jsonl or NAME.kto.jsonl).")
+@click.option("--format", "fmt", type=click.Choice(["dpo", "rm", "kto"]), default="dpo",
               show_default=True,
-              help="dpo: TRL prompt/chosen/rejected; rm: chosen/rejected as whole conversations.")
+              help="dpo: TRL prompt/chosen/rejected; rm: chosen/rejected as whole conversations; "
+              "kto: TRL prompt/completion/label, two rows per pair (chosen true, rejected false).")
 @click.option("--chat", is_flag=True,
-              help="dpo: prompt as chat messages and chosen/rejected as assistant messages.")
+              help="dpo/kto: prompt as chat messages and the responses as assistant messages.")
+@click.option("--evidence", is_flag=True,
+              help="Add the judge's evidence per pair: judge_vote_share, judge_consistent, "
+              "judge_verdict_ab, judge_verdict_ba (relative to the chosen response).")
 @click.option("--min-confidence", default=0.5, show_default=True,
               help="Minimum share of the final votes for the judge's winner (averaged over the "
               "orders; 0.5 keeps every winner, 1.0 only unanimous ones).")
@@ -44,21 +46,44 @@ def default_output(table: str, fmt: str) -> str:
               show_default=True,
               help="Pairs without a gold label: label them with the judge's winner, or drop them.")
 @click.option("--keep-columns", default="", metavar="COL,...",
-              help="Columns of the judged table to carry along (passthrough columns, id, p_a, ...).")
-def command(table: str, output: str | None, fmt: str, chat: bool, min_confidence: float,
-            allow_inconsistent: bool, relabel: bool, relabel_min: float, unlabelled: str,
-            keep_columns: str) -> None:
+              help="Columns of the judged table to carry along (passthrough columns, id, p_a, ...);"
+              " passthrough columns get their input types back (numbers, lists, structs).")
+@click.option("--push-to-hub", "repo_id", default=None, metavar="ORG/NAME",
+              help="Then upload the dataset with a generated card to this Hugging Face dataset "
+              "repository (pip install 'rmjudge[hub]'; token from HF_TOKEN or `hf auth login`).")
+@click.option("--private", is_flag=True, help="--push-to-hub: create the repository private.")
+@click.option("--license", "license_", default=None, metavar="ID",
+              help="--push-to-hub: the card's license (default: the source dataset's, when its "
+              "card is in the local Hugging Face cache).")
+@click.option("--dry-run", "dry_run", default=None, metavar="DIR",
+              help="--push-to-hub: write the folder that would be uploaded to DIR and upload "
+              "nothing.")
+def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool,
+            min_confidence: float, allow_inconsistent: bool, relabel: bool, relabel_min: float,
+            unlabelled: str, keep_columns: str, repo_id: str | None, private: bool,
+            license_: str | None, dry_run: str | None) -> None:
     """Write the pairs of a judged TABLE that the judge supports as a training dataset
     (Parquet or JSONL, loadable with datasets.load_dataset), and say how many were kept,
     swapped, labelled and dropped, and why."""
-    from rmjudge.analysis.filter import FilterSettings, filter_table, render
+    from rmjudge.analysis.filter import FilterSettings, empty_warning, filter_table, render
     from rmjudge.analysis.tables import TableError, open_judged
+    from rmjudge.publish.record import build_record, write_record
+
+    if (private or license_ or dry_run) and not repo_id:
+        fail("--private, --license and --dry-run go with --push-to-hub ORG/NAME")
+    if repo_id:  # a bad id, a missing extra or token fails before any work
+        from rmjudge.publish.hub import check_repo_id, require_hub, resolve_token
+
+        require_hub()
+        check_repo_id(repo_id)
+        if not dry_run:
+            resolve_token()
 
     try:
         fs = FilterSettings(
             min_confidence=min_confidence, consistent_only=not allow_inconsistent,
             relabel=relabel, relabel_min=relabel_min, label_unlabelled=unlabelled == "label",
-            format=fmt, chat=chat,
+            format=fmt, chat=chat, evidence=evidence,
             keep_columns=tuple(c.strip() for c in keep_columns.split(",") if c.strip()))
     except ValueError as exc:
         fail(str(exc))
@@ -66,10 +91,17 @@ def command(table: str, output: str | None, fmt: str, chat: bool, min_confidence
     try:
         with open_judged(table) as t:
             summary = filter_table(t, out, fs)
+            write_record(out, build_record(t, summary, fs))
     except TableError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
     click.echo(render(summary), err=True)
-    if summary.written == 0 and os.path.exists(out):
-        click.echo("note: no pair passed the filter; the output is empty", err=True)
+    warning = empty_warning(summary)
+    if warning:
+        click.echo(warning, err=True)
+    if repo_id:
+        from rmjudge.cli.push import publish
+
+        publish(out, repo_id, private=private, license_=license_, dry_run=dry_run,
+                after_filter=True)

@@ -1,0 +1,195 @@
+"""Upload a dataset written by `rmjudge filter` to the Hugging Face Hub, with its card.
+
+`prepare_folder(export, repo_id, folder)` writes exactly what a push uploads:
+
+    folder/README.md               the dataset card (card.py), from the export's filter record
+    folder/data/train.parquet      the export, byte for byte (data/train.jsonl for JSONL)
+
+`push(export, repo_id)` creates the dataset repository when missing (`HfApi.create_repo`,
+`exist_ok`, private with `private=True`) and uploads that folder in one commit
+(`HfApi.upload_folder`), replacing the card and everything under `data/` that an earlier
+push left. It needs the `[hub]` extra (`huggingface_hub`) and a token with write access
+(`HF_TOKEN`, or `hf auth login`); `HF_ENDPOINT` points it at another Hub.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from rmjudge.errors import UserError
+from rmjudge.publish.card import hub_repo, render_card, sources
+from rmjudge.publish.record import read_record, write_text
+
+INSTALL_HINT = "pip install 'rmjudge[hub]'"
+FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}
+_REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+class HubError(UserError):
+    """Publishing cannot go ahead as asked; the message names the fix."""
+
+
+class HubExtraError(HubError):
+    """huggingface_hub is not installed."""
+
+
+class HubTokenError(HubError):
+    """No Hugging Face token to push with."""
+
+
+@dataclass
+class Prepared:
+    folder: str
+    data_path: str  # inside the repository
+    readme: str
+    rows: int
+    license: str | None
+
+
+def require_hub(what: str = "publishing a dataset"):
+    if importlib.util.find_spec("huggingface_hub") is None:
+        raise HubExtraError(f"{what} needs the Hugging Face Hub client: {INSTALL_HINT}")
+    import huggingface_hub
+
+    return huggingface_hub
+
+
+def check_repo_id(repo_id: str) -> None:
+    if not _REPO_RE.fullmatch(repo_id) or len(repo_id) > 96 or ".." in repo_id \
+            or repo_id.endswith((".", "-")):
+        raise HubError(f"{repo_id!r} is not a dataset repository id: write ORG/NAME (letters, "
+                       "digits, '-', '_', '.'), e.g. my-org/helpsteer3-dpo")
+
+
+def source_license(record: dict) -> str | None:
+    """The license of the source dataset, read from its card in the local Hugging Face cache
+    (only for an `hf://datasets/...` input whose card is there; nothing is downloaded)."""
+    hf = require_hub()
+    for s in sources(record):
+        repo = hub_repo(s)
+        if not repo:
+            continue
+        try:
+            path = hf.try_to_load_from_cache(repo, "README.md", repo_type="dataset")
+            if isinstance(path, str):
+                lic = hf.DatasetCard.load(path).data.license
+                if isinstance(lic, list):
+                    lic = lic[0] if len(lic) == 1 else None
+                if lic:
+                    return str(lic)
+        except Exception:  # an unreadable cached card only means "license not known"
+            continue
+    return None
+
+
+def _place(src: str, dest: str) -> None:
+    """`dest` holds the bytes of `src`: a hard link where possible, else a copy."""
+    if os.path.exists(dest):
+        os.remove(dest)
+    try:
+        os.link(src, dest)
+    except OSError:
+        tmp = dest + ".tmp"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+
+
+def _check_folder(folder: str) -> None:
+    if os.path.isfile(folder):
+        raise HubError(f"{folder} is a file; give a folder for the upload")
+    if not os.path.isdir(folder):
+        return
+    present = set()
+    for root, dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        for name in dirs + files:
+            present.add(os.path.normpath(os.path.join(rel, name)))
+    extra = sorted(present - FOLDER_FILES)
+    if extra:
+        raise HubError(f"{folder} holds other files ({', '.join(extra[:3])}"
+                       f"{', ...' if len(extra) > 3 else ''}); give an empty or new folder")
+
+
+def prepare_folder(export: str, repo_id: str, folder: str,
+                   license: str | None = None) -> Prepared:
+    """Write the folder a push of `export` to `repo_id` uploads (see the module docstring)."""
+    require_hub()
+    check_repo_id(repo_id)
+    record = read_record(export)
+    rows = int(record["counts"]["rows"])
+    if rows == 0:
+        raise HubError(f"{export} has no rows (no pair passed the filter), so there is nothing "
+                       "to publish: loosen the filter (--min-confidence, --allow-inconsistent, "
+                       "--relabel) and write it again")
+    _check_folder(folder)
+    ext = "parquet" if record.get("file_format") == "parquet" else "jsonl"
+    data_path = f"data/train.{ext}"
+    license = license or source_license(record)
+    readme = render_card(record, data_path, repo_id, license)
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    for stale in ("data/train.parquet", "data/train.jsonl"):
+        if stale != data_path and os.path.exists(os.path.join(folder, stale)):
+            os.remove(os.path.join(folder, stale))
+    _place(export, os.path.join(folder, data_path))
+    write_text(os.path.join(folder, "README.md"), readme)
+    return Prepared(folder, data_path, readme, rows, license)
+
+
+def resolve_token(token: str | None = None) -> str:
+    """The token to push with (`token`, else HF_TOKEN or the `hf auth login` one)."""
+    hf = require_hub()
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise HubError("HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, "
+                       "or write the upload folder with --dry-run DIR")
+    token = token or hf.get_token()
+    if not token:
+        raise HubTokenError("no Hugging Face token to push with: run `hf auth login` or set "
+                            "HF_TOKEN to a token with write access")
+    return token
+
+
+def _is_transfer_error(exc: BaseException) -> bool:
+    """Errors of the Hub client or its HTTP stack (refused, unauthorized, network down...)."""
+    roots = {"huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2", "requests",
+             "urllib3"}
+    return isinstance(exc, OSError) or any(
+        (t.__module__ or "").split(".")[0] in roots for t in type(exc).__mro__)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def push(export: str, repo_id: str, *, private: bool = False, license: str | None = None,
+         api=None, token: str | None = None) -> str:
+    """Upload `export` with its card to the dataset repository `repo_id`; returns its URL."""
+    hf = require_hub()
+    check_repo_id(repo_id)
+    read_record(export)  # fail on a missing or stale record before asking for a token
+    token = resolve_token(token)
+    api = api or hf.HfApi()
+    work = tempfile.mkdtemp(prefix=".rmjudge-push-", dir=os.path.dirname(os.path.abspath(export)))
+    try:
+        prep = prepare_folder(export, repo_id, work, license)
+        try:
+            url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
+                                  token=token)
+            api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=work,
+                              token=token, delete_patterns=["data/*"],
+                              commit_message=f"Upload {prep.rows} rows filtered by rmjudge")
+        except Exception as exc:
+            if not _is_transfer_error(exc):
+                raise
+            raise HubError(f"cannot push {export} to {repo_id}: {_first_line(exc)} (check the "
+                           "repository id, the token's write access and the network)") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return str(getattr(url, "url", None) or url)
