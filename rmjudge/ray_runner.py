@@ -207,8 +207,8 @@ class _JudgeWorker:
     """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
 
     def __init__(self, factory: Callable, js: dict, mapping: dict, settings: dict, work_dir: str,
-                 run_id: int):
-        from rmjudge.io.mapping import Mapper
+                 run_id: int, labels=None):
+        from rmjudge.io.mapping import LabelOptions
         from rmjudge.judge import Judge
         from rmjudge.pipeline import verdict_settings
 
@@ -222,7 +222,7 @@ class _JudgeWorker:
                               f"({describe_differences(settings, mine)}); install the same model "
                               "file on every node")
         self.judge = Judge(self.engine, self.js)
-        self.mapper = Mapper(mapping, seed=self.js.seed)
+        self.mapper = (labels or LabelOptions()).mapper(mapping, self.js.seed)
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
         self.run_id = run_id
@@ -298,6 +298,7 @@ def _write_json(path: str, value: Any) -> None:
 
 def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
               rs: RaySettings = RaySettings(), mapping: dict[str, str] | None = None,
+              labels=None,
               overwrite: bool = False, engine_factory: Callable | None = None,
               on_batch: Callable[[dict, int, int], None] | None = None) -> RaySummary:
     """Judge `source` on Ray into the DuckDB run store `output`. See the module doc."""
@@ -323,6 +324,12 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         shutil.rmtree(work)
     started = time.monotonic()
     files = list_inputs(source)
+    if files and "://" not in files[0]:  # labels that need --label-values stop the run here
+        from rmjudge.io.mapping import LabelOptions, check_labels
+        from rmjudge.io.readers import read_rows
+
+        check_labels((labels or LabelOptions()).mapper(mapping, js.seed), read_rows(files[0]),
+                     files[0])
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
@@ -367,6 +374,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
             num_cpus=cpus, num_gpus=gpus,
             fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
                                    "mapping": mapping or {}, "settings": settings,
+                                   "labels": labels,
                                    "work_dir": work, "run_id": run["run_id"]},
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
     judged = tokens = n_batches = 0

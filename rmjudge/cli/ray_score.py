@@ -7,6 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import fail
+from rmjudge.cli.mapping_options import label_options, label_settings
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
 
 
@@ -17,6 +18,7 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @engine_options
 @click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
               help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
+@label_options
 @click.option("--address", default=None,
               help="Ray cluster address (auto, ray://head:10001); default: a local Ray instance.")
 @click.option("--workers", default=2, show_default=True, help="Engines in the actor pool.")
@@ -51,6 +53,7 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
         js = judge_settings(kw)
         es = engine_settings(kw)
         cols = parse_map(mapping)
+        labels = label_settings(kw)
         rs = RaySettings(address=address, workers=workers, rows_per_batch=rows_per_batch,
                          cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
                          work_dir=work_dir, max_restarts=max_restarts,
@@ -64,7 +67,8 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
                        f"{row['seconds']:.1f}s (this run: {n} batches, {judged} pairs)", err=True)
 
     try:
-        s = ray_score(source, js, es, output, rs=rs, mapping=cols, overwrite=overwrite,
+        s = ray_score(source, js, es, output, rs=rs, mapping=cols, labels=labels,
+                      overwrite=overwrite,
                       engine_factory=EngineFactory(es, engine_kind), on_batch=on_batch)
     except (RayRunError, ModelError) as exc:
         fail(str(exc))
