@@ -36,3 +36,15 @@ def pair_counts(one: Callable[[str, list], tuple], where: str = "TRUE",
 
 def ratio(num: int, den: int) -> float | None:
     return num / den if den else None
+
+
+def item_accuracy(ok_ab, ok_ba):
+    """Per item: the share of its two orders judged correctly (0, 0.5 or 1); the mean over
+    items is the accuracy with both orders pooled. Works on NumPy arrays and on scalars."""
+    return (ok_ab + ok_ba) / 2
+
+
+def item_consistency(ok_ab, ok_ba):
+    """Per item: 1 when judged correctly in both orders; the mean over items judged in both
+    orders is the positional consistency."""
+    return ok_ab * ok_ba

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmjudge.analysis.counts import item_accuracy, item_consistency
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.sql import quote_ident
 
@@ -218,8 +219,10 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
                 "acc_ab": stat(c_ab[m], es, f"{s}/{key}/ab"),
                 "acc_ba": stat(c_ba[has_ba], es, f"{s}/{key}/ba"),
                 "acc": stat(np.where(f["verdict_ba"][m] != None,  # noqa: E711
-                                     (c_ab[m] + c_ba[m]) / 2, c_ab[m]), es, f"{s}/{key}/acc"),
-                "consistency": stat(c_ab[has_ba] * c_ba[has_ba], es, f"{s}/{key}/cons"),
+                                     item_accuracy(c_ab[m], c_ba[m]), c_ab[m]), es,
+                            f"{s}/{key}/acc"),
+                "consistency": stat(item_consistency(c_ab[has_ba], c_ba[has_ba]), es,
+                                    f"{s}/{key}/cons"),
             }
             metrics[s][key] = st
 
