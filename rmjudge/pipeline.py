@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -159,21 +160,33 @@ def score(
     rows: Iterator[RawRow] = check_labels(mapper, read_rows(source), source,
                                           **({"max_rows": limit} if limit else {}))
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
+    ahead = [first] if first is not None else []
+    while ahead and ahead[-1].obj is None and len(ahead) < 10_000:  # the first readable row
+        nxt = next(rows, None)
+        if nxt is None:
+            break
+        ahead.append(nxt)
+    identity = input_identity(source, next((r for r in ahead if r.obj is not None),
+                                           ahead[0] if ahead else None))
+    rows = chain(ahead[1:], rows)
     if announce and mapper.schema is not None:
         announce(f"input read as {mapper.describe()}")
     store = Store(store_path(out), overwrite=overwrite)
     try:
         return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                      commit_every, on_progress)
+                      commit_every, on_progress, identity)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress) -> Summary:
+           commit_every, on_progress, identity) -> Summary:
     settings = verdict_settings(js, engine.info)
+    reading = input_reading(mapper)
+    if reading:  # how rows become pairs and labels: a rerun must read them alike
+        settings["input_reading"] = reading
     store.check_settings(settings)
-    store.check_input(input_identity(source, first))
+    store.check_input(identity)
     info = engine.info
     store.start_run({
         "version": __version__, "model_path": info.path, "model_sha256": info.sha256,
@@ -252,6 +265,20 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
                           counts.generations, prog.elapsed)
     return counts.summary(store, out, files, prog, error_reasons)
+
+
+def input_reading(mapper: Mapper) -> dict:
+    """The options that decide how rows become pairs and gold labels (`--map`,
+    `--label-values`, `--label`); empty when none was given."""
+    d: dict = {}
+    if mapper.mapping:
+        d["map"] = dict(sorted(mapper.mapping.items()))
+    values = getattr(mapper, "label_values", None)
+    if values is not None:
+        d["label_values"] = getattr(values, "spec", str(values))
+    if getattr(mapper, "label_choice", None):
+        d["label"] = mapper.label_choice
+    return d
 
 
 def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict]) -> bool:

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 import orjson
 
+from rmjudge import jsontext
 from rmjudge.errors import BusyError, DiskError, UserError
 from rmjudge.protocol import PairResult, Sample
 from rmjudge.sql import quote_ident, sql_literal
@@ -166,14 +167,15 @@ def _wider(have: str, want: str) -> str:
 
 
 def _cell(v: Any, typ: str) -> Any:
-    """A passthrough value for a column of type `typ` (VARCHAR: non-strings JSON-encoded)."""
+    """A passthrough value for a column of type `typ` (VARCHAR: scalars as text, lists and
+    objects as JSON text)."""
     if v is None:
         return None
     if typ == "JSON":
-        return orjson.dumps(v, default=str).decode()
+        return jsontext.dumps(v)
     if typ in ("BOOLEAN", "BIGINT", "DOUBLE"):
         return v
-    return v if isinstance(v, str) else orjson.dumps(v, default=str).decode()
+    return jsontext.text(v)
 
 
 def describe_differences(old: dict, new: dict) -> str:
@@ -233,9 +235,19 @@ def is_rmjudge_store(path: str) -> bool:
     try:
         tables = {r[0] for r in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()}
+        others = con.execute("""
+            SELECT (SELECT count(*) FROM duckdb_views() WHERE NOT internal)
+                 + (SELECT count(*) FROM duckdb_sequences())
+                 + (SELECT count(*) FROM duckdb_functions() WHERE NOT internal)
+                 + (SELECT count(*) FROM duckdb_types() WHERE NOT internal)
+                 + (SELECT count(*) FROM duckdb_schemas() WHERE NOT internal
+                      AND schema_name NOT IN ('main', 'pg_catalog', 'information_schema'))
+        """).fetchone()[0]
     finally:
         con.close()
-    return not tables or set(CORE_TABLES) <= tables
+    if not tables:
+        return others == 0  # an empty database; anything in it is someone else's
+    return set(CORE_TABLES) <= tables
 
 
 class _Lock:
@@ -281,6 +293,10 @@ def _prepare_dir(path: str) -> None:
 
 
 def _refuse_foreign(path: str) -> None:
+    if not os.path.exists(path) and os.path.exists(path + ".wal"):
+        raise StoreError(
+            f"{path}.wal exists without {path} (a write-ahead log of a database that is gone, "
+            "perhaps not rmjudge's); it is left untouched: move it away or choose another -o")
     if os.path.exists(path) and not is_rmjudge_store(path):
         raise StoreError(
             f"{path} exists and is not an rmjudge run store (rmjudge did not create it); it is "
@@ -403,10 +419,13 @@ class Store:
         if old is None:  # a new store, or one made before inputs were recorded
             self.set_meta("input", identity)
         elif old.get("fingerprint") != identity.get("fingerprint"):
-            raise StoreError(
-                f"{self.path} holds results for another input ({old.get('source')}), not "
-                f"{identity.get('source')}; rerun with that input to resume, use -o to write "
-                "elsewhere, or --overwrite to start again")
+            same = old.get("source") == identity.get("source")
+            what = (f"{identity.get('source')} no longer starts with the row it started with "
+                    "when these results were made (its first readable row changed)" if same else
+                    f"{self.path} holds results for another input ({old.get('source')}), not "
+                    f"{identity.get('source')}")
+            raise StoreError(f"{what}; rerun with that input to resume, use -o to write "
+                             "elsewhere, or --overwrite to start again")
 
     def start_run(self, info: dict) -> int:
         row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
@@ -436,8 +455,8 @@ class Store:
         if key in self._columns_map:
             return self._columns_map[key]
         taken = {c.lower() for c in self.pair_columns} | {c.lower() for c in self._columns_map.values()}
-        if key.lower() in _CORE_LOWER:
-            base = f"input_{key}"
+        if key.lower() in _CORE_LOWER or not key.strip():
+            base = f"input_{key.strip()}" if key.strip() else "input_column"
         else:
             base = key
         if key in self.pair_columns and key.lower() not in _CORE_LOWER \
@@ -530,8 +549,7 @@ class Store:
                 con.execute("INSERT OR REPLACE INTO errors VALUES (?, ?, ?, ?, ?)",
                             [e["row_number"], e.get("id"), e["reason"], e.get("raw"), self.run_id])
             if rows:  # a row judged now supersedes an earlier failure of the same row
-                con.executemany("DELETE FROM errors WHERE row_number = ? AND id = ?",
-                                [[r[1], r[0]] for r in rows])
+                con.executemany("DELETE FROM errors WHERE row_number = ?", [[r[1]] for r in rows])
 
         try:
             self._write(statements)
@@ -702,6 +720,8 @@ class Store:
 
     def _nested_select(self, table: str) -> str:
         """`*`, with JSON columns as nested Parquet types where their values share a shape."""
+        import duckdb
+
         if table != "pairs":
             return "*"
         swaps = []
@@ -709,17 +729,23 @@ class Store:
             if typ != "JSON":
                 continue
             q = quote_ident(col)
-            if col == "messages":
-                shape = '[{"role":"VARCHAR","content":"VARCHAR"}]'
-            else:
-                kinds = {r[0] for r in self.con.execute(
-                    f"SELECT DISTINCT json_type({q}) FROM pairs WHERE {q} IS NOT NULL").fetchall()}
-                if len(kinds) != 1 or kinds - {"OBJECT", "ARRAY"}:
-                    continue
-                shape = self.con.execute(f"SELECT json_group_structure({q}) FROM pairs").fetchone()[0]
-                if not shape or '"JSON"' in shape or "NULL" in shape:
-                    continue
-            swaps.append(f"from_json({q}, {sql_literal(shape)}) AS {q}")
+            try:
+                if col == "messages":
+                    shape = '[{"role":"VARCHAR","content":"VARCHAR"}]'
+                else:
+                    kinds = {r[0] for r in self.con.execute(
+                        f"SELECT DISTINCT json_type({q}) FROM pairs WHERE {q} IS NOT NULL").fetchall()}
+                    if len(kinds) != 1 or kinds - {"OBJECT", "ARRAY"}:
+                        continue
+                    shape = self.con.execute(
+                        f"SELECT json_group_structure({q}) FROM pairs").fetchone()[0]
+                    if not shape or '"JSON"' in shape or "NULL" in shape:
+                        continue
+                expr = f"from_json({q}, {sql_literal(shape)})"
+                self.con.execute(f"SELECT count({expr}) FROM pairs").fetchone()  # converts?
+            except duckdb.Error:  # keys that differ only by case, empty keys, ...: keep JSON text
+                continue
+            swaps.append(f"{expr} AS {q}")
         return f"* REPLACE ({', '.join(swaps)})" if swaps else "*"
 
     def _columns_types(self, table: str) -> dict[str, str]:

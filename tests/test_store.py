@@ -428,3 +428,77 @@ def test_passthrough_columns_keep_their_types_in_every_output(tmp_path):
     got = {r["id"]: r for r in map(orjson.loads, Path(js_out).read_bytes().splitlines())}
     assert got["p2"]["tags"] == ["x", "t2"] and got["p2"]["score"] == 2
     assert got["p2"]["messages"] == [{"role": "user", "content": "Question 2?"}]
+
+
+def test_a_rerun_with_another_map_or_label_reading_is_refused(tmp_path):
+    from rmjudge.io.mapping import LabelOptions
+
+    objs = [{"q": f"Q{i}?", "x": f"first {i}", "y": f"second {i}", "pref": 1} for i in range(3)]
+    src = write_jsonl(tmp_path / "mp.jsonl", objs)
+    out = str(tmp_path / "o.duckdb")
+
+    def mapper(spec, a="x", b="y"):
+        return LabelOptions.parse(spec).mapper({"prompt": "q", "a": a, "b": b, "label": "pref"}, 1)
+
+    score(src, ScriptedEngine(length_judge), settings(), output=out, mapper=mapper("1=A,2=B"))
+    with pytest.raises(StoreError, match="input_reading"):
+        score(src, ScriptedEngine(length_judge), settings(), output=out,
+              mapper=mapper("1=A,2=B", a="y", b="x"))
+    with pytest.raises(StoreError, match="input_reading"):
+        score(src, ScriptedEngine(length_judge), settings(), output=out, mapper=mapper("1=B,2=A"))
+    s = score(src, ScriptedEngine(length_judge), settings(), output=out, mapper=mapper("1=A,2=B"))
+    assert s.skipped == 3
+    assert rows(out, "SELECT count(*), count(DISTINCT row_number) FROM pairs") == [(3, 3)]
+
+
+def test_hostile_values_and_names_become_rows_not_crashes(tmp_path):
+    deep: object = "bottom"
+    for _ in range(400):
+        deep = [deep]
+    objs = [
+        {"id": "p1", "prompt": "Q?", "chosen": "a good answer", "rejected": "bad", "": "empty key",
+         " ": "blank key", "big": 2**70, "deep": deep},
+        {"id": "p2", "prompt": "Q2?", "chosen": "another good one", "rejected": "no",
+         "meta": {"Score": 1, "score": 2}, "odd": {"": 1}},
+    ]
+    src = tmp_path / "h.jsonl"
+    src.write_text("\n".join(__import__("json").dumps(o) for o in objs) + "\n")
+    for out in (str(tmp_path / "h.duckdb"), str(tmp_path / "h.parquet"), str(tmp_path / "o.jsonl")):
+        s = score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+        assert s.judged == 2 and s.errors == 0
+    cols = [r[0] for r in rows(str(tmp_path / "h.duckdb"), "DESCRIBE pairs")]
+    assert "input_column" in cols and "" not in cols
+
+
+def test_a_fixed_row_leaves_the_errors_table(tmp_path):
+    good = [row(i) for i in range(4)]
+    lines = [orjson.dumps(o).decode() for o in good]
+    broken = list(lines)
+    broken[2] = '{"id": "p2", "prompt": oops'
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(broken) + "\n")
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert rows(out, "SELECT row_number FROM errors") == [(3,)]
+    src.write_text("\n".join(lines) + "\n")
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert s.judged == 1 and s.errors == 0
+    assert rows(out, "SELECT count(*) FROM errors") == [(0,)]
+
+
+def test_views_only_database_and_orphan_wal_are_not_taken(tmp_path):
+    db = str(tmp_path / "views.duckdb")
+    con = duckdb.connect(db)
+    con.execute("CREATE VIEW my_catalog AS SELECT 1 AS x")
+    con.execute("CREATE SEQUENCE myseq")
+    con.close()
+    digest = sha(db)
+    for overwrite in (False, True):
+        with pytest.raises(StoreError, match="not an rmjudge run store"):
+            score(PAIRS, ScriptedEngine(length_judge), settings(), output=db, overwrite=overwrite)
+    assert sha(db) == digest
+    wal = tmp_path / "gone.duckdb.wal"
+    wal.write_bytes(b"someone's log")
+    with pytest.raises(StoreError, match="wal exists without"):
+        score(PAIRS, ScriptedEngine(length_judge), settings(), output=str(tmp_path / "gone.duckdb"))
+    assert wal.read_bytes() == b"someone's log"

@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-import orjson
 
+from rmjudge import jsontext
 from rmjudge.io.mapping import Mapper, RowError
 from rmjudge.io.readers import RAW_LIMIT, RawRow
 from rmjudge.types import Pair
@@ -48,7 +48,7 @@ def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
 def raw_text(obj: dict | str | bytes) -> str:
     """An offending row as text for `errors.raw`, clipped to `RAW_LIMIT` characters."""
     if isinstance(obj, dict):
-        obj = orjson.dumps(obj, default=str)
+        obj = jsontext.dumps(obj)
     if isinstance(obj, bytes):
         obj = obj.decode("utf-8", errors="replace")
     return obj if len(obj) <= RAW_LIMIT else obj[:RAW_LIMIT] + "..."
@@ -60,11 +60,12 @@ def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
 
 
 def input_identity(source: str, first: RawRow | None) -> dict | None:
-    """What identifies an input across resumes: its first row's content (so a moved, appended
-    or recompressed copy of the same data resumes, and another file is refused)."""
+    """What identifies an input across resumes: its first readable row's content (so a moved,
+    appended or recompressed copy of the same data resumes, a fixed unreadable row does not
+    change it, and another file is refused)."""
     if first is None:
         return None
-    blob = orjson.dumps(first.obj, default=str, option=orjson.OPT_SORT_KEYS) \
+    blob = jsontext.dumps(first.obj, sort_keys=True).encode() \
         if first.obj is not None else (first.raw or "").encode()
     name = source if source == "-" or "://" in source else os.path.abspath(source)
     return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest()}
