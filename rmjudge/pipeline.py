@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
+from rmjudge.interrupts import graceful
 from rmjudge.io.intake import Intake, RowFailure, input_identity
 from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import RawRow, default_output_stem, read_rows, split_duckdb_source
@@ -76,6 +77,7 @@ def check_output_is_not_input(source: str, out: str) -> None:
 @dataclass
 class Progress:
     done: int = 0
+    committed: int = 0  # judged pairs stored
     errors: int = 0
     skipped: int = 0
     rows_read: int = 0
@@ -173,8 +175,9 @@ def score(
         announce(f"input read as {mapper.describe()}")
     store = Store(store_path(out), overwrite=overwrite)
     try:
-        return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                      commit_every, on_progress, identity)
+        with graceful():
+            return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
+                          commit_every, on_progress, identity)
     finally:
         store.close()
 
@@ -238,25 +241,28 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
             prog.generated_tokens = engine.generated_tokens
             if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
                 store.commit(batch, pending_errors)
+                prog.committed += len(batch)
                 batch, pending_errors = [], []
                 last_commit = time.monotonic()
             if on_progress:
                 on_progress(prog)
         store.commit(batch, pending_errors)
+        prog.committed += len(batch)
         batch, pending_errors = [], []
         files = [out] if fmt == "duckdb" else store.export(out, fmt)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt) and "interrupted" not in str(exc).lower():
+            prog.committed += len(batch) if _save_what_is_done(store, batch, pending_errors) else 0
+            _end_run(store, prog, engine, FAILED)
+            raise
         saved = _save_what_is_done(store, batch, pending_errors)
+        prog.committed += len(batch) if saved else 0
         _end_run(store, prog, engine, INTERRUPTED)
         n = store.con.execute("SELECT count(*) FROM pairs").fetchone()[0]
         raise Interrupted(
             f"interrupted: {n} judged pairs are saved in {store.path}"
             + ("" if saved else " (the last few were lost)")
             + "; rerun the same command to resume") from None
-    except BaseException:
-        _save_what_is_done(store, batch, pending_errors)
-        _end_run(store, prog, engine, FAILED)
-        raise
     _end_run(store, prog, engine, FINISHED)
     if prog.done and hasattr(engine, "on_gpu"):
         from rmjudge.dryrun import record_throughput, throughput_key
@@ -294,7 +300,7 @@ def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict]
 
 def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
     try:
-        store.finish_run(pairs_judged=prog.done, errors=prog.errors,
+        store.finish_run(pairs_judged=prog.committed, errors=prog.errors,
                          generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
                          status=status)
     except Exception:

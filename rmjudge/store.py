@@ -38,6 +38,7 @@ import orjson
 
 from rmjudge import jsontext
 from rmjudge.errors import BusyError, DiskError, UserError
+from rmjudge.interrupts import critical
 from rmjudge.protocol import PairResult, Sample
 from rmjudge.sql import quote_ident, sql_literal
 
@@ -378,16 +379,17 @@ class Store:
         """Run `statements(con)` in one transaction; I/O failures become DiskError."""
         import duckdb
 
-        try:
-            self.con.execute("BEGIN TRANSACTION")
-            statements(self.con)
-            self.con.execute("COMMIT")
-        except (duckdb.Error, OSError) as exc:
-            self._rollback()
-            err = disk_error(self.path, exc)
-            if err is None:
-                raise
-            raise err from None
+        with critical():
+            try:
+                self.con.execute("BEGIN TRANSACTION")
+                statements(self.con)
+                self.con.execute("COMMIT")
+            except (duckdb.Error, OSError) as exc:
+                self._rollback()
+                err = disk_error(self.path, exc)
+                if err is None:
+                    raise
+                raise err from None
 
     # -- settings and runs ------------------------------------------------------------------
     def meta(self, key: str) -> Any:

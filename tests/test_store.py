@@ -502,3 +502,44 @@ def test_views_only_database_and_orphan_wal_are_not_taken(tmp_path):
     with pytest.raises(StoreError, match="wal exists without"):
         score(PAIRS, ScriptedEngine(length_judge), settings(), output=str(tmp_path / "gone.duckdb"))
     assert wal.read_bytes() == b"someone's log"
+
+
+SLOW_RUN = """
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from test_score import length_judge, settings
+from rmjudge.engine.fake import ScriptedEngine
+from rmjudge.pipeline import Interrupted, score
+
+def slow(req, i):
+    time.sleep(0.05)
+    return length_judge(req, i)
+
+print("started", flush=True)
+try:
+    score(sys.argv[1], ScriptedEngine(slow, pairs_in_flight=1), settings(), output=sys.argv[2],
+          commit_every=1)
+except Interrupted as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]])
+def test_sigterm_and_repeated_ctrl_c_save_and_record_the_run(tmp_path, signals):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(40)])
+    out = str(tmp_path / "o.duckdb")
+    p = subprocess.Popen([sys.executable, "-c", SLOW_RUN, src, out, str(Path(__file__).parent)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(2.0)
+    for s in signals:
+        p.send_signal(s)
+        time.sleep(0.001)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == EXIT_INTERRUPTED, err
+    assert "rerun the same command to resume" in err and "Traceback" not in err
+    saved = rows(out, "SELECT count(*) FROM pairs")[0][0]
+    assert rows(out, "SELECT status, pairs_judged FROM runs") == [("interrupted", saved)]
+    s = score(src, ScriptedEngine(length_judge), settings(), output=out)
+    assert s.skipped == saved and s.judged == 40 - saved

@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import click
 
-from rmjudge.errors import EXIT_USER, UserError
+from rmjudge.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
 
 
 def fail(message: str, code: int = EXIT_USER) -> NoReturn:
@@ -33,6 +33,10 @@ class UserErrorGroup(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             report_user_error(exc)
+        except KeyboardInterrupt:  # outside a run (a run turns it into `Interrupted`)
+            err = UserError("interrupted")
+            err.exit_code = EXIT_INTERRUPTED
+            report_user_error(err)
 
 
 class ProgressLine:
