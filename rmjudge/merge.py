@@ -72,6 +72,11 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
 
     if not shards:
         raise MergeError("no shard files given; pass the run stores to merge, e.g. out-*.duckdb")
+    from rmjudge.store import output_format
+
+    if output_format(output) != "duckdb":
+        raise MergeError(f"merge writes a DuckDB run store: name the output .duckdb, not "
+                         f"{output} (export it afterwards with DuckDB COPY)")
     paths = [os.path.abspath(p) for p in shards]
     if len(set(paths)) != len(paths):
         raise MergeError("a shard file is given twice; pass each run store once")

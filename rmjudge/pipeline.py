@@ -60,8 +60,25 @@ def check_output(source: str, out: str) -> None:
 
 
 def check_output_is_not_input(source: str, out: str) -> None:
-    """Refuse an output (or a file it writes) that is the input itself."""
+    """Refuse an output (or a file it writes) that is the input itself, or that a folder or
+    glob input would read back on a rerun."""
+    if not out or out.endswith(os.sep) or os.path.isdir(out):
+        raise StoreError(f"-o {out!r} is not a file name; give one such as "
+                         f"{os.path.join(out or '.', 'judged.duckdb')}")
     if source == "-":
+        return
+    if "://" not in source and (os.path.isdir(source) or any(c in source for c in "*?[")):
+        import fnmatch
+
+        written = [out, store_path(out)] + ([sidecar(out, "samples"), sidecar(out, "errors")]
+                                            if output_format(out) != "duckdb" else [])
+        for w in written:
+            real = os.path.realpath(w)
+            inside = (os.path.isdir(source)
+                      and real.startswith(os.path.realpath(source).rstrip(os.sep) + os.sep))
+            if inside or fnmatch.fnmatch(os.path.abspath(w), os.path.abspath(source)):
+                raise StoreError(f"the output {w} would be read back as input by {source} on the "
+                                 "next run; write it outside the input folder or glob")
         return
     duck = split_duckdb_source(source)
     src = os.path.realpath(duck[0] if duck else source)

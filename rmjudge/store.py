@@ -715,7 +715,7 @@ class Store:
                     remove_export(path)
                 continue
             order_by = f" ORDER BY {order}" if order else ""
-            select = self._nested_select(table) if fmt == "parquet" else "*"
+            select = self._nested_select(table) if fmt == "parquet" else self._finite_select(table)
             write_query_file(self.con, f"SELECT {select} FROM {table}{order_by}", path, fmt)
             written.append(path)
         return written
@@ -748,6 +748,13 @@ class Store:
             except duckdb.Error:  # keys that differ only by case, empty keys, ...: keep JSON text
                 continue
             swaps.append(f"{expr} AS {q}")
+        return f"* REPLACE ({', '.join(swaps)})" if swaps else "*"
+
+    def _finite_select(self, table: str) -> str:
+        """`*`, with NaN and infinities as null: JSON has no spelling for them."""
+        doubles = [c for c, t in self._columns_types(table).items() if t in ("DOUBLE", "FLOAT")]
+        swaps = [f"CASE WHEN isfinite({quote_ident(c)}) THEN {quote_ident(c)} END AS "
+                 f"{quote_ident(c)}" for c in doubles]
         return f"* REPLACE ({', '.join(swaps)})" if swaps else "*"
 
     def _columns_types(self, table: str) -> dict[str, str]:

@@ -543,3 +543,34 @@ def test_sigterm_and_repeated_ctrl_c_save_and_record_the_run(tmp_path, signals):
     assert rows(out, "SELECT status, pairs_judged FROM runs") == [("interrupted", saved)]
     s = score(src, ScriptedEngine(length_judge), settings(), output=out)
     assert s.skipped == saved and s.judged == 40 - saved
+
+
+def test_outputs_read_back_by_a_folder_or_glob_input_are_refused(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "a.jsonl", [row(i) for i in range(2)])
+    for out in (data / "out.jsonl", data / "out.duckdb"):
+        with pytest.raises(StoreError, match="read back as input"):
+            score(str(data), ScriptedEngine(length_judge), settings(), output=str(out))
+    with pytest.raises(StoreError, match="read back as input"):
+        score(str(data / "*.jsonl"), ScriptedEngine(length_judge), settings(),
+              output=str(data / "judged.jsonl"))
+    s = score(str(data), ScriptedEngine(length_judge), settings(), output=str(tmp_path / "o.jsonl"))
+    assert s.judged == 2
+    for bad in ("", str(tmp_path) + "/"):
+        with pytest.raises(StoreError, match="not a file name"):
+            score(str(data), ScriptedEngine(length_judge), settings(), output=bad) if bad else \
+                __import__("rmjudge.pipeline", fromlist=["check_output"]).check_output(str(data), bad)
+
+
+def test_jsonl_export_is_valid_json_with_nan_and_infinity(tmp_path):
+    src = tmp_path / "in.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT 'p1' AS id, 'Q?' AS prompt, 'good answer' AS chosen, 'bad' AS "
+                f"rejected, 'nan'::DOUBLE AS x, 'inf'::DOUBLE AS y) TO '{src}' (FORMAT parquet)")
+    con.close()
+    out = tmp_path / "o.jsonl"
+    score(str(src), ScriptedEngine(length_judge), settings(), output=str(out))
+    (line,) = out.read_bytes().splitlines()
+    got = orjson.loads(line)
+    assert got["x"] is None and got["y"] is None

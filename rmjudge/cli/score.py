@@ -11,13 +11,14 @@ from rmjudge.cli.mapping_options import build_mapper, label_options, label_setti
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
-from rmjudge.errors import EXIT_STRICT, EXIT_USER
+from rmjudge.errors import EXIT_STRICT, UserError
 
 
 run_options = combine_options([
     click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
                  help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=."),
-    click.option("--limit", type=int, default=None, help="Read only the first N rows."),
+    click.option("--limit", type=click.IntRange(min=1), default=None,
+                 help="Read only the first N rows."),
     click.option("--shard", default=None, metavar="I/N",
                  help="Judge only shard I of N (stable partition by pair id), for array jobs."),
     click.option("--commit-every", default=8, show_default=True,
@@ -56,7 +57,10 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
         return
     summary = judge_input(source, output, kw, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
-        sys.exit(EXIT_USER)
+        raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
+                        f"{summary.errors} of them in the errors table of "
+                        f"{summary.files[0] if summary.files else output}; fix the input (or "
+                        "--map its columns) and rerun")
     if strict and summary.errors:
         sys.exit(EXIT_STRICT)
 
@@ -91,6 +95,11 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
     from rmjudge.pipeline import check_output, default_output, score
 
     js, es, run = parse_run_options(kw)
+    if output is not None and not output.strip():
+        from rmjudge.settings import SettingsError
+
+        raise SettingsError("-o is empty; give an output file name, or leave -o out for "
+                            "INPUT.judged.duckdb")
     detect_format(source)  # a missing or unreadable input fails before the model loads
     check_output(source, output or default_output(source))  # so does an unusable output
     if engine is None and run["server"] is not None:
