@@ -613,10 +613,22 @@ class Store:
                 con.executemany("INSERT INTO run_map VALUES (?, ?, ?)",
                                 [[i, o, next_id + k] for k, o in enumerate(old)])
                 next_id += len(old)
-                cols = [r[0] for r in con.execute(
-                    "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
-                    "table_name = 'pairs' ORDER BY column_index", [a]).fetchall()]
-                self.add_columns(cols, con)
+                shard_types = dict(con.execute(
+                    "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
+                    "AND table_name = 'pairs' ORDER BY column_index", [a]).fetchall())
+                cmap = con.execute(f"SELECT value FROM {qa}.meta WHERE key = 'passthrough'").fetchone()
+                key_of = {c: k for k, c in (orjson.loads(cmap[0]) if cmap else {}).items()}
+                core = {c for c, _ in PAIR_COLUMNS}
+                moves = []  # (shard column, merged column): by input key, never by name alone
+                for c, typ in shard_types.items():
+                    if c in core:
+                        continue
+                    mine = self.column_for(key_of.get(c, c))
+                    if mine.lower() not in {x.lower() for x in self.pair_columns}:
+                        self.add_columns({mine: typ}, con)
+                    elif self._types.get(mine) not in (typ, "VARCHAR"):
+                        self._widen(con, mine, "VARCHAR")
+                    moves.append((c, mine))
                 run_cols = [r[0] for r in con.execute(
                     "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
                     "table_name = 'runs' ORDER BY column_index", [a]).fetchall()]
@@ -625,16 +637,21 @@ class Store:
                     INSERT INTO runs BY NAME
                     SELECT m.new_id AS run_id, {run_sel}, {sql_literal(p)} AS merged_from
                     FROM {qa}.runs r JOIN run_map m ON m.shard_index = {i} AND m.old_id = r.run_id""")
-                for table in ("pairs", "errors"):
-                    con.execute(f"""
-                        INSERT INTO {table} BY NAME
-                        SELECT t.* REPLACE (m.new_id AS run_id)
-                        FROM {qa}.{table} t LEFT JOIN run_map m
-                          ON m.shard_index = {i} AND m.old_id = t.run_id""")
+                dest = [c for c, _ in PAIR_COLUMNS if c in shard_types] + [m for _, m in moves]
+                src = [f"m.new_id" if c == "run_id" else f"t.{quote_ident(c)}"
+                       for c, _ in PAIR_COLUMNS if c in shard_types] + \
+                      [f"t.{quote_ident(c)}" for c, _ in moves]
+                con.execute(f"""
+                    INSERT INTO pairs ({', '.join(quote_ident(c) for c in dest)})
+                    SELECT {', '.join(src)}
+                    FROM {qa}.pairs t LEFT JOIN run_map m
+                      ON m.shard_index = {i} AND m.old_id = t.run_id""")
+                con.execute(f"""
+                    INSERT INTO errors BY NAME
+                    SELECT t.* REPLACE (m.new_id AS run_id)
+                    FROM {qa}.errors t LEFT JOIN run_map m
+                      ON m.shard_index = {i} AND m.old_id = t.run_id""")
                 con.execute(f"INSERT INTO samples BY NAME SELECT * FROM {qa}.samples")
-                cmap = con.execute(f"SELECT value FROM {qa}.meta WHERE key = 'passthrough'").fetchone()
-                if cmap:
-                    self._columns_map = {**orjson.loads(cmap[0]), **self._columns_map}
             if self._columns_map:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
                             [orjson.dumps(self._columns_map).decode()])

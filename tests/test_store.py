@@ -574,3 +574,30 @@ def test_jsonl_export_is_valid_json_with_nan_and_infinity(tmp_path):
     (line,) = out.read_bytes().splitlines()
     got = orjson.loads(line)
     assert got["x"] is None and got["y"] is None
+
+
+def test_merge_maps_passthrough_columns_by_input_key_not_by_case(tmp_path):
+    from rmjudge.io.intake import in_shard
+
+    objs = []
+    for i in range(12):
+        r = row(i)
+        # shard 0 sees Foo first, shard 1 sees foo first: their stores name the columns apart
+        pair_keys = ("Foo", "foo") if in_shard(f"p{i}", (0, 2)) else ("foo", "Foo")
+        for k in pair_keys:
+            r[k] = ("UPPER" if k == "Foo" else "lower") + str(i)
+        objs.append(r)
+    src = write_jsonl(tmp_path / "case.jsonl", objs)
+    shards = []
+    for i in range(2):
+        p = str(tmp_path / f"s{i}.duckdb")
+        score(src, ScriptedEngine(length_judge), settings(), output=p, shard=(i, 2))
+        shards.append(p)
+    out = str(tmp_path / "m.duckdb")
+    report = merge(shards, out, input=src)
+    assert report.output == out and report.pairs == 12
+    import json
+    cmap = json.loads(rows(out, "SELECT value FROM meta WHERE key = 'passthrough'")[0][0])
+    upper, lower = cmap["Foo"], cmap["foo"]
+    got = rows(out, f'SELECT "{upper}", "{lower}" FROM pairs')
+    assert all(u.startswith("UPPER") and lo.startswith("lower") for u, lo in got), got
