@@ -30,7 +30,7 @@ from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, 
 from rmjudge.types import Message, Pair
 
 __all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
-           "check_labels", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
+           "check_labels", "id_text", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
            "LABEL_CHECK_ROWS"]
 
 MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
@@ -144,14 +144,50 @@ class Mapper:
             if col not in obj:
                 raise RowError(f"column {col!r} (from --map id={col}) is missing; columns: "
                                f"{', '.join(map(str, obj)) or 'none'}")
-            if obj[col] is None or not str(obj[col]).strip():
+            text = None if obj[col] is None else id_text(obj[col], col)
+            if text is None or not text.strip():
                 raise RowError(f"column {col!r} (from --map id={col}) is empty in this row")
             used.add(col)
-            return str(obj[col])
-        if obj.get("id") is not None and str(obj["id"]).strip():
-            used.add("id")
-            return str(obj["id"])
+            return text
+        if obj.get("id") is not None:
+            text = id_text(obj["id"], "id")
+            if text.strip():
+                used.add("id")
+                return text
         return content_id(messages, a, b, extra)
+
+
+_EXACT_FLOAT = 2.0 ** 63  # orjson reads an integer literal beyond 64 bits as a float this large
+
+
+def id_text(value: Any, col: str = "id") -> str:
+    """A pair id from an id column's value.
+
+    Strings, integers and floats are spelled as they always were (`"x"`, `5`, `1.5`), so
+    existing stores resume; other values as compact JSON text (`true`, `{"a":1}`, `[1,2]`),
+    never Python's spelling. A whole float of 2**63 or more is refused: the JSONL reader turns an
+    integer beyond 64 bits into one, and two such ids could collide."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if abs(value) >= _EXACT_FLOAT and value.is_integer():
+            raise RowError(f"column {col!r} holds {value:.17g}, an integer too large to read "
+                           "exactly (beyond 64 bits); quote it in the input (\"123...\") so it "
+                           "is read as text")
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    if isinstance(value, (dict, list, tuple)):
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    return str(value)
 
 
 @dataclass(frozen=True)
