@@ -420,3 +420,21 @@ def test_integer_ids_beyond_64_bits_never_collide(tmp_path):
             assert "beyond 64 bits" in str(exc) and "quote it" in str(exc)
     assert len(set(ids)) == len(ids)
     assert set(ids) <= {"12345678901234567890123", "12345678901234567890124"}
+
+
+def test_label_values_with_a_label_column_that_only_later_rows_have():
+    m = LabelOptions.parse("0=A,1=B").mapper(None, 0)
+    assert [p.label for p in _pairs(m, [dict(AB), {**AB, "response_b": "z", "label": 1}])] == [None, "B"]
+    with pytest.raises(LabelValuesSyntaxError, match="--label-values does not apply: none of the "
+                                                     "first 2 rows has a label column"):
+        _pairs(LabelOptions.parse("0=A,1=B").mapper(None, 0), [dict(AB), {**AB, "response_b": "z"}])
+
+
+def test_a_label_column_named_with_label_may_be_missing_from_the_first_row():
+    m = LabelOptions.parse(choice="pref").mapper(None, 0)
+    assert [p.label for p in _pairs(m, [dict(AB), {**AB, "response_b": "z", "pref": "B"}])] == [None, "B"]
+    with pytest.raises(LabelValuesSyntaxError, match="^--label pref: none of the first 2 rows has "
+                                                     "such a column; columns: prompt, response_a"):
+        _pairs(LabelOptions.parse(choice="pref").mapper(None, 0), [dict(AB), dict(AB)])
+    with pytest.raises(LabelValuesSyntaxError, match="^--map label=pref: none of the first 1 row "):
+        _pairs(Mapper({"label": "pref"}), [dict(AB)])
