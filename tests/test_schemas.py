@@ -7,6 +7,7 @@ whatever slot the chosen response was drawn into.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -401,6 +402,7 @@ def test_score_keeps_a_gold_label_missing_from_the_first_row(tmp_path):
     # strings, integers and floats are spelled as before, so existing stores still resume
     ("abc", "abc"), (5, "5"), (1.5, "1.5"), (-3, "-3"), (2.0, "2.0"), (1e16, "1e+16"),
     (18446744073709551615, "18446744073709551615"), (12345678901234567890123, "12345678901234567890123"),
+    (Decimal("12345678901234567890123"), "12345678901234567890123"),  # a DECIMAL(38) column
 ])
 def test_ids_are_json_text_not_python_spelling(value, want):
     assert Mapper().to_pair(1, {**AB, "id": value}).id == want

@@ -178,9 +178,9 @@ def id_text(value: Any, col: str = "id", *, exact: bool = True) -> str:
         return str(value)
     if isinstance(value, float):
         if exact and abs(value) >= _EXACT_FLOAT and value.is_integer():
-            raise RowError(f"column {col!r} holds {value:.17g}, an integer too large to read "
-                           "exactly (beyond 64 bits); quote it in the input (\"123...\") so it "
-                           "is read as text")
+            raise RowError(f"column {col!r} holds {value:.17g}, a number too large to keep "
+                           "exactly as an id (an integer beyond 64 bits is read as a float); "
+                           "quote it in the input (\"123...\") so it is read as text")
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
