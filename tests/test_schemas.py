@@ -7,9 +7,11 @@ whatever slot the chosen response was drawn into.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import orjson
 from click.testing import CliRunner
 from helpers import first_slot_response, pref, refl, rows
 
@@ -323,3 +325,118 @@ def test_letter_ties_and_id_only_mapping():
     ids = Mapper(read_labels=False)
     p = ids.to_pair(1, {**row, "label": 7})
     assert p.label is None and p.id == m.to_pair(2, {**row, "label": "A"}).id
+
+
+# --- label values the docs promise, label columns missing from the first row, id spelling ------
+
+ROOT = Path(__file__).resolve().parent.parent
+AB = {"prompt": "q", "response_a": "x", "response_b": "y"}
+
+
+def _raws(objs):
+    from rmjudge.io.readers import RawRow
+
+    return [RawRow(i + 1, o) for i, o in enumerate(objs)]
+
+
+def _pairs(m: Mapper, objs) -> list:
+    return [m.to_pair(r.row_number, r.obj) for r in check_labels(m, _raws(objs), "in.jsonl")]
+
+
+@pytest.mark.parametrize("value", [1, 2, "1", 0, True, "A>>B", "Response A"])
+def test_non_letter_labels_stop_the_run_as_the_scoring_doc_says(value):
+    with pytest.raises(LabelValuesError, match="give the meaning of its values with --label-values"):
+        _pairs(Mapper(), [{**AB, "label": value}])
+    doc = (ROOT / "docs" / "scoring.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `{prompt") and "response_a" in line)
+    assert "`1`/`2`" not in row and "--label-values" in row  # the doc once said 1/2 were read
+    assert "(datasets.md)" in doc
+
+
+def test_a_label_column_missing_from_the_first_row_is_still_read():
+    objs = [dict(AB), {**AB, "response_b": "z", "label": "B"}, {**AB, "response_b": "w", "label": None}]
+    m = Mapper()
+    pairs = _pairs(m, objs)
+    assert [p.label for p in pairs] == [None, "B", None]
+    assert all("label" not in p.extra for p in pairs)
+    assert "label from label" in m.describe()
+    # without the read-ahead check too (a Ray worker maps its batches directly)
+    m = Mapper()
+    assert [m.to_pair(i, o).label for i, o in enumerate(objs, 1)] == [None, "B", None]
+    # values without a meaning in a later row are refused before judging, like a first row's
+    with pytest.raises(LabelValuesError, match="label column 'winner'.*1 \\(1 row\\)"):
+        _pairs(Mapper(), [dict(AB), {**AB, "winner": 1}])
+
+
+def test_a_row_whose_label_sits_in_another_label_column_is_a_row_error():
+    m = Mapper()
+    pairs = _pairs(m, [{**AB, "winner": "A"}, {**AB, "response_b": "z", "winner": None,
+                                               "label": "gpt-4"}])
+    assert [p.label for p in pairs] == ["A", None]  # winner present (null): label is passthrough
+    with pytest.raises(RowError, match="column 'label' holds a label but the input's label column "
+                                       "is 'winner'.*give every row the column"):
+        m.to_pair(3, {**AB, "response_b": "v", "label": "B"})
+    # a label column named with --label reads that column only: the others pass through
+    m = LabelOptions.parse(choice="winner").mapper(None, 0)
+    p = _pairs(m, [{**AB, "winner": "A"}, {**AB, "response_b": "z", "label": "B"}])[1]
+    assert p.label is None and p.extra["label"] == "B"
+
+
+def test_score_keeps_a_gold_label_missing_from_the_first_row(tmp_path):
+    src = tmp_path / "in.jsonl"
+    lines = [{"prompt": "q", "response_a": "short", "response_b": "a longer answer"},
+             {"prompt": "r", "response_a": "a longer answer", "response_b": "short", "label": "A"}]
+    src.write_text("".join(orjson.dumps(o).decode() + "\n" for o in lines))
+    out = str(tmp_path / "o.duckdb")
+    s = score(str(src), ScriptedEngine(longer_judge), JudgeSettings(samples=2), output=out)
+    assert s.errors == 0
+    assert rows(out, "SELECT label FROM pairs ORDER BY row_number") == [(None,), ("A",)]
+    cols = {c for (c,) in rows(out, "SELECT column_name FROM information_schema.columns "
+                                    "WHERE table_name = 'pairs'")}
+    assert not {"input_label", "label_2"} & cols
+
+
+@pytest.mark.parametrize("value, want", [
+    (True, "true"), (False, "false"), ({"a": 1}, '{"a":1}'), ([1, "x"], '[1,"x"]'),
+    ({"b": {"c": None}}, '{"b":{"c":null}}'),
+    # strings, integers and floats are spelled as before, so existing stores still resume
+    ("abc", "abc"), (5, "5"), (1.5, "1.5"), (-3, "-3"), (2.0, "2.0"), (1e16, "1e+16"),
+    (18446744073709551615, "18446744073709551615"), (12345678901234567890123, "12345678901234567890123"),
+    (Decimal("12345678901234567890123"), "12345678901234567890123"),  # a DECIMAL(38) column
+])
+def test_ids_are_json_text_not_python_spelling(value, want):
+    assert Mapper().to_pair(1, {**AB, "id": value}).id == want
+    assert Mapper({"id": "uid"}).to_pair(1, {**AB, "uid": value}).id == want
+
+
+def test_integer_ids_beyond_64_bits_never_collide(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "q", "response_a": "x", "response_b": "y", "id": 12345678901234567890123}\n'
+                   '{"prompt": "q", "response_a": "x", "response_b": "z", "id": 12345678901234567890124}\n')
+    m = Mapper()
+    ids = []
+    for r in read_rows(str(src)):
+        try:
+            ids.append(m.to_pair(r.row_number, r.obj).id)
+        except RowError as exc:  # a reader that rounds them to floats: the rows are refused
+            assert "beyond 64 bits" in str(exc) and "quote it" in str(exc)
+    assert len(set(ids)) == len(ids)
+    assert set(ids) <= {"12345678901234567890123", "12345678901234567890124"}
+
+
+def test_label_values_with_a_label_column_that_only_later_rows_have():
+    m = LabelOptions.parse("0=A,1=B").mapper(None, 0)
+    assert [p.label for p in _pairs(m, [dict(AB), {**AB, "response_b": "z", "label": 1}])] == [None, "B"]
+    with pytest.raises(LabelValuesSyntaxError, match="--label-values does not apply: none of the "
+                                                     "first 2 rows has a label column"):
+        _pairs(LabelOptions.parse("0=A,1=B").mapper(None, 0), [dict(AB), {**AB, "response_b": "z"}])
+
+
+def test_a_label_column_named_with_label_may_be_missing_from_the_first_row():
+    m = LabelOptions.parse(choice="pref").mapper(None, 0)
+    assert [p.label for p in _pairs(m, [dict(AB), {**AB, "response_b": "z", "pref": "B"}])] == [None, "B"]
+    with pytest.raises(LabelValuesSyntaxError, match="^--label pref: none of the first 2 rows has "
+                                                     "such a column; columns: prompt, response_a"):
+        _pairs(LabelOptions.parse(choice="pref").mapper(None, 0), [dict(AB), dict(AB)])
+    with pytest.raises(LabelValuesSyntaxError, match="^--map label=pref: none of the first 1 row "):
+        _pairs(Mapper({"label": "pref"}), [dict(AB)])

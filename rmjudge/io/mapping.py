@@ -4,7 +4,8 @@ The schema (`rmjudge.io.schemas`) is recognized from the first row's columns: TR
 prompt/chosen/rejected (also UltraFeedback-binarized, Skywork, TRL's implicit prompt),
 HH-RLHF transcripts, HelpSteer3, PKU-SafeRLHF, SHP, Chatbot Arena / MT-Bench, and rmjudge's own
 prompt/response_a/response_b/label. `--map prompt=question,a=resp1,b=resp2,label=pref,id=uid`
-(or `chosen=`/`rejected=`) names columns explicitly. A gold label is never guessed: a label
+(or `chosen=`/`rejected=`) names columns explicitly; rmjudge's own layout takes its label column
+from the first row that has one. A gold label is never guessed: a label
 column whose values are not A/B letters needs `--label-values` (`rmjudge.io.labels`), and
 `check_labels` refuses such an input before anything is judged, showing the values found.
 
@@ -30,7 +31,7 @@ from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, 
 from rmjudge.types import Message, Pair
 
 __all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
-           "check_labels", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
+           "check_labels", "id_text", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
            "LABEL_CHECK_ROWS"]
 
 MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
@@ -111,6 +112,7 @@ class Mapper:
 
     def to_pair(self, row_number: int, obj: dict[str, Any]) -> Pair:
         schema = self.detect(obj)
+        schema.adopt_label(obj, row_number)
         r = schema.read(obj)
         label = r.label
         if label == UNCOVERED and not self.read_labels:
@@ -144,14 +146,51 @@ class Mapper:
             if col not in obj:
                 raise RowError(f"column {col!r} (from --map id={col}) is missing; columns: "
                                f"{', '.join(map(str, obj)) or 'none'}")
-            if obj[col] is None or not str(obj[col]).strip():
+            text = None if obj[col] is None else id_text(obj[col], col)
+            if text is None or not text.strip():
                 raise RowError(f"column {col!r} (from --map id={col}) is empty in this row")
             used.add(col)
-            return str(obj[col])
-        if obj.get("id") is not None and str(obj["id"]).strip():
-            used.add("id")
-            return str(obj["id"])
+            return text
+        if obj.get("id") is not None:
+            text = id_text(obj["id"], "id")
+            if text.strip():
+                used.add("id")
+                return text
         return content_id(messages, a, b, extra)
+
+
+_EXACT_FLOAT = 2.0 ** 63  # orjson reads an integer literal beyond 64 bits as a float this large
+
+
+def id_text(value: Any, col: str = "id", *, exact: bool = True) -> str:
+    """A pair id from an id column's value.
+
+    Strings, integers and floats are spelled as they always were (`"x"`, `5`, `1.5`), so
+    existing stores resume; other values as compact JSON text (`true`, `{"a":1}`, `[1,2]`),
+    never Python's spelling. A whole float of 2**63 or more is refused: the JSONL reader turns an
+    integer beyond 64 bits into one, and two such ids could collide (`exact=False`: spelled as
+    before, for showing the id of a row that is an error anyway)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if exact and abs(value) >= _EXACT_FLOAT and value.is_integer():
+            raise RowError(f"column {col!r} holds {value:.17g}, a number too large to keep "
+                           "exactly as an id (an integer beyond 64 bits is read as a float); "
+                           "quote it in the input (\"123...\") so it is read as text")
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + raw.hex()
+    if isinstance(value, (dict, list, tuple)):
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -194,8 +233,9 @@ def check_labels(mapper: Mapper, rows: Iterable, source: str | None = None,
                  max_rows: int = LABEL_CHECK_ROWS) -> Iterator:
     """Stop before judging when the input's labels need `--label-values` (or more of it).
 
-    `rows` are `RawRow`s. Recognizes the schema from the first readable row; when its label
-    column is free-form (not a published dataset's), reads up to `max_rows` rows and raises
+    `rows` are `RawRow`s. Recognizes the schema from the first readable row (and, for rmjudge's
+    own layout, the label column from the first row that has one); when its label column is
+    free-form (not a published dataset's), reads up to `max_rows` rows and raises
     `LabelValuesError` listing the distinct values that have no meaning. Returns an iterator
     over all the rows, those read ahead included."""
     max_rows = min(max_rows, LABEL_CHECK_ROWS)
@@ -212,14 +252,37 @@ def check_labels(mapper: Mapper, rows: Iterable, source: str | None = None,
                 continue
         if len(ahead) >= max_rows:
             break
+    if schema is not None and schema.awaiting_label and len(ahead) < max_rows:
+        # the first row has no label column: a later one may (rows without it are unlabelled)
+        for raw in it:
+            ahead.append(raw)
+            if raw.obj is not None and schema.adopt_label(raw.obj, raw.row_number):
+                break
+            if len(ahead) >= max_rows:
+                break
+    if schema is not None and schema.awaiting_label:
+        n = len(ahead)
+        rows_read = f"the first {n} row{'s' if n != 1 else ''}"
+        col = schema.label_column
+        if col is not None:  # named by --label or --map label=
+            option = f"--map label={col}" if "label" in mapper.mapping else f"--label {col}"
+            first = next(raw.obj for raw in ahead if raw.obj is not None)
+            raise LabelValuesSyntaxError(
+                f"{option}: none of {rows_read} has such a column; columns: "
+                f"{', '.join(map(str, first)) or 'none'}")
+        if mapper.label_values is not None:
+            raise LabelValuesSyntaxError(
+                f"--label-values does not apply: none of {rows_read} has a label column "
+                f"({', '.join(LABEL_KEYS)}); name it with --map label=COLUMN")
     if schema is None or not schema.free_labels:
         mapper.checked = True
         return chain(ahead, it)
     col = schema.label_column
-    for raw in it:
-        ahead.append(raw)
-        if len(ahead) >= max_rows:
-            break
+    if len(ahead) < max_rows:
+        for raw in it:
+            ahead.append(raw)
+            if len(ahead) >= max_rows:
+                break
     values = [raw.obj.get(col) for raw in ahead if raw.obj is not None and col in raw.obj]
     bad = [v for v in values if v is not None and schema.label({col: v}) == UNCOVERED]
     if bad:

@@ -12,7 +12,9 @@ Recognized without options (first match wins):
 - hh-rlhf: chosen, rejected as "Human: ... Assistant: ..." transcripts, no prompt; chosen.
 - trl: prompt?, chosen, rejected (strings, message lists or message objects); chosen.
 - rmjudge: prompt, response_a, response_b, label?; A/B letters, ties unlabelled; other values
-  need --label-values.
+  need --label-values. The label column (label|winner|preference|preferred, or --label) is
+  taken from the first row that has one; a later row holding its label in another of these
+  columns is a row error, never a label lost to passthrough.
 
 `--map` (any key but id/label) selects the `mapped` schema: columns named explicitly, labels read
 as letters or by `--label-values`.
@@ -94,6 +96,16 @@ class Schema:
 
     def read(self, obj: dict) -> Reading:
         raise NotImplementedError
+
+    def adopt_label(self, obj: dict, row: int | None = None) -> bool:
+        """Schemas whose label column is found per input (rmjudge's own) take it from the first
+        row that has one; True when the label column is known."""
+        return self.label_column is not None
+
+    @property
+    def awaiting_label(self) -> bool:
+        """True while a later row may still name the label column."""
+        return False
 
     def fields(self) -> str:
         raise NotImplementedError
@@ -341,10 +353,42 @@ class ResponseAB(_Generic):
         self.choice = choice
         self.first_cols = {"prompt": self.find(obj, "prompt", PROMPT_KEYS),
                            "a": self.find(obj, "a", A_KEYS), "b": self.find(obj, "b", B_KEYS)}
-        if choice is not None and choice not in obj:
-            raise LabelValuesSyntaxError(f"--label {choice}: the input has no such column; "
-                                         f"columns: {_columns(obj)}")
-        self.label_column = choice or next((k for k in LABEL_KEYS if k in obj), None)
+        # The label column is the one --label/--map label= names, else the first of LABEL_KEYS
+        # in the first row that has one: a first row without it does not turn later rows' labels
+        # into passthrough columns. `check_labels` looks for it in the rows it reads ahead.
+        self.auto_label = choice is None
+        self.label_column = choice
+        self.label_row: int | None = None  # the row the label column was found in
+        self.label_seen = False
+        self.adopt_label(obj)
+
+    def adopt_label(self, obj: dict, row: int | None = None) -> bool:
+        if self.label_column is None and self.auto_label:
+            self.label_column = next((k for k in LABEL_KEYS if k in obj), None)
+            if self.label_column is not None:
+                self.label_row = row
+        if self.label_column is not None and self.label_column in obj:
+            self.label_seen = True
+        return self.label_seen
+
+    @property
+    def awaiting_label(self) -> bool:
+        return not self.label_seen
+
+    def _stray_label(self, obj: dict) -> None:
+        """A row holding a label in another label column than the input's is an error row, never
+        a gold label lost to passthrough."""
+        col = self.label_column
+        if not self.auto_label or col is None or col in obj:
+            return
+        other = next((k for k in LABEL_KEYS if obj.get(k) is not None), None)
+        if other is not None:
+            raise RowError(f"column {other!r} holds a label but the input's label column is "
+                           f"{col!r} (from {self._label_source()}); give every row the column "
+                           f"{col!r}, null when unlabelled, or name one with --label")
+
+    def _label_source(self) -> str:
+        return "the first row read" if self.label_row is None else f"row {self.label_row}"
 
     @classmethod
     def fits(cls, obj: dict, mapping: dict) -> bool:
@@ -366,6 +410,7 @@ class ResponseAB(_Generic):
         return self.values.outcome(obj[col]) if self.values else letter_label(obj[col])
 
     def read(self, obj: dict) -> Reading:
+        self._stray_label(obj)
         p_col = self.find(obj, "prompt", PROMPT_KEYS)
         a_col = self.find(obj, "a", A_KEYS)
         b_col = self.find(obj, "b", B_KEYS)
@@ -427,7 +472,7 @@ def detect(obj: dict, mapping: dict[str, str], values: LabelValues | None,
         raise RowError(f"no two responses found (chosen/rejected, response_a/response_b, or a "
                        f"known dataset's columns: see docs/datasets.md); columns: {cols}; name "
                        "them with --map (e.g. --map prompt=q,a=x,b=y)")
-    if schema.label_column is None and values is not None:
+    if schema.label_column is None and values is not None and not schema.awaiting_label:
         raise LabelValuesSyntaxError(f"--label-values does not apply: the input is read as "
                                      f"{schema.name}, whose gold label is the chosen response")
     if choice is not None and not isinstance(schema, (PKUSafeRLHF, ResponseAB)) \
