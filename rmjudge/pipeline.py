@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
-from rmjudge.interrupts import graceful
+from rmjudge.interrupts import deliver_pending, graceful
 from rmjudge.io.intake import Intake, RowFailure, input_identity
 from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import RawRow, default_output_stem, read_rows, split_duckdb_source
@@ -261,11 +261,14 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
                 prog.committed += len(batch)
                 batch, pending_errors = [], []
                 last_commit = time.monotonic()
+                deliver_pending()
             if on_progress:
                 on_progress(prog)
+            deliver_pending()
         store.commit(batch, pending_errors)
         prog.committed += len(batch)
         batch, pending_errors = [], []
+        deliver_pending()
         files = [out] if fmt == "duckdb" else store.export(out, fmt)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and "interrupted" not in str(exc).lower():

@@ -26,6 +26,7 @@ from rmjudge.errors import UserError
 
 import csv
 import io
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -174,6 +175,20 @@ def binary_reason(head: bytes, path: str) -> str | None:
     return None
 
 
+# orjson reads integers beyond 64 bits as floats (two such ids would collide); a line with a
+# run of 19+ digits is parsed again with the standard library, integers kept exact (as Decimal
+# beyond 64 bits, which every writer downstream turns into its digits).
+_DIGIT_MAP = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_LONG_DIGITS = b"0" * 19
+
+
+def _exact_int(s: str):
+    from decimal import Decimal
+
+    n = int(s)
+    return n if -2**63 <= n < 2**64 else Decimal(s)
+
+
 def read_jsonl(stream: Iterable[bytes], *, start: int = 1,
                name: str | None = None) -> Generator[RawRow, None, int]:
     """Rows of JSON Lines; a bad line is an error row with its reason, never the end of the file.
@@ -201,6 +216,8 @@ def read_jsonl(stream: Iterable[bytes], *, start: int = 1,
             yield RawRow(row, None, f"{at} {n} is not valid JSON ({exc}); fix or remove the line",
                          _clip(text))
             continue
+        if _LONG_DIGITS in line.translate(_DIGIT_MAP):  # integers orjson may have rounded
+            obj = json.loads(text, parse_int=_exact_int)
         if not isinstance(obj, dict):
             kind = {list: "an array", str: "a string", int: "a number", float: "a number",
                     bool: "a boolean", type(None): "null"}.get(type(obj), type(obj).__name__)
