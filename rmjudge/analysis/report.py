@@ -509,7 +509,6 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
 
 
 GENERATOR = '<meta name="generator" content="rmjudge report">'
-_MARK = "the generator marker rmjudge report puts in its HTML"
 
 
 def is_report_file(path: str) -> bool:
@@ -527,7 +526,7 @@ def check_report_output(t: JudgedTable | str, output: str) -> None:
     from rmjudge.analysis.outputs import guard_output
 
     table = t if isinstance(t, str) else t.path
-    guard_output(output, table, "report", is_report_file, f"no {_MARK}")
+    guard_output(output, table, "report", is_report_file, f"its head has no {GENERATOR}")
 
 
 def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None) -> ReportData:
