@@ -208,6 +208,17 @@ def dataset_query(table: JudgedTable, fs: FilterSettings) -> str:
             "ORDER BY __row, __id, __side")
 
 
+def check_filter_output(table: str, output: str) -> None:
+    """Refuse `output` unless it is new or an earlier filter output that nothing changed since
+    (its filter record's sha256 matches; rmjudge.analysis.outputs)."""
+    from rmjudge.analysis.outputs import guard_output
+    from rmjudge.publish.record import is_filter_output, record_path
+
+    guard_output(output, table, "filter", is_filter_output,
+                 f"no filter record {os.path.basename(record_path(output))} beside it with its "
+                 "current sha256")
+
+
 def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = None) -> FilterSummary:
     """Decide every pair, write the kept ones to `output` (.parquet or .jsonl) and count."""
     fs = fs or FilterSettings()
@@ -215,16 +226,18 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     if fmt == "duckdb":
         raise TableError(f"cannot tell the format of {output}: name the output .parquet or "
                          ".jsonl")
-    if os.path.abspath(output) == os.path.abspath(table.path):
-        raise TableError(f"{output} is the judged table itself; write the dataset elsewhere")
+    check_filter_output(table.path, output)
     con = table.con
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
     query = dataset_query(table, fs)
     columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
+    from rmjudge.analysis.outputs import replace_into, temp_path
     from rmjudge.store import write_query_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    write_query_file(con, query, output, fmt)
+    tmp = temp_path(output)
+    write_query_file(con, query, tmp, fmt)
+    replace_into(tmp, output, lambda: check_filter_output(table.path, output))
     counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())
     dropped = dict(con.execute("""SELECT reason, count(*) FROM decided WHERE action = 'dropped'
                                   GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())

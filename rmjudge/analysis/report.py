@@ -17,6 +17,7 @@ import base64
 import html
 import io
 import math
+import os
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.counts import pair_counts
@@ -442,6 +443,7 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
             ("did not parse", pct(o["parse_failure"])), ("ECE", _f(r.calibration["ece"]))]
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        GENERATOR,
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>rmjudge report: {html.escape(r.path)}</title><style>{CSS}</style></head><body>",
         "<h1>rmjudge report</h1>",
@@ -506,13 +508,48 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
     return "\n".join(x for x in parts if x)
 
 
+GENERATOR = '<meta name="generator" content="rmjudge report">'
+
+
+def is_report_file(path: str) -> bool:
+    """True when `path` is a page `rmjudge report` wrote (its head carries GENERATOR)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return GENERATOR.encode() in head
+
+
+def check_report_output(t: JudgedTable | str, output: str) -> None:
+    """Refuse `output` unless it is new or an earlier report (rmjudge.analysis.outputs)."""
+    from rmjudge.analysis.outputs import guard_output
+
+    table = t if isinstance(t, str) else t.path
+    guard_output(output, table, "report", is_report_file, f"its head has no {GENERATOR}")
+
+
 def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None) -> ReportData:
+    """Build the report and write its page to `output`: only a new file or an earlier report
+    is replaced, through a temporary file beside it moved into place."""
+    from rmjudge.analysis.outputs import replace_into, temp_path
+
+    check_report_output(t, output)
     data = build_report(t, group_by)
     page = render_html(data, make_figures(data))
-    tmp = output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    import os
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    tmp = temp_path(output)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        from rmjudge.store import disk_error
 
-    os.replace(tmp, output)
+        err = disk_error(output, exc) if isinstance(exc, OSError) else None
+        if err is None:
+            raise
+        raise err from None
+    replace_into(tmp, output, lambda: check_report_output(t, output))
     return data

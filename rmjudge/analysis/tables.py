@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import duckdb
 
 from rmjudge.sql import quote_ident
-from rmjudge.store import GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, output_format, sidecar, store_path
+from rmjudge.store import (GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, StoreBusyError,
+                           check_not_busy, output_format, sidecar, store_path)
 
 REQUIRED = ("id", "verdict", "verdict_ab", "verdict_ba", "consistent", "p_a", "label")
 _TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS}
@@ -164,6 +165,22 @@ def _typed_view(con: duckdb.DuckDBPyConnection, name: str, source: str,
     return cols
 
 
+BUSY = "{who} is writing {path}; wait for it to finish, then read it again"
+
+
+def _check_not_busy(path: str) -> None:
+    """StoreBusyError (exit 3) when an rmjudge process holds the lock of `path` or of the
+    working store of a Parquet/JSONL export being written. A lock file that cannot be opened
+    (a read-only folder) proves nothing: DuckDB's own lock still guards the read."""
+    for p in dict.fromkeys((path, store_path(path))):
+        try:
+            check_not_busy(p)
+        except StoreBusyError:
+            raise StoreBusyError(BUSY.format(who="another rmjudge process", path=path)) from None
+        except UserError:
+            pass
+
+
 def open_judged(path: str) -> JudgedTable:
     """Open a judged output read-only; raise TableError with the fix when it is not one."""
     if path.endswith(":") or (":" in os.path.basename(path) and not os.path.exists(path)):
@@ -174,6 +191,7 @@ def open_judged(path: str) -> JudgedTable:
                          "first, or check the path")
     if os.path.isdir(path):
         raise TableError(f"{path} is a directory; give the judged output file")
+    _check_not_busy(path)
     fmt = table_format(path)
     con = duckdb.connect(":memory:")
     tables: set[str] = set()
@@ -185,9 +203,12 @@ def open_judged(path: str) -> JudgedTable:
                 con.execute(f"ATTACH '{_sql_str(path)}' AS judged (READ_ONLY)")
             except duckdb.Error as exc:
                 msg = str(exc).splitlines()[0]
-                hint = ("another process is writing it; wait for it to finish"
-                        if "lock" in msg.lower() else "is it a DuckDB file written by rmjudge score?")
-                raise TableError(f"cannot open {path}: {msg} ({hint})") from None
+                if "lock" in msg.lower() or "different configuration" in msg.lower():
+                    raise StoreBusyError(BUSY.format(
+                        who="another process (it holds the DuckDB file's lock)", path=path)
+                    ) from None
+                raise TableError(f"cannot open {path}: {msg} (is it a DuckDB file written by "
+                                 "rmjudge score?)") from None
             present = {r[0] for r in con.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged'").fetchall()}
             if "pairs" not in present:

@@ -119,6 +119,22 @@ def build_record(table, summary, fs) -> dict:
     }
 
 
+def is_filter_output(path: str) -> bool:
+    """True when `rmjudge filter` wrote `path` and nothing changed it since: its filter record
+    (`.NAME.rmjudge.json` beside it) exists, names it, and holds its current sha256."""
+    try:
+        record = orjson.loads(open(record_path(path), "rb").read())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    if not isinstance(record, dict) or record.get("data_file") != os.path.basename(path):
+        return False
+    sha = record.get("data_sha256")
+    try:
+        return isinstance(sha, str) and sha == file_sha256(path)
+    except OSError:
+        return False
+
+
 def write_record(export: str, record: dict) -> str:
     path = record_path(export)
     write_text(path, orjson.dumps(record, option=orjson.OPT_INDENT_2, default=str))
