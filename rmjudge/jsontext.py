@@ -15,6 +15,8 @@ _OPTS = orjson.OPT_NON_STR_KEYS
 def _default(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v).decode("utf-8", errors="replace")
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
     return str(v)
 
 
@@ -41,4 +43,6 @@ def text(v: Any) -> str:
         return bytes(v).decode("utf-8", errors="replace")
     if isinstance(v, bool) or v is None:
         return json.dumps(v)
+    if hasattr(v, "isoformat"):  # dates and times in ISO 8601, as JSON writes them
+        return v.isoformat()
     return str(v)
