@@ -211,9 +211,13 @@ def disk_error(path: str, exc: BaseException) -> DiskError | None:
                      "rerun the same command to resume (the results committed so far are kept)")
 
 
-def _is_duckdb_file(path: str) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(12)
+def is_duckdb_file(path: str) -> bool:
+    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
     return head[8:12] == b"DUCK"
 
 
@@ -223,7 +227,7 @@ def is_rmjudge_store(path: str) -> bool:
 
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return os.path.isfile(path)
-    if not _is_duckdb_file(path):
+    if not is_duckdb_file(path):
         return False
     try:
         con = duckdb.connect(path, read_only=True)
@@ -819,6 +823,22 @@ def write_query_file(con, query: str, path: str, fmt: str) -> None:
         con.execute(f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}")
         os.replace(tmp, path)
     except (duckdb.Error, OSError) as exc:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        err = disk_error(path, exc)
+        if err is None:
+            raise
+        raise err from None
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Write a whole file through a temporary file moved into place."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
         err = disk_error(path, exc)

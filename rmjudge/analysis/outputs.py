@@ -21,20 +21,11 @@ import uuid
 from typing import Callable
 
 from rmjudge.errors import UserError
+from rmjudge.store import is_duckdb_file
 
 
 class OutputError(UserError):
     """The output path holds something the command did not write; the message names the fix."""
-
-
-def is_duckdb_file(path: str) -> bool:
-    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(12)
-    except OSError:
-        return False
-    return head[8:12] == b"DUCK"
 
 
 def temp_path(output: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -42,22 +41,10 @@ def file_sha256(path: str) -> str:
 
 
 def write_text(path: str, text: str | bytes) -> None:
-    """Write a whole text file through a temporary file moved into place."""
-    from rmjudge.store import disk_error
+    """Write a whole text file through a temporary file moved into place (the store's way)."""
+    from rmjudge.store import write_file
 
-    data = text.encode() if isinstance(text, str) else text
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        err = disk_error(path, exc)
-        if err is None:
-            raise
-        raise err from None
+    write_file(path, text.encode() if isinstance(text, str) else text)
 
 
 def _json_value(v: Any) -> Any:
