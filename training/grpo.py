@@ -132,6 +132,21 @@ def split(examples: list[dict], s: GRPOSettings) -> tuple[list[dict], list[dict]
     return train, held[: s.eval_max_items]
 
 
+def check_split_size(s: GRPOSettings, n_examples: int, n_train: int) -> None:
+    """Refuse a run that would train 0 steps: TRL drops an incomplete batch of prompts, so a
+    training split smaller than one step's prompts trains nothing and saves an untouched
+    adapter."""
+    if n_train >= s.batch_size:
+        return
+    held = n_examples - n_train
+    noun = "example" if n_train == 1 else "examples"
+    raise TrainError(
+        f"{s.data}: {n_examples} examples, {held} held out by --eval-fraction {s.eval_fraction}, "
+        f"leaving {n_train} training {noun}, fewer than --batch-size {s.batch_size} (prompts "
+        "per optimizer step), so training would run 0 steps; build more data, lower "
+        "--batch-size (with --generation-prompts dividing it) or lower --eval-fraction")
+
+
 def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
     """The checkpoint to resume from: a given path, or the latest in output_dir ('latest')."""
     if resume is None:
@@ -187,6 +202,14 @@ def train(s: GRPOSettings, resume: str | None = None,
     `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
     an external generation server, or scripted completions in tests).
     """
+    checkpoint = find_checkpoint(s.output_dir, resume)
+    try:
+        examples = read_examples(s.data)
+    except DataError as exc:
+        raise TrainError(str(exc)) from None
+    train_ex, held = split(examples, s)
+    check_split_size(s, len(examples), len(train_ex))
+
     import torch
     from peft import LoraConfig, prepare_model_for_kbit_training
     from trl import GRPOConfig, GRPOTrainer
@@ -196,15 +219,6 @@ def train(s: GRPOSettings, resume: str | None = None,
 
     out = Path(s.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    checkpoint = find_checkpoint(s.output_dir, resume)
-    try:
-        examples = read_examples(s.data)
-    except DataError as exc:
-        raise TrainError(str(exc)) from None
-    train_ex, held = split(examples, s)
-    if not train_ex:
-        raise TrainError(f"{s.data} has no training example left after the held-out split; "
-                         "lower --eval-fraction or build more data")
     with open(out / "heldout.jsonl", "wb") as f:
         for e in held:
             f.write(orjson.dumps(e) + b"\n")
@@ -218,9 +232,12 @@ def train(s: GRPOSettings, resume: str | None = None,
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
     dataset, too_long = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
-    if len(dataset) == 0:
-        raise TrainError(f"every training prompt is longer than --max-prompt-tokens "
-                         f"{s.max_prompt_tokens}; raise it")
+    if len(dataset) < s.batch_size:
+        raise TrainError(f"{s.data}: {too_long} of {len(train_ex)} training prompts are longer "
+                         f"than --max-prompt-tokens {s.max_prompt_tokens}, leaving "
+                         f"{len(dataset)}, fewer than --batch-size {s.batch_size} (prompts per "
+                         "step), so no step would run; raise --max-prompt-tokens or lower "
+                         "--batch-size")
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
