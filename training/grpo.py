@@ -181,17 +181,37 @@ def _log_callback(path: Path, progress: Callable[[dict], None] | None):
 
 
 def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int):
-    """TRL dataset: the rendered prompt text plus the columns the reward reads."""
+    """TRL dataset: the rendered prompt text plus the columns the reward reads; and the token
+    ids of each prompt text as the inference engine makes them (`training.tokens`)."""
     from datasets import Dataset
 
-    rows, too_long = [], 0
+    from training.tokens import encode_prompt
+
+    rows, too_long, ids_by_text = [], 0, {}
     for e in examples:
         text = render_prompt(tokenizer, e["prompt"])
-        if len(tokenizer(text).input_ids) > max_prompt_tokens:
+        ids = encode_prompt(tokenizer, e["prompt"])
+        if len(ids) > max_prompt_tokens:
             too_long += 1
             continue
+        ids_by_text[text] = ids
         rows.append({"prompt": text, "task": e["task"], "label": int(e["label"]), "id": e["id"]})
-    return Dataset.from_list(rows), too_long
+    return Dataset.from_list(rows), too_long, ids_by_text
+
+
+def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
+    """`trainer_cls` (TRL's GRPOTrainer) feeding the prompts' engine-made token ids to
+    generation instead of re-tokenizing their text, which would parse special-token strings
+    inside the data (e.g. `<|im_end|>` in a response) as control tokens. Hooks the trainer's
+    prompt tokenization step; prompts it does not know are tokenized by TRL as before."""
+
+    class EngineTokenizedGRPOTrainer(trainer_cls):
+        def _tokenize_prompts(self, prompts: list):
+            if prompts and all(isinstance(p, str) and p in ids_by_text for p in prompts):
+                return [list(ids_by_text[p]) for p in prompts], None, {}
+            return super()._tokenize_prompts(prompts)
+
+    return EngineTokenizedGRPOTrainer
 
 
 def train(s: GRPOSettings, resume: str | None = None,
@@ -231,7 +251,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     if s.quantization == "nf4":
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
-    dataset, too_long = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
+    dataset, too_long, ids_by_text = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
     if len(dataset) < s.batch_size:
         raise TrainError(f"{s.data}: {too_long} of {len(train_ex)} training prompts are longer "
                          f"than --max-prompt-tokens {s.max_prompt_tokens}, leaving "
@@ -273,7 +293,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     )
     peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                              target_modules=s.targets, task_type="CAUSAL_LM", bias="none")
-    trainer = GRPOTrainer(
+    trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
         callbacks=[_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
