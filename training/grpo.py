@@ -164,7 +164,7 @@ def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
     return str(ckpts[-1])
 
 
-def _log_callback(path: Path, progress: Callable[[dict], None] | None):
+def jsonl_log_callback(path: Path, progress: Callable[[dict], None] | None):
     from transformers import TrainerCallback
 
     class JsonlLog(TrainerCallback):
@@ -296,7 +296,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
+        callbacks=[jsonl_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
     )
     from transformers import PrinterCallback
 

@@ -220,22 +220,6 @@ def parse_failure_rate(model, tokenizer, examples: list[dict], max_tokens: int,
 # -- training ----------------------------------------------------------------------------------
 
 
-def jsonl_log_callback(path: Path, progress: Callable[[dict], None] | None):
-    from transformers import TrainerCallback
-
-    class JsonlLog(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kw):
-            if not logs:
-                return
-            rec = {"step": state.global_step, "epoch": state.epoch, **logs}
-            with open(path, "ab") as f:
-                f.write(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-            if progress:
-                progress(rec)
-
-    return JsonlLog()
-
-
 def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
     from training.grpo import TrainError, find_checkpoint as find
 
@@ -273,6 +257,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     import torch
     from transformers import Trainer, TrainingArguments
 
+    from training.grpo import jsonl_log_callback
     from training.hf import ModelSource, load_base, load_tokenizer, materialize
 
     if s.threads:
@@ -281,7 +266,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
 
     base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
     tokenizer = load_tokenizer(ModelSource(base_dir))
-    rows_tok = tokenize_examples(examples, tokenizer, s.max_length)
+    rows_tok = tokenize_examples(examples, tokenizer, s.max_length, stats)
     if len(rows_tok) < s.batch_size:
         raise SFTError(f"{stats.too_long} of {len(examples)} examples are longer than "
                        f"--max-length {s.max_length} tokens, leaving {len(rows_tok)}, fewer than "
