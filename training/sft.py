@@ -57,8 +57,9 @@ class SFTSettings:
     samples: int = field(default=2, metadata={"help": "Base rollouts per item (analysis source)."})
     rollout_max_tokens: int = field(default=96, metadata={"help": "Max tokens per rollout."})
     rollout_temperature: float = field(default=1.0, metadata={"help": "Rollout temperature."})
-    max_analysis_chars: int = field(default=300, metadata={
-        "help": "Analyses are cut at a sentence boundary within this many characters."})
+    max_analysis_chars: int = field(default=200, metadata={
+        "help": "Analyses are cut at a sentence boundary within this many characters (keep "
+                "analysis + verdict under the --max-tokens used at inference: ~4 chars/token)."})
     max_length: int = field(default=2048, metadata={
         "help": "Examples with more prompt + target tokens are left out (counted)."})
     method: str = field(default="lora", metadata={"help": "lora (adapter, merged at the end) or "
@@ -67,8 +68,8 @@ class SFTSettings:
     max_steps: int = field(default=-1, metadata={"help": "Stop after N steps (-1: epochs)."})
     batch_size: int = field(default=8, metadata={"help": "Examples per optimizer step."})
     micro_batch: int = field(default=2, metadata={"help": "Examples per forward/backward."})
-    learning_rate: float = field(default=2e-4, metadata={
-        "help": "Learning rate (2e-4 suits LoRA; use about 2e-5 with --method full)."})
+    learning_rate: float = field(default=5e-4, metadata={
+        "help": "Learning rate (LoRA; use about 1e-4 with --method full)."})
     warmup_ratio: float = field(default=0.05, metadata={"help": "Linear warmup share."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
