@@ -184,3 +184,39 @@ def test_grpo_cli_names_bad_settings_and_missing_checkpoints(tmp_path):
     assert res.exit_code == 1 and "--resume: no checkpoint in" in res.output
     res = CliRunner().invoke(main, base)
     assert res.exit_code == 1 and "training data not found" in res.output
+
+
+def test_grpo_with_fewer_training_examples_than_one_batch_is_an_error_before_any_work(tmp_path):
+    """4 examples, --eval-fraction 0.25, --batch-size 2: one training example is less than one
+    step's prompts, so TRL would train 0 steps and save an untouched adapter. It must be an
+    error naming the sizes, before the model is loaded (the model path here does not exist)."""
+    from training.cli import main
+    from training.data import write_examples
+    from training.grpo import is_heldout
+
+    # four source items of which exactly one lands in the training split at 0.25
+    ids, held = [], 0
+    for i in range(200):
+        sid = f"item-{i}"
+        h = is_heldout(sid, 0.25, 0)
+        if (h and held < 3) or (not h and len(ids) - held < 1):
+            ids.append(sid)
+            held += h
+        if len(ids) == 4:
+            break
+    assert held == 3
+    ex = [{"id": f"{s}#pref", "task": "pref", "source_id": s, "label": 1,
+           "prompt": [{"role": "user", "content": f"q {s}"}], "conversation": [],
+           "responses": ["a", "b"], "suffix": "", "critique_rollouts": None} for s in ids]
+    write_examples(ex, tmp_path / "d.jsonl")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(main, ["grpo", "--model", str(tmp_path / "no-such-model"), "--data",
+                                    str(tmp_path / "d.jsonl"), "-o", str(out), "--batch-size", "2",
+                                    "--generation-prompts", "2", "--num-generations", "2",
+                                    "--micro-batch", "4", "--eval-fraction", "0.25"])
+    assert res.exit_code == 1, res.output
+    assert "Error:" in res.output and "Traceback" not in res.output
+    msg = res.output
+    assert "1 training example" in msg and "--batch-size 2" in msg
+    assert "3 held out" in msg and "--eval-fraction" in msg
+    assert not (out / "adapter").exists()

@@ -1,4 +1,7 @@
-"""`rmjudge-train`: build-data, grpo, eval. Thin click layers over training.data/grpo/evaluate.
+"""`rmjudge-train`: sft, build-data, grpo, eval. Thin click layers over training.sft/data/grpo/
+evaluate.
+
+    rmjudge-train sft pairs.jsonl -o runs/warm                      # format warm-start
 
     rmjudge-train build-data pairs.jsonl -o train.jsonl            # rollouts with the embedded GGUF
     rmjudge-train grpo --model DIR --data train.jsonl -o runs/judge
@@ -24,9 +27,10 @@ from training.cache import CacheError
 from training.data import DataConfig, DataError, build_data, stats_path
 from training.grpo import GRPOSettings, TrainError
 from training.hf import ModelLoadError
+from training.sft import SFTError, SFTSettings
 
 USER_ERRORS = (DataError, TrainError, ModelLoadError, CacheError, InputError, ModelError,
-               SettingsError, ValueError)
+               SettingsError, SFTError, ValueError)
 
 
 def _fail(exc: Exception) -> None:
@@ -160,27 +164,35 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
 _REQUIRED = {"model", "data", "output_dir"}
 
 
-def _settings_options(func):
-    """One click option per GRPOSettings field, help text from the field's metadata."""
-    for f in reversed(dataclasses.fields(GRPOSettings)):
-        name = "--" + f.name.replace("_", "-")
-        help_ = f.metadata.get("help", "")
-        if f.name == "output_dir":
-            func = click.option("-o", "--output-dir", required=True, help=help_)(func)
-        elif f.name in _REQUIRED:
-            func = click.option(name, required=True, help=help_)(func)
-        elif f.type in ("bool", bool):
-            func = click.option(f"{name}/--no-{name[2:]}", default=f.default, show_default=True,
-                                help=help_)(func)
-        else:
-            typ = {"int": int, "float": float}.get(str(f.type), str)
-            func = click.option(name, type=typ, default=f.default, show_default=True,
-                                help=help_)(func)
-    return func
+def settings_options(cls, required=_REQUIRED):
+    """One click option per field of the settings dataclass `cls`, help text from the field's
+    metadata; a field marked `argument` in its metadata is a positional argument."""
+
+    def decorate(func):
+        for f in reversed(dataclasses.fields(cls)):
+            name = "--" + f.name.replace("_", "-")
+            help_ = f.metadata.get("help", "")
+            typ_name = str(f.type).replace(" | None", "")
+            typ = {"int": int, "float": float}.get(typ_name, str)
+            if f.metadata.get("argument"):
+                func = click.argument(f.name)(func)
+            elif f.name == "output_dir":
+                func = click.option("-o", "--output-dir", required=True, help=help_)(func)
+            elif f.name in required:
+                func = click.option(name, required=True, help=help_)(func)
+            elif f.type in ("bool", bool):
+                func = click.option(f"{name}/--no-{name[2:]}", default=f.default,
+                                    show_default=True, help=help_)(func)
+            else:
+                func = click.option(name, type=typ, default=f.default,
+                                    show_default=f.default is not None, help=help_)(func)
+        return func
+
+    return decorate
 
 
 @main.command("grpo")
-@_settings_options
+@settings_options(GRPOSettings)
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,
               help="Continue from a checkpoint: --resume (latest in -o) or --resume DIR.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
@@ -204,6 +216,50 @@ def grpo_cmd(resume, quiet, **kw):
     if summary["eval"]:
         click.echo("held-out eval: " + json.dumps(summary["eval"]))
     click.echo(f"summary: {Path(settings.output_dir) / 'training.json'}")
+
+
+# -- sft (format warm-start) -----------------------------------------------------------------
+
+
+@main.command("sft")
+@settings_options(SFTSettings, required=set())
+@click.option("--backend", type=click.Choice(["auto", "llama", "transformers"]), default="auto",
+              show_default=True, help="Rollouts: llama.cpp for a GGUF, transformers otherwise.")
+@click.option("--resume", is_flag=False, flag_value="latest", default=None,
+              help="Continue from a checkpoint: --resume (latest in -o) or --resume DIR.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def sft_cmd(backend, resume, quiet, **kw):
+    """Format warm-start: supervised targets (base analyses + gold verdicts, both tasks, both
+    orders) so a weak base learns to write parseable verdicts before build-data and GRPO."""
+    from training.rollouts import SamplingSettings
+    from training.sft import run
+
+    def progress(rec: dict) -> None:
+        if isinstance(rec.get("loss"), (int, float)):
+            _say(quiet, f"step {rec['step']}: loss {rec['loss']:.4g}")
+
+    try:
+        settings = SFTSettings(**kw)
+        sampling = SamplingSettings(samples=settings.samples,
+                                    temperature=settings.rollout_temperature,
+                                    max_tokens=settings.rollout_max_tokens, seed=settings.seed)
+        src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
+                                    settings.parallel, settings.threads)
+        _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
+        summary = run(settings, src, resume=resume, progress=progress,
+                      say=lambda t: _say(quiet, t))
+    except USER_ERRORS as exc:
+        _fail(exc)
+    click.echo(f"model: {summary['model']}  ({summary['steps']} steps, "
+               f"{summary['train_examples']} examples, loss {summary['first_loss']} -> "
+               f"{summary['last_loss']})")
+    for when in ("check_before", "check_after"):
+        c = summary[when]
+        if c:
+            click.echo(f"{when.split('_')[1]:6}: parse failures {c['parse_failures']} of "
+                       f"{c['prompts']} greedy Pref generations ({c['parse_failure_rate']:.1%}), "
+                       f"slot 1 {c['slot_1_share']:.1%}")
+    click.echo(f"summary: {Path(settings.output_dir) / 'sft.json'}")
 
 
 # -- eval ------------------------------------------------------------------------------------

@@ -132,6 +132,21 @@ def split(examples: list[dict], s: GRPOSettings) -> tuple[list[dict], list[dict]
     return train, held[: s.eval_max_items]
 
 
+def check_split_size(s: GRPOSettings, n_examples: int, n_train: int) -> None:
+    """Refuse a run that would train 0 steps: TRL drops an incomplete batch of prompts, so a
+    training split smaller than one step's prompts trains nothing and saves an untouched
+    adapter."""
+    if n_train >= s.batch_size:
+        return
+    held = n_examples - n_train
+    noun = "example" if n_train == 1 else "examples"
+    raise TrainError(
+        f"{s.data}: {n_examples} examples, {held} held out by --eval-fraction {s.eval_fraction}, "
+        f"leaving {n_train} training {noun}, fewer than --batch-size {s.batch_size} (prompts "
+        "per optimizer step), so training would run 0 steps; build more data, lower "
+        "--batch-size (with --generation-prompts dividing it) or lower --eval-fraction")
+
+
 def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
     """The checkpoint to resume from: a given path, or the latest in output_dir ('latest')."""
     if resume is None:
@@ -149,7 +164,7 @@ def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
     return str(ckpts[-1])
 
 
-def _log_callback(path: Path, progress: Callable[[dict], None] | None):
+def jsonl_log_callback(path: Path, progress: Callable[[dict], None] | None):
     from transformers import TrainerCallback
 
     class JsonlLog(TrainerCallback):
@@ -166,17 +181,37 @@ def _log_callback(path: Path, progress: Callable[[dict], None] | None):
 
 
 def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int):
-    """TRL dataset: the rendered prompt text plus the columns the reward reads."""
+    """TRL dataset: the rendered prompt text plus the columns the reward reads; and the token
+    ids of each prompt text as the inference engine makes them (`training.tokens`)."""
     from datasets import Dataset
 
-    rows, too_long = [], 0
+    from training.tokens import encode_prompt
+
+    rows, too_long, ids_by_text = [], 0, {}
     for e in examples:
         text = render_prompt(tokenizer, e["prompt"])
-        if len(tokenizer(text).input_ids) > max_prompt_tokens:
+        ids = encode_prompt(tokenizer, e["prompt"])
+        if len(ids) > max_prompt_tokens:
             too_long += 1
             continue
+        ids_by_text[text] = ids
         rows.append({"prompt": text, "task": e["task"], "label": int(e["label"]), "id": e["id"]})
-    return Dataset.from_list(rows), too_long
+    return Dataset.from_list(rows), too_long, ids_by_text
+
+
+def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
+    """`trainer_cls` (TRL's GRPOTrainer) feeding the prompts' engine-made token ids to
+    generation instead of re-tokenizing their text, which would parse special-token strings
+    inside the data (e.g. `<|im_end|>` in a response) as control tokens. Hooks the trainer's
+    prompt tokenization step; prompts it does not know are tokenized by TRL as before."""
+
+    class EngineTokenizedGRPOTrainer(trainer_cls):
+        def _tokenize_prompts(self, prompts: list):
+            if prompts and all(isinstance(p, str) and p in ids_by_text for p in prompts):
+                return [list(ids_by_text[p]) for p in prompts], None, {}
+            return super()._tokenize_prompts(prompts)
+
+    return EngineTokenizedGRPOTrainer
 
 
 def train(s: GRPOSettings, resume: str | None = None,
@@ -187,6 +222,14 @@ def train(s: GRPOSettings, resume: str | None = None,
     `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
     an external generation server, or scripted completions in tests).
     """
+    checkpoint = find_checkpoint(s.output_dir, resume)
+    try:
+        examples = read_examples(s.data)
+    except DataError as exc:
+        raise TrainError(str(exc)) from None
+    train_ex, held = split(examples, s)
+    check_split_size(s, len(examples), len(train_ex))
+
     import torch
     from peft import LoraConfig, prepare_model_for_kbit_training
     from trl import GRPOConfig, GRPOTrainer
@@ -196,15 +239,6 @@ def train(s: GRPOSettings, resume: str | None = None,
 
     out = Path(s.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    checkpoint = find_checkpoint(s.output_dir, resume)
-    try:
-        examples = read_examples(s.data)
-    except DataError as exc:
-        raise TrainError(str(exc)) from None
-    train_ex, held = split(examples, s)
-    if not train_ex:
-        raise TrainError(f"{s.data} has no training example left after the held-out split; "
-                         "lower --eval-fraction or build more data")
     with open(out / "heldout.jsonl", "wb") as f:
         for e in held:
             f.write(orjson.dumps(e) + b"\n")
@@ -217,10 +251,13 @@ def train(s: GRPOSettings, resume: str | None = None,
     if s.quantization == "nf4":
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
-    dataset, too_long = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
-    if len(dataset) == 0:
-        raise TrainError(f"every training prompt is longer than --max-prompt-tokens "
-                         f"{s.max_prompt_tokens}; raise it")
+    dataset, too_long, ids_by_text = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
+    if len(dataset) < s.batch_size:
+        raise TrainError(f"{s.data}: {too_long} of {len(train_ex)} training prompts are longer "
+                         f"than --max-prompt-tokens {s.max_prompt_tokens}, leaving "
+                         f"{len(dataset)}, fewer than --batch-size {s.batch_size} (prompts per "
+                         "step), so no step would run; raise --max-prompt-tokens or lower "
+                         "--batch-size")
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
@@ -256,10 +293,10 @@ def train(s: GRPOSettings, resume: str | None = None,
     )
     peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                              target_modules=s.targets, task_type="CAUSAL_LM", bias="none")
-    trainer = GRPOTrainer(
+    trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
+        callbacks=[jsonl_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
     )
     from transformers import PrinterCallback
 

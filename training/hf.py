@@ -1,15 +1,18 @@
 """transformers side of training: loading the base (HF directory or GGUF), NF4 quantization,
 chat rendering identical to inference, sampling and greedy generation.
 
-Loading from GGUF (`--model DIR --gguf-file NAME`, or `--model file.gguf`): transformers
-dequantizes the GGUF weights but will not quantize them again nor save them, so the model is
-rebuilt from its config without the GGUF quantization marker and saved once as a plain HF
+Loading from GGUF (`--model DIR --gguf-file NAME`, or `--model file.gguf`): the GGUF goes
+through `quantize.hfio.load_causal_lm`, the project's one GGUF -> transformers loader (it
+rebuilds the model without the GGUF quantization marker, and gives the tokenizer the
+pre-tokenizer the GGUF names, which transformers drops), and is saved once as a plain HF
 checkpoint under ~/.cache/rmjudge/hf-from-gguf/<sha256>/ (float32); training then loads that
 directory like any HF model, in 4-bit NF4 when bitsandbytes allows it.
 
-Chat rendering: `apply_chat_template(messages, add_generation_prompt=True, tokenize=False) +
-ASSISTANT_PREFIX`, so the completion is the text after the prefix, exactly as the llama.cpp
-engine generates it. Completions are cut after the first `</Result>` (the engine's stop).
+Prompt token ids for generation come from `training.tokens.encode_prompt`: the chat template's
+pieces parse special tokens, the data's pieces do not, as in the inference engine; generation
+starts after `ASSISTANT_PREFIX` and completions are cut after the first `</Result>` (the
+engine's stop). `render_prompt` is the same prompt as text, for TRL's GRPO trainer, which
+tokenizes text itself.
 """
 
 from __future__ import annotations
@@ -79,32 +82,36 @@ def load_tokenizer(src: ModelSource):
     return tok
 
 
+# Written into `complete` by the loader that filled a cache folder; a folder made by another
+# (older) loader is rebuilt, since its tokenizer may lack the GGUF's pre-tokenizer.
+CACHE_FORMAT = "quantize.hfio/1"
+
+
 def materialize(src: ModelSource) -> str:
-    """An HF directory holding the base model's weights (a GGUF is dequantized once, cached)."""
+    """An HF directory holding the base model's weights (a GGUF is dequantized once, cached).
+
+    The GGUF goes through `quantize.hfio.load_causal_lm`, the one GGUF -> transformers loader
+    (shared with `rmjudge-export`): it also gives the tokenizer the pre-tokenizer the GGUF
+    names, so training tokenizes as llama.cpp does at inference.
+    """
     if not src.gguf_file:
         return src.path
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
+    from quantize.hfio import load_causal_lm
     from rmjudge.models import file_sha256
 
     gguf_path = str(Path(src.path) / src.gguf_file)
     out = cache_root() / file_sha256(gguf_path)[:16]
-    if (out / "config.json").exists() and (out / "complete").exists():
+    done = out / "complete"
+    if (out / "config.json").exists() and done.exists() and done.read_text().strip() == CACHE_FORMAT:
         return str(out)
-    loaded = AutoModelForCausalLM.from_pretrained(src.path, gguf_file=src.gguf_file,
-                                                  dtype=torch.float32)
-    config = AutoConfig.from_pretrained(src.path, gguf_file=src.gguf_file)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
-    plain.generation_config = loaded.generation_config
+    model, tokenizer = load_causal_lm(gguf_path, "float32")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     out.mkdir(parents=True, exist_ok=True)
-    plain.save_pretrained(out)
-    load_tokenizer(src).save_pretrained(out)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
     (out / "source.txt").write_text(gguf_path + "\n")
-    (out / "complete").write_text("")
+    done.write_text(CACHE_FORMAT + "\n")
     return str(out)
 
 
@@ -169,19 +176,31 @@ def render_prompt(tokenizer, messages: Sequence[Message]) -> str:
     return text + ASSISTANT_PREFIX
 
 
-def _generate(model, tokenizer, prompts: list[str], **gen) -> tuple[list[str], list[str]]:
+def left_pad(rows: list[list[int]], pad_id: int):
+    """(input_ids, attention_mask) tensors of token rows, padded on the left for generation."""
     import torch
 
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        enc = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
-    finally:
-        tokenizer.padding_side = old_side
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def _generate(model, tokenizer, prompts: list[Sequence[Message]],
+              **gen) -> tuple[list[str], list[str]]:
+    import torch
+
+    from training.tokens import encode_prompt
+
+    ids, mask = left_pad([encode_prompt(tokenizer, p) for p in prompts], tokenizer.pad_token_id)
     with torch.no_grad():
-        out = model.generate(**enc, pad_token_id=tokenizer.pad_token_id,
-                             stop_strings=list(STOP), tokenizer=tokenizer, **gen)
-    new = out[:, enc["input_ids"].shape[1]:]
+        out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                             pad_token_id=tokenizer.pad_token_id, stop_strings=list(STOP),
+                             tokenizer=tokenizer, **gen)
+    new = out[:, ids.shape[1]:]
     texts, finish = [], []
     max_new = gen["max_new_tokens"]
     for row in new:
@@ -199,8 +218,7 @@ def sample_completions(model, tokenizer, prompts: list[Sequence[Message]], n: in
     import torch
 
     torch.manual_seed(seed)
-    rendered = [render_prompt(tokenizer, p) for p in prompts]
-    texts, finish = _generate(model, tokenizer, rendered, do_sample=True, temperature=temperature,
+    texts, finish = _generate(model, tokenizer, list(prompts), do_sample=True, temperature=temperature,
                               top_p=1.0, top_k=0, num_return_sequences=n,
                               max_new_tokens=max_tokens)
     return ([texts[i * n:(i + 1) * n] for i in range(len(prompts))],
@@ -212,8 +230,8 @@ def greedy_completions(model, tokenizer, prompts: list[Sequence[Message]], max_t
     """One greedy completion per prompt (evaluation decoding, as in the paper)."""
     out: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        rendered = [render_prompt(tokenizer, p) for p in prompts[start:start + batch_size]]
-        texts, _ = _generate(model, tokenizer, rendered, do_sample=False,
+        texts, _ = _generate(model, tokenizer, list(prompts[start:start + batch_size]),
+                             do_sample=False,
                              max_new_tokens=max_tokens)
         out.extend(texts)
     return out

@@ -1,0 +1,339 @@
+"""`rmjudge-train sft`: the format warm-start stage (supervised fine-tuning before GRPO).
+
+Steps, all resumable:
+1. read labelled pairs (anything `rmjudge score` reads), slots drawn from (seed, item id) as in
+   build-data (`training.data.read_items`);
+2. sample a few rollouts per item from the base (llama.cpp for a GGUF, cached per item id in
+   OUTPUT_DIR/rollouts.jsonl, the build-data cache format: a rerun samples only what is missing);
+3. build targets (`training.sft_data`): Pref in both slot orders and Refl in both critique
+   orders, the base's own analyses followed by the gold verdict;
+4. tokenize exactly as inference does (`training.tokens`: template pieces with special-token
+   parsing, data pieces and targets without), loss on the target tokens only; examples longer
+   than `max_length` are left out and counted, never truncated;
+5. train with transformers' `Trainer`: a LoRA adapter (default) or all weights (`--method
+   full`), checkpoints every `--save-steps` (`--resume` continues), loss logged per step to
+   stderr and OUTPUT_DIR/log.jsonl;
+6. save OUTPUT_DIR/model/ (the warm-started model as a plain HF folder: LoRA merged in, the
+   tokenizer beside it; the `--model` of the next stages, and what `rmjudge-export convert`
+   turns into a GGUF for build-data), plus OUTPUT_DIR/adapter/ for LoRA;
+7. format check: greedy generations on the Pref prompts of the first `--check-items` items, both
+   orders, before and after training; the parse-failure rates go to OUTPUT_DIR/sft.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from rmjudge.errors import UserError
+from rmjudge.prompts import parse_verdict
+
+from training.sft_data import TASKS, SFTStats, sft_examples
+
+DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+class SFTError(UserError):
+    """The warm-start stage cannot run as asked; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """What a warm-start run does."""
+
+    source: str = field(metadata={"help": "Labelled pairs (any input `rmjudge score` reads).",
+                                  "argument": True})
+    output_dir: str = field(metadata={"help": "Rollouts, checkpoints, logs, model/ and adapter/."})
+    model: str | None = field(default=None, metadata={
+        "help": "Base model: a .gguf file (default: the embedded model) or an HF directory."})
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside --model."})
+    map: str | None = field(default=None, metadata={"help": "Column mapping, as `rmjudge score`."})
+    limit: int | None = field(default=None, metadata={"help": "Read at most N rows."})
+    tasks: str = field(default="pref,refl", metadata={"help": "Target tasks: pref, refl or both."})
+    samples: int = field(default=2, metadata={"help": "Base rollouts per item (analysis source)."})
+    rollout_max_tokens: int = field(default=96, metadata={"help": "Max tokens per rollout."})
+    rollout_temperature: float = field(default=1.0, metadata={"help": "Rollout temperature."})
+    max_analysis_chars: int = field(default=200, metadata={
+        "help": "Analyses are cut at a sentence boundary within this many characters (keep "
+                "analysis + verdict under the --max-tokens used at inference: ~4 chars/token)."})
+    max_length: int = field(default=2048, metadata={
+        "help": "Examples with more prompt + target tokens are left out (counted)."})
+    method: str = field(default="lora", metadata={"help": "lora (adapter, merged at the end) or "
+                                                          "full (all weights; tiny models)."})
+    epochs: float = field(default=2.0, metadata={"help": "Passes over the examples."})
+    max_steps: int = field(default=-1, metadata={"help": "Stop after N steps (-1: epochs)."})
+    batch_size: int = field(default=8, metadata={"help": "Examples per optimizer step."})
+    micro_batch: int = field(default=2, metadata={"help": "Examples per forward/backward."})
+    learning_rate: float = field(default=5e-4, metadata={
+        "help": "Learning rate (LoRA; use about 1e-4 with --method full)."})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "Linear warmup share."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    target_modules: str = field(default=DEFAULT_TARGETS, metadata={
+        "help": "Comma-separated module names for LoRA, or all-linear."})
+    save_steps: int = field(default=50, metadata={"help": "Checkpoint every N optimizer steps."})
+    save_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept."})
+    logging_steps: int = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    check_items: int = field(default=8, metadata={
+        "help": "Items whose Pref prompts (both orders) are generated greedily before and after "
+                "training to measure parse failures (0: skip)."})
+    check_max_tokens: int = field(default=128, metadata={"help": "Max tokens per check generation."})
+    chunk_items: int = field(default=16, metadata={"help": "Items per rollout generate call."})
+    parallel: int | None = field(default=None, metadata={"help": "llama.cpp live sequences."})
+    threads: int | None = field(default=None, metadata={
+        "help": "CPU threads (llama.cpp rollouts and torch)."})
+    seed: int = field(default=0, metadata={"help": "Seed of slots, targets, shuffling and init."})
+
+    def __post_init__(self) -> None:
+        for name in ("samples", "rollout_max_tokens", "max_analysis_chars", "max_length",
+                     "batch_size", "micro_batch", "lora_r", "lora_alpha", "save_steps",
+                     "save_total_limit", "logging_steps", "check_max_tokens", "chunk_items"):
+            if getattr(self, name) < 1:
+                raise SFTError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise SFTError("--limit must be at least 1")
+        if self.check_items < 0:
+            raise SFTError("--check-items must be 0 or more")
+        if self.method not in ("lora", "full"):
+            raise SFTError("--method must be lora or full")
+        if not self.task_list or any(t not in TASKS for t in self.task_list):
+            raise SFTError(f"--tasks {self.tasks!r}: give pref, refl or pref,refl")
+        if self.batch_size % self.micro_batch:
+            raise SFTError(f"--micro-batch {self.micro_batch} must divide --batch-size "
+                           f"{self.batch_size}")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise SFTError("give --epochs > 0 or --max-steps > 0")
+        if self.learning_rate <= 0 or not 0.0 <= self.warmup_ratio < 1.0:
+            raise SFTError("--learning-rate must be > 0 and --warmup-ratio in [0, 1)")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise SFTError("--lora-dropout must be in [0, 1)")
+
+    @property
+    def task_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+
+    @property
+    def targets(self) -> str | list[str]:
+        t = self.target_modules.strip()
+        return t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[dict], SFTStats,
+                                                                             dict]:
+    """Warm-start examples of every item (rollouts cached in OUTPUT_DIR/rollouts.jsonl)."""
+    from rmjudge.io.mapping import parse_map
+
+    from training.cache import RolloutCache
+    from training.data import DataConfig, Stats, read_items, sample_all
+
+    config = DataConfig(seed=s.seed, limit=s.limit, mapping=parse_map(s.map),
+                        chunk_items=s.chunk_items)
+    read_stats = Stats()
+    cache = RolloutCache(Path(s.output_dir) / "rollouts.jsonl", rollout_source.fingerprint())
+    stats = SFTStats()
+    examples: list[dict] = []
+    for item, rollouts in sample_all(read_items(s.source, config, read_stats), rollout_source,
+                                     cache, config, read_stats, progress):
+        examples += sft_examples(item, rollouts, rollout_source.suffix, s.task_list,
+                                 s.max_analysis_chars, s.seed, stats)
+    rows = {"rows_read": read_stats.rows_read, "rows_bad": read_stats.rows_bad,
+            "rows_unlabelled": read_stats.rows_unlabelled,
+            "items_from_cache": read_stats.items_from_cache}
+    return examples, stats, rows
+
+
+def tokenize_examples(examples: list[dict], tokenizer, max_length: int,
+                      stats: SFTStats) -> list[dict]:
+    """input_ids / labels (-100 on the prompt) per example; too long ones are counted out."""
+    from training.tokens import encode_prompt, encode_target
+
+    rows = []
+    for e in examples:
+        p = encode_prompt(tokenizer, e["prompt"])
+        t = encode_target(tokenizer, e["completion"])
+        if len(p) + len(t) > max_length:
+            stats.too_long += 1
+            continue
+        rows.append({"input_ids": p + t, "labels": [-100] * len(p) + t})
+    return rows
+
+
+def pad_collator(pad_id: int):
+    """Right-padding collator: pad ids, mask, and -100 labels on the padding."""
+
+    def collate(batch: list[dict]) -> dict:
+        import torch
+
+        width = max(len(b["input_ids"]) for b in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, b in enumerate(batch):
+            n = len(b["input_ids"])
+            ids[i, :n] = torch.tensor(b["input_ids"])
+            labels[i, :n] = torch.tensor(b["labels"])
+            mask[i, :n] = 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+    return collate
+
+
+# -- format check ------------------------------------------------------------------------------
+
+
+def check_prompts(examples: list[dict], n_items: int) -> list[dict]:
+    """The Pref examples (both orders) of the first `n_items` items."""
+    ids: list[str] = []
+    for e in examples:
+        if e["source_id"] not in ids:
+            ids.append(e["source_id"])
+    keep = set(ids[:n_items])
+    return [e for e in examples if e["task"] == "pref" and e["source_id"] in keep]
+
+
+def parse_failure_rate(model, tokenizer, examples: list[dict], max_tokens: int,
+                       batch: int = 8) -> dict[str, Any]:
+    """Greedy generations on the examples' prompts: parse failures and accuracy."""
+    from training.hf import greedy_completions
+
+    if not examples:
+        return {"prompts": 0}
+    texts = greedy_completions(model, tokenizer, [e["prompt"] for e in examples], max_tokens,
+                               batch)
+    preds = [parse_verdict(t, e["task"]) for t, e in zip(texts, examples)]
+    n = len(examples)
+    return {"prompts": n,
+            "parse_failures": sum(p is None for p in preds),
+            "parse_failure_rate": round(sum(p is None for p in preds) / n, 4),
+            "slot_1_share": round(sum(p == 1 for p in preds) / n, 4),
+            "accuracy": round(sum(p == e["label"] for p, e in zip(preds, examples)) / n, 4),
+            "first_text": texts[0]}
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
+    from training.grpo import TrainError, find_checkpoint as find
+
+    try:
+        return find(output_dir, resume)
+    except TrainError as exc:
+        raise SFTError(str(exc)) from None
+
+
+def run(s: SFTSettings, rollout_source, resume: str | None = None,
+        progress: Callable[[dict], None] | None = None,
+        say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The whole stage; returns the summary also written to OUTPUT_DIR/sft.json."""
+    say = say or (lambda _: None)
+    out = Path(s.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = find_checkpoint(s.output_dir, resume)
+    examples, stats, rows = build_examples(s, rollout_source)
+    if not examples:
+        raise SFTError(f"{s.source}: no warm-start example was built ({rows['rows_read']} rows "
+                       f"read, {rows['rows_unlabelled']} unlabelled, {rows['rows_bad']} bad); "
+                       "give labelled pairs (chosen/rejected or a label column)")
+    with open(out / "sft_data.jsonl", "wb") as f:
+        for e in examples:
+            f.write(orjson.dumps(e) + b"\n")
+    if len(examples) < s.batch_size:
+        raise SFTError(f"{s.source}: {len(examples)} warm-start examples, fewer than "
+                       f"--batch-size {s.batch_size}, so no step would run; give more rows or "
+                       "lower --batch-size")
+    say(f"examples: {stats.pref_examples} Pref + {stats.refl_examples} Refl (label 1: "
+        f"{stats.label_1}, label 2: {stats.label_2}); base analyses used {stats.analyses_used}, "
+        f"short {stats.analyses_short}; base rollouts parsed {stats.rollouts_parsed} of "
+        f"{stats.rollouts}")
+
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from training.grpo import jsonl_log_callback
+    from training.hf import ModelSource, load_base, load_tokenizer, materialize
+
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    from rmjudge.models import resolve_model
+
+    base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
+    tokenizer = load_tokenizer(ModelSource(base_dir))
+    rows_tok = tokenize_examples(examples, tokenizer, s.max_length, stats)
+    if len(rows_tok) < s.batch_size:
+        raise SFTError(f"{stats.too_long} of {len(examples)} examples are longer than "
+                       f"--max-length {s.max_length} tokens, leaving {len(rows_tok)}, fewer than "
+                       f"--batch-size {s.batch_size}; raise --max-length")
+    torch.manual_seed(s.seed)
+    model = load_base(base_dir, quantization="none", dtype="float32")
+    check = check_prompts(examples, s.check_items)
+    before = None
+    if check and checkpoint is None:
+        model.eval()
+        before = parse_failure_rate(model, tokenizer, check, s.check_max_tokens)
+        say(f"base: {before['parse_failures']} of {before['prompts']} check generations do not "
+            "parse")
+    if s.method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
+            target_modules=s.targets, task_type="CAUSAL_LM", bias="none"))
+    model.train()
+
+    from datasets import Dataset
+
+    cuda = torch.cuda.is_available()
+    args = TrainingArguments(
+        output_dir=str(out), num_train_epochs=s.epochs, max_steps=s.max_steps,
+        per_device_train_batch_size=s.micro_batch,
+        gradient_accumulation_steps=s.batch_size // s.micro_batch,
+        learning_rate=s.learning_rate, lr_scheduler_type="cosine",
+        warmup_steps=s.warmup_ratio, logging_steps=s.logging_steps, save_strategy="steps",
+        save_steps=s.save_steps, save_total_limit=s.save_total_limit, seed=s.seed,
+        data_seed=s.seed, use_cpu=not cuda, bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        report_to="none", remove_unused_columns=False, disable_tqdm=True,
+        dataloader_drop_last=False)
+    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
+                      data_collator=pad_collator(tokenizer.pad_token_id),
+                      callbacks=[jsonl_log_callback(out / "log.jsonl", progress)])
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    (out / "settings.json").write_text(json.dumps(asdict(s), indent=2) + "\n")
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_state()
+
+    model = trainer.model
+    if s.method == "lora":
+        model.save_pretrained(str(out / "adapter"))
+        tokenizer.save_pretrained(str(out / "adapter"))
+        model = model.merge_and_unload()
+    model_dir = out / "model"
+    model.save_pretrained(str(model_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(model_dir))
+    after = None
+    if check:
+        model.eval()
+        after = parse_failure_rate(model, tokenizer, check, s.check_max_tokens)
+        say(f"warm-started: {after['parse_failures']} of {after['prompts']} check generations "
+            "do not parse")
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    summary = {
+        "settings": asdict(s), "base_model_dir": base_dir, "model": str(model_dir),
+        "adapter": str(out / "adapter") if s.method == "lora" else None,
+        "rows": rows, "stats": stats.as_dict(), "train_examples": len(rows_tok),
+        "steps": trainer.state.global_step, "resumed_from": checkpoint,
+        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+        "train_metrics": result.metrics, "check_before": before, "check_after": after,
+    }
+    (out / "sft.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
