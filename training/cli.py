@@ -18,6 +18,10 @@ from pathlib import Path
 
 import click
 
+from rmjudge import __version__
+from rmjudge.cli.common import UserErrorGroup
+from rmjudge.errors import UserError
+
 from rmjudge.io.mapping import parse_map
 from rmjudge.io.readers import InputError
 from rmjudge.models import ModelError
@@ -34,7 +38,11 @@ USER_ERRORS = (DataError, TrainError, ModelLoadError, CacheError, InputError, Mo
 
 
 def _fail(exc: Exception) -> None:
-    raise click.ClickException(str(exc)) from None
+    """A user error (one of USER_ERRORS): one `Error:` line and exit 1, as every rmjudge
+    command reports it (rmjudge.cli.common.UserErrorGroup)."""
+    if isinstance(exc, UserError):
+        raise exc
+    raise UserError(str(exc)) from None
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -42,7 +50,8 @@ def _say(quiet: bool, text: str) -> None:
         click.echo(text, err=True)
 
 
-@click.group()
+@click.group(cls=UserErrorGroup)
+@click.version_option(__version__, prog_name="rmjudge-train")
 def main() -> None:
     """Train a ReflectRM judge: rollouts -> unified Pref + Refl data -> GRPO QLoRA adapter."""
 

@@ -31,7 +31,8 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from rmjudge.io.mapping import Mapper, RowError
+from rmjudge.io.intake import Intake, RowFailure
+from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import read_rows
 from rmjudge.prompts import extract_analysis, parse_verdict, pref_messages, refl_messages
 from rmjudge.protocol import derive_seed
@@ -132,28 +133,20 @@ def assign_slots(pair, seed: int) -> Item | None:
 def read_items(source: str, config: DataConfig, stats: Stats) -> Iterator[Item]:
     """Labelled items of `source` (rows that cannot be used are counted, not fatal)."""
     mapper = Mapper(config.mapping, config.seed)
-    seen: set[str] = set()
-    for raw in read_rows(source):
-        if config.limit is not None and stats.rows_read >= config.limit:
-            break
-        stats.rows_read += 1
-        if raw.obj is None:
+    rows = check_labels(mapper, read_rows(source), source,
+                        **({"max_rows": config.limit} if config.limit else {}))
+    intake = Intake(rows, mapper, limit=config.limit)
+    for pair in intake:  # duplicate ids would share one cache entry: the intake drops them
+        stats.rows_read = intake.rows_read
+        if isinstance(pair, RowFailure):
             stats.rows_bad += 1
             continue
-        try:
-            pair = mapper.to_pair(raw.row_number, raw.obj)
-        except RowError:
-            stats.rows_bad += 1
-            continue
-        if pair.id in seen:  # duplicate ids would share one cache entry
-            stats.rows_bad += 1
-            continue
-        seen.add(pair.id)
         item = assign_slots(pair, config.seed)
         if item is None:
             stats.rows_unlabelled += 1
             continue
         yield item
+    stats.rows_read = intake.rows_read
 
 
 def _chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
