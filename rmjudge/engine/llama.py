@@ -23,6 +23,7 @@ single `llama_decode`. Requests are scheduled in *groups* that share a prompt pr
 from __future__ import annotations
 
 import ctypes
+import heapq
 import math
 import os
 from collections import deque
@@ -184,6 +185,10 @@ class Tokenizer:
 
 # -- scheduling structures ------------------------------------------------------------------
 
+MIN_CHUNK = 2  # a prompt token is never evaluated as the only token of its sequence's chunk
+FORCE_MARGIN = 24  # KV cells kept for a forced-verdict continuation
+CELL_PAD = 256  # llama.cpp pads each sequence's KV stream to this many cells
+
 
 @dataclass
 class _Seq:
@@ -203,18 +208,28 @@ class _Seq:
     forced: tuple[float, float] | None = None
     forced_lp: float | None = None
     error: str | None = None
-    kv_need: int = 0
-    group: "_Group | None" = None
+    need: int = 0  # KV cells: prompt + max_tokens + forced-verdict margin
 
 
 @dataclass
 class _Group:
     prefix: list[int]
     seqs: list[_Seq]
-    kv_need: int
     fed: int = 0  # prefix tokens evaluated so far (on the first sequence's slot)
     owner: int = -1
-    remaining: int = 0  # member sequences not yet finished
+
+
+def _take(remaining: int, budget: int) -> int:
+    """How many of a sequence's `remaining` prompt tokens to evaluate now, within `budget`:
+    never leave a single token for a later chunk, and never start a chunk of one token unless
+    the whole feed is one token (a forced-verdict continuation can be). Chunks of two or more
+    tokens of a sequence give the same numbers wherever they are cut (see docs/engine.md)."""
+    t = min(remaining, budget)
+    if t < remaining and remaining - t < MIN_CHUNK:
+        t = remaining - MIN_CHUNK
+    if t < MIN_CHUNK and t < remaining:
+        return 0
+    return t
 
 
 class LlamaEngine:
@@ -241,8 +256,9 @@ class LlamaEngine:
         self.parallel = settings.parallel or (64 if self.on_gpu else 16)
         self.n_seq_ctx = min(settings.n_ctx or self.info.n_ctx_train, self.info.n_ctx_train)
         self.ctx = None
-        self.kv_size = 0
+        self.stream_size = 0  # KV cells of each sequence's stream in the current context
         self._batch = None
+        self._batch_cap = 0
         self._lora = None
         self._generated = 0
         self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
@@ -266,44 +282,38 @@ class LlamaEngine:
         return [len(self.tok.prompt_tokens(r)) for r in requests]
 
     # -- context -------------------------------------------------------------------------
-    def _ensure_context(self, groups: list[_Group]) -> None:
-        """Size the KV cache from the requests: enough cells for `parallel` sequences of the
-        groups at hand (shared prefixes counted once), never less than the largest group.
-        The context is recreated, larger, only when a later call needs more; every call
-        drains it, so nothing is lost."""
-        need_max = max(g.kv_need for g in groups)
-        n_seqs = sum(len(g.seqs) for g in groups)
-        per_seq = sum(g.kv_need for g in groups) / max(1, n_seqs)
-        want = max(need_max, int(per_seq * min(self.parallel, n_seqs)))
-        if self.ctx is not None and want <= self.kv_size:
+    def _ensure_context(self, need: int) -> None:
+        """One KV stream per sequence slot (`kv_unified=False`), each large enough for the
+        longest sequence at hand. A sequence's cells then sit at the same places whatever else
+        runs, which keeps its numbers independent of the batch. The context is recreated,
+        larger, only when a later call needs more; every call drains it, so nothing is lost."""
+        stream = int(math.ceil(max(need, CELL_PAD) / CELL_PAD) * CELL_PAD)
+        if self.ctx is not None and stream <= self.stream_size:
             return
         l = self.l
         if self.ctx is not None:
             l.llama_free(self.ctx)
             self.ctx = None
-            want = max(want, int(self.kv_size * 1.5))
-        size = int(math.ceil(max(want, 512) / 256) * 256)
+        cap = max(self.settings.batch_size, self.parallel)
         p = l.llama_context_default_params()
-        p.n_ctx = size
-        p.n_batch = self.settings.batch_size
-        p.n_ubatch = self.settings.batch_size
+        p.n_ctx = stream * self.parallel
+        p.n_batch = cap
+        p.n_ubatch = cap
         p.n_seq_max = self.parallel
         p.n_threads = self.threads
         p.n_threads_batch = self.threads
-        if hasattr(p, "kv_unified"):
-            p.kv_unified = True
+        p.kv_unified = False
         if not self.on_gpu and hasattr(p, "flash_attn_type"):
             # On CPU, llama.cpp's flash attention accumulates in half precision: log-probs move
-            # by up to 0.2 nats and depend on what else is in the batch. Off, they match
-            # llama.cpp's reference path and barely depend on batch composition.
+            # by up to 0.2 nats against llama.cpp's reference path. Off, they match it.
             p.flash_attn_type = l.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if hasattr(p, "no_perf"):
             p.no_perf = True
         self.ctx = l.llama_init_from_model(self.model, p)
         if not self.ctx:
-            raise ModelError(f"llama.cpp could not create a context of {size} tokens; lower "
-                             "--parallel or --ctx-size")
-        self.kv_size = size
+            raise ModelError(f"llama.cpp could not create a context of {self.parallel} x {stream} "
+                             "tokens; lower --parallel or --ctx-size")
+        self.stream_size = stream
         self.mem = l.llama_get_memory(self.ctx)
         if self._lora:
             if hasattr(l, "llama_set_adapters_lora"):
@@ -315,14 +325,22 @@ class LlamaEngine:
                 rc = l.llama_set_adapter_lora(self.ctx, self._lora, self.settings.lora_scale)
             if rc != 0:
                 raise ModelError(f"llama.cpp could not apply the LoRA adapter {self.settings.lora}")
-        if self._batch is not None:
-            l.llama_batch_free(self._batch)
-        self._batch = l.llama_batch_init(self.settings.batch_size + self.parallel, 0, 1)
+        if self._batch is None or self._batch_cap < cap:
+            if self._batch is not None:
+                l.llama_batch_free(self._batch)
+            self._batch = l.llama_batch_init(cap, 0, 1)
+            self._batch_cap = cap
         self.n_vocab = self.tok.n_vocab
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, requests: list[GenRequest]) -> tuple[list[_Group], list[list[_Seq]]]:
-        """Tokenize, group by shared prefix, and check every sequence fits the context."""
+        """Tokenize, group by shared prefix, and check every sequence fits the context.
+
+        A group is every sequence with the same `share_key` (or of the same request); its
+        shared prefix is their longest common prefix less `MIN_CHUNK` tokens, so each sequence
+        evaluates at least two tokens of its own. Groups larger than `--parallel` run in
+        several waves, each evaluating the same prefix: the numbers do not depend on
+        `--parallel`."""
         per_req: list[list[_Seq]] = []
         keyed: dict[Any, list[tuple[list[int], _Seq]]] = {}
         order: list[Any] = []
@@ -332,8 +350,8 @@ class LlamaEngine:
             for s in range(req.n):
                 rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
                 seq = _Seq(i, s, req, feed=list(toks), pos=0, rng=rng)
-                seq.kv_need = len(toks) + req.max_tokens + 24
-                if seq.kv_need > self.n_seq_ctx:
+                seq.need = len(toks) + req.max_tokens + FORCE_MARGIN
+                if seq.need > self.n_seq_ctx:
                     seq.error = (
                         f"the pair needs {len(toks)} prompt tokens + {req.max_tokens} to generate, "
                         f"more than the model's context of {self.n_seq_ctx}; shorten the responses "
@@ -350,24 +368,18 @@ class LlamaEngine:
         groups: list[_Group] = []
         for key in order:
             members = keyed[key]
+            if not members:
+                continue
+            lcp = common_prefix([t for t, _ in members]) - MIN_CHUNK if len(members) > 1 else 0
+            if lcp < MIN_CHUNK:
+                lcp = 0
             for start in range(0, len(members), self.parallel):
                 chunk = members[start:start + self.parallel]
-                if not chunk:
-                    continue
-                lcp = _common_prefix([t for t, _ in chunk])
-                lcp = max(0, lcp - 1) if len(chunk) > 1 else 0  # each sequence feeds >= 1 token
-                prefix = chunk[0][0][:lcp]
-                seqs = []
-                need = len(prefix)
+                shared = lcp if len(chunk) > 1 else 0
                 for toks, s in chunk:
-                    s.feed = toks[lcp:]
-                    s.pos = lcp
-                    need += len(s.feed) + s.req.max_tokens + 24
-                    seqs.append(s)
-                g = _Group(prefix, seqs, need, remaining=len(seqs))
-                for s in seqs:
-                    s.group = g
-                groups.append(g)
+                    s.feed = toks[shared:]
+                    s.pos = shared
+                groups.append(_Group(chunk[0][0][:shared], [s for _, s in chunk]))
         return groups, per_req
 
     # -- generation ----------------------------------------------------------------------
@@ -376,7 +388,7 @@ class LlamaEngine:
             raise RuntimeError("this engine was loaded for tokenization only")
         groups, per_req = self._plan(requests)
         if groups:
-            self._ensure_context(groups)
+            self._ensure_context(max(s.need for g in groups for s in g.seqs))
             self._run(deque(groups))
         out = []
         for seqs in per_req:
@@ -392,139 +404,124 @@ class LlamaEngine:
             out.append(gens)
         return out
 
-    def _run(self, queue: deque[_Group]) -> None:
-        l = self.l
-        free_slots = list(range(self.parallel - 1, -1, -1))
-        kv_free = self.kv_size
-        active_groups: list[_Group] = []
-        live: list[_Seq] = []
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """One `llama_decode` over (token, position, slot, wants logits) items."""
         batch = self._batch
+        for i, (token, pos, slot, logits) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = slot
+            batch.logits[i] = logits
+        batch.n_tokens = len(items)
+        rc = self.l.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
+
+    def _run(self, queue: deque[_Group]) -> None:
+        """Schedule groups on sequence slots until every sequence is done.
+
+        Each step makes one decode call with the next token of every decoding sequence (in
+        slot order, one token each), then prompt chunks within `--batch-size` tokens, one call
+        per sequence. A sequence's tokens are thus always evaluated in the same chunks,
+        whatever shares the step: one at a time while decoding, its prompt in chunks of two
+        tokens or more."""
+        l = self.l
+        free_slots = list(range(self.parallel))  # lowest first: live slots stay contiguous
+        prefilling: list[_Group] = []
+        live: list[_Seq] = []
         cap = self.settings.batch_size
-        while queue or live or active_groups:
-            # Admit groups in order while slots and KV cells allow.
-            while queue and len(free_slots) >= len(queue[0].seqs) and queue[0].kv_need <= kv_free:
+        while queue or live or prefilling:
+            while queue and len(free_slots) >= len(queue[0].seqs):
                 g = queue.popleft()
-                kv_free -= g.kv_need
                 for s in g.seqs:
-                    s.slot = free_slots.pop()
+                    s.slot = heapq.heappop(free_slots)
                 g.owner = g.seqs[0].slot
                 if g.prefix:
-                    active_groups.append(g)
+                    prefilling.append(g)
                 else:
                     for s in g.seqs:
                         s.phase = "feed"
                         live.append(s)
-            if not live and not active_groups:
-                if queue:  # nothing can run: the head group can never fit
-                    raise ModelError("a request group does not fit the KV cache; lower --parallel")
-                break
-            # Build one batch: decode tokens first, then prompt chunks.
-            n = 0
-            outputs: list[_Seq] = []
-            for s in live:
-                if s.phase == "decode":
-                    self._put(batch, n, s.feed[0], s.pos, s.slot, True)
+            decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
+            if decoding:
+                self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
+                for s in decoding:
                     s.feed = []
                     s.pos += 1
-                    n += 1
-                    outputs.append(s)
-            for g in active_groups:
-                if n >= cap:
-                    break
-                take = min(cap - n, len(g.prefix) - g.fed)
-                for j in range(take):
-                    self._put(batch, n, g.prefix[g.fed + j], g.fed + j, g.owner, False)
-                    n += 1
-                g.fed += take
-            for s in live:
-                if n >= cap:
-                    break
-                if s.phase in ("feed", "force") and s.feed:
-                    take = min(cap - n, len(s.feed))
-                    for j in range(take):
-                        last = j == take - 1 and take == len(s.feed)
-                        self._put(batch, n, s.feed[j], s.pos + j, s.slot, last)
-                        n += 1
-                        if last:
-                            outputs.append(s)
-                    s.pos += take
-                    s.feed = s.feed[take:]
-            batch.n_tokens = n
-            self.prompt_tokens_evaluated += n - sum(1 for s in live if s.phase == "decode")
-            rc = l.llama_decode(self.ctx, batch)
-            if rc != 0:
-                raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
-            # Groups whose prefix is complete: copy it to every member sequence.
+                self._sample(decoding)
+            budget = cap
             still = []
-            for g in active_groups:
+            for g in prefilling:
+                take = _take(len(g.prefix) - g.fed, budget)
+                if take:
+                    self._decode([(g.prefix[g.fed + j], g.fed + j, g.owner, False)
+                                  for j in range(take)])
+                    g.fed += take
+                    budget -= take
+                    self.prompt_tokens_evaluated += take
                 if g.fed == len(g.prefix):
-                    for s in g.seqs:
+                    for s in g.seqs:  # copied before the next decode call evaluates anything
                         if s.slot != g.owner:
                             l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
                         s.phase = "feed"
                         live.append(s)
                 else:
                     still.append(g)
-            active_groups = still
-            if outputs:
-                self._sample(outputs)
-            # Retire finished sequences; a group's KV reservation ends with its last member.
+            prefilling = still
+            for s in live:
+                if s.phase not in ("feed", "force") or not s.feed:
+                    continue
+                take = _take(len(s.feed), budget)
+                if not take:
+                    continue
+                last = take == len(s.feed)
+                self._decode([(s.feed[j], s.pos + j, s.slot, last and j == take - 1)
+                              for j in range(take)])
+                s.pos += take
+                s.feed = s.feed[take:]
+                budget -= take
+                self.prompt_tokens_evaluated += take
+                if last:
+                    self._sample([s])
             keep = []
             for s in live:
                 if s.phase == "done":
                     l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
-                    free_slots.append(s.slot)
-                    g = s.group
-                    g.remaining -= 1  # type: ignore[union-attr]
-                    if g.remaining == 0:  # type: ignore[union-attr]
-                        kv_free += g.kv_need  # type: ignore[union-attr]
+                    heapq.heappush(free_slots, s.slot)
                 else:
                     keep.append(s)
             live = keep
 
-    @staticmethod
-    def _put(batch, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-        batch.token[i] = token
-        batch.pos[i] = pos
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
-        batch.logits[i] = logits
-
     def _sample(self, outputs: list[_Seq]) -> None:
-        """Sample (or read forced choices) for every sequence that produced logits this step.
+        """Sample (or read forced choices) for every sequence that produced logits in the last
+        decode call, one row at a time so a row's numbers never depend on the other rows.
 
-        One vectorized pass: exp of the shifted logits gives both the normalizer (log-probs
-        under the model's distribution at temperature 1) and, unnormalized, the sampling
-        weights at temperature 1, so no row is exponentiated twice.
+        exp of the shifted logits gives both the normalizer (log-probs under the model's
+        distribution at temperature 1) and, unnormalized, the sampling weights at temperature
+        1, so no row is exponentiated twice.
         """
         ptr = self.l.llama_get_logits(self.ctx)
         V = self.n_vocab
-        k = len(outputs)
-        logits = np.ctypeslib.as_array(ptr, shape=(k * V,)).reshape(k, V)
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        weights = np.exp(shifted)
-        lse = np.log(weights.sum(axis=1))
+        logits = np.ctypeslib.as_array(ptr, shape=(len(outputs) * V,)).reshape(len(outputs), V)
         for row, s in enumerate(outputs):
+            shifted = logits[row] - logits[row].max()
+            weights = np.exp(shifted)
+            lse = float(np.log(weights.sum()))
             if s.phase == "force":
                 c1, c2 = s.force_choices  # type: ignore[misc]
-                a = float(shifted[row, c1] - lse[row])
-                b = float(shifted[row, c2] - lse[row])
-                m = max(a, b)
-                e1, e2 = math.exp(a - m), math.exp(b - m)
-                s.forced = (e1 / (e1 + e2), e2 / (e1 + e2))
-                s.forced_lp = m
+                s.forced, s.forced_lp = forced_probs(float(shifted[c1]) - lse,
+                                                     float(shifted[c2]) - lse)
                 s.phase = "done"
                 continue
-            tok = self._pick(shifted[row], weights[row], s)
-            s.tokens.append(tok)
-            s.logprobs.append(float(shifted[row, tok] - lse[row]))
+            tok = self._pick(shifted, weights, s)
             s.phase = "decode"
             if self.tok.is_eog(tok):
-                s.logprobs.pop()
-                s.tokens.pop()
                 s.finish = "stop"
                 self._finish(s, feed_last=None)
                 continue
+            s.tokens.append(tok)
+            s.logprobs.append(float(shifted[tok]) - lse)
             s.out += self.tok.piece_bytes(tok)
             stop = _matched_stop(s.out, s.req.stop)
             if stop is not None:
@@ -546,7 +543,7 @@ class LlamaEngine:
         p = weights if req.temperature == 1.0 else np.exp(shifted / req.temperature)
         u = s.rng.random()
         if req.top_p < 1.0:
-            idx = np.argsort(-p)
+            idx = np.argsort(-p, kind="stable")
             cs = np.cumsum(p[idx])
             cut = int(np.searchsorted(cs, req.top_p * cs[-1])) + 1
             keep = idx[:cut]
@@ -559,18 +556,35 @@ class LlamaEngine:
         """End a sequence, or continue it with a forced-verdict suffix when it does not parse."""
         force = s.req.force
         if force is not None:
-            text = s.out.decode("utf-8", errors="replace")
-            cont = force.continuation(text)
-            if cont is not None:
-                t1 = self.tok.encode(cont + force.choices[0], special=False)
-                t2 = self.tok.encode(cont + force.choices[1], special=False)
-                k = _common_prefix([t1, t2])
-                if 0 < k < min(len(t1), len(t2)):
-                    s.force_choices = (t1[k], t2[k])
-                    s.feed = ([feed_last] if feed_last is not None else []) + t1[:k]
-                    s.phase = "force"
-                    return
+            plan = force_plan(self.tok, force, s.out.decode("utf-8", errors="replace"))
+            if plan is not None:
+                feed, s.force_choices = plan
+                s.feed = ([feed_last] if feed_last is not None else []) + feed
+                s.phase = "force"
+                return
         s.phase = "done"
+
+
+def force_plan(tok: "Tokenizer", force, text: str) -> tuple[list[int], tuple[int, int]] | None:
+    """Tokens to feed after `text` and the two choice tokens to read, for a forced verdict;
+    None when the text parses or the choices share their tokens. Tokenized as data (no
+    special tokens), like the generated text it continues."""
+    cont = force.continuation(text)
+    if cont is None:
+        return None
+    t1 = tok.encode(cont + force.choices[0], special=False)
+    t2 = tok.encode(cont + force.choices[1], special=False)
+    k = common_prefix([t1, t2])
+    if not 0 < k < min(len(t1), len(t2)):
+        return None
+    return t1[:k], (t1[k], t2[k])
+
+
+def forced_probs(a: float, b: float) -> tuple[tuple[float, float], float]:
+    """The two choices' probabilities renormalized over the pair, and the larger log-prob."""
+    m = max(a, b)
+    e1, e2 = math.exp(a - m), math.exp(b - m)
+    return (e1 / (e1 + e2), e2 / (e1 + e2)), m
 
 
 def device_name(engine: "LlamaEngine") -> str:
@@ -578,7 +592,7 @@ def device_name(engine: "LlamaEngine") -> str:
     return "cuda" if engine.on_gpu else f"cpu{engine.threads}"
 
 
-def _common_prefix(seqs: list[list[int]]) -> int:
+def common_prefix(seqs: list[list[int]]) -> int:
     if not seqs:
         return 0
     first = seqs[0]

@@ -85,7 +85,7 @@ class NaiveEngine:
         import llama_cpp
         import numpy as np
 
-        from rmjudge.engine.llama import _common_prefix
+        from rmjudge.engine.llama import common_prefix as _common_prefix
 
         t1 = self.tok.encode(cont + req.force.choices[0], special=False)
         t2 = self.tok.encode(cont + req.force.choices[1], special=False)
