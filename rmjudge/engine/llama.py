@@ -23,6 +23,7 @@ single `llama_decode`. Requests are scheduled in *groups* that share a prompt pr
 from __future__ import annotations
 
 import ctypes
+import functools
 import heapq
 import math
 import os
@@ -42,7 +43,8 @@ from rmjudge.types import Generation, GenRequest
 _BACKEND_READY = False
 
 
-def _llama():
+def llama_backend():
+    """llama_cpp, with its backend initialized once and its logs silenced."""
     import llama_cpp
 
     global _BACKEND_READY
@@ -81,8 +83,8 @@ def _meta(llama_cpp, model, key: str) -> str | None:
     return buf.value.decode("utf-8", errors="replace")
 
 
-def _load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
-    llama_cpp = _llama()
+def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
+    llama_cpp = llama_backend()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = vocab_only
     params.n_gpu_layers = n_gpu_layers
@@ -93,7 +95,9 @@ def _load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
     return model
 
 
-def _info_from_model(llama_cpp, model, path: str, lora: str | None = None) -> ModelInfo:
+def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
+    """What the run store records about a loaded model (`llama_model *`)."""
+    llama_cpp = llama_backend()
     arch = _meta(llama_cpp, model, "general.architecture") or "unknown"
     name = _meta(llama_cpp, model, "general.name") or os.path.basename(path)
     return ModelInfo(
@@ -110,10 +114,10 @@ def _info_from_model(llama_cpp, model, path: str, lora: str | None = None) -> Mo
 def read_model_info(path: str) -> ModelInfo:
     """Metadata of a GGUF file, loading only its vocabulary."""
     check_gguf(path)
-    llama_cpp = _llama()
-    model = _load_model(path, vocab_only=True)
+    llama_cpp = llama_backend()
+    model = load_model(path, vocab_only=True)
     try:
-        return _info_from_model(llama_cpp, model, path)
+        return model_info(model, path)
     finally:
         llama_cpp.llama_model_free(model)
 
@@ -146,15 +150,15 @@ class Tokenizer:
             raise ModelError(str(exc)) from None
         ids: list[int] = []
         for i, (text, is_template) in enumerate(pieces):
-            ids += self._tokenize(text, add_bos=i == 0 and not (self.bos and text.startswith(self.bos)),
+            ids += self.tokenize(text, add_bos=i == 0 and not (self.bos and text.startswith(self.bos)),
                                   special=is_template)
         return ids
 
     def encode(self, text: str, special: bool = True) -> list[int]:
         add_bos = special and not (self.bos and text.startswith(self.bos))
-        return self._tokenize(text, add_bos=add_bos, special=special)
+        return self.tokenize(text, add_bos=add_bos, special=special)
 
-    def _tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:
+    def tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:
         data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (self.l.llama_token * cap)()
@@ -181,6 +185,33 @@ class Tokenizer:
 
     def prompt_tokens(self, req: GenRequest) -> list[int]:
         return self.encode_prompt(req.messages, req.assistant_prefix)
+
+    def special_tokens(self) -> list[int]:
+        """Ids of the vocabulary's control and user-defined tokens (what special-token parsing
+        would make of their text)."""
+        attrs = self.l.LLAMA_TOKEN_ATTR_CONTROL | self.l.LLAMA_TOKEN_ATTR_USER_DEFINED
+        return [t for t in range(self.n_vocab)
+                if self.l.llama_vocab_get_attr(self.vocab, t) & attrs]
+
+    @functools.cached_property
+    def max_piece_bytes(self) -> int | None:
+        """UTF-8 bytes of the longest token text in the vocabulary (special tokens included),
+        for byte-level BPE and SentencePiece vocabularies, whose tokens each stand for the
+        bytes of their text: a text of B bytes (or B characters) is then at least
+        B / max_piece_bytes tokens. None for other vocabularies (no such bound)."""
+        if self.l.llama_vocab_type(self.vocab) not in (self.l.LLAMA_VOCAB_TYPE_BPE,
+                                                       self.l.LLAMA_VOCAB_TYPE_SPM):
+            return None
+        return max(len(self.piece_bytes(t, special=True)) for t in range(self.n_vocab)) or None
+
+    def min_prompt_tokens(self, req: GenRequest) -> int:
+        """A lower bound on `len(prompt_tokens(req))` that costs no tokenization: the data's
+        characters over `max_piece_bytes` (0 when the vocabulary gives no bound)."""
+        longest = self.max_piece_bytes
+        if not longest:
+            return 0
+        chars = sum(len(m["content"]) for m in req.messages) + len(req.assistant_prefix)
+        return chars // longest
 
 
 # -- scheduling structures ------------------------------------------------------------------
@@ -238,7 +269,7 @@ class LlamaEngine:
     def __init__(self, settings: EngineSettings, vocab_only: bool = False):
         self.settings = settings
         path = resolve_model(settings.model)
-        llama_cpp = _llama()
+        llama_cpp = llama_backend()
         self.l = llama_cpp
         gpu = llama_cpp.llama_supports_gpu_offload()
         if settings.device == "cuda" and not gpu:
@@ -249,8 +280,8 @@ class LlamaEngine:
             999 if self.on_gpu else 0)
         if settings.lora:
             check_gguf(settings.lora, what="LoRA adapter")
-        self.model = _load_model(path, vocab_only=vocab_only, n_gpu_layers=ngl)
-        self.info = _info_from_model(llama_cpp, self.model, path, settings.lora)
+        self.model = load_model(path, vocab_only=vocab_only, n_gpu_layers=ngl)
+        self.info = model_info(self.model, path, settings.lora)
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
         self.vocab_only = vocab_only
         self.parallel = settings.parallel or (64 if self.on_gpu else 16)
@@ -279,7 +310,13 @@ class LlamaEngine:
         return max(2, math.ceil(2 * self.parallel / per_pair))
 
     def count_tokens(self, requests: list[GenRequest]) -> list[int]:
-        return [len(self.tok.prompt_tokens(r)) for r in requests]
+        """Prompt tokens of each request; for a prompt too long for the context by its length
+        alone, the lower bound that proves it (not tokenized)."""
+        out = []
+        for r in requests:
+            bound = self.tok.min_prompt_tokens(r)
+            out.append(bound if bound > self.n_seq_ctx else len(self.tok.prompt_tokens(r)))
+        return out
 
     # -- context -------------------------------------------------------------------------
     def _ensure_context(self, need: int) -> None:
@@ -345,17 +382,14 @@ class LlamaEngine:
         keyed: dict[Any, list[tuple[list[int], _Seq]]] = {}
         order: list[Any] = []
         for i, req in enumerate(requests):
-            toks = self.tok.prompt_tokens(req)
+            toks, error = self._prompt_or_error(req)
             seqs = []
             for s in range(req.n):
                 rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
                 seq = _Seq(i, s, req, feed=list(toks), pos=0, rng=rng)
                 seq.need = len(toks) + req.max_tokens + FORCE_MARGIN
-                if seq.need > self.n_seq_ctx:
-                    seq.error = (
-                        f"the pair needs {len(toks)} prompt tokens + {req.max_tokens} to generate, "
-                        f"more than the model's context of {self.n_seq_ctx}; shorten the responses "
-                        "or lower --max-tokens")
+                if error:
+                    seq.error = error
                     seq.phase = "done"
                     seq.finish = "error"
                 seqs.append(seq)
@@ -381,6 +415,23 @@ class LlamaEngine:
                     s.pos = shared
                 groups.append(_Group(chunk[0][0][:shared], [s for _, s in chunk]))
         return groups, per_req
+
+    def _too_long(self, n: str, req: GenRequest) -> str:
+        return (f"the pair needs {n} prompt tokens + {req.max_tokens} to generate, more than the "
+                f"model's context of {self.n_seq_ctx}; shorten the responses or lower --max-tokens")
+
+    def _prompt_or_error(self, req: GenRequest) -> tuple[list[int], str | None]:
+        """The prompt's tokens, or an error when it cannot fit the context. A prompt whose
+        length alone proves it too long is rejected before it is tokenized, so a huge row
+        costs no memory."""
+        room = self.n_seq_ctx - req.max_tokens - FORCE_MARGIN
+        bound = self.tok.min_prompt_tokens(req)
+        if bound > room:
+            return [], self._too_long(f"at least {bound}", req)
+        toks = self.tok.prompt_tokens(req)
+        if len(toks) > room:
+            return [], self._too_long(str(len(toks)), req)
+        return toks, None
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
