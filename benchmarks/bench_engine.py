@@ -93,7 +93,7 @@ def run_ceiling(args, unified: bool) -> dict:
     `unified`: one KV cache for all sequences (llama.cpp's default for this example) or one
     stream per sequence (what the engine uses)."""
     from rmjudge import prompts
-    from rmjudge.engine.llama import Tokenizer, llama_backend, load_model, model_info
+    from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
     from rmjudge.models import resolve_model
 
     L = llama_backend()

@@ -84,10 +84,10 @@ def _hms(seconds: float) -> str:
 
 def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
             limit: int | None = None) -> DryRunReport:
-    from rmjudge.engine.llama import LlamaEngine
+    from rmjudge.engine import load_engine
     from rmjudge.protocol import PairOrderJob
 
-    engine = LlamaEngine(es, vocab_only=True)
+    engine = load_engine(es, vocab_only=True)
     suffix = engine.info.prompt_suffix if js.prompt_suffix is None else js.prompt_suffix
     context = min(es.n_ctx or engine.info.n_ctx_train, engine.info.n_ctx_train)
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
@@ -131,7 +131,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     rep.generations_min = rep.pairs * orders * first
     per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)
     rep.generations_max = rep.pairs * orders * per_order_max
-    from rmjudge.engine.llama import device_name
+    from rmjudge.engine.vocab import device_name
 
     rep.throughput = measured_throughput(throughput_key(engine.info.sha256, device_name(engine)))
     return rep

@@ -288,3 +288,15 @@ def test_naive_engine_sends_token_ids_with_data_as_text(model_path, tokenizer):
     assert forced[:len(want)] == want
     assert not set(forced[len(want):]) & specials
     assert g.forced_probs is not None
+
+
+def test_vocab_only_gives_a_tokenizer_not_an_engine(model_path, engine):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for kind in ("batched", "naive"):
+        v = load_engine(EngineSettings(model=model_path), kind=kind, vocab_only=True)
+        assert not hasattr(v, "generate")  # nothing that would raise or load weights later
+        assert v.info.sha256 == engine.info.sha256
+        assert v.count_tokens([_req(1, 0.0)]) == engine.count_tokens([_req(1, 0.0)])
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 60 * 1024  # KB

@@ -7,11 +7,17 @@ from rmjudge.settings import EngineSettings
 
 
 def load_engine(settings: EngineSettings | None = None, kind: str = "batched", vocab_only: bool = False):
+    """An engine of `kind`; with `vocab_only`, a `ModelVocab` instead (prompt token counts and
+    model metadata without loading weights; both engines tokenize the same way)."""
     settings = settings or EngineSettings()
+    if vocab_only:
+        from rmjudge.engine.vocab import ModelVocab
+
+        return ModelVocab(settings)
     if kind == "naive":
         from rmjudge.engine.naive import NaiveEngine
 
         return NaiveEngine(settings)
     from rmjudge.engine.llama import LlamaEngine
 
-    return LlamaEngine(settings, vocab_only=vocab_only)
+    return LlamaEngine(settings)

@@ -12,12 +12,11 @@ tokens, the data's text does not), never as text for llama.cpp to re-tokenize.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
-from rmjudge.engine.llama import (Tokenizer, force_plan, forced_probs, llama_backend,
-                                  model_info)
+from rmjudge.engine.vocab import (Tokenizer, default_threads, force_plan, forced_probs,
+                                  llama_backend, model_info)
 from rmjudge.models import resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
@@ -30,7 +29,7 @@ class NaiveEngine:
         self.l = llama_cpp
         self.logprobs = logprobs
         self.llm = llama_cpp.Llama(
-            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=settings.threads or os.cpu_count(),
+            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=settings.threads or default_threads(),
             n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
             lora_path=settings.lora, lora_scale=settings.lora_scale,
         )
