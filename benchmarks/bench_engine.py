@@ -167,6 +167,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--naive-pairs", type=int, default=None,
+                    help="pairs for the naive variants (default: --pairs; they are slow)")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=16)
@@ -194,8 +196,9 @@ def main() -> None:
 
     def child(kind: str, workload: str, parallel: int, total: int = 0, src: str | None = None,
               label: str | None = None, busy: bool = False) -> dict:
+        pairs = args.naive_pairs if kind.startswith("naive") and args.naive_pairs else args.pairs
         cmd = [sys.executable, __file__, "--child", kind, "--data", args.data, "--pairs",
-               str(args.pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
+               str(pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
                "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total),
                "--workload", workload]
         if args.threads:

@@ -287,10 +287,10 @@ class LlamaEngine:
         """Schedule groups on sequence slots until every sequence is done.
 
         Each step makes one decode call with the next token of every decoding sequence (in
-        slot order, one token each), then prompt chunks within `--batch-size` tokens, one call
-        per sequence. A sequence's tokens are thus always evaluated in the same chunks,
-        whatever shares the step: one at a time while decoding, its prompt in chunks of two
-        tokens or more."""
+        slot order, one token each), then prompt chunks within `--batch-size` tokens, chunks
+        of equal length sharing a call. A sequence's tokens are thus always evaluated in the
+        same shapes, whatever shares the step: one at a time while decoding, its prompt in
+        chunks of two tokens or more."""
         l = self.l
         free_slots = list(range(self.parallel))  # lowest first: live slots stay contiguous
         prefilling: list[_Group] = []
@@ -315,16 +315,42 @@ class LlamaEngine:
                     s.feed = []
                     s.pos += 1
                 self._sample(decoding)
+            # Prompt chunks within the budget; chunks of equal length share a call (slot
+            # order), which llama.cpp evaluates as one ubatch without re-cutting them.
             budget = cap
-            still = []
+            work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
             for g in prefilling:
                 take = _take(len(g.prefix) - g.fed, budget)
                 if take:
-                    self._decode([(g.prefix[g.fed + j], g.fed + j, g.owner, False)
-                                  for j in range(take)])
-                    g.fed += take
+                    work.append((take, g.owner, g.fed, g, None))
                     budget -= take
-                    self.prompt_tokens_evaluated += take
+            for s in live:
+                if s.phase in ("feed", "force") and s.feed:
+                    take = _take(len(s.feed), budget)
+                    if take:
+                        work.append((take, s.slot, s.pos, None, s))
+                        budget -= take
+            for length in sorted({w[0] for w in work}):
+                items, sampled = [], []
+                for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
+                                                    key=lambda w: w[1]):
+                    if g is not None:
+                        items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
+                        g.fed += take
+                    else:
+                        last = take == len(s.feed)
+                        items += [(s.feed[j], pos + j, slot, last and j == take - 1)
+                                  for j in range(take)]
+                        s.pos += take
+                        s.feed = s.feed[take:]
+                        if last:
+                            sampled.append(s)
+                self._decode(items)
+                self.prompt_tokens_evaluated += len(items)
+                if sampled:
+                    self._sample(sampled)
+            still = []
+            for g in prefilling:
                 if g.fed == len(g.prefix):
                     for s in g.seqs:  # copied before the next decode call evaluates anything
                         if s.slot != g.owner:
@@ -334,21 +360,6 @@ class LlamaEngine:
                 else:
                     still.append(g)
             prefilling = still
-            for s in live:
-                if s.phase not in ("feed", "force") or not s.feed:
-                    continue
-                take = _take(len(s.feed), budget)
-                if not take:
-                    continue
-                last = take == len(s.feed)
-                self._decode([(s.feed[j], s.pos + j, s.slot, last and j == take - 1)
-                              for j in range(take)])
-                s.pos += take
-                s.feed = s.feed[take:]
-                budget -= take
-                self.prompt_tokens_evaluated += take
-                if last:
-                    self._sample([s])
             keep = []
             for s in live:
                 if s.phase == "done":
