@@ -1,23 +1,28 @@
-"""The batched llama.cpp engine, on llama-cpp-python's low-level API.
+"""The batched llama.cpp engine (scheduler and sampler), on llama-cpp-python's low-level API.
 
-One context, many sequences. Every step builds one `llama_batch` holding one token for each
-sequence that is decoding plus prompt chunks of sequences that are prefilling, and runs a
-single `llama_decode`. Requests are scheduled in *groups* that share a prompt prefix:
+One context, many sequences, each in its own KV stream (`kv_unified=False`). Every step runs
+one `llama_decode` with the next token of each decoding sequence, then the prompt chunks of
+sequences that are prefilling (chunks of equal length share a call). Requests are scheduled
+in *groups* that share a prompt prefix:
 
 - the N samples of one request (identical prompts) and the requests with the same `share_key`
-  (the N-1 reflections of a pair and order) form a group; its longest common token prefix is
-  evaluated once on the group's first sequence and copied to the others with
-  `llama_memory_seq_cp` (a unified KV cache shares those cells, it does not duplicate them);
-- each sequence then feeds its own suffix and decodes; finished sequences free their slot and
-  KV cells, and the next group is admitted as soon as slots and cells allow (continuous
-  batching across pairs, in request order, so runs are repeatable);
-- sampling is vectorized with NumPy on the logits buffer: log-softmax once per step for all
-  rows, inverse-CDF sampling with a per-sample generator seeded from (request seed, sample
-  index), so a sample does not depend on the batch it lands in; the log-probability of every
+  (the N-1 reflections of a pair and order) form a group; its common token prefix is evaluated
+  once on the group's first sequence and copied to the others' streams with
+  `llama_memory_seq_cp`;
+- each sequence then feeds its own suffix and decodes; finished sequences free their slot,
+  and the next group is admitted as soon as slots allow (continuous batching across pairs, in
+  request order);
+- sampling runs on the logits buffer row by row: log-softmax, then inverse-CDF sampling with a
+  per-sample generator seeded from (request seed, sample index); the log-probability of every
   sampled token under the model's distribution is kept for the anchor confidence;
 - a generation that ends without a parseable verdict gets its `ForceSpec` continuation fed on
   the same sequence, and the probabilities of the two choices are read from the logits
   (forced verdict) without re-evaluating the prompt.
+
+A sequence's numbers depend on its own tokens only, never on what shares its decode calls,
+so samples are reproducible across `--parallel`, `--batch-size`, `--threads`, shards and
+resumes (docs/engine.md explains how). Model loading, metadata and the tokenizer live in
+`rmjudge.engine.vocab`.
 """
 
 from __future__ import annotations
