@@ -18,8 +18,9 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
 Plus `--scaling 1,2,4,8,16,32`: the engine with that many parallel sequences.
 Plus `--baseline-src DIR`: the engine of another checkout (e.g. before a change), same settings.
 Plus `--busy`: the engine again while one competing CPU-bound process runs (fairness).
-Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, processed
-(prompt + generated) tokens/s, pairs/s, peak RSS (MB).
+Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, generated
+tokens per CPU second (with --threads 1, a figure a busy shared machine distorts far less),
+processed (prompt + generated) tokens/s, pairs/s, peak RSS (MB).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process: with --threads 1 (no spinning threads) a measure of the
+    work done that a busy shared machine distorts far less than wall time."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def run_protocol(kind: str, args) -> dict:
     from rmjudge.engine import load_engine
     from rmjudge.engine.naive import NaiveEngine
@@ -74,9 +82,9 @@ def run_protocol(kind: str, args) -> dict:
         engine = NaiveEngine(es, logprobs=(kind == "naive_lp"))
     js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed)
     pairs = _pairs(args.data, args.pairs, args.workload)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     results = list(Judge(engine, js).run(pairs))
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gens = sum(len(o.samples) for r in results if hasattr(r, "orders") for o in r.orders.values())
     prompt = getattr(engine, "prompt_tokens_evaluated", None)
     return {"variant": kind, "workload": args.workload, "parallel": args.parallel, "seconds": dt,
@@ -84,6 +92,7 @@ def run_protocol(kind: str, args) -> dict:
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
             "prompt_tokens": prompt,
             "processed_tok_per_s": None if prompt is None else (prompt + engine.generated_tokens) / dt,
+            "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
             "peak_rss_mb": _peak_rss_mb()}
 
 
@@ -117,7 +126,7 @@ def run_ceiling(args, unified: bool) -> dict:
     batch = L.llama_batch_init(max(512, P), 0, 1)
     vocab = L.llama_model_get_vocab(model)
     generated = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     rounds = 0
     while generated < total:
         L.llama_memory_clear(mem, True)
@@ -154,12 +163,13 @@ def run_ceiling(args, unified: bool) -> dict:
         for sp in samplers:
             L.llama_sampler_free(sp)
         rounds += 1
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     del vocab
     return {"variant": "ceiling" if not unified else "ceiling_unified", "workload": args.workload,
             "parallel": P, "seconds": dt, "generated_tokens": generated,
             "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
             "processed_tok_per_s": (generated + len(toks) * rounds) / dt,
+            "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
             "peak_rss_mb": _peak_rss_mb()}
 
 
@@ -250,7 +260,8 @@ def _fmt(r: dict) -> str:
     proc = r.get("processed_tok_per_s")
     proc = "-" if proc is None else f"{proc:.1f}"
     return (f"{r.get('workload', ''):<6} {r['variant']:<16} parallel={r['parallel']:<3} "
-            f"gen_tok/s={r['tok_per_s']:7.1f} proc_tok/s={proc:>7} pairs/s={pps:>7} "
+            f"gen_tok/s={r['tok_per_s']:7.1f} gen_tok/cpu_s={r.get('tok_per_cpu_s') or 0:7.1f} "
+            f"proc_tok/s={proc:>7} pairs/s={pps:>7} "
             f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
             f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}")
 

@@ -28,9 +28,10 @@ class NaiveEngine:
         llama_cpp = llama_backend()
         self.l = llama_cpp
         self.logprobs = logprobs
+        threads = settings.threads or default_threads()
         self.llm = llama_cpp.Llama(
-            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=settings.threads or default_threads(),
-            n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
+            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=threads,
+            n_threads_batch=threads, n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
             lora_path=settings.lora, lora_scale=settings.lora_scale,
         )
         self.info = model_info(self.llm.model, path, settings.lora)
