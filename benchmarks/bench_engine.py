@@ -1,6 +1,11 @@
 """Throughput of rmjudge's batched engine against the naive path, in one run, same machine.
 
     python benchmarks/bench_engine.py --pairs 3 --samples 8 --max-tokens 64 --out benchmarks/results.json
+    python benchmarks/bench_engine.py --workload long --pairs 2 --samples 4 --max-tokens 96 \
+        --parallel 16 --scaling 1,4 --baseline-src ../main --busy
+
+Workloads: `short` (the first PandaLM pairs) and `long` (pairs whose prompt is at most 600
+characters and whose responses are 300-1,500 characters).
 
 Variants (each in its own process, so peak RSS is its own), on the same pairs and settings
 (ReflectRM, N samples, both orders):
@@ -11,8 +16,11 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
   ceiling       a bare llama.cpp batched decode loop (llama.cpp's own sampler, no protocol,
                 no log-probs) with the same number of parallel sequences and tokens each
 Plus `--scaling 1,2,4,8,16,32`: the engine with that many parallel sequences.
-Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, pairs/s,
-peak RSS (MB).
+Plus `--baseline-src DIR`: the engine of another checkout (e.g. before a change), same settings.
+Plus `--busy`: the engine again while one competing CPU-bound process runs (fairness).
+Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, generated
+tokens per CPU second (with --threads 1, a figure a busy shared machine distorts far less),
+processed (prompt + generated) tokens/s, pairs/s, peak RSS (MB).
 """
 
 from __future__ import annotations
@@ -30,14 +38,20 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "pandalm" / "pairs.jsonl"
 
 
-def _pairs(path: str, n: int):
+def _is_long(obj: dict) -> bool:
+    texts = [obj.get("chosen"), obj.get("rejected")]
+    return (isinstance(obj.get("prompt"), str) and len(obj["prompt"]) <= 600
+            and all(isinstance(t, str) and 300 <= len(t) <= 1500 for t in texts))
+
+
+def _pairs(path: str, n: int, workload: str = "short"):
     from rmjudge.io.mapping import Mapper
     from rmjudge.io.readers import read_rows
 
     m = Mapper(seed=0)
     out = []
     for raw in read_rows(path):
-        if raw.obj is not None:
+        if raw.obj is not None and (workload == "short" or _is_long(raw.obj)):
             out.append(m.to_pair(raw.row_number, raw.obj))
         if len(out) == n:
             break
@@ -46,6 +60,13 @@ def _pairs(path: str, n: int):
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process: with --threads 1 (no spinning threads) a measure of the
+    work done that a busy shared machine distorts far less than wall time."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def run_protocol(kind: str, args) -> dict:
@@ -60,51 +81,52 @@ def run_protocol(kind: str, args) -> dict:
     else:
         engine = NaiveEngine(es, logprobs=(kind == "naive_lp"))
     js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed)
-    pairs = _pairs(args.data, args.pairs)
-    t0 = time.perf_counter()
+    pairs = _pairs(args.data, args.pairs, args.workload)
+    t0, c0 = time.perf_counter(), _cpu_s()
     results = list(Judge(engine, js).run(pairs))
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gens = sum(len(o.samples) for r in results if hasattr(r, "orders") for o in r.orders.values())
-    return {"variant": kind, "parallel": args.parallel, "seconds": dt,
+    prompt = getattr(engine, "prompt_tokens_evaluated", None)
+    return {"variant": kind, "workload": args.workload, "parallel": args.parallel, "seconds": dt,
             "generated_tokens": engine.generated_tokens, "generations": gens,
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
-            "prompt_tokens": getattr(engine, "prompt_tokens_evaluated", None),
+            "prompt_tokens": prompt,
+            "processed_tok_per_s": None if prompt is None else (prompt + engine.generated_tokens) / dt,
+            "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
             "peak_rss_mb": _peak_rss_mb()}
 
 
-def run_ceiling(args) -> dict:
+def run_ceiling(args, unified: bool) -> dict:
     """llama.cpp's batched example, reduced to its loop: one prompt prefilled once, copied to
-    `parallel` sequences, each decoding `max_tokens` tokens with llama.cpp's dist sampler."""
-    import ctypes
-
-    import llama_cpp as L
-
+    `parallel` sequences, each decoding `max_tokens` tokens with llama.cpp's dist sampler.
+    `unified`: one KV cache for all sequences (llama.cpp's default for this example) or one
+    stream per sequence (what the engine uses)."""
     from rmjudge import prompts
-    from rmjudge.engine.llama import Tokenizer, _info_from_model, _llama, _load_model
+    from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
     from rmjudge.models import resolve_model
 
-    _llama()
+    L = llama_backend()
     path = resolve_model(None)
-    model = _load_model(path, vocab_only=False)
-    info = _info_from_model(L, model, path)
-    tok = Tokenizer(L, model, info)
-    pair = _pairs(args.data, 1)[0]
+    model = load_model(path, vocab_only=False)
+    tok = Tokenizer(L, model, model_info(model, path))
+    pair = _pairs(args.data, 1, args.workload)[0]
     msgs = prompts.pref_messages(pair.messages, pair.response_a, pair.response_b)
-    toks = tok.encode(tok.render(msgs, prompts.ASSISTANT_PREFIX))
+    toks = tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX)
     P, M = args.parallel, args.max_tokens
     total = args.total_tokens
     p = L.llama_context_default_params()
-    p.n_ctx = len(toks) + P * (M + 8) + 256
+    p.n_ctx = (len(toks) + P * (M + 8) + 256) if unified else P * (len(toks) + M + 256)
     p.n_batch = p.n_ubatch = 512
     p.n_seq_max = P
     p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
-    p.kv_unified = True
+    p.kv_unified = unified
+    p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
     ctx = L.llama_init_from_model(model, p)
     mem = L.llama_get_memory(ctx)
     batch = L.llama_batch_init(max(512, P), 0, 1)
     vocab = L.llama_model_get_vocab(model)
     generated = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     rounds = 0
     while generated < total:
         L.llama_memory_clear(mem, True)
@@ -141,70 +163,107 @@ def run_ceiling(args) -> dict:
         for sp in samplers:
             L.llama_sampler_free(sp)
         rounds += 1
-    dt = time.perf_counter() - t0
-    del vocab, ctypes
-    return {"variant": "ceiling", "parallel": P, "seconds": dt, "generated_tokens": generated,
-            "tok_per_s": generated / dt, "pairs_per_s": None, "peak_rss_mb": _peak_rss_mb()}
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    del vocab
+    return {"variant": "ceiling" if not unified else "ceiling_unified", "workload": args.workload,
+            "parallel": P, "seconds": dt, "generated_tokens": generated,
+            "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
+            "processed_tok_per_s": (generated + len(toks) * rounds) / dt,
+            "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
+            "peak_rss_mb": _peak_rss_mb()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--naive-pairs", type=int, default=None,
+                    help="pairs for the naive variants (default: --pairs; they are slow)")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--parallel", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variants", default="engine,naive_lp,naive,ceiling")
+    ap.add_argument("--variants", default="engine,naive_lp,naive,ceiling,ceiling_unified")
+    ap.add_argument("--workload", default="short,long", help="short, long, or both (comma list)")
     ap.add_argument("--scaling", default="", help="comma list of --parallel values for the engine")
+    ap.add_argument("--baseline-src", default=None,
+                    help="also run the engine of this checkout (its rmjudge/ on PYTHONPATH)")
+    ap.add_argument("--busy", action="store_true",
+                    help="also run the engine beside one competing CPU-bound process")
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--total-tokens", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        row = run_ceiling(args) if args.child == "ceiling" else run_protocol(args.child, args)
+        if args.child.startswith("ceiling"):
+            row = run_ceiling(args, unified=args.child == "ceiling_unified")
+        else:
+            row = run_protocol(args.child, args)
         print(json.dumps(row))
         return
     rows = []
 
-    def child(kind: str, parallel: int, total: int = 0) -> dict:
+    def child(kind: str, workload: str, parallel: int, total: int = 0, src: str | None = None,
+              label: str | None = None, busy: bool = False) -> dict:
+        pairs = args.naive_pairs if kind.startswith("naive") and args.naive_pairs else args.pairs
         cmd = [sys.executable, __file__, "--child", kind, "--data", args.data, "--pairs",
-               str(args.pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
-               "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total)]
+               str(pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
+               "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total),
+               "--workload", workload]
         if args.threads:
             cmd += ["--threads", str(args.threads)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        if src:
+            env["PYTHONPATH"] = os.path.abspath(src)
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
         if out.returncode != 0:
             raise SystemExit(f"{kind} failed:\n{out.stderr[-2000:]}")
         row = json.loads(out.stdout.strip().splitlines()[-1])
+        if label:
+            row["variant"] = label
         print(_fmt(row), flush=True)
         return row
 
-    engine_tokens = 0
-    for kind in args.variants.split(","):
-        if kind == "ceiling":
-            rows.append(child("ceiling", args.parallel, max(engine_tokens, args.parallel * args.max_tokens)))
-        else:
-            rows.append(child(kind, args.parallel))
-            if kind == "engine":
-                engine_tokens = rows[-1]["generated_tokens"]
-    for p in [int(x) for x in args.scaling.split(",") if x]:
-        r = child("engine", p)
-        r["variant"] = f"engine@{p}"
-        rows.append(r)
+    for workload in args.workload.split(","):
+        engine_tokens = 0
+        for kind in args.variants.split(","):
+            if kind.startswith("ceiling"):
+                total = max(engine_tokens, args.parallel * args.max_tokens)
+                rows.append(child(kind, workload, args.parallel, total))
+            else:
+                rows.append(child(kind, workload, args.parallel))
+                if kind == "engine":
+                    engine_tokens = rows[-1]["generated_tokens"]
+        if args.baseline_src:
+            rows.append(child("engine", workload, args.parallel, src=args.baseline_src,
+                              label="engine_baseline"))
+        if args.busy:
+            rows.append(child("engine", workload, args.parallel, label="engine+busy", busy=True))
+        for p in [int(x) for x in args.scaling.split(",") if x]:
+            rows.append(child("engine", workload, p, label=f"engine@{p}"))
     if args.out:
         meta = {"pairs": args.pairs, "samples": args.samples, "max_tokens": args.max_tokens,
-                "parallel": args.parallel, "cpus": os.cpu_count(), "rows": rows}
+                "parallel": args.parallel, "cpus": os.cpu_count(), "load": os.getloadavg(),
+                "rows": rows}
         Path(args.out).write_text(json.dumps(meta, indent=2))
 
 
 def _fmt(r: dict) -> str:
     pps = "-" if r.get("pairs_per_s") is None else f"{r['pairs_per_s']:.3f}"
-    pre = f" prefill={r['prompt_tokens']}" if r.get("prompt_tokens") else ""
-    return (f"{r['variant']:<12} parallel={r['parallel']:<3} tok/s={r['tok_per_s']:8.1f} "
-            f"pairs/s={pps:>7} tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
-            f"peak_rss={r['peak_rss_mb']:.0f}MB{pre}")
+    proc = r.get("processed_tok_per_s")
+    proc = "-" if proc is None else f"{proc:.1f}"
+    return (f"{r.get('workload', ''):<6} {r['variant']:<16} parallel={r['parallel']:<3} "
+            f"gen_tok/s={r['tok_per_s']:7.1f} gen_tok/cpu_s={r.get('tok_per_cpu_s') or 0:7.1f} "
+            f"proc_tok/s={proc:>7} pairs/s={pps:>7} "
+            f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
+            f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -88,10 +88,10 @@ def _hms(seconds: float) -> str:
 
 def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
             limit: int | None = None, mapper: Mapper | None = None) -> DryRunReport:
-    from rmjudge.engine.llama import LlamaEngine
+    from rmjudge.engine import load_engine
     from rmjudge.protocol import PairOrderJob
 
-    engine = LlamaEngine(es, vocab_only=True)
+    engine = load_engine(es, vocab_only=True)
     spec = resolve(js, engine.info, es.n_ctx)
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
@@ -128,7 +128,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     rep.generations_min = rep.pairs * orders * first
     per_order_max = js.samples + (js.samples - 1 if js.reflect else 0)
     rep.generations_max = rep.pairs * orders * per_order_max
-    from rmjudge.engine.llama import device_name
+    from rmjudge.engine.vocab import device_name
 
     rep.throughput = measured_throughput(throughput_key(engine.info.sha256, device_name(engine)))
     return rep

@@ -286,7 +286,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     _end_run(store, prog, engine, FINISHED)
     if prog.done and hasattr(engine, "on_gpu"):
         from rmjudge.dryrun import record_throughput, throughput_key
-        from rmjudge.engine.llama import device_name
+        from rmjudge.engine.vocab import device_name
 
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
                           counts.generations, prog.elapsed)

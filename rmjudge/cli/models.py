@@ -14,7 +14,7 @@ from rmjudge.cli.common import fail
 def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
-    from rmjudge.engine.llama import read_model_info
+    from rmjudge.engine.vocab import read_model_info
     from rmjudge.models import ModelError, resolve_model
 
     try:

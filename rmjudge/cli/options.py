@@ -26,7 +26,7 @@ engine_options = combine_options([
                  show_default=True, help="auto: CUDA when llama.cpp was built with it."),
     click.option("--n-gpu-layers", type=int, default=None,
                  help="Layers to offload (default: all on CUDA, none on CPU)."),
-    click.option("--threads", type=int, default=None, help="CPU threads (default: all cores)."),
+    click.option("--threads", type=int, default=None, help="CPU threads (default: the usable CPUs less one)."),
     click.option("--parallel", type=int, default=None,
                  help="Sequences decoded together (default: 16 on CPU, 64 on CUDA)."),
     click.option("--batch-size", type=int, default=512, show_default=True,

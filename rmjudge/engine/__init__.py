@@ -14,8 +14,10 @@ if TYPE_CHECKING:
 
 def load_engine(settings: EngineSettings | None = None, kind: str = "batched", vocab_only: bool = False,
                 server: "ServerSettings | None" = None):
-    """`server` given (or kind "server"): judge through that server; `settings.model`, when
-    set, is then only where the chat template and tokenizer come from."""
+    """An engine of `kind`. With `vocab_only`, a `ModelVocab` instead (prompt token counts and
+    model metadata without loading weights; both local engines tokenize the same way). With
+    `server` (or kind "server"): judge through that server; `settings.model`, when set, is then
+    only where the chat template and tokenizer come from."""
     settings = settings or EngineSettings()
     if server is not None or kind == "server":
         from rmjudge.engine.server import ServerEngine
@@ -28,10 +30,14 @@ def load_engine(settings: EngineSettings | None = None, kind: str = "batched", v
 
             server = replace(server, template_model=settings.model)
         return ServerEngine(server)
+    if vocab_only:
+        from rmjudge.engine.vocab import ModelVocab
+
+        return ModelVocab(settings)
     if kind == "naive":
         from rmjudge.engine.naive import NaiveEngine
 
         return NaiveEngine(settings)
     from rmjudge.engine.llama import LlamaEngine
 
-    return LlamaEngine(settings, vocab_only=vocab_only)
+    return LlamaEngine(settings)

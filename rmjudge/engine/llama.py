@@ -1,188 +1,56 @@
-"""The batched llama.cpp engine, on llama-cpp-python's low-level API.
+"""The batched llama.cpp engine (scheduler and sampler), on llama-cpp-python's low-level API.
 
-One context, many sequences. Every step builds one `llama_batch` holding one token for each
-sequence that is decoding plus prompt chunks of sequences that are prefilling, and runs a
-single `llama_decode`. Requests are scheduled in *groups* that share a prompt prefix:
+One context, many sequences, each in its own KV stream (`kv_unified=False`). Every step runs
+one `llama_decode` with the next token of each decoding sequence, then the prompt chunks of
+sequences that are prefilling (chunks of equal length share a call). Requests are scheduled
+in *groups* that share a prompt prefix:
 
 - the N samples of one request (identical prompts) and the requests with the same `share_key`
-  (the N-1 reflections of a pair and order) form a group; its longest common token prefix is
-  evaluated once on the group's first sequence and copied to the others with
-  `llama_memory_seq_cp` (a unified KV cache shares those cells, it does not duplicate them);
-- each sequence then feeds its own suffix and decodes; finished sequences free their slot and
-  KV cells, and the next group is admitted as soon as slots and cells allow (continuous
-  batching across pairs, in request order, so runs are repeatable);
-- sampling is vectorized with NumPy on the logits buffer: log-softmax once per step for all
-  rows, inverse-CDF sampling with a per-sample generator seeded from (request seed, sample
-  index), so a sample does not depend on the batch it lands in; the log-probability of every
+  (the N-1 reflections of a pair and order) form a group; its common token prefix is evaluated
+  once on the group's first sequence and copied to the others' streams with
+  `llama_memory_seq_cp`;
+- each sequence then feeds its own suffix and decodes; finished sequences free their slot,
+  and the next group is admitted as soon as slots allow (continuous batching across pairs, in
+  request order);
+- sampling runs on the logits buffer row by row: log-softmax, then inverse-CDF sampling with a
+  per-sample generator seeded from (request seed, sample index); the log-probability of every
   sampled token under the model's distribution is kept for the anchor confidence;
 - a generation that ends without a parseable verdict gets its `ForceSpec` continuation fed on
   the same sequence, and the probabilities of the two choices are read from the logits
   (forced verdict) without re-evaluating the prompt.
+
+A sequence's numbers depend on its own tokens only, never on what shares its decode calls,
+so samples are reproducible across `--parallel`, `--batch-size`, `--threads`, shards and
+resumes (docs/engine.md explains how). Model loading, metadata and the tokenizer live in
+`rmjudge.engine.vocab`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import heapq
 import math
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rmjudge.engine.base import ModelInfo
-from rmjudge.engine.chat import ChatTemplate, TemplateError
-from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
-from rmjudge.prompts import suffix_for_model
+from rmjudge.engine.vocab import (FORCE_MARGIN, Tokenizer, common_prefix, context_limit,
+                                  count_tokens, default_threads, device_name, force_plan,
+                                  forced_probs, llama_backend, load_model, model_info,
+                                  read_model_info, uses_gpu)
+from rmjudge.models import ModelError, check_gguf, resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
 
-_BACKEND_READY = False
-
-
-def _llama():
-    import llama_cpp
-
-    global _BACKEND_READY
-    if not _BACKEND_READY:
-        _silence_logs(llama_cpp)
-        llama_cpp.llama_backend_init()
-        _BACKEND_READY = True
-    return llama_cpp
-
-
-_LOG_CB = None
-
-
-def _silence_logs(llama_cpp) -> None:
-    """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set."""
-    global _LOG_CB
-    if os.environ.get("RMJUDGE_DEBUG"):
-        return
-
-    @llama_cpp.llama_log_callback
-    def _quiet(level, text, user_data):  # pragma: no cover - called from C
-        return None
-
-    _LOG_CB = _quiet
-    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
-
-
-def _meta(llama_cpp, model, key: str) -> str | None:
-    buf = ctypes.create_string_buffer(1 << 16)
-    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
-    if n < 0:
-        return None
-    if n >= len(buf):  # long chat templates
-        buf = ctypes.create_string_buffer(n + 1)
-        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
-    return buf.value.decode("utf-8", errors="replace")
-
-
-def _load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
-    llama_cpp = _llama()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = vocab_only
-    params.n_gpu_layers = n_gpu_layers
-    model = llama_cpp.llama_model_load_from_file(path.encode(), params)
-    if not model:
-        raise ModelError(f"llama.cpp could not load {path}: the file is corrupt, truncated or "
-                         "of an unsupported architecture")
-    return model
-
-
-def _info_from_model(llama_cpp, model, path: str, lora: str | None = None) -> ModelInfo:
-    arch = _meta(llama_cpp, model, "general.architecture") or "unknown"
-    name = _meta(llama_cpp, model, "general.name") or os.path.basename(path)
-    return ModelInfo(
-        path=os.path.abspath(path), sha256=file_sha256(path), architecture=arch, name=name,
-        n_ctx_train=int(_meta(llama_cpp, model, f"{arch}.context_length") or 0)
-        or int(llama_cpp.llama_model_n_ctx_train(model)),
-        chat_template=_meta(llama_cpp, model, "tokenizer.chat_template"),
-        prompt_suffix=suffix_for_model(arch, name),
-        lora=os.path.abspath(lora) if lora else None,
-        lora_sha256=file_sha256(lora) if lora else None,
-    )
-
-
-def read_model_info(path: str) -> ModelInfo:
-    """Metadata of a GGUF file, loading only its vocabulary."""
-    check_gguf(path)
-    llama_cpp = _llama()
-    model = _load_model(path, vocab_only=True)
-    try:
-        return _info_from_model(llama_cpp, model, path)
-    finally:
-        llama_cpp.llama_model_free(model)
-
-
-class Tokenizer:
-    """Chat-template rendering (`ChatTemplate`, from the GGUF) and llama.cpp tokenization.
-
-    The template's own text is tokenized with special-token parsing, the data's text without,
-    so control-token strings inside prompts or responses stay text."""
-
-    def __init__(self, llama_cpp, model, info: ModelInfo):
-        self.l = llama_cpp
-        self.vocab = llama_cpp.llama_model_get_vocab(model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
-        self.bos = self.piece(llama_cpp.llama_vocab_bos(self.vocab), special=True)
-        self.eos = self.piece(llama_cpp.llama_vocab_eos(self.vocab), special=True)
-        self.template = ChatTemplate(info.chat_template, self.bos, self.eos)
-
-    def render(self, messages, assistant_prefix: str) -> str:
-        try:
-            return self.template.render(messages, assistant_prefix)
-        except TemplateError as exc:
-            raise ModelError(str(exc)) from None
-
-    def encode_prompt(self, messages, assistant_prefix: str) -> list[int]:
-        """Token ids of a chat prompt: template pieces parse special tokens, data pieces not."""
-        try:
-            pieces = self.template.segments(messages, assistant_prefix)
-        except TemplateError as exc:
-            raise ModelError(str(exc)) from None
-        ids: list[int] = []
-        for i, (text, is_template) in enumerate(pieces):
-            ids += self._tokenize(text, add_bos=i == 0 and not (self.bos and text.startswith(self.bos)),
-                                  special=is_template)
-        return ids
-
-    def encode(self, text: str, special: bool = True) -> list[int]:
-        add_bos = special and not (self.bos and text.startswith(self.bos))
-        return self._tokenize(text, add_bos=add_bos, special=special)
-
-    def _tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (self.l.llama_token * cap)()
-        n = self.l.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (self.l.llama_token * cap)()
-            n = self.l.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
-        return list(buf[:n])
-
-    def piece(self, token: int, special: bool = False) -> str:
-        return self.piece_bytes(token, special).decode("utf-8", errors="replace")
-
-    def piece_bytes(self, token: int, special: bool = False) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = self.l.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self.l.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
-
-    def is_eog(self, token: int) -> bool:
-        return bool(self.l.llama_vocab_is_eog(self.vocab, token))
-
-    def prompt_tokens(self, req: GenRequest) -> list[int]:
-        return self.encode_prompt(req.messages, req.assistant_prefix)
+__all__ = ["LlamaEngine", "device_name", "read_model_info"]  # the last two: from vocab
 
 
 # -- scheduling structures ------------------------------------------------------------------
+
+MIN_CHUNK = 2  # a prompt token is never evaluated as the only token of its sequence's chunk
+CELL_PAD = 256  # llama.cpp pads each sequence's KV stream to this many cells
 
 
 @dataclass
@@ -203,51 +71,57 @@ class _Seq:
     forced: tuple[float, float] | None = None
     forced_lp: float | None = None
     error: str | None = None
-    kv_need: int = 0
-    group: "_Group | None" = None
+    need: int = 0  # KV cells: prompt + max_tokens + forced-verdict margin
 
 
 @dataclass
 class _Group:
     prefix: list[int]
     seqs: list[_Seq]
-    kv_need: int
     fed: int = 0  # prefix tokens evaluated so far (on the first sequence's slot)
     owner: int = -1
-    remaining: int = 0  # member sequences not yet finished
+
+
+def _take(remaining: int, budget: int) -> int:
+    """How many of a sequence's `remaining` prompt tokens to evaluate now, within `budget`:
+    never leave a single token for a later chunk, and never start a chunk of one token unless
+    the whole feed is one token (a forced-verdict continuation can be). Chunks of two or more
+    tokens of a sequence give the same numbers wherever they are cut (see docs/engine.md)."""
+    t = min(remaining, budget)
+    if t < remaining and remaining - t < MIN_CHUNK:
+        t = remaining - MIN_CHUNK
+    if t < MIN_CHUNK and t < remaining:
+        return 0
+    return t
 
 
 class LlamaEngine:
     """Batched multi-sequence engine (see module docstring)."""
 
-    def __init__(self, settings: EngineSettings, vocab_only: bool = False):
+    def __init__(self, settings: EngineSettings):
         self.settings = settings
         path = resolve_model(settings.model)
-        llama_cpp = _llama()
+        llama_cpp = llama_backend()
         self.l = llama_cpp
-        gpu = llama_cpp.llama_supports_gpu_offload()
-        if settings.device == "cuda" and not gpu:
-            raise ModelError("--device cuda: this llama-cpp-python was built without GPU support;"
-                             " reinstall it with CMAKE_ARGS=-DGGML_CUDA=on")
-        self.on_gpu = gpu and settings.device != "cpu"
+        self.on_gpu = uses_gpu(settings)
         ngl = settings.n_gpu_layers if settings.n_gpu_layers is not None else (
             999 if self.on_gpu else 0)
         if settings.lora:
             check_gguf(settings.lora, what="LoRA adapter")
-        self.model = _load_model(path, vocab_only=vocab_only, n_gpu_layers=ngl)
-        self.info = _info_from_model(llama_cpp, self.model, path, settings.lora)
+        self.model = load_model(path, vocab_only=False, n_gpu_layers=ngl)
+        self.info = model_info(self.model, path, settings.lora)
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
-        self.vocab_only = vocab_only
         self.parallel = settings.parallel or (64 if self.on_gpu else 16)
-        self.n_seq_ctx = min(settings.n_ctx or self.info.n_ctx_train, self.info.n_ctx_train)
+        self.n_seq_ctx = context_limit(settings, self.info)
         self.ctx = None
-        self.kv_size = 0
+        self.stream_size = 0  # KV cells of each sequence's stream in the current context
         self._batch = None
+        self._batch_cap = 0
         self._lora = None
         self._generated = 0
         self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
-        self.threads = settings.threads or os.cpu_count() or 1
-        if settings.lora and not vocab_only:
+        self.threads = settings.threads or default_threads()
+        if settings.lora:
             self._lora = llama_cpp.llama_adapter_lora_init(self.model, settings.lora.encode())
             if not self._lora:
                 raise ModelError(f"llama.cpp could not load the LoRA adapter {settings.lora} "
@@ -263,47 +137,41 @@ class LlamaEngine:
         return max(2, math.ceil(2 * self.parallel / per_pair))
 
     def count_tokens(self, requests: list[GenRequest]) -> list[int]:
-        return [len(self.tok.prompt_tokens(r)) for r in requests]
+        return count_tokens(self.tok, requests, self.n_seq_ctx)
 
     # -- context -------------------------------------------------------------------------
-    def _ensure_context(self, groups: list[_Group]) -> None:
-        """Size the KV cache from the requests: enough cells for `parallel` sequences of the
-        groups at hand (shared prefixes counted once), never less than the largest group.
-        The context is recreated, larger, only when a later call needs more; every call
-        drains it, so nothing is lost."""
-        need_max = max(g.kv_need for g in groups)
-        n_seqs = sum(len(g.seqs) for g in groups)
-        per_seq = sum(g.kv_need for g in groups) / max(1, n_seqs)
-        want = max(need_max, int(per_seq * min(self.parallel, n_seqs)))
-        if self.ctx is not None and want <= self.kv_size:
+    def _ensure_context(self, need: int) -> None:
+        """One KV stream per sequence slot (`kv_unified=False`), each large enough for the
+        longest sequence at hand. A sequence's cells then sit at the same places whatever else
+        runs, which keeps its numbers independent of the batch. The context is recreated,
+        larger, only when a later call needs more; every call drains it, so nothing is lost."""
+        stream = int(math.ceil(max(need, CELL_PAD) / CELL_PAD) * CELL_PAD)
+        if self.ctx is not None and stream <= self.stream_size:
             return
         l = self.l
         if self.ctx is not None:
             l.llama_free(self.ctx)
             self.ctx = None
-            want = max(want, int(self.kv_size * 1.5))
-        size = int(math.ceil(max(want, 512) / 256) * 256)
+        cap = max(self.settings.batch_size, self.parallel)
         p = l.llama_context_default_params()
-        p.n_ctx = size
-        p.n_batch = self.settings.batch_size
-        p.n_ubatch = self.settings.batch_size
+        p.n_ctx = stream * self.parallel
+        p.n_batch = cap
+        p.n_ubatch = cap
         p.n_seq_max = self.parallel
         p.n_threads = self.threads
         p.n_threads_batch = self.threads
-        if hasattr(p, "kv_unified"):
-            p.kv_unified = True
+        p.kv_unified = False
         if not self.on_gpu and hasattr(p, "flash_attn_type"):
             # On CPU, llama.cpp's flash attention accumulates in half precision: log-probs move
-            # by up to 0.2 nats and depend on what else is in the batch. Off, they match
-            # llama.cpp's reference path and barely depend on batch composition.
+            # by up to 0.2 nats against llama.cpp's reference path. Off, they match it.
             p.flash_attn_type = l.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if hasattr(p, "no_perf"):
             p.no_perf = True
         self.ctx = l.llama_init_from_model(self.model, p)
         if not self.ctx:
-            raise ModelError(f"llama.cpp could not create a context of {size} tokens; lower "
-                             "--parallel or --ctx-size")
-        self.kv_size = size
+            raise ModelError(f"llama.cpp could not create a context of {self.parallel} x {stream} "
+                             "tokens; lower --parallel or --ctx-size")
+        self.stream_size = stream
         self.mem = l.llama_get_memory(self.ctx)
         if self._lora:
             if hasattr(l, "llama_set_adapters_lora"):
@@ -315,29 +183,34 @@ class LlamaEngine:
                 rc = l.llama_set_adapter_lora(self.ctx, self._lora, self.settings.lora_scale)
             if rc != 0:
                 raise ModelError(f"llama.cpp could not apply the LoRA adapter {self.settings.lora}")
-        if self._batch is not None:
-            l.llama_batch_free(self._batch)
-        self._batch = l.llama_batch_init(self.settings.batch_size + self.parallel, 0, 1)
+        if self._batch is None or self._batch_cap < cap:
+            if self._batch is not None:
+                l.llama_batch_free(self._batch)
+            self._batch = l.llama_batch_init(cap, 0, 1)
+            self._batch_cap = cap
         self.n_vocab = self.tok.n_vocab
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, requests: list[GenRequest]) -> tuple[list[_Group], list[list[_Seq]]]:
-        """Tokenize, group by shared prefix, and check every sequence fits the context."""
+        """Tokenize, group by shared prefix, and check every sequence fits the context.
+
+        A group is every sequence with the same `share_key` (or of the same request); its
+        shared prefix is their longest common prefix less `MIN_CHUNK` tokens, so each sequence
+        evaluates at least two tokens of its own. Groups larger than `--parallel` run in
+        several waves, each evaluating the same prefix: the numbers do not depend on
+        `--parallel`."""
         per_req: list[list[_Seq]] = []
         keyed: dict[Any, list[tuple[list[int], _Seq]]] = {}
         order: list[Any] = []
         for i, req in enumerate(requests):
-            toks = self.tok.prompt_tokens(req)
+            toks, error = self._prompt_or_error(req)
             seqs = []
             for s in range(req.n):
                 rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
                 seq = _Seq(i, s, req, feed=list(toks), pos=0, rng=rng)
-                seq.kv_need = len(toks) + req.max_tokens + 24
-                if seq.kv_need > self.n_seq_ctx:
-                    seq.error = (
-                        f"the pair needs {len(toks)} prompt tokens + {req.max_tokens} to generate, "
-                        f"more than the model's context of {self.n_seq_ctx}; shorten the responses "
-                        "or lower --max-tokens")
+                seq.need = len(toks) + req.max_tokens + FORCE_MARGIN
+                if error:
+                    seq.error = error
                     seq.phase = "done"
                     seq.finish = "error"
                 seqs.append(seq)
@@ -350,33 +223,42 @@ class LlamaEngine:
         groups: list[_Group] = []
         for key in order:
             members = keyed[key]
+            if not members:
+                continue
+            lcp = common_prefix([t for t, _ in members]) - MIN_CHUNK if len(members) > 1 else 0
+            if lcp < MIN_CHUNK:
+                lcp = 0
             for start in range(0, len(members), self.parallel):
                 chunk = members[start:start + self.parallel]
-                if not chunk:
-                    continue
-                lcp = _common_prefix([t for t, _ in chunk])
-                lcp = max(0, lcp - 1) if len(chunk) > 1 else 0  # each sequence feeds >= 1 token
-                prefix = chunk[0][0][:lcp]
-                seqs = []
-                need = len(prefix)
+                shared = lcp if len(chunk) > 1 else 0
                 for toks, s in chunk:
-                    s.feed = toks[lcp:]
-                    s.pos = lcp
-                    need += len(s.feed) + s.req.max_tokens + 24
-                    seqs.append(s)
-                g = _Group(prefix, seqs, need, remaining=len(seqs))
-                for s in seqs:
-                    s.group = g
-                groups.append(g)
+                    s.feed = toks[shared:]
+                    s.pos = shared
+                groups.append(_Group(chunk[0][0][:shared], [s for _, s in chunk]))
         return groups, per_req
+
+    def _too_long(self, n: str, req: GenRequest) -> str:
+        return (f"the pair needs {n} prompt tokens + {req.max_tokens} to generate, more than the "
+                f"model's context of {self.n_seq_ctx}; shorten the responses or lower --max-tokens")
+
+    def _prompt_or_error(self, req: GenRequest) -> tuple[list[int], str | None]:
+        """The prompt's tokens, or an error when it cannot fit the context. A prompt whose
+        length alone proves it too long is rejected before it is tokenized, so a huge row
+        costs no memory."""
+        room = self.n_seq_ctx - req.max_tokens - FORCE_MARGIN
+        bound = self.tok.min_prompt_tokens(req)
+        if bound > room:
+            return [], self._too_long(f"at least {bound}", req)
+        toks = self.tok.prompt_tokens(req)
+        if len(toks) > room:
+            return [], self._too_long(str(len(toks)), req)
+        return toks, None
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
-        if self.vocab_only:
-            raise RuntimeError("this engine was loaded for tokenization only")
         groups, per_req = self._plan(requests)
         if groups:
-            self._ensure_context(groups)
+            self._ensure_context(max(s.need for g in groups for s in g.seqs))
             self._run(deque(groups))
         out = []
         for seqs in per_req:
@@ -392,139 +274,135 @@ class LlamaEngine:
             out.append(gens)
         return out
 
-    def _run(self, queue: deque[_Group]) -> None:
-        l = self.l
-        free_slots = list(range(self.parallel - 1, -1, -1))
-        kv_free = self.kv_size
-        active_groups: list[_Group] = []
-        live: list[_Seq] = []
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """One `llama_decode` over (token, position, slot, wants logits) items."""
         batch = self._batch
+        for i, (token, pos, slot, logits) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = slot
+            batch.logits[i] = logits
+        batch.n_tokens = len(items)
+        rc = self.l.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
+
+    def _run(self, queue: deque[_Group]) -> None:
+        """Schedule groups on sequence slots until every sequence is done.
+
+        Each step makes one decode call with the next token of every decoding sequence (in
+        slot order, one token each), then prompt chunks within `--batch-size` tokens, chunks
+        of equal length sharing a call. A sequence's tokens are thus always evaluated in the
+        same shapes, whatever shares the step: one at a time while decoding, its prompt in
+        chunks of two tokens or more."""
+        l = self.l
+        free_slots = list(range(self.parallel))  # lowest first: live slots stay contiguous
+        prefilling: list[_Group] = []
+        live: list[_Seq] = []
         cap = self.settings.batch_size
-        while queue or live or active_groups:
-            # Admit groups in order while slots and KV cells allow.
-            while queue and len(free_slots) >= len(queue[0].seqs) and queue[0].kv_need <= kv_free:
+        while queue or live or prefilling:
+            while queue and len(free_slots) >= len(queue[0].seqs):
                 g = queue.popleft()
-                kv_free -= g.kv_need
                 for s in g.seqs:
-                    s.slot = free_slots.pop()
+                    s.slot = heapq.heappop(free_slots)
                 g.owner = g.seqs[0].slot
                 if g.prefix:
-                    active_groups.append(g)
+                    prefilling.append(g)
                 else:
                     for s in g.seqs:
                         s.phase = "feed"
                         live.append(s)
-            if not live and not active_groups:
-                if queue:  # nothing can run: the head group can never fit
-                    raise ModelError("a request group does not fit the KV cache; lower --parallel")
-                break
-            # Build one batch: decode tokens first, then prompt chunks.
-            n = 0
-            outputs: list[_Seq] = []
-            for s in live:
-                if s.phase == "decode":
-                    self._put(batch, n, s.feed[0], s.pos, s.slot, True)
+            decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
+            if decoding:
+                self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
+                for s in decoding:
                     s.feed = []
                     s.pos += 1
-                    n += 1
-                    outputs.append(s)
-            for g in active_groups:
-                if n >= cap:
-                    break
-                take = min(cap - n, len(g.prefix) - g.fed)
-                for j in range(take):
-                    self._put(batch, n, g.prefix[g.fed + j], g.fed + j, g.owner, False)
-                    n += 1
-                g.fed += take
+                self._sample(decoding)
+            # Prompt chunks within the budget; chunks of equal length share a call (slot
+            # order), which llama.cpp evaluates as one ubatch without re-cutting them.
+            budget = cap
+            work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
+            for g in prefilling:
+                take = _take(len(g.prefix) - g.fed, budget)
+                if take:
+                    work.append((take, g.owner, g.fed, g, None))
+                    budget -= take
             for s in live:
-                if n >= cap:
-                    break
                 if s.phase in ("feed", "force") and s.feed:
-                    take = min(cap - n, len(s.feed))
-                    for j in range(take):
-                        last = j == take - 1 and take == len(s.feed)
-                        self._put(batch, n, s.feed[j], s.pos + j, s.slot, last)
-                        n += 1
+                    take = _take(len(s.feed), budget)
+                    if take:
+                        work.append((take, s.slot, s.pos, None, s))
+                        budget -= take
+            for length in sorted({w[0] for w in work}):
+                items, sampled = [], []
+                for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
+                                                    key=lambda w: w[1]):
+                    if g is not None:
+                        items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
+                        g.fed += take
+                    else:
+                        last = take == len(s.feed)
+                        items += [(s.feed[j], pos + j, slot, last and j == take - 1)
+                                  for j in range(take)]
+                        s.pos += take
+                        s.feed = s.feed[take:]
                         if last:
-                            outputs.append(s)
-                    s.pos += take
-                    s.feed = s.feed[take:]
-            batch.n_tokens = n
-            self.prompt_tokens_evaluated += n - sum(1 for s in live if s.phase == "decode")
-            rc = l.llama_decode(self.ctx, batch)
-            if rc != 0:
-                raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
-            # Groups whose prefix is complete: copy it to every member sequence.
+                            sampled.append(s)
+                self._decode(items)
+                self.prompt_tokens_evaluated += len(items)
+                if sampled:
+                    self._sample(sampled)
             still = []
-            for g in active_groups:
+            for g in prefilling:
                 if g.fed == len(g.prefix):
-                    for s in g.seqs:
+                    for s in g.seqs:  # copied before the next decode call evaluates anything
                         if s.slot != g.owner:
                             l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
                         s.phase = "feed"
                         live.append(s)
                 else:
                     still.append(g)
-            active_groups = still
-            if outputs:
-                self._sample(outputs)
-            # Retire finished sequences; a group's KV reservation ends with its last member.
+            prefilling = still
             keep = []
             for s in live:
                 if s.phase == "done":
                     l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
-                    free_slots.append(s.slot)
-                    g = s.group
-                    g.remaining -= 1  # type: ignore[union-attr]
-                    if g.remaining == 0:  # type: ignore[union-attr]
-                        kv_free += g.kv_need  # type: ignore[union-attr]
+                    heapq.heappush(free_slots, s.slot)
                 else:
                     keep.append(s)
             live = keep
 
-    @staticmethod
-    def _put(batch, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
-        batch.token[i] = token
-        batch.pos[i] = pos
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq
-        batch.logits[i] = logits
-
     def _sample(self, outputs: list[_Seq]) -> None:
-        """Sample (or read forced choices) for every sequence that produced logits this step.
+        """Sample (or read forced choices) for every sequence that produced logits in the last
+        decode call, one row at a time so a row's numbers never depend on the other rows.
 
-        One vectorized pass: exp of the shifted logits gives both the normalizer (log-probs
-        under the model's distribution at temperature 1) and, unnormalized, the sampling
-        weights at temperature 1, so no row is exponentiated twice.
+        exp of the shifted logits gives both the normalizer (log-probs under the model's
+        distribution at temperature 1) and, unnormalized, the sampling weights at temperature
+        1, so no row is exponentiated twice.
         """
         ptr = self.l.llama_get_logits(self.ctx)
         V = self.n_vocab
-        k = len(outputs)
-        logits = np.ctypeslib.as_array(ptr, shape=(k * V,)).reshape(k, V)
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        weights = np.exp(shifted)
-        lse = np.log(weights.sum(axis=1))
+        logits = np.ctypeslib.as_array(ptr, shape=(len(outputs) * V,)).reshape(len(outputs), V)
         for row, s in enumerate(outputs):
+            shifted = logits[row] - logits[row].max()
+            weights = np.exp(shifted)
+            lse = float(np.log(weights.sum()))
             if s.phase == "force":
                 c1, c2 = s.force_choices  # type: ignore[misc]
-                a = float(shifted[row, c1] - lse[row])
-                b = float(shifted[row, c2] - lse[row])
-                m = max(a, b)
-                e1, e2 = math.exp(a - m), math.exp(b - m)
-                s.forced = (e1 / (e1 + e2), e2 / (e1 + e2))
-                s.forced_lp = m
+                s.forced, s.forced_lp = forced_probs(float(shifted[c1]) - lse,
+                                                     float(shifted[c2]) - lse)
                 s.phase = "done"
                 continue
-            tok = self._pick(shifted[row], weights[row], s)
-            s.tokens.append(tok)
-            s.logprobs.append(float(shifted[row, tok] - lse[row]))
+            tok = self._pick(shifted, weights, s)
             s.phase = "decode"
             if self.tok.is_eog(tok):
-                s.logprobs.pop()
-                s.tokens.pop()
                 s.finish = "stop"
                 self._finish(s, feed_last=None)
                 continue
+            s.tokens.append(tok)
+            s.logprobs.append(float(shifted[tok]) - lse)
             s.out += self.tok.piece_bytes(tok)
             stop = _matched_stop(s.out, s.req.stop)
             if stop is not None:
@@ -546,7 +424,7 @@ class LlamaEngine:
         p = weights if req.temperature == 1.0 else np.exp(shifted / req.temperature)
         u = s.rng.random()
         if req.top_p < 1.0:
-            idx = np.argsort(-p)
+            idx = np.argsort(-p, kind="stable")
             cs = np.cumsum(p[idx])
             cut = int(np.searchsorted(cs, req.top_p * cs[-1])) + 1
             keep = idx[:cut]
@@ -559,35 +437,13 @@ class LlamaEngine:
         """End a sequence, or continue it with a forced-verdict suffix when it does not parse."""
         force = s.req.force
         if force is not None:
-            text = s.out.decode("utf-8", errors="replace")
-            cont = force.continuation(text)
-            if cont is not None:
-                t1 = self.tok.encode(cont + force.choices[0], special=False)
-                t2 = self.tok.encode(cont + force.choices[1], special=False)
-                k = _common_prefix([t1, t2])
-                if 0 < k < min(len(t1), len(t2)):
-                    s.force_choices = (t1[k], t2[k])
-                    s.feed = ([feed_last] if feed_last is not None else []) + t1[:k]
-                    s.phase = "force"
-                    return
+            plan = force_plan(self.tok, force, s.out.decode("utf-8", errors="replace"))
+            if plan is not None:
+                feed, s.force_choices = plan
+                s.feed = ([feed_last] if feed_last is not None else []) + feed
+                s.phase = "force"
+                return
         s.phase = "done"
-
-
-def device_name(engine: "LlamaEngine") -> str:
-    """A label for throughput records: the backend the engine decodes on."""
-    return "cuda" if engine.on_gpu else f"cpu{engine.threads}"
-
-
-def _common_prefix(seqs: list[list[int]]) -> int:
-    if not seqs:
-        return 0
-    first = seqs[0]
-    n = min(len(x) for x in seqs)
-    for i in range(n):
-        t = first[i]
-        if any(x[i] != t for x in seqs[1:]):
-            return i
-    return n
 
 
 def _matched_stop(out: bytearray, stops: tuple[str, ...]) -> int | None:

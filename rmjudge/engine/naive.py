@@ -4,14 +4,19 @@ This is how most tools drive llama.cpp. It exists as the benchmark baseline and 
 cross-check of the batched engine's prompts, not for production use. With `logprobs=False`
 it does not ask for token log-probabilities (then every confidence is unknown and the anchor
 is the first parsed rollout, equivalent to a random anchor since rollouts are i.i.d.).
+
+Prompts are sent as token ids from `Tokenizer.encode_prompt` (template text parses special
+tokens, the data's text does not), never as text for llama.cpp to re-tokenize.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
-from rmjudge.engine.llama import Tokenizer, _info_from_model, _llama
+import numpy as np
+
+from rmjudge.engine.vocab import (Tokenizer, default_threads, force_plan, forced_probs,
+                                  llama_backend, model_info)
 from rmjudge.models import resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
@@ -19,19 +24,20 @@ from rmjudge.types import Generation, GenRequest
 
 class NaiveEngine:
     def __init__(self, settings: EngineSettings, logprobs: bool = True):
-        import llama_cpp
-
         path = resolve_model(settings.model)
-        _llama()
+        llama_cpp = llama_backend()
+        self.l = llama_cpp
         self.logprobs = logprobs
+        threads = settings.threads or default_threads()
         self.llm = llama_cpp.Llama(
-            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=settings.threads or os.cpu_count(),
-            n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
+            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=threads,
+            n_threads_batch=threads, n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
             lora_path=settings.lora, lora_scale=settings.lora_scale,
         )
-        self.info = _info_from_model(llama_cpp, self.llm.model, path, settings.lora)
+        self.info = model_info(self.llm.model, path, settings.lora)
         self.tok = Tokenizer(llama_cpp, self.llm.model, self.info)
         self._generated = 0
+        self.prompt_tokens_evaluated = 0
 
     @property
     def generated_tokens(self) -> int:
@@ -43,12 +49,23 @@ class NaiveEngine:
     def count_tokens(self, requests: list[GenRequest]) -> list[int]:
         return [len(self.tok.prompt_tokens(r)) for r in requests]
 
+    def _reused(self, tokens: list[int]) -> int:
+        """Tokens `Llama` keeps from its previous evaluation (its prefix cache)."""
+        old = self.llm.input_ids[: self.llm.n_tokens]
+        n = 0
+        for a, b in zip(old, tokens):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(tokens) - 1)
+
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
         out = []
         for req in requests:
-            prompt = self.tok.render(req.messages, req.assistant_prefix)
+            prompt = self.tok.prompt_tokens(req)
             gens = []
             for i in range(req.n):
+                self.prompt_tokens_evaluated += len(prompt) - self._reused(prompt)
                 r = self.llm.create_completion(
                     prompt, max_tokens=req.max_tokens, temperature=req.temperature,
                     top_p=req.top_p, top_k=0, min_p=0.0, repeat_penalty=1.0,
@@ -62,44 +79,33 @@ class NaiveEngine:
                     # create_completion strips the stop string; put it back if it was hit
                     if "<Result>" in text:
                         text += req.stop[0]
-                lps = []
+                n_tok = r["usage"]["completion_tokens"]
                 if self.logprobs and ch.get("logprobs"):
                     lps = [x for x in ch["logprobs"]["token_logprobs"] if x is not None]
-                n_tok = r["usage"]["completion_tokens"]
-                g = Generation(text, lps if self.logprobs else [0.0] * n_tok, finish)
-                if not self.logprobs:
-                    g.token_logprobs = [math.nan] * n_tok
+                else:
+                    lps = [math.nan] * n_tok
+                g = Generation(text, lps, finish)
                 self._force(req, prompt, g)
                 self._generated += n_tok
                 gens.append(g)
             out.append(gens)
         return out
 
-    def _force(self, req: GenRequest, prompt: str, g: Generation) -> None:
+    def _force(self, req: GenRequest, prompt: list[int], g: Generation) -> None:
         """Forced verdict: evaluate prompt + text + continuation, read the two choices' logits."""
         if req.force is None:
             return
-        cont = req.force.continuation(g.text)
-        if cont is None:
+        plan = force_plan(self.tok, req.force, g.text)
+        if plan is None:
             return
-        import llama_cpp
-        import numpy as np
-
-        from rmjudge.engine.llama import _common_prefix
-
-        t1 = self.tok.encode(cont + req.force.choices[0], special=False)
-        t2 = self.tok.encode(cont + req.force.choices[1], special=False)
-        k = _common_prefix([t1, t2])
-        if not 0 < k < min(len(t1), len(t2)):
-            return
-        tokens = self.tok.encode(prompt + g.text) + t1[:k]
+        feed, (c1, c2) = plan
+        tokens = prompt + self.tok.encode(g.text, special=False) + feed
+        self.prompt_tokens_evaluated += len(tokens)
         self.llm.reset()
         self.llm.eval(tokens)
-        n_vocab = self.tok.n_vocab
-        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(n_vocab,))
-        lse = float(np.log(np.exp(row - row.max()).sum()) + row.max())
-        a, b = float(row[t1[k]]) - lse, float(row[t2[k]]) - lse
-        m = max(a, b)
-        e1, e2 = math.exp(a - m), math.exp(b - m)
-        g.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
-        g.forced_logprob = m
+        row = np.ctypeslib.as_array(self.l.llama_get_logits_ith(self.llm.ctx, -1),
+                                    shape=(self.tok.n_vocab,))
+        shifted = row - row.max()
+        lse = float(np.log(np.exp(shifted).sum()))
+        g.forced_probs, g.forced_logprob = forced_probs(float(shifted[c1]) - lse,
+                                                        float(shifted[c2]) - lse)

@@ -355,10 +355,10 @@ class ServerEngine:
         arch = "unknown"
         gguf_template = None
         if s.template_model:
-            from rmjudge.engine.llama import LlamaEngine
+            from rmjudge.engine.vocab import ModelVocab
             from rmjudge.settings import EngineSettings
 
-            local = LlamaEngine(EngineSettings(model=s.template_model), vocab_only=True)
+            local = ModelVocab(EngineSettings(model=s.template_model))
             self._tokenizer = local.tok
             arch = local.info.architecture
             gguf_template = local.tok.template
