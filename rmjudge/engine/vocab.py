@@ -259,18 +259,23 @@ def forced_probs(a: float, b: float) -> tuple[tuple[float, float], float]:
 
 
 def default_threads() -> int:
-    """CPU threads when --threads is not given: the CPUs this process may use, less one.
+    """CPU threads when --threads is not given: the CPUs this process may use, less the cores
+    other work keeps busy (the 1-minute load average, rounded), at least one.
 
     llama.cpp's threads meet at a spinning barrier after every operation, so one thread that
-    loses its core to another process stalls all the others: with as many threads as cores, a
-    single competing CPU-bound process cut throughput several-fold (docs/engine.md). One core
-    left free absorbs such a neighbour at the cost of one thread's share when the machine is
-    quiet."""
+    loses its core to another process stalls all the others: on 2 cores with one competing
+    CPU-bound process, 2 threads kept 28% of their quiet throughput and 1 thread 95%, while on a
+    quiet machine 2 threads are 1.8x as fast as 1 (docs/engine.md). So every core when the
+    machine is quiet, and one thread fewer per busy core."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, cpus - 1)
+    try:
+        busy = int(os.getloadavg()[0] + 0.5)
+    except (AttributeError, OSError):
+        busy = 0
+    return max(1, cpus - busy)
 
 
 def device_name(engine) -> str:
