@@ -102,14 +102,13 @@ class RaySummary:
 class EngineFactory:
     """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only."""
 
-    def __init__(self, settings: EngineSettings, kind: str = "batched"):
+    def __init__(self, settings: EngineSettings):
         self.settings = settings
-        self.kind = kind
 
     def __call__(self, vocab_only: bool = False):
         from rmjudge.engine import load_engine
 
-        return load_engine(self.settings, kind=self.kind, vocab_only=vocab_only)
+        return load_engine(self.settings, vocab_only=vocab_only)
 
 
 # -- input -----------------------------------------------------------------------------------

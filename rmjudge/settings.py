@@ -78,16 +78,28 @@ class JudgeSettings:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    model: str | None = None  # None: RMJUDGE_MODEL or the embedded default
-    lora: str | None = None
-    lora_scale: float = 1.0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    n_gpu_layers: int | None = None  # None: all layers when a GPU build is used, else 0
-    threads: int | None = None
-    parallel: int | None = None  # live sequences per batch; None: 16 on CPU, 64 on CUDA
-    batch_size: int = 512  # max tokens per llama_decode call
-    n_ctx: int | None = None  # None: derived from the requests and the model's training context
-    truncate: bool = False  # pairs too long for the context: error row (False) or truncate
+    """How the judge model runs. Every field is an option of the judging commands."""
+
+    model: str | None = _opt(None, "GGUF judge model (a path, hf:org/repo/file.gguf or "
+                             "org/repo:QUANT). Default: $RMJUDGE_MODEL, else the embedded "
+                             "SmolLM2-135M.", metavar="PATH.gguf", envvar="RMJUDGE_MODEL")
+    lora: str | None = _opt(None, "A GGUF LoRA adapter applied to the model at run time.",
+                            metavar="ADAPTER.gguf")
+    lora_scale: float = _opt(1.0, "Scale of the LoRA adapter.")
+    device: Literal["auto", "cpu", "cuda"] = _opt(
+        "auto", "auto: CUDA when llama.cpp was built with it.", choices=("auto", "cpu", "cuda"))
+    n_gpu_layers: int | None = _opt(None, "Layers to offload (default: all on CUDA, none on CPU).",
+                                    type=int)
+    threads: int | None = _opt(None, "CPU threads (default: every usable core when the machine "
+                               "is quiet, one fewer per busy core).", type=int)
+    parallel: int | None = _opt(None, "Sequences decoded together (default: 16 on CPU, 64 on "
+                                "CUDA).", type=int)
+    batch_size: int = _opt(512, "Max tokens per llama.cpp decode call.")
+    n_ctx: int | None = _opt(None, "Per-sequence context limit (default: the model's training "
+                             "context).", type=int, option="--ctx-size")
+    kind: Literal["batched", "naive"] = _opt(
+        "batched", "naive: one sequence at a time through llama-cpp-python's Llama (slow; a "
+        "baseline).", choices=("batched", "naive"), option="--engine")
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda"):
@@ -98,3 +110,5 @@ class EngineSettings:
             raise SettingsError("--batch-size must be at least 8")
         if self.threads is not None and self.threads < 1:
             raise SettingsError("--threads must be at least 1")
+        if self.kind not in ("batched", "naive"):
+            raise SettingsError("--engine must be batched or naive")

@@ -65,7 +65,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
 
             if engine is None:
                 js, es, run = parse_run_options(dict(kw))
-                engine = load_engine(es, kind=run["engine_kind"], server=run["server"])
+                engine = load_engine(es, server=run["server"])
             g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
                 f"greedy baseline: {done}/{total} pair-orders", err=True))
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "

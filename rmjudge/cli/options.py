@@ -16,40 +16,6 @@ def combine_options(options: list[Callable]) -> Callable:
     return deco
 
 
-engine_options = combine_options([
-    click.option("--model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
-                 help="GGUF judge model. Default: $RMJUDGE_MODEL, else the embedded SmolLM2-135M."),
-    click.option("--lora", default=None, metavar="ADAPTER.gguf",
-                 help="A GGUF LoRA adapter applied to the model at run time."),
-    click.option("--lora-scale", default=1.0, show_default=True, type=float),
-    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
-                 show_default=True, help="auto: CUDA when llama.cpp was built with it."),
-    click.option("--n-gpu-layers", type=int, default=None,
-                 help="Layers to offload (default: all on CUDA, none on CPU)."),
-    click.option("--threads", type=int, default=None, help="CPU threads (default: the usable CPUs less one)."),
-    click.option("--parallel", type=int, default=None,
-                 help="Sequences decoded together (default: 16 on CPU, 64 on CUDA)."),
-    click.option("--batch-size", type=int, default=512, show_default=True,
-                 help="Max tokens per llama.cpp decode call."),
-    click.option("--ctx-size", "n_ctx", type=int, default=None,
-                 help="Per-sequence context limit (default: the model's training context)."),
-    click.option("--engine", "engine_kind", type=click.Choice(["batched", "naive"]),
-                 default="batched", show_default=True,
-                 help="naive: one sequence at a time through llama-cpp-python's Llama (slow; "
-                 "a baseline)."),
-])
-
-
-def engine_settings(kw: dict):
-    from rmjudge.settings import EngineSettings
-
-    return EngineSettings(
-        model=kw.pop("model"), lora=kw.pop("lora"), lora_scale=kw.pop("lora_scale"),
-        device=kw.pop("device"), n_gpu_layers=kw.pop("n_gpu_layers"), threads=kw.pop("threads"),
-        parallel=kw.pop("parallel"), batch_size=kw.pop("batch_size"), n_ctx=kw.pop("n_ctx"),
-    )
-
-
 def settings_options(cls) -> Callable:
     """One click option per field of a settings dataclass, from the field's metadata (its
     help, and `flag`, `short`, `metavar`, `choices`, `cli`): the dataclass is the one place a
@@ -65,15 +31,19 @@ def settings_options(cls) -> Callable:
             opts.append(click.option(meta["flag"], f"no_{f.name}", is_flag=True,
                                      help=meta["help"]))
             continue
-        names = [f"--{f.name.replace('_', '-')}"] + ([meta["short"]] if "short" in meta else [])
+        names = [meta.get("option", f"--{f.name.replace('_', '-')}")] + (
+            [meta["short"]] if "short" in meta else [])
         kw: dict = {"default": None if f.default is MISSING else f.default, "help": meta["help"],
                     "show_default": f.default is not None}
         if "choices" in meta:
             kw["type"] = click.Choice(list(meta["choices"]))
+        elif "type" in meta:
+            kw["type"] = meta["type"]
         elif f.default is not None and f.default is not MISSING:
             kw["type"] = type(f.default)
-        if "metavar" in meta:
-            kw["metavar"] = meta["metavar"]
+        for key in ("metavar", "envvar"):
+            if key in meta:
+                kw[key] = meta[key]
         opts.append(click.option(*names, f.name, **kw))
     return combine_options(opts)
 
@@ -106,3 +76,18 @@ def judge_settings(kw: dict):
     from rmjudge.settings import JudgeSettings
 
     return settings_from(JudgeSettings, kw)
+
+
+def _engine_options():
+    from rmjudge.settings import EngineSettings
+
+    return settings_options(EngineSettings)
+
+
+engine_options = _engine_options()
+
+
+def engine_settings(kw: dict):
+    from rmjudge.settings import EngineSettings
+
+    return settings_from(EngineSettings, kw)

@@ -48,7 +48,6 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
     from rmjudge.ray_runner import EngineFactory, RayRunError, RaySettings, ray_score
     from rmjudge.settings import SettingsError
 
-    engine_kind = kw.pop("engine_kind")
     try:
         js = judge_settings(kw)
         es = engine_settings(kw)
@@ -69,7 +68,7 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
     try:
         s = ray_score(source, js, es, output, rs=rs, mapping=cols, labels=labels,
                       overwrite=overwrite,
-                      engine_factory=EngineFactory(es, engine_kind), on_batch=on_batch)
+                      engine_factory=EngineFactory(es), on_batch=on_batch)
     except (RayRunError, ModelError) as exc:
         fail(str(exc))
     if not quiet:

@@ -79,7 +79,7 @@ def parse_run_options(kw: dict):
         run = {"mapper": build_mapper(mapping, js.seed, labels), "mapping": mapping,
                "limit": kw.pop("limit"),
                "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
-               "overwrite": kw.pop("overwrite"), "engine_kind": kw.pop("engine_kind"),
+               "overwrite": kw.pop("overwrite"),
                "server": server_settings(kw)}
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
@@ -103,11 +103,11 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
     detect_format(source)  # a missing or unreadable input fails before the model loads
     check_output(source, output or default_output(source))  # so does an unusable output
     if engine is None and run["server"] is not None:
-        engine = load_engine(es, kind=run["engine_kind"], vocab_only=False, server=run["server"])
+        engine = load_engine(es, server=run["server"])
         status(f"rmjudge: {engine.describe()}", quiet)
     elif engine is None:
         status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
-        engine = load_engine(es, kind=run["engine_kind"], vocab_only=False)
+        engine = load_engine(es)
     limit = run["limit"]
     total = None if quiet else count_rows(source)
     progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)

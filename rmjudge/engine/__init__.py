@@ -12,13 +12,14 @@ if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
 
 
-def load_engine(settings: EngineSettings | None = None, kind: str = "batched", vocab_only: bool = False,
-                server: "ServerSettings | None" = None):
+def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
+                vocab_only: bool = False, server: "ServerSettings | None" = None):
     """An engine of `kind`. With `vocab_only`, a `ModelVocab` instead (prompt token counts and
     model metadata without loading weights; both local engines tokenize the same way). With
     `server` (or kind "server"): judge through that server; `settings.model`, when set, is then
     only where the chat template and tokenizer come from."""
     settings = settings or EngineSettings()
+    kind = kind or settings.kind
     if server is not None or kind == "server":
         from rmjudge.engine.server import ServerEngine
         from rmjudge.settings import SettingsError
