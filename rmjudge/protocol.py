@@ -13,21 +13,15 @@ The protocol works on many pairs at once: `stage1_requests` for a chunk, then
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from rmjudge.seeds import derive_seed
 from rmjudge import prompts
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Generation, GenRequest, Pair
-
-
-def derive_seed(seed: int, *parts: object) -> int:
-    """A 63-bit seed from the run seed and a pair-level key: independent of file position."""
-    h = hashlib.blake2b(repr((seed,) + parts).encode(), digest_size=8).digest()
-    return int.from_bytes(h, "big") >> 1
 
 
 def confidence(logprobs: Iterable[float], fraction: float = 0.1) -> float | None:

@@ -35,7 +35,7 @@ from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import read_rows
 from rmjudge.prompts import extract_analysis, parse_verdict, pref_messages, refl_messages
-from rmjudge.protocol import derive_seed
+from rmjudge.seeds import derive_seed
 
 from training.cache import CachedRollouts, RolloutCache
 from training.rollouts import Item, RolloutSource

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge.protocol import derive_seed
+from rmjudge.seeds import derive_seed
 
 from training.data import DataError, read_examples
 from training.hf import ModelSource, load_base, load_tokenizer, materialize, render_prompt

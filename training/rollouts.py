@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rmjudge.prompts import ASSISTANT_PREFIX, STOP, pref_messages
-from rmjudge.protocol import derive_seed
+from rmjudge.seeds import derive_seed
 from rmjudge.types import GenRequest, Message
 
 from training.cache import CachedRollouts

@@ -92,7 +92,7 @@ def stat(values: np.ndarray, es: EvalSettings, key: str) -> Stat:
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return Stat(None, None, None, 0)
-    from rmjudge.protocol import derive_seed
+    from rmjudge.seeds import derive_seed
 
     lo, hi = bootstrap_ci(v, es.resamples, derive_seed(es.seed, key), es.level)
     return Stat(float(v.mean()), lo, hi, int(v.size))

@@ -131,7 +131,7 @@ class Mapper:
         pid = self._id(obj, r.messages, r.a, r.b, used, r.id_extra)
         a, b = r.a, r.b
         if r.chosen_rejected:
-            from rmjudge.protocol import derive_seed
+            from rmjudge.seeds import derive_seed
 
             if derive_seed(self.seed, pid, "slot") & 1:
                 a, b, label = r.b, r.a, "B"
