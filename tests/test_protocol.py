@@ -7,7 +7,8 @@ from helpers import critique_slot, engine, first_slot_response, pair, pref, refl
 
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.judge import Failure, Judge
-from rmjudge.protocol import confidence, derive_seed, vote
+from rmjudge.protocol import confidence, vote
+from rmjudge.seeds import derive_seed
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Generation
 

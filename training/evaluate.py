@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rmjudge.analysis.counts import item_accuracy, item_consistency
 from rmjudge.prompts import parse_verdict, pref_messages
 
 from training.hf import greedy_completions
@@ -55,8 +56,9 @@ def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,
     if n:
         res.accuracy_ab = round(sum(ok_ab) / n, 4)
         res.accuracy_ba = round(sum(ok_ba) / n, 4)
-        res.accuracy = round((sum(ok_ab) + sum(ok_ba)) / (2 * n), 4)
-        res.positional_consistency = round(sum(a and b for a, b in zip(ok_ab, ok_ba)) / n, 4)
+        res.accuracy = round(sum(item_accuracy(a, b) for a, b in zip(ok_ab, ok_ba)) / n, 4)
+        res.positional_consistency = round(
+            sum(item_consistency(a, b) for a, b in zip(ok_ab, ok_ba)) / n, 4)
     if refl:
         res.refl_accuracy = round(sum(ok_refl) / len(refl), 4)
     all_preds = preds_ab + preds_ba + preds_refl
