@@ -640,3 +640,30 @@ def test_hub_spec_needs_the_extra_and_a_local_file_wins(tmp_path, monkeypatch):
     (tmp_path / "org" / "repo:Q4_K_M").write_bytes(FAKE_GGUF)
     assert not is_hub_spec("org/repo:Q4_K_M") and is_hub_spec("hf:org/repo:Q4_K_M")
     assert resolve_model("org/repo:Q4_K_M") == "org/repo:Q4_K_M"
+
+
+def test_build_data_samples_rollouts_through_a_server(fake, template, tmp_path):
+    """`rmjudge-train build-data --server` draws its rollouts from the server."""
+    import orjson
+    from click.testing import CliRunner
+
+    from training.cli import main as train_main
+
+    calls = {"n": 0}
+
+    def alternating(body):  # rollouts disagree, so every item has mixed outcomes
+        calls["n"] += 1
+        slot = 1 + calls["n"] % 2
+        return ok_completion(body, f"<Result>Response {slot} is better than Response {3 - slot}")
+
+    f = fake(complete=alternating)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(orjson.dumps({"id": f"p{i}", "prompt": f"Q{i}?", "chosen": "yes",
+                                         "rejected": "no"}).decode() + "\n" for i in range(3)))
+    out = tmp_path / "train.jsonl"
+    r = CliRunner().invoke(train_main, ["build-data", str(src), "-o", str(out), "--samples", "2",
+                                        "--max-tokens", "16", "--server", f.url,
+                                        "--chat-template", template, "-q"])
+    assert r.exit_code == 0, r.output
+    assert len(f.posts()) >= 3 * 2  # every item's rollouts went to the server
+    assert out.exists() and out.read_text().strip()

@@ -20,6 +20,7 @@ import click
 
 from rmjudge import __version__
 from rmjudge.cli.common import UserErrorGroup
+from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.errors import UserError
 
 from rmjudge.io.mapping import parse_map
@@ -59,9 +60,18 @@ def main() -> None:
 # -- build-data ------------------------------------------------------------------------------
 
 
-def _rollout_source(model, gguf_file, backend, sampling, parallel, threads):
-    """(source, description): llama.cpp on a GGUF, or transformers on an HF model."""
+def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, server=None):
+    """(source, description): llama.cpp on a GGUF, an OpenAI-compatible server (`server`:
+    ServerSettings; `model`, when a GGUF, gives its chat template), or transformers on an HF
+    model."""
     from training.rollouts import EngineRollouts, TransformersRollouts
+
+    if server is not None:
+        from rmjudge.engine import load_engine
+        from rmjudge.settings import EngineSettings
+
+        engine = load_engine(EngineSettings(model=model), server=server)
+        return EngineRollouts(engine, sampling), engine.describe()
 
     gguf = None
     if model is None:
@@ -141,10 +151,15 @@ def format_stats(st: dict) -> str:
 @click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
 @click.option("--threads", type=int, default=None, help="llama.cpp CPU threads.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@server_options
 def build_data_cmd(source, output, model, gguf_file, backend, samples, temperature, max_tokens,
-                   ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, quiet):
-    """Sample rollouts from the base model and write unified Pref + Refl training data."""
+                   ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, quiet,
+                   **kw):
+    """Sample rollouts from the base model and write unified Pref + Refl training data
+    (in-process, or through an OpenAI-compatible server with --server URL)."""
     from training.rollouts import SamplingSettings
+
+    server = server_settings(kw)
 
     try:
         config = DataConfig(ratio=ratio, seed=seed, limit=limit, mapping=parse_map(mapping),
@@ -153,7 +168,8 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
             raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
         sampling = SamplingSettings(samples=samples, temperature=temperature,
                                     max_tokens=max_tokens, seed=seed)
-        src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads)
+        src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
+                                    server)
         _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
         done = [0]
 
