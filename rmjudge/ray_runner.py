@@ -102,12 +102,15 @@ class RaySummary:
 class EngineFactory:
     """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only."""
 
-    def __init__(self, settings: EngineSettings):
+    def __init__(self, settings: EngineSettings, server=None):
         self.settings = settings
+        self.server = server  # ServerSettings: every worker judges through that server
 
     def __call__(self, vocab_only: bool = False):
         from rmjudge.engine import load_engine
 
+        if self.server is not None:  # its model info (name, template) is what the run records
+            return load_engine(self.settings, server=self.server)
         return load_engine(self.settings, vocab_only=vocab_only)
 
 

@@ -8,6 +8,7 @@ import click
 
 from rmjudge.cli.common import fail
 from rmjudge.cli.mapping_options import label_options, label_settings
+from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
 
 
@@ -19,6 +20,7 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 @click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
               help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
 @label_options
+@server_options
 @click.option("--address", default=None,
               help="Ray cluster address (auto, ray://head:10001); default: a local Ray instance.")
 @click.option("--workers", default=2, show_default=True, help="Engines in the actor pool.")
@@ -53,6 +55,7 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
         es = engine_settings(kw)
         cols = parse_map(mapping)
         labels = label_settings(kw)
+        server = server_settings(kw)
         rs = RaySettings(address=address, workers=workers, rows_per_batch=rows_per_batch,
                          cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
                          work_dir=work_dir, max_restarts=max_restarts,
@@ -68,7 +71,7 @@ def command(source: str, output: str, mapping: str | None, address: str | None, 
     try:
         s = ray_score(source, js, es, output, rs=rs, mapping=cols, labels=labels,
                       overwrite=overwrite,
-                      engine_factory=EngineFactory(es), on_batch=on_batch)
+                      engine_factory=EngineFactory(es, server), on_batch=on_batch)
     except (RayRunError, ModelError) as exc:
         fail(str(exc))
     if not quiet:
