@@ -831,17 +831,21 @@ def write_query_file(con, query: str, path: str, fmt: str) -> None:
         raise err from None
 
 
-def write_file(path: str, data: bytes) -> None:
-    """Write a whole file through a temporary file moved into place."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+def write_file(path: str, data: bytes, check=None) -> None:
+    """Write a whole file through a temporary file beside it, moved into place; `check()`, when
+    given, runs just before the move (and may refuse it by raising)."""
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
+        if check is not None:
+            check()
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
-        err = disk_error(path, exc)
+        err = disk_error(path, exc) if isinstance(exc, OSError) else None
         if err is None:
             raise
         raise err from None

@@ -532,24 +532,11 @@ def check_report_output(t: JudgedTable | str, output: str) -> None:
 def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None) -> ReportData:
     """Build the report and write its page to `output`: only a new file or an earlier report
     is replaced, through a temporary file beside it moved into place."""
-    from rmjudge.analysis.outputs import replace_into, temp_path
-
     check_report_output(t, output)
     data = build_report(t, group_by)
     page = render_html(data, make_figures(data))
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    tmp = temp_path(output)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(page)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        from rmjudge.store import disk_error
+    from rmjudge.store import write_file
 
-        err = disk_error(output, exc) if isinstance(exc, OSError) else None
-        if err is None:
-            raise
-        raise err from None
-    replace_into(tmp, output, lambda: check_report_output(t, output))
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    write_file(output, page.encode("utf-8"), check=lambda: check_report_output(t, output))
     return data

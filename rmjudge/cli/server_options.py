@@ -8,21 +8,12 @@ option, so it stays out of shell history and of the run tables.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import click
 
-
-def _options(options: list[Callable]) -> Callable:
-    def deco(f: Callable) -> Callable:
-        for opt in reversed(options):
-            f = opt(f)
-        return f
-
-    return deco
+from rmjudge.cli.options import combine_options
 
 
-server_options = _options([
+server_options = combine_options([
     click.option("--server", "server_url", default=None, metavar="URL",
                  help="Judge through an OpenAI-compatible server (llama-server, vLLM, SGLang), "
                  "e.g. http://127.0.0.1:8000/v1. API key: $RMJUDGE_API_KEY. "
