@@ -812,20 +812,28 @@ def _remove_files(path: str) -> None:
             os.remove(p)
 
 
-def write_query_file(con, query: str, path: str, fmt: str) -> None:
-    """`COPY (query)` to `path` as Parquet or JSONL through a temporary file moved into place,
-    so a reader never sees a half-written file; a failure leaves no temporary behind."""
+def _temp_beside(path: str) -> str:
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
+
+
+def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
+    """`COPY (query)` to `path` as Parquet or JSONL through a temporary file beside it, moved
+    into place, so a reader never sees a half-written file; `check()`, when given, runs just
+    before the move (and may refuse it by raising). A failure leaves no temporary behind."""
     import duckdb
 
     copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = _temp_beside(path)
     try:
         con.execute(f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}")
+        if check is not None:
+            check()
         os.replace(tmp, path)
-    except (duckdb.Error, OSError) as exc:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
-        err = disk_error(path, exc)
+        err = disk_error(path, exc) if isinstance(exc, (duckdb.Error, OSError)) else None
         if err is None:
             raise
         raise err from None
@@ -834,8 +842,7 @@ def write_query_file(con, query: str, path: str, fmt: str) -> None:
 def write_file(path: str, data: bytes, check=None) -> None:
     """Write a whole file through a temporary file beside it, moved into place; `check()`, when
     given, runs just before the move (and may refuse it by raising)."""
-    head, tail = os.path.split(path)
-    tmp = os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
+    tmp = _temp_beside(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -34,6 +35,20 @@ def sha(path: str) -> str:
 def write_jsonl(path: Path, objs: list[dict]) -> str:
     path.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in objs))
     return str(path)
+
+
+@contextmanager
+def lock_held_by_another_process(store: str):
+    """Another process holding `store` open as a writer (its rmjudge lock and DuckDB's)."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(30)"), store], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def row(i: int, **extra) -> dict:
@@ -63,17 +78,10 @@ def test_overwrite_refuses_a_store_another_run_holds(tmp_path):
 def test_overwrite_over_a_live_cli_run_exits_3_and_keeps_the_run(tmp_path):
     out = str(tmp_path / "o.duckdb")
     score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
-        "print('locked', flush=True); time.sleep(30)"), out], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held_by_another_process(out):
         r = subprocess.run([sys.executable, "-m", "rmjudge", "score", PAIRS, "-o", out,
                             "--overwrite", "--model", "/nonexistent-is-not-reached.gguf"],
                            capture_output=True, text=True)
-    finally:
-        holder.kill()
-        holder.wait()
     # refused before the model loads (the model path is never looked at)
     assert r.returncode == EXIT_BUSY, r.stderr
     assert r.stderr.startswith("Error: another rmjudge process is writing") and "Traceback" not in r.stderr
@@ -375,16 +383,9 @@ def test_a_different_input_into_an_existing_store_is_refused(tmp_path):
 def test_busy_exit_code_on_the_cli(tmp_path):
     out = str(tmp_path / "o.duckdb")
     score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
-        "print('locked', flush=True); time.sleep(30)"), out], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held_by_another_process(out):
         r = subprocess.run([sys.executable, "-m", "rmjudge", "merge", out, PAIRS, "-o",
                             str(tmp_path / "m.duckdb")], capture_output=True, text=True)
-    finally:
-        holder.kill()
-        holder.wait()
     assert r.returncode == EXIT_BUSY and r.stderr.startswith("Error: ")
     assert "Traceback" not in r.stderr
 

@@ -231,13 +231,11 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
     query = dataset_query(table, fs)
     columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
-    from rmjudge.analysis.outputs import replace_into, temp_path
     from rmjudge.store import write_query_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    tmp = temp_path(output)
-    write_query_file(con, query, tmp, fmt)
-    replace_into(tmp, output, lambda: check_filter_output(table.path, output))
+    write_query_file(con, query, output, fmt,
+                     check=lambda: check_filter_output(table.path, output))
     counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())
     dropped = dict(con.execute("""SELECT reason, count(*) FROM decided WHERE action = 'dropped'
                                   GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall())

@@ -10,14 +10,14 @@ place:
 - any other existing file that `recognize` does not accept as written by the same command
   (report: the generator marker in its HTML; filter: a filter record beside it whose sha256
   matches the file).
-Refusals are `OutputError` (exit 1), naming the file and the fix. `replace_into` moves a
-finished temporary file, written next to the target, into place after checking again.
+Refusals are `OutputError` (exit 1), naming the file and the fix. The store's writers
+(`write_file`, `write_query_file`) write a temporary file beside the target and run the check
+again just before moving it into place.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Callable
 
 from rmjudge.errors import UserError
@@ -26,13 +26,6 @@ from rmjudge.store import is_duckdb_file
 
 class OutputError(UserError):
     """The output path holds something the command did not write; the message names the fix."""
-
-
-def temp_path(output: str) -> str:
-    """A hidden temporary name in the target's own folder (so the final move is atomic and
-    globs over the folder, like `load_dataset(data_dir=...)`, skip it)."""
-    head, tail = os.path.split(os.path.abspath(output))
-    return os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
 
 
 def guard_output(output: str, table: str, command: str,
@@ -59,20 +52,3 @@ def guard_output(output: str, table: str, command: str,
         raise OutputError(f"{output} exists and was not written by `rmjudge {command}` "
                           f"({mark}); {leave}, or delete the file yourself if it is no longer "
                           "needed")
-
-
-def replace_into(tmp: str, output: str, check: Callable[[], None]) -> None:
-    """Move the finished `tmp` onto `output` after `check()` passes again (the target may have
-    changed while `tmp` was written); on any failure `tmp` is removed and `output` untouched."""
-    from rmjudge.store import disk_error
-
-    try:
-        check()
-        os.replace(tmp, output)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        err = disk_error(output, exc) if isinstance(exc, OSError) else None
-        if err is None:
-            raise
-        raise err from None
