@@ -817,16 +817,15 @@ def _temp_beside(path: str) -> str:
     return os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
 
 
-def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
-    """`COPY (query)` to `path` as Parquet or JSONL through a temporary file beside it, moved
-    into place, so a reader never sees a half-written file; `check()`, when given, runs just
-    before the move (and may refuse it by raising). A failure leaves no temporary behind."""
+def _write_beside(path: str, produce, check=None) -> None:
+    """`produce(tmp)` writes a temporary file beside `path`; `check()`, when given, runs just
+    before it is moved onto `path` (and may refuse by raising). A failure leaves no temporary
+    behind, and an I/O failure is a DiskError naming `path`."""
     import duckdb
 
-    copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
     tmp = _temp_beside(path)
     try:
-        con.execute(f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}")
+        produce(tmp)
         if check is not None:
             check()
         os.replace(tmp, path)
@@ -839,23 +838,21 @@ def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
         raise err from None
 
 
+def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
+    """`COPY (query)` to `path` as Parquet or JSONL, so a reader never sees a half-written file
+    (see `_write_beside` for `check`)."""
+    copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
+    _write_beside(path, lambda tmp: con.execute(
+        f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}"), check)
+
+
 def write_file(path: str, data: bytes, check=None) -> None:
-    """Write a whole file through a temporary file beside it, moved into place; `check()`, when
-    given, runs just before the move (and may refuse it by raising)."""
-    tmp = _temp_beside(path)
-    try:
+    """Write a whole file so a reader never sees it half-written (see `_write_beside`)."""
+    def produce(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
-        if check is not None:
-            check()
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        err = disk_error(path, exc) if isinstance(exc, OSError) else None
-        if err is None:
-            raise
-        raise err from None
+
+    _write_beside(path, produce, check)
 
 
 def write_rows_file(columns: list[tuple[str, str]], rows: list[list], path: str, fmt: str,
