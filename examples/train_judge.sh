@@ -1,79 +1,101 @@
 #!/usr/bin/env bash
-# Train a judge end to end: split -> format warm-start -> build-data -> GRPO -> export -> score ->
-# eval, every step seeded. Needs `pip install '.[train,export,model]'`.
+# Train a judge end to end and measure it on held-out pairs:
+#   split -> format warm-start (LoRA) -> build-data with the warm-started judge -> GRPO continuing
+#   that adapter -> GGUF LoRA exports -> score the held-out pairs with the base, the warm-started
+#   and the GRPO judge (same N and settings) -> eval -> OUT_DIR/table.md
+# Every step is seeded. Needs `pip install '.[train,export,model]'`.
 #
-#   examples/train_judge.sh PAIRS.jsonl OUT_DIR
+#   examples/train_judge.sh OUT_DIR PAIRS.jsonl [PAIRS.jsonl ...]
 #
-# Sizes come from the environment (defaults: a small CPU run of the embedded SmolLM2-135M;
-# the full experiment is hours on a 2-core CPU, see docs/training.md):
-#   BASE (GGUF, default: the embedded model)  ROWS=400 TEST_ROWS=100  SEED=0  THREADS=1
-#   SFT_EPOCHS=2 SFT_SAMPLES=2  SAMPLES=8 MAX_TOKENS=96  GRPO_STEPS=50 GRPO_BATCH=8 GENERATIONS=4
-#   SCORE_SAMPLES=4
-# Every step writes into OUT_DIR and resumes when rerun (rollout caches, checkpoints, the score
-# store); a step whose output exists is skipped.
+# Sizes come from the environment; the defaults are the experiment reported in the README
+# (docs/training.md#experiment), sized for a 2-core CPU:
+#   BASE (GGUF, default: the embedded model)  SEED=0  THREADS=2
+#   TRAIN_ROWS=128 TEST_ROWS=200 MAX_CHARS=900       the split (by prompt, same share per file)
+#   SFT_EPOCHS=1 SFT_SAMPLES=2 SFT_MAX_TOKENS=64 SFT_ANALYSIS_CHARS=160 SFT_LR=5e-4
+#   DATA_SAMPLES=4 DATA_MAX_TOKENS=80 RATIO=4:1       build-data with the warm-started judge
+#   GRPO_STEPS=8 GRPO_BATCH=4 GENERATIONS=4 GRPO_LR=5e-5 GRPO_MAX_TOKENS=80
+#   SCORE_SAMPLES=2 SCORE_MAX_TOKENS=80               scoring, identical for every judge
+#   RFT=0 (1 adds the RFT baseline: GRPO on Pref-only data)
+# Every step writes into OUT_DIR and resumes when rerun (rollout caches, checkpoints, score
+# stores); a step whose output exists is skipped. Wall times go to OUT_DIR/times.tsv.
 set -euo pipefail
 
-pairs=${1:?usage: examples/train_judge.sh PAIRS.jsonl OUT_DIR}
-out=${2:?usage: examples/train_judge.sh PAIRS.jsonl OUT_DIR}
+out=${1:?usage: examples/train_judge.sh OUT_DIR PAIRS.jsonl [PAIRS.jsonl ...]}
+shift
+[ $# -ge 1 ] || { echo "usage: examples/train_judge.sh OUT_DIR PAIRS.jsonl [PAIRS.jsonl ...]" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
 seed=${SEED:-0}
-threads=${THREADS:-1}
-rows=${ROWS:-400}
-test_rows=${TEST_ROWS:-100}
+threads=${THREADS:-2}
 base=${BASE:-$(python -c "from rmjudge.models import default_model_path; print(default_model_path())")}
+score_args=(--samples "${SCORE_SAMPLES:-2}" --max-tokens "${SCORE_MAX_TOKENS:-80}" --seed "$seed"
+            --threads "$threads" --quiet)
 export OMP_NUM_THREADS=$threads
 mkdir -p "$out"
 
-# 1. split: a seeded shuffle of the first ROWS + TEST_ROWS rows into train / test
-if [ ! -s "$out/test.jsonl" ]; then
-  python - "$pairs" "$out" "$rows" "$test_rows" "$seed" <<'EOF'
-import random, sys
-src, out, n_train, n_test, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-with open(src, encoding="utf-8") as f:
-    lines = [l for _, l in zip(range(n_train + n_test), f) if l.strip()]
-random.Random(seed).shuffle(lines)
-open(f"{out}/train.jsonl", "w", encoding="utf-8").writelines(lines[:n_train])
-open(f"{out}/test.jsonl", "w", encoding="utf-8").writelines(lines[n_train:])
-print(f"split: {min(n_train, len(lines))} train, {max(0, len(lines) - n_train)} test rows")
-EOF
+# step NAME DONE_PATH COMMAND...: run COMMAND unless DONE_PATH exists; record its wall time
+step() {
+  local name=$1 done_path=$2; shift 2
+  if [ -e "$done_path" ]; then echo "== $name: done ($done_path)"; return; fi
+  echo "== $name"
+  local t0; t0=$(date +%s)
+  "$@"
+  printf '%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" >> "$out/times.tsv"
+}
+
+# 1. split by prompt into train / held-out test
+step split "$out/test.jsonl" python "$here/split_pairs.py" "$out" "$@" \
+  --train "${TRAIN_ROWS:-128}" --test "${TEST_ROWS:-200}" --max-chars "${MAX_CHARS:-900}" \
+  --seed "$seed"
+
+# 2. format warm-start: a LoRA adapter on the base (the base's own analyses + gold verdicts)
+step warm-start "$out/warm/sft.json" rmjudge-train sft "$out/train.jsonl" -o "$out/warm" \
+  --model "$base" --seed "$seed" --samples "${SFT_SAMPLES:-2}" \
+  --rollout-max-tokens "${SFT_MAX_TOKENS:-64}" --max-analysis-chars "${SFT_ANALYSIS_CHARS:-160}" \
+  --epochs "${SFT_EPOCHS:-1}" --batch-size 8 --micro-batch 4 --learning-rate "${SFT_LR:-5e-4}" \
+  --check-items 8 --check-max-tokens 80 --save-steps 16 --threads "$threads" ${SFT_ARGS:-}
+step export-warm "$out/warm.lora.gguf" rmjudge-export lora "$out/warm/adapter" --base "$base" \
+  -o "$out/warm.lora.gguf"
+
+# 3. unified Pref + Refl data from the warm-started judge's rollouts (llama.cpp, base + LoRA)
+data_args=(--model "$base" --lora "$out/warm.lora.gguf" --samples "${DATA_SAMPLES:-4}"
+           --max-tokens "${DATA_MAX_TOKENS:-80}" --seed "$seed" --threads "$threads" --quiet)
+step build-data "$out/data/train.jsonl" rmjudge-train build-data "$out/train.jsonl" \
+  -o "$out/data/train.jsonl" --ratio "${RATIO:-4:1}" "${data_args[@]}"
+
+# 4. GRPO, continuing the warm-start adapter (unquantized on CPU)
+grpo() {  # grpo DATA OUT_DIR
+  local resume=()
+  ls -d "$2"/checkpoint-* >/dev/null 2>&1 && resume=(--resume)
+  local gb=${GRPO_BATCH:-4} gen=${GENERATIONS:-4}
+  rmjudge-train grpo --model "$base" --init-adapter "$out/warm/adapter" --data "$1" -o "$2" \
+    --max-steps "${GRPO_STEPS:-8}" --batch-size "$gb" --generation-prompts "$gb" \
+    --num-generations "$gen" --micro-batch "$gen" --learning-rate "${GRPO_LR:-5e-5}" \
+    --max-completion-length "${GRPO_MAX_TOKENS:-80}" --quantization none \
+    --no-gradient-checkpointing --eval-fraction 0 --warmup-ratio 0 --save-steps 2 \
+    --seed "$seed" ${GRPO_ARGS:-} "${resume[@]}"
+}
+step grpo "$out/grpo/training.json" grpo "$out/data/train.jsonl" "$out/grpo"
+step export-grpo "$out/grpo.lora.gguf" rmjudge-export lora "$out/grpo/adapter" --base "$base" \
+  -o "$out/grpo.lora.gguf"
+judges=(base warm grpo)
+if [ "${RFT:-0}" = 1 ]; then  # the RFT baseline: the same GRPO on Pref-only data
+  step build-data-rft "$out/data/rft.jsonl" rmjudge-train build-data "$out/train.jsonl" \
+    -o "$out/data/rft.jsonl" --ratio 1:0 --cache "$out/data/train.jsonl.rollouts.jsonl" \
+    "${data_args[@]}"
+  step grpo-rft "$out/rft/training.json" grpo "$out/data/rft.jsonl" "$out/rft"
+  step export-rft "$out/rft.lora.gguf" rmjudge-export lora "$out/rft/adapter" --base "$base" \
+    -o "$out/rft.lora.gguf"
+  judges+=(rft)
 fi
 
-# 2. format warm-start (supervised): the base learns to end with a parseable verdict
-if [ ! -e "$out/warm/model/config.json" ]; then
-  rmjudge-train sft "$out/train.jsonl" -o "$out/warm" --model "$base" --seed "$seed" \
-    --samples "${SFT_SAMPLES:-2}" --epochs "${SFT_EPOCHS:-2}" --threads "$threads" \
-    ${SFT_ARGS:-}
-fi
-[ -s "$out/warm.gguf" ] || rmjudge-export convert "$out/warm/model" -o "$out/warm.gguf" --outtype f16
+# 5. score the held-out pairs with every judge, same settings, then evaluate
+for j in "${judges[@]}"; do
+  lora=(); [ "$j" = base ] || lora=(--lora "$out/$j.lora.gguf")
+  # the store resumes, so a killed scoring run goes on where it stopped
+  step "score-$j" "$out/score/$j.eval.json" bash -c '
+    rmjudge score "$1" --model "$2" -o "$3" "${@:5}" && rmjudge eval "$3" --json > "$4.tmp" &&
+    mv "$4.tmp" "$4"' _ "$out/test.jsonl" "$base" "$out/score/$j.duckdb" \
+    "$out/score/$j.eval.json" "${score_args[@]}" "${lora[@]}"
+done
 
-# 3. unified Pref + Refl data from the warm-started model's rollouts (llama.cpp)
-if [ ! -s "$out/data/train.jsonl" ]; then
-  rmjudge-train build-data "$out/train.jsonl" -o "$out/data/train.jsonl" --model "$out/warm.gguf" \
-    --samples "${SAMPLES:-8}" --max-tokens "${MAX_TOKENS:-96}" --seed "$seed" --threads "$threads"
-fi
-
-# 4. GRPO: a LoRA adapter on the warm-started model (unquantized: CPU)
-if [ ! -e "$out/grpo/adapter/adapter_config.json" ]; then
-  resume=()
-  ls -d "$out/grpo"/checkpoint-* >/dev/null 2>&1 && resume=(--resume)
-  gb=${GRPO_BATCH:-8}; gen=${GENERATIONS:-4}
-  rmjudge-train grpo --model "$out/warm/model" --data "$out/data/train.jsonl" -o "$out/grpo" \
-    --max-steps "${GRPO_STEPS:-50}" --batch-size "$gb" --generation-prompts "$gb" \
-    --num-generations "$gen" --micro-batch "$((gb * gen))" \
-    --max-completion-length "${MAX_TOKENS:-96}" --quantization none \
-    --no-gradient-checkpointing --seed "$seed" ${GRPO_ARGS:-} "${resume[@]}"
-fi
-
-# 5. export: merge the adapter into the warm-started model, GGUF, quantize
-[ -e "$out/merged/config.json" ] || rmjudge-export merge --base "$out/warm/model" \
-  --adapter "$out/grpo/adapter" -o "$out/merged" --dtype float32
-[ -s "$out/judge-f16.gguf" ] || rmjudge-export convert "$out/merged" -o "$out/judge-f16.gguf"
-[ -s "$out/judge-Q8_0.gguf" ] || rmjudge-export quantize "$out/judge-f16.gguf" \
-  -o "$out/judge-Q8_0.gguf" --type Q8_0
-
-# 6. score the held-out rows with the trained judge and with the base, then evaluate both
-rmjudge score "$out/test.jsonl" --model "$out/judge-Q8_0.gguf" -o "$out/test.judge.duckdb" \
-  --samples "${SCORE_SAMPLES:-4}" --max-tokens "${MAX_TOKENS:-96}" --seed "$seed" --threads "$threads"
-rmjudge score "$out/test.jsonl" --model "$base" -o "$out/test.base.duckdb" \
-  --samples "${SCORE_SAMPLES:-4}" --max-tokens "${MAX_TOKENS:-96}" --seed "$seed" --threads "$threads"
-echo "== trained judge"; rmjudge eval "$out/test.judge.duckdb"
-echo "== base"; rmjudge eval "$out/test.base.duckdb"
+python "$here/train_table.py" "$out" "${judges[@]}" | tee "$out/table.md"

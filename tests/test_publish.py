@@ -570,3 +570,19 @@ def test_hub_failures_are_user_errors_and_bugs_are_not(tmp_path, judged):
     with pytest.raises(TypeError):
         push(str(out), "org/x", api=Broken(), token="hf_x")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rmjudge-push-")]
+
+
+def test_dry_run_never_replaces_a_card_or_data_it_did_not_write(tmp_path, judged):
+    out = tmp_path / "d.parquet"
+    r = CliRunner().invoke(main, ["filter", judged, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    for files in ({"README.md": "# my notes\n"}, {"data/train.parquet": "mine"},
+                  {"README.md": "---\ntags:\n- other\n---\nmine\n", "data/train.jsonl": "x"}):
+        folder = tmp_path / f"f{len(files)}{sorted(files)[0][0]}"
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+        r = CliRunner().invoke(main, ["push", str(out), "me/d", "--dry-run", str(folder)])
+        assert r.exit_code == 1 and "not written by rmjudge" in r.output, r.output
+        for name, text in files.items():  # untouched
+            assert (folder / name).read_text() == text

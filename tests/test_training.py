@@ -116,3 +116,85 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     summary2 = train(more, resume="latest", rollout_func=scripted_rollouts)
     assert summary2["resumed_from"].endswith("checkpoint-2") and summary2["steps"] == 3
     assert (run / "checkpoint-3").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.model
+@pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
+def test_grpo_continues_a_given_adapter(tmp_path, model_path):
+    """--init-adapter: GRPO trains the given adapter (its rank kept, its weights the start),
+    so a warm-start adapter and its GRPO continuation are one adapter of the base."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from training.data import DataConfig, build_data
+    from training.grpo import GRPOSettings, train
+    from training.hf import ModelSource, load_base, materialize
+    from training.rollouts import EngineRollouts, SamplingSettings
+
+    def respond(req, i):
+        return completion_text("pref", f"analysis {i}", 1 + i % 2)
+
+    data = tmp_path / "train.jsonl"
+    build_data(os.path.join(HERE, "data", "pandalm_5.jsonl"), data,
+               EngineRollouts(ScriptedEngine(respond), SamplingSettings(samples=2)),
+               DataConfig(ratio="1:1"))
+    # a warm-start stand-in: rank 2 on two modules, B non-zero
+    torch.manual_seed(0)
+    base = load_base(materialize(ModelSource.parse(model_path)), quantization="none")
+    warm = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                           task_type="CAUSAL_LM", init_lora_weights=False))
+    warm.save_pretrained(str(tmp_path / "warm"))
+    start = load_file(str(tmp_path / "warm" / "adapter_model.safetensors"))
+
+    settings = GRPOSettings(
+        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
+        batch_size=2, num_generations=2, micro_batch=4, generation_prompts=2,
+        max_completion_length=32, learning_rate=1e-3, warmup_ratio=0.0, beta=0.04,
+        quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.0,
+        init_adapter=str(tmp_path / "warm"))
+    summary = train(settings, rollout_func=scripted_rollouts)
+    assert summary["steps"] == 1
+    end = load_file(str(tmp_path / "run" / "adapter" / "adapter_model.safetensors"))
+    assert set(end) == set(start)  # same modules, same rank: the given adapter, continued
+    assert all(end[k].shape == start[k].shape for k in start)
+    assert all(end[k].shape[0] == 2 or end[k].shape[1] == 2 for k in start)
+    moved = [float((end[k] - start[k]).abs().max()) for k in start]
+    assert max(moved) > 0  # trained
+    assert max(moved) < 0.1 * max(float(v.abs().max()) for v in start.values())  # from the start
+
+
+def test_grpo_refuses_an_init_adapter_that_is_not_one(tmp_path):
+    from training.grpo import GRPOSettings, TrainError
+
+    with pytest.raises(TrainError, match="not a PEFT adapter folder"):
+        GRPOSettings(model="m", data="d", output_dir=str(tmp_path), init_adapter=str(tmp_path))
+
+
+def test_build_data_lora_needs_a_gguf_model(tmp_path):
+    from click.testing import CliRunner
+
+    from training.cli import main
+
+    r = CliRunner().invoke(main, ["build-data", os.path.join(HERE, "data", "pandalm_5.jsonl"),
+                                  "-o", str(tmp_path / "d.jsonl"), "--backend", "transformers",
+                                  "--lora", str(tmp_path / "a.gguf")])
+    assert r.exit_code == 1
+    assert "Error:" in r.output and "--lora is a GGUF LoRA" in r.output
+
+
+def test_rollout_cache_fingerprint_names_the_lora_adapter():
+    from dataclasses import replace
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from training.rollouts import EngineRollouts, SamplingSettings
+
+    plain = ScriptedEngine(lambda req, i: "x")
+    with_lora = ScriptedEngine(lambda req, i: "x")
+    with_lora.info = replace(plain.info, lora="/a.gguf", lora_sha256="ab" * 32)
+    fp_plain = EngineRollouts(plain, SamplingSettings(samples=2)).fingerprint()
+    fp_lora = EngineRollouts(with_lora, SamplingSettings(samples=2)).fingerprint()
+    assert "lora_sha256" not in fp_plain  # caches written before adapters stay valid
+    assert fp_lora["lora_sha256"] == "ab" * 32 and fp_lora != fp_plain

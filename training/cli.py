@@ -60,10 +60,11 @@ def main() -> None:
 # -- build-data ------------------------------------------------------------------------------
 
 
-def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, server=None):
-    """(source, description): llama.cpp on a GGUF, an OpenAI-compatible server (`server`:
-    ServerSettings; `model`, when a GGUF, gives its chat template), or transformers on an HF
-    model."""
+def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, server=None,
+                    lora=None):
+    """(source, description): llama.cpp on a GGUF (with a GGUF LoRA adapter when `lora`), an
+    OpenAI-compatible server (`server`: ServerSettings; `model`, when a GGUF, gives its chat
+    template), or transformers on an HF model."""
     from training.rollouts import EngineRollouts, TransformersRollouts
 
     if server is not None:
@@ -84,12 +85,18 @@ def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, serv
         gguf = model
     if backend == "llama" and gguf is None:
         raise DataError("--backend llama needs a GGUF: --model file.gguf (or --gguf-file)")
+    if lora is not None and (server is not None or gguf is None or backend == "transformers"):
+        raise DataError("--lora is a GGUF LoRA applied by llama.cpp: use it with a GGUF --model "
+                        "(or the embedded default) and without --server or --backend "
+                        "transformers")
     if gguf is not None and backend != "transformers":
         from rmjudge.engine import load_engine
         from rmjudge.settings import EngineSettings
 
-        engine = load_engine(EngineSettings(model=gguf, parallel=parallel, threads=threads))
-        return EngineRollouts(engine, sampling), f"llama.cpp on {gguf}"
+        engine = load_engine(EngineSettings(model=gguf, parallel=parallel, threads=threads,
+                                            lora=lora))
+        return EngineRollouts(engine, sampling), (f"llama.cpp on {gguf}"
+                                                  + (f" + LoRA {lora}" if lora else ""))
     from training.hf import ModelSource, load_base, load_tokenizer, materialize, model_suffix
 
     src = ModelSource.parse(gguf or model)
@@ -150,11 +157,13 @@ def format_stats(st: dict) -> str:
 @click.option("--chunk-items", default=16, show_default=True, help="Items per generate call.")
 @click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
 @click.option("--threads", type=int, default=None, help="llama.cpp CPU threads.")
+@click.option("--lora", default=None, help="A GGUF LoRA adapter applied to the GGUF --model "
+              "(e.g. a warm-start adapter from `rmjudge-export lora`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @server_options
 def build_data_cmd(source, output, model, gguf_file, backend, samples, temperature, max_tokens,
-                   ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, quiet,
-                   **kw):
+                   ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, lora,
+                   quiet, **kw):
     """Sample rollouts from the base model and write unified Pref + Refl training data
     (in-process, or through an OpenAI-compatible server with --server URL)."""
     from training.rollouts import SamplingSettings
@@ -169,7 +178,7 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
         sampling = SamplingSettings(samples=samples, temperature=temperature,
                                     max_tokens=max_tokens, seed=seed)
         src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
-                                    server)
+                                    server, lora)
         _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
         done = [0]
 

@@ -69,6 +69,10 @@ class GRPOSettings:
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
     target_modules: str = field(default=DEFAULT_TARGETS, metadata={
         "help": "Comma-separated module names for LoRA, or all-linear."})
+    init_adapter: str | None = field(default=None, metadata={
+        "help": "Continue training this PEFT LoRA adapter of --model (e.g. `rmjudge-train sft`'s "
+                "OUTPUT/adapter) instead of a new one; its rank, alpha and modules are kept, "
+                "and the KL reference is the model with this adapter as it was loaded."})
     quantization: str = field(default="nf4", metadata={"help": "nf4 (QLoRA) or none."})
     gradient_checkpointing: bool = field(default=True, metadata={"help": "Trade compute for memory."})
     save_steps: int = field(default=25, metadata={"help": "Checkpoint every N optimizer steps."})
@@ -103,6 +107,11 @@ class GRPOSettings:
             raise TrainError("--beta must be >= 0, --lora-dropout in [0, 1), --learning-rate > 0")
         if self.generation_prompts > self.batch_size or self.batch_size % self.generation_prompts:
             raise TrainError("--generation-prompts must divide --batch-size")
+        if self.init_adapter is not None and not (
+                Path(self.init_adapter) / "adapter_config.json").is_file():
+            raise TrainError(f"--init-adapter {self.init_adapter}: not a PEFT adapter folder "
+                             "(no adapter_config.json); give e.g. `rmjudge-train sft`'s "
+                             "OUTPUT/adapter")
         if (self.generation_prompts * self.num_generations) % self.micro_batch:
             raise TrainError("--micro-batch must divide --generation-prompts x --num-generations "
                              f"({self.generation_prompts * self.num_generations})")
@@ -291,8 +300,16 @@ def train(s: GRPOSettings, resume: str | None = None,
         log_completions=False,
         disable_tqdm=True,
     )
-    peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
-                             target_modules=s.targets, task_type="CAUSAL_LM", bias="none")
+    if s.init_adapter:
+        # continue the given adapter: TRL keeps a frozen copy of it as the KL reference
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, s.init_adapter, is_trainable=True)
+        peft_config = None
+    else:
+        peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha,
+                                 lora_dropout=s.lora_dropout, target_modules=s.targets,
+                                 task_type="CAUSAL_LM", bias="none")
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,

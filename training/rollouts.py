@@ -64,7 +64,16 @@ class EngineRollouts:
         info = self.engine.info
         return {"model_sha256": info.sha256, "model": info.name, "samples": self.s.samples,
                 "temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
-                "seed": self.s.seed, "suffix": self.suffix, "backend": "llama.cpp"}
+                "seed": self.s.seed, "suffix": self.suffix, "backend": "llama.cpp",
+                **self._lora()}
+
+    def _lora(self) -> dict[str, Any]:
+        """The LoRA adapter, when one is applied (older caches have no such key)."""
+        info = self.engine.info
+        if not info.lora_sha256:
+            return {}
+        scale = getattr(getattr(self.engine, "settings", None), "lora_scale", 1.0)
+        return {"lora_sha256": info.lora_sha256, "lora_scale": scale}
 
     def request(self, item: Item) -> GenRequest:
         return GenRequest(

@@ -113,6 +113,25 @@ def _check_folder(folder: str) -> None:
     if extra:
         raise HubError(f"{folder} holds other files ({', '.join(extra[:3])}"
                        f"{', ...' if len(extra) > 3 else ''}); give an empty or new folder")
+    # an earlier dry run's folder is refreshed in place; a README.md or data/ that rmjudge did
+    # not write is never replaced
+    ours = sorted(present - {"data"})
+    if ours and not _is_our_card(os.path.join(folder, "README.md")):
+        raise HubError(f"{folder} holds {', '.join(ours)} not written by rmjudge (no rmjudge "
+                       "dataset card); give an empty or new folder")
+
+
+def _is_our_card(path: str) -> bool:
+    """Whether `path` is a dataset card rmjudge wrote (front matter tagged rmjudge)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(65536)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not head.startswith("---\n") or "\n---\n" not in head[4:]:
+        return False
+    front = head[4:].split("\n---\n", 1)[0]
+    return re.search(r"^- rmjudge$", front, re.M) is not None
 
 
 def prepare_folder(export: str, repo_id: str, folder: str,

@@ -1,0 +1,100 @@
+"""The results table of examples/train_judge.sh, as Markdown on stdout.
+
+    python examples/train_table.py OUT_DIR base warm grpo [rft]
+
+Reads OUT_DIR/score/<judge>.eval.json (`rmjudge eval --json`), the judged stores for parse
+failures and slot-1 shares, the training summaries (warm/sft.json, <judge>/training.json and
+log.jsonl) and OUT_DIR/times.tsv (wall seconds per step).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import duckdb
+
+NAMES = {"base": "base (embedded SmolLM2-135M Q4_1)", "warm": "warm-start (SFT LoRA)",
+         "grpo": "warm-start + GRPO", "rft": "warm-start + RFT (Pref only)"}
+
+
+def ci(m: dict | None) -> str:
+    if not m or m.get("value") is None:
+        return "-"
+    v = f"{100 * m['value']:.1f}%"
+    if m.get("lo") is not None:
+        v += f" [{100 * m['lo']:.1f}, {100 * m['hi']:.1f}]"
+    return v
+
+
+def store_counts(path: Path) -> tuple[int, int, int, int]:
+    """(rollouts, rollouts without a parsed verdict, verdicts in slot 1, verdicts)."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        n, bad, slot1, parsed = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE verdict_source <> 'generated'), "
+            "count(*) FILTER (WHERE prediction = 1), count(prediction) "
+            "FROM samples WHERE stage = 'rollout'").fetchone()
+    finally:
+        con.close()
+    return n, bad, slot1, parsed
+
+
+def last_log(path: Path, key: str):
+    if not path.exists():
+        return None
+    val = None
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if key in rec:
+            val = rec[key]
+    return val
+
+
+def training(out: Path, judge: str, times: dict[str, int]) -> str:
+    if judge == "base":
+        return "-"
+    sft = json.loads((out / "warm" / "sft.json").read_text())
+    sft_s = times.get("warm-start")
+    text = (f"SFT: {sft['steps']} steps on {sft['train_examples']} examples "
+            f"({sft.get('example_tokens', '?')} tokens, {sft.get('target_tokens', '?')} "
+            f"target), {sft_s} s")
+    if judge in ("grpo", "rft"):
+        summ = json.loads((out / judge / "training.json").read_text())
+        tokens = last_log(out / judge / "log.jsonl", "num_tokens")
+        data_key = "build-data" if judge == "grpo" else "build-data-rft"
+        text += (f"; build-data {times.get(data_key)} s; GRPO: {summ['steps']} steps "
+                 f"({summ['train_examples']} examples, {int(tokens) if tokens else '?'} "
+                 f"tokens), {times.get('grpo' if judge == 'grpo' else 'grpo-rft')} s")
+    return text
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    judges = sys.argv[2:] or ["base", "warm", "grpo"]
+    times: dict[str, int] = {}
+    if (out / "times.tsv").exists():
+        for line in (out / "times.tsv").read_text().splitlines():
+            name, secs = line.split("\t")
+            times[name] = times.get(name, 0) + int(secs)
+    rows = ["| judge | parse failures | verdicts in slot 1 | accuracy, both orders pooled "
+            "[95% CI] | positional consistency [95% CI] | final verdict accuracy | scoring "
+            "time | training |", "|---|---|---|---|---|---|---|---|"]
+    for j in judges:
+        ev = json.loads((out / "score" / f"{j}.eval.json").read_text())
+        systems = {s["key"]: s["metrics"]["overall"] for s in ev["systems"]}
+        refl = systems.get("reflectrm", {})
+        n, bad, slot1, parsed = store_counts(out / "score" / f"{j}.duckdb")
+        rows.append(
+            f"| {NAMES.get(j, j)} | {bad}/{n} ({100 * bad / max(n, 1):.1f}%) | "
+            f"{100 * slot1 / max(parsed, 1):.1f}% | {ci(refl.get('acc'))} | "
+            f"{ci(refl.get('consistency'))} | {ci(systems.get('final', {}).get('acc'))} | "
+            f"{times.get('score-' + j, '-')} s | {training(out, j, times)} |")
+    print(f"{ev['labelled']} held-out pairs, both orders; bootstrap 95% intervals "
+          f"({ev['settings']['resamples']} resamples).\n")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
