@@ -93,7 +93,10 @@ def run_protocol(kind: str, args) -> dict:
             "prompt_tokens": prompt,
             "processed_tok_per_s": None if prompt is None else (prompt + engine.generated_tokens) / dt,
             "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
-            "peak_rss_mb": _peak_rss_mb()}
+            "peak_rss_mb": _peak_rss_mb(),
+            # mean sequences per decode call, of --parallel (batch occupancy)
+            "occupancy": (engine.decode_rows / engine.decode_steps / args.parallel
+                          if getattr(engine, "decode_steps", 0) else None)}
 
 
 def run_ceiling(args, unified: bool) -> dict:
@@ -263,7 +266,8 @@ def _fmt(r: dict) -> str:
             f"gen_tok/s={r['tok_per_s']:7.1f} gen_tok/cpu_s={r.get('tok_per_cpu_s') or 0:7.1f} "
             f"proc_tok/s={proc:>7} pairs/s={pps:>7} "
             f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
-            f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}")
+            f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}"
+            + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else ""))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #   TRAIN_ROWS=128 TEST_ROWS=200 MAX_CHARS=900       the split (by prompt, same share per file)
 #   SFT_EPOCHS=1 SFT_SAMPLES=2 SFT_MAX_TOKENS=64 SFT_ANALYSIS_CHARS=160 SFT_LR=5e-4
 #   DATA_SAMPLES=4 DATA_MAX_TOKENS=80 RATIO=4:1       build-data with the warm-started judge
-#   GRPO_STEPS=8 GRPO_BATCH=4 GENERATIONS=4 GRPO_LR=5e-5 GRPO_MAX_TOKENS=80
+#   GRPO_STEPS=8 GRPO_BATCH=4 GENERATIONS=4 GRPO_LR=1e-4 GRPO_MAX_TOKENS=80
+#   GRPO_BETA=0 (no KL term: saves the reference forward pass per step on a CPU)
 #   SCORE_SAMPLES=2 SCORE_MAX_TOKENS=80               scoring, identical for every judge
 #   RFT=0 (1 adds the RFT baseline: GRPO on Pref-only data)
 # Every step writes into OUT_DIR and resumes when rerun (rollout caches, checkpoints, score
@@ -69,7 +70,8 @@ grpo() {  # grpo DATA OUT_DIR
   local gb=${GRPO_BATCH:-4} gen=${GENERATIONS:-4}
   rmjudge-train grpo --model "$base" --init-adapter "$out/warm/adapter" --data "$1" -o "$2" \
     --max-steps "${GRPO_STEPS:-8}" --batch-size "$gb" --generation-prompts "$gb" \
-    --num-generations "$gen" --micro-batch "$gen" --learning-rate "${GRPO_LR:-5e-5}" \
+    --num-generations "$gen" --micro-batch "$gen" --learning-rate "${GRPO_LR:-1e-4}" \
+    --beta "${GRPO_BETA:-0}" \
     --max-completion-length "${GRPO_MAX_TOKENS:-80}" --quantization none \
     --no-gradient-checkpointing --eval-fraction 0 --warmup-ratio 0 --save-steps 2 \
     --seed "$seed" ${GRPO_ARGS:-} "${resume[@]}"

@@ -4,7 +4,9 @@
 
 Reads OUT_DIR/score/<judge>.eval.json (`rmjudge eval --json`), the judged stores for parse
 failures and slot-1 shares, the training summaries (warm/sft.json, <judge>/training.json and
-log.jsonl) and OUT_DIR/times.tsv (wall seconds per step).
+log.jsonl) and OUT_DIR/times.tsv (wall seconds per step). Training times are the trainers'
+own `train_runtime` (optimizer steps and, for GRPO, its generation), without the rollouts of
+the warm-start's data.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def training(out: Path, judge: str, times: dict[str, int]) -> str:
     if judge == "base":
         return "-"
     sft = json.loads((out / "warm" / "sft.json").read_text())
-    sft_s = times.get("warm-start")
+    sft_s = round(sft["train_metrics"]["train_runtime"])
     text = (f"SFT: {sft['steps']} steps on {sft['train_examples']} examples "
             f"({sft.get('example_tokens', '?')} tokens, {sft.get('target_tokens', '?')} "
             f"target), {sft_s} s")
@@ -65,8 +67,8 @@ def training(out: Path, judge: str, times: dict[str, int]) -> str:
         tokens = last_log(out / judge / "log.jsonl", "num_tokens")
         data_key = "build-data" if judge == "grpo" else "build-data-rft"
         text += (f"; build-data {times.get(data_key)} s; GRPO: {summ['steps']} steps "
-                 f"({summ['train_examples']} examples, {int(tokens) if tokens else '?'} "
-                 f"tokens), {times.get('grpo' if judge == 'grpo' else 'grpo-rft')} s")
+                 f"({int(tokens) if tokens else '?'} tokens), "
+                 f"{round(summ['train_metrics']['train_runtime'])} s")
     return text
 
 

@@ -2,18 +2,19 @@
 
 Each pair is a small coroutine (`_pair_task`) that yields batches of generation requests
 (stage 1 rollouts, optionally more rollouts in adaptive mode, then stage 2 reflections) and
-finally returns a `PairResult`. The driver keeps up to `pairs_in_flight` pairs active and sends
-all of their pending requests to the engine in one call, so stage 2 of some pairs and stage 1
-of others share the engine's batch. Memory is bounded by `pairs_in_flight`, not the input.
+finally returns a `PairResult`. The driver (`_PairFeed`) hands the engine the requests of up to
+`pairs_in_flight` pairs, so stage 2 of some pairs and stage 1 of others share the engine's
+batch; a streaming engine takes a pair's next stage the moment its previous one is done.
+Memory is bounded by `pairs_in_flight`, not the input.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator
 
-from rmjudge.engine.base import Engine
+from rmjudge.engine.base import Engine, serve_in_calls
 from rmjudge.runspec import resolve
 from rmjudge.protocol import PairOrderJob, PairResult, combine_orders, to_letter
 from rmjudge.settings import JudgeSettings
@@ -91,35 +92,88 @@ class Judge:
     def run(self, pairs: Iterable[Pair]) -> Iterator[PairResult | Failure]:
         """Judge pairs, yielding a PairResult or a Failure for each, in completion order.
 
-        At most about `pairs_in_flight` pairs' worth of sequences are pending at once.
-        """
-        source = iter(pairs)
-        active: deque[tuple[Pair, PairTask, list[GenRequest]]] = deque()
-        exhausted = False
-        target = self.pairs_in_flight * self.settings.samples * len(self.settings.order_list)
-        while True:
-            # Admit pairs while the pending work is below target: pairs in stage 2 need fewer
-            # sequences than in stage 1, so new pairs join them and keep the batch full.
-            while not exhausted and sum(r.n for _, _, reqs in active for r in reqs) < target:
-                pair = next(source, None)
-                if pair is None:
-                    exhausted = True
-                    break
-                task = self._pair_task(pair)
-                active.append((pair, task, next(task)))
-            if not active:
-                return
-            requests = [r for _, _, reqs in active for r in reqs]
-            results = self.engine.generate(requests)
-            k = 0
-            still: deque[tuple[Pair, PairTask, list[GenRequest]]] = deque()
-            for pair, task, reqs in active:
-                mine = results[k:k + len(reqs)]
-                k += len(reqs)
-                try:
-                    still.append((pair, task, task.send(mine)))
-                except StopIteration as stop:
-                    yield stop.value
-                except PairFailed as exc:
-                    yield Failure(pair, str(exc))
-            active = still
+        An engine with `steps(source)` (the batched llama.cpp engine) is fed continuously: the
+        next stage of a pair joins its running batch as soon as the pair's last sequence ends.
+        Other engines get every ready request in one `generate` call at a time. Either way at
+        most about `pairs_in_flight` pairs' worth of sequences are in flight."""
+        feed = _PairFeed(self, iter(pairs))
+        steps = getattr(self.engine, "steps", None)
+        stepper = steps(feed) if steps is not None else serve_in_calls(self.engine, feed)
+        for _ in stepper:
+            while feed.out:
+                yield feed.out.popleft()
+        while feed.out:
+            yield feed.out.popleft()
+
+
+@dataclass
+class _Active:
+    """A pair being judged: its coroutine and the results of its current stage."""
+
+    pair: Pair
+    task: PairTask
+    results: list = field(default_factory=list)
+    left: int = 0
+
+
+class _PairFeed:
+    """The judge's side of the engine: hands out the requests of pairs' stages (the next stage
+    of an active pair first, then a new pair while fewer than the target number of sequences
+    are in flight) and steps each pair's coroutine when its stage is done."""
+
+    def __init__(self, judge: Judge, pairs: Iterator[Pair]):
+        self.judge = judge
+        self.pairs = pairs
+        self.exhausted = False
+        s = judge.settings
+        self.target = judge.pairs_in_flight * s.samples * len(s.order_list)
+        self.in_flight = 0  # sequences handed out and not done
+        self.ready: deque[tuple[_Active, list[GenRequest]]] = deque()
+        self.out: deque[PairResult | Failure] = deque()
+        self.owner: dict[int, tuple[_Active, int]] = {}
+
+    def take(self) -> list[GenRequest]:
+        if self.ready:
+            active, requests = self.ready.popleft()
+        elif not self.exhausted and self.in_flight < self.target:
+            pair = next(self.pairs, None)
+            if pair is None:
+                self.exhausted = True
+                return []
+            active = _Active(pair, self.judge._pair_task(pair))
+            requests = self._step(active, None)
+            if requests is None:
+                return self.take()
+        else:
+            return []
+        active.results = [None] * len(requests)
+        active.left = len(requests)
+        for i, r in enumerate(requests):
+            self.owner[id(r)] = (active, i)
+            self.in_flight += r.n
+        return requests
+
+    def done(self, request: GenRequest, generations: list[Generation]) -> None:
+        active, i = self.owner.pop(id(request))
+        self.in_flight -= request.n
+        active.results[i] = generations
+        active.left -= 1
+        if active.left == 0:
+            requests = self._step(active, active.results)
+            if requests is not None:
+                self.ready.append((active, requests))
+
+    def _step(self, active: _Active, results) -> list[GenRequest] | None:
+        """Advance a pair's coroutine: its next requests, or None when it has finished (its
+        result or failure queued in `out`)."""
+        try:
+            while True:
+                requests = next(active.task) if results is None else active.task.send(results)
+                if requests:
+                    return requests
+                results = []  # a stage with nothing to generate
+        except StopIteration as stop:
+            self.out.append(stop.value)
+        except PairFailed as exc:
+            self.out.append(Failure(active.pair, str(exc)))
+        return None

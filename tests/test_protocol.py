@@ -195,6 +195,62 @@ def test_driver_pipelines_many_pairs_and_reports_failures():
     assert mixed
 
 
+class _StreamingScripted(ScriptedEngine):
+    """A streaming engine for the driver: takes everything the source gives at every step
+    (so only the driver bounds the work in flight), and finishes one running request per
+    step, in a seeded random order (stages of different pairs complete interleaved)."""
+
+    def __init__(self, respond, seed: int = 0):
+        super().__init__(respond, pairs_in_flight=2)
+        import random
+
+        self.rng, self.max_running, self.taken = random.Random(seed), 0, []
+
+    def steps(self, source):
+        running = []
+        while True:
+            while more := source.take():
+                self.taken.append([r.share_key[2] for r in more])
+                running += more
+            if not running:
+                return
+            self.max_running = max(self.max_running, sum(r.n for r in running))
+            req = running.pop(self.rng.randrange(len(running)))
+            source.done(req, self.generate([req])[0])
+            yield
+
+
+def test_streaming_driver_gives_the_results_of_the_call_driver():
+    def respond(req, i):
+        pid = req.share_key[0]
+        if pid == "bad":
+            return Generation("", [], "error", error="too long for the context")
+        if req.share_key[2] == "rollout":
+            return pref(1 if (i + len(pid)) % 3 else 2, -0.1 * (i + 1), f"r{i}")
+        return refl(1 if i % 2 else 2)
+
+    js = settings(orders="both", samples=3)
+    pairs = [pair(f"p{i}", row=i) for i in range(9)] + [pair("bad", row=99)]
+    by_calls = {o.pair.id: o for o in Judge(ScriptedEngine(respond, pairs_in_flight=2),
+                                            js).run(pairs)}
+    for seed in range(3):
+        eng = _StreamingScripted(respond, seed=seed)
+        streamed = list(Judge(eng, js).run(pairs))
+        assert {o.pair.id for o in streamed} == set(by_calls)
+        for o in streamed:
+            ref = by_calls[o.pair.id]
+            if isinstance(o, Failure):
+                assert isinstance(ref, Failure) and o.reason == ref.reason
+            else:
+                assert o == ref  # every sample, vote and verdict
+        # a pair's stage 2 was taken while other pairs' stage 1 ran, and the sequences in
+        # flight stayed bounded: the target (2 pairs x 3 samples x 2 orders) plus a few stages
+        kinds = [k for t in eng.taken for k in t]
+        first_refl = kinds.index("reflection")
+        assert "rollout" in kinds[first_refl:]
+        assert eng.max_running <= 12 + 2 * 6  # unbounded, it would reach 10 x 6 = 60
+
+
 def test_adaptive_stops_early_when_orders_agree():
     eng = engine({"ab": [pref(1)] * 8, "ba": [pref(2)] * 8})
     res = Judge(eng, settings(orders="both", samples=8, adaptive=2)).judge(pair())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 from rmjudge.types import Generation, GenRequest
 
@@ -45,3 +45,33 @@ class Engine(Protocol):
     def generated_tokens(self) -> int:
         """Total tokens generated so far (for throughput reports)."""
         ...
+
+
+class RequestSource(Protocol):
+    """Where a streaming engine takes its work from, and where it reports it done.
+
+    `take` returns the next requests to schedule (typically one stage of one pair; requests
+    with the same `share_key` come in the same list), or [] when none is ready now. `done`
+    receives a request (the same object) with its `n` generations as soon as they are all
+    finished, which may make the source ready to give more."""
+
+    def take(self) -> list[GenRequest]:
+        ...
+
+    def done(self, request: GenRequest, generations: list[Generation]) -> None:
+        ...
+
+
+def serve_in_calls(engine: Engine, source: RequestSource) -> Iterator[None]:
+    """Serve `source` with an engine that only has `generate`: every request ready is sent in
+    one call, its results reported, and so on until the source has nothing left. Yields after
+    each call. (Engines with a `steps(source)` method serve it continuously instead.)"""
+    while True:
+        requests: list[GenRequest] = []
+        while more := source.take():
+            requests += more
+        if not requests:
+            return
+        for req, gens in zip(requests, engine.generate(requests), strict=True):
+            source.done(req, gens)
+        yield

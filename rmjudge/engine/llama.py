@@ -32,7 +32,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from rmjudge.engine.vocab import (FORCE_MARGIN, Tokenizer, common_prefix, contex
                                   count_tokens, default_threads, device_name, force_plan,
                                   forced_probs, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
+from rmjudge.engine.base import RequestSource
 from rmjudge.models import ModelError, check_gguf, resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
@@ -72,6 +73,34 @@ class _Seq:
     forced_lp: float | None = None
     error: str | None = None
     need: int = 0  # KV cells: prompt + max_tokens + forced-verdict margin
+    job: "_Job | None" = None
+
+
+@dataclass
+class _Job:
+    """One request's sequences; reported to the source when the last of them is done."""
+
+    req: GenRequest
+    seqs: list[_Seq]
+    left: int
+
+
+class _ListSource:
+    """A fixed list of requests taken at once, the results stored by request position."""
+
+    def __init__(self, requests: list[GenRequest], results: list):
+        self.requests = requests
+        self.results = results
+        self.index = {id(r): [] for r in requests}
+        for i, r in enumerate(requests):
+            self.index[id(r)].append(i)
+
+    def take(self) -> list[GenRequest]:
+        out, self.requests = self.requests, []
+        return out
+
+    def done(self, request: GenRequest, generations: list[Generation]) -> None:
+        self.results[self.index[id(request)].pop(0)] = generations
 
 
 @dataclass
@@ -120,6 +149,8 @@ class LlamaEngine:
         self._lora = None
         self._generated = 0
         self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
+        self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
+        self.decode_rows = 0
         self.threads = settings.threads or default_threads()
         if settings.lora:
             self._lora = llama_cpp.llama_adapter_lora_init(self.model, settings.lora.encode())
@@ -144,7 +175,7 @@ class LlamaEngine:
         """One KV stream per sequence slot (`kv_unified=False`), each large enough for the
         longest sequence at hand. A sequence's cells then sit at the same places whatever else
         runs, which keeps its numbers independent of the batch. The context is recreated,
-        larger, only when a later call needs more; every call drains it, so nothing is lost."""
+        larger, only when a longer sequence comes and nothing is running (see `steps`)."""
         stream = int(math.ceil(max(need, CELL_PAD) / CELL_PAD) * CELL_PAD)
         if self.ctx is not None and stream <= self.stream_size:
             return
@@ -256,23 +287,22 @@ class LlamaEngine:
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
-        groups, per_req = self._plan(requests)
-        if groups:
-            self._ensure_context(max(s.need for g in groups for s in g.seqs))
-            self._run(deque(groups))
-        out = []
-        for seqs in per_req:
-            gens = []
-            for s in seqs:
-                if s.error:
-                    gens.append(Generation("", [], "error", error=s.error))
-                    continue
-                gens.append(Generation(
-                    text=s.out.decode("utf-8", errors="replace"), token_logprobs=s.logprobs,
-                    finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp))
-                self._generated += len(s.logprobs)
-            out.append(gens)
-        return out
+        results: list[list[Generation] | None] = [None] * len(requests)
+        for _ in self.steps(_ListSource(requests, results)):
+            pass
+        return results  # type: ignore[return-value]
+
+    def _generations(self, seqs: list[_Seq]) -> list[Generation]:
+        gens = []
+        for s in seqs:
+            if s.error:
+                gens.append(Generation("", [], "error", error=s.error))
+                continue
+            gens.append(Generation(
+                text=s.out.decode("utf-8", errors="replace"), token_logprobs=s.logprobs,
+                finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp))
+            self._generated += len(s.logprobs)
+        return gens
 
     def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
         """One `llama_decode` over (token, position, slot, wants logits) items."""
@@ -288,91 +318,143 @@ class LlamaEngine:
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
 
-    def _run(self, queue: deque[_Group]) -> None:
-        """Schedule groups on sequence slots until every sequence is done.
+    def steps(self, source: RequestSource) -> Iterator[None]:
+        """Serve `source` continuously until it has nothing left and every sequence is done;
+        yields after each step.
+
+        Whenever fewer sequences wait than there are slots, more requests are taken from the
+        source, so a pair's next stage (reported `done` the moment its last sequence ends)
+        joins the running batch at once instead of waiting for a whole call to drain. Groups
+        are admitted in order while enough slots are free (lowest slots first, so live slots
+        stay contiguous: llama.cpp splits a decode call at gaps in the sequence ids).
 
         Each step makes one decode call with the next token of every decoding sequence (in
         slot order, one token each), then prompt chunks within `--batch-size` tokens, chunks
         of equal length sharing a call. A sequence's tokens are thus always evaluated in the
         same shapes, whatever shares the step: one at a time while decoding, its prompt in
-        chunks of two tokens or more."""
+        chunks of two tokens or more.
+
+        The KV streams are sized for the longest sequence waiting when the context is made;
+        a longer one waits until the running sequences are done, then the context is made
+        again, larger (with a quarter of headroom, so that this stays rare)."""
         l = self.l
-        free_slots = list(range(self.parallel))  # lowest first: live slots stay contiguous
+        queue: deque[_Group] = deque()
+        queued = 0  # sequences waiting in `queue`
+        free_slots = list(range(self.parallel))  # lowest first
         prefilling: list[_Group] = []
         live: list[_Seq] = []
         cap = self.settings.batch_size
-        while queue or live or prefilling:
-            while queue and len(free_slots) >= len(queue[0].seqs):
-                g = queue.popleft()
-                for s in g.seqs:
-                    s.slot = heapq.heappop(free_slots)
-                g.owner = g.seqs[0].slot
-                if g.prefix:
-                    prefilling.append(g)
-                else:
+        try:
+            while True:
+                while queued < self.parallel:  # refill; `done` calls make the source ready again
+                    requests = source.take()
+                    if not requests:
+                        break
+                    groups, per_req = self._plan(requests)
+                    for req, seqs in zip(requests, per_req):
+                        job = _Job(req, seqs, sum(s.error is None for s in seqs))
+                        for s in seqs:
+                            s.job = job
+                        if job.left == 0:  # nothing to run (errors only)
+                            source.done(req, self._generations(seqs))
+                    queue.extend(groups)
+                    queued += sum(len(g.seqs) for g in groups)
+                if not (queue or live or prefilling):
+                    return
+                while queue and len(free_slots) >= len(queue[0].seqs):
+                    g = queue[0]
+                    need = max(s.need for s in g.seqs)
+                    if self.ctx is None or need > self.stream_size:
+                        if live or prefilling:
+                            break  # the context grows once the running sequences are done
+                        longest = max(s.need for q in queue for s in q.seqs)
+                        grown = self.stream_size + self.stream_size // 4 if self.ctx else 0
+                        self._ensure_context(max(longest, min(grown, self.n_seq_ctx)))
+                    queue.popleft()
+                    queued -= len(g.seqs)
                     for s in g.seqs:
-                        s.phase = "feed"
-                        live.append(s)
-            decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
-            if decoding:
-                self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
-                for s in decoding:
-                    s.feed = []
-                    s.pos += 1
-                self._sample(decoding)
-            # Prompt chunks within the budget; chunks of equal length share a call (slot
-            # order), which llama.cpp evaluates as one ubatch without re-cutting them.
-            budget = cap
-            work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
-            for g in prefilling:
-                take = _take(len(g.prefix) - g.fed, budget)
-                if take:
-                    work.append((take, g.owner, g.fed, g, None))
-                    budget -= take
-            for s in live:
-                if s.phase in ("feed", "force") and s.feed:
-                    take = _take(len(s.feed), budget)
-                    if take:
-                        work.append((take, s.slot, s.pos, None, s))
-                        budget -= take
-            for length in sorted({w[0] for w in work}):
-                items, sampled = [], []
-                for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
-                                                    key=lambda w: w[1]):
-                    if g is not None:
-                        items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
-                        g.fed += take
+                        s.slot = heapq.heappop(free_slots)
+                    g.owner = g.seqs[0].slot
+                    if g.prefix:
+                        prefilling.append(g)
                     else:
-                        last = take == len(s.feed)
-                        items += [(s.feed[j], pos + j, slot, last and j == take - 1)
-                                  for j in range(take)]
-                        s.pos += take
-                        s.feed = s.feed[take:]
-                        if last:
-                            sampled.append(s)
-                self._decode(items)
-                self.prompt_tokens_evaluated += len(items)
-                if sampled:
-                    self._sample(sampled)
-            still = []
-            for g in prefilling:
-                if g.fed == len(g.prefix):
-                    for s in g.seqs:  # copied before the next decode call evaluates anything
-                        if s.slot != g.owner:
-                            l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
-                        s.phase = "feed"
-                        live.append(s)
-                else:
-                    still.append(g)
-            prefilling = still
-            keep = []
+                        for s in g.seqs:
+                            s.phase = "feed"
+                            live.append(s)
+                decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
+                if decoding:
+                    self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
+                    self.decode_steps += 1
+                    self.decode_rows += len(decoding)
+                    for s in decoding:
+                        s.feed = []
+                        s.pos += 1
+                    self._sample(decoding)
+                # Prompt chunks within the budget; chunks of equal length share a call (slot
+                # order), which llama.cpp evaluates as one ubatch without re-cutting them.
+                budget = cap
+                work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
+                for g in prefilling:
+                    take = _take(len(g.prefix) - g.fed, budget)
+                    if take:
+                        work.append((take, g.owner, g.fed, g, None))
+                        budget -= take
+                for s in live:
+                    if s.phase in ("feed", "force") and s.feed:
+                        take = _take(len(s.feed), budget)
+                        if take:
+                            work.append((take, s.slot, s.pos, None, s))
+                            budget -= take
+                for length in sorted({w[0] for w in work}):
+                    items, sampled = [], []
+                    for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
+                                                        key=lambda w: w[1]):
+                        if g is not None:
+                            items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
+                            g.fed += take
+                        else:
+                            last = take == len(s.feed)
+                            items += [(s.feed[j], pos + j, slot, last and j == take - 1)
+                                      for j in range(take)]
+                            s.pos += take
+                            s.feed = s.feed[take:]
+                            if last:
+                                sampled.append(s)
+                    self._decode(items)
+                    self.prompt_tokens_evaluated += len(items)
+                    if sampled:
+                        self._sample(sampled)
+                still = []
+                for g in prefilling:
+                    if g.fed == len(g.prefix):
+                        for s in g.seqs:  # copied before the next decode call evaluates anything
+                            if s.slot != g.owner:
+                                l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
+                            s.phase = "feed"
+                            live.append(s)
+                    else:
+                        still.append(g)
+                prefilling = still
+                keep = []
+                for s in live:
+                    if s.phase == "done":
+                        l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+                        heapq.heappush(free_slots, s.slot)
+                        s.job.left -= 1
+                        if s.job.left == 0:
+                            source.done(s.job.req, self._generations(s.job.seqs))
+                    else:
+                        keep.append(s)
+                live = keep
+                yield
+        finally:
+            # a consumer that stops early (an error, Ctrl-C, a closed generator) leaves no
+            # sequence's cells behind for the next call
             for s in live:
-                if s.phase == "done":
+                l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+            for g in prefilling:
+                for s in g.seqs:
                     l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
-                    heapq.heappush(free_slots, s.slot)
-                else:
-                    keep.append(s)
-            live = keep
 
     def _sample(self, outputs: list[_Seq]) -> None:
         """Sample (or read forced choices) for every sequence that produced logits in the last
