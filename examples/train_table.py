@@ -43,6 +43,32 @@ def store_counts(path: Path) -> tuple[int, int, int, int]:
     return n, bad, slot1, parsed
 
 
+def per_pair_correct(path: Path) -> dict[str, float]:
+    """Per pair: the share of its two orders whose ReflectRM verdict is the gold one (a missing
+    verdict counts as wrong), as `rmjudge eval` pools accuracy over both orders."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute("SELECT id, (coalesce(verdict_ab = label, false)::INT + "
+                           "coalesce(verdict_ba = label, false)::INT) / 2.0 FROM pairs "
+                           "WHERE label IN ('A', 'B')").fetchall()
+    finally:
+        con.close()
+    return dict(rows)
+
+
+def paired_gain(base: dict[str, float], other: dict[str, float], resamples: int = 10000,
+                seed: int = 0) -> tuple[float, float, float]:
+    """Accuracy of `other` minus the base's on the pairs both judged, with a paired bootstrap
+    95% interval (pairs resampled, both judges on the same draw)."""
+    import numpy as np
+
+    ids = sorted(set(base) & set(other))
+    d = np.array([other[i] - base[i] for i in ids])
+    rng = np.random.default_rng(seed)
+    draws = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+    return float(d.mean()), float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
+
+
 def last_log(path: Path, key: str):
     if not path.exists():
         return None
@@ -54,14 +80,30 @@ def last_log(path: Path, key: str):
     return val
 
 
+def sft_tokens(out: Path, sft: dict) -> tuple[int, int]:
+    """(example tokens, target tokens) of the warm-start: from sft.json, or (for a summary
+    written before it recorded them) counted again from sft_data.jsonl exactly as the stage
+    tokenized it."""
+    if sft.get("example_tokens") is not None:
+        return sft["example_tokens"], sft["target_tokens"]
+    from training.hf import ModelSource, load_tokenizer
+    from training.sft import SFTStats, tokenize_examples
+
+    tok = load_tokenizer(ModelSource(sft["base_model_dir"]))
+    examples = [json.loads(x) for x in (out / "warm" / "sft_data.jsonl").read_text().splitlines()]
+    rows = tokenize_examples(examples, tok, sft["settings"]["max_length"], SFTStats())
+    return (sum(len(r["input_ids"]) for r in rows),
+            sum(sum(x != -100 for x in r["labels"]) for r in rows))
+
+
 def training(out: Path, judge: str, times: dict[str, int]) -> str:
     if judge == "base":
         return "-"
     sft = json.loads((out / "warm" / "sft.json").read_text())
     sft_s = round(sft["train_metrics"]["train_runtime"])
+    tokens, target = sft_tokens(out, sft)
     text = (f"SFT: {sft['steps']} steps on {sft['train_examples']} examples "
-            f"({sft.get('example_tokens', '?')} tokens, {sft.get('target_tokens', '?')} "
-            f"target), {sft_s} s")
+            f"({tokens} tokens, {target} of them target), {sft_s} s")
     if judge in ("grpo", "rft"):
         summ = json.loads((out / judge / "training.json").read_text())
         tokens = last_log(out / judge / "log.jsonl", "num_tokens")
@@ -81,16 +123,22 @@ def main() -> None:
             name, secs = line.split("\t")
             times[name] = times.get(name, 0) + int(secs)
     rows = ["| judge | parse failures | verdicts in slot 1 | accuracy, both orders pooled "
-            "[95% CI] | positional consistency [95% CI] | final verdict accuracy | scoring "
-            "time | training |", "|---|---|---|---|---|---|---|---|"]
+            "[95% CI] | gain over the base [paired 95% CI] | positional consistency [95% CI] | "
+            "final verdict accuracy | scoring time | training |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    base_correct = per_pair_correct(out / "score" / "base.duckdb")
     for j in judges:
         ev = json.loads((out / "score" / f"{j}.eval.json").read_text())
         systems = {s["key"]: s["metrics"]["overall"] for s in ev["systems"]}
         refl = systems.get("reflectrm", {})
         n, bad, slot1, parsed = store_counts(out / "score" / f"{j}.duckdb")
+        gain = "-"
+        if j != "base":
+            g, lo, hi = paired_gain(base_correct, per_pair_correct(out / "score" / f"{j}.duckdb"))
+            gain = f"{100 * g:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         rows.append(
             f"| {NAMES.get(j, j)} | {bad}/{n} ({100 * bad / max(n, 1):.1f}%) | "
-            f"{100 * slot1 / max(parsed, 1):.1f}% | {ci(refl.get('acc'))} | "
+            f"{100 * slot1 / max(parsed, 1):.1f}% | {ci(refl.get('acc'))} | {gain} | "
             f"{ci(refl.get('consistency'))} | {ci(systems.get('final', {}).get('acc'))} | "
             f"{times.get('score-' + j, '-')} s | {training(out, j, times)} |")
     print(f"{ev['labelled']} held-out pairs, both orders; bootstrap 95% intervals "
