@@ -828,7 +828,10 @@ def _write_beside(path: str, produce, check=None) -> None:
         produce(tmp)
         if check is not None:
             check()
-        os.replace(tmp, path)
+        if not _link_new(tmp, path):
+            if check is not None and os.path.lexists(path):
+                check()  # something appeared since the check: it must pass again
+            os.replace(tmp, path)
     except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -836,6 +839,22 @@ def _write_beside(path: str, produce, check=None) -> None:
         if err is None:
             raise
         raise err from None
+
+
+def _link_new(tmp: str, path: str) -> bool:
+    """Move `tmp` to `path` only if `path` does not exist (a hard link never replaces a file,
+    so one created by another process since the check is left alone). False when `path`
+    exists or the file system has no hard links; `tmp` is then still there."""
+    if os.path.lexists(path):
+        return False
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here (some network and FUSE file systems)
+        return False
+    os.remove(tmp)
+    return True
 
 
 def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:

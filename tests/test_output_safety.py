@@ -146,13 +146,17 @@ def test_filter_replaces_only_its_own_unchanged_output(judged, tmp_path):
 
 def test_filter_moves_a_temporary_file_from_the_target_folder(judged, tmp_path, monkeypatch):
     moves = []
-    real = os.replace
+    real_replace, real_link = os.replace, os.link
 
-    def spy(src, dst):
-        moves.append((os.fspath(src), os.fspath(dst)))
-        return real(src, dst)
+    def spy(real):
+        def move(src, dst):
+            moves.append((os.fspath(src), os.fspath(dst)))
+            return real(src, dst)
+        return move
 
-    monkeypatch.setattr(outputs.os, "replace", spy)
+    # a new file is linked into place (never replacing one), an existing one replaced
+    monkeypatch.setattr(outputs.os, "replace", spy(real_replace))
+    monkeypatch.setattr(outputs.os, "link", spy(real_link))
     out = tmp_path / "sub" / "clean.parquet"
     r = _run("filter", judged, "-o", str(out))
     assert r.exit_code == 0, r.output
@@ -244,3 +248,26 @@ def test_reading_a_store_being_written_exits_3_in_one_line(judged, tmp_path, hol
         assert "is writing" in r.stderr and str(store) in r.stderr
         assert "PID" not in r.stderr and "http" not in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "f.jsonl").exists()
+
+
+def test_a_file_created_after_the_check_is_never_replaced(tmp_path):
+    """The window between the refusal check and the move: a file another process creates
+    there is left alone (the move is a no-replace link) and the check runs again."""
+    from rmjudge.store import write_file
+
+    path = tmp_path / "report.html"
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) == 1:  # passes, then another process writes the file
+            path.write_text("theirs")
+        else:
+            raise RuntimeError(f"{path} was not written by rmjudge")
+
+    with pytest.raises(RuntimeError, match="not written by rmjudge"):
+        write_file(str(path), b"ours", check)
+    assert path.read_text() == "theirs" and len(calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temporary left
+    write_file(str(tmp_path / "new.html"), b"ours", lambda: None)  # the ordinary case
+    assert (tmp_path / "new.html").read_bytes() == b"ours"
