@@ -56,7 +56,6 @@ CELL_PAD = 256  # llama.cpp pads each sequence's KV stream to this many cells
 
 @dataclass
 class _Seq:
-    req_i: int
     sample: int
     req: GenRequest
     feed: list[int]  # tokens still to evaluate for this sequence
@@ -238,7 +237,7 @@ class LlamaEngine:
             seqs = []
             for s in range(req.n):
                 rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
-                seq = _Seq(i, s, req, feed=list(toks), pos=0, rng=rng)
+                seq = _Seq(s, req, feed=list(toks), pos=0, rng=rng)
                 seq.need = len(toks) + req.max_tokens + FORCE_MARGIN
                 if error:
                     seq.error = error
