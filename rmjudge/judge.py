@@ -133,19 +133,19 @@ class _PairFeed:
         self.owner: dict[int, tuple[_Active, int]] = {}
 
     def take(self) -> list[GenRequest]:
-        if self.ready:
-            active, requests = self.ready.popleft()
-        elif not self.exhausted and self.in_flight < self.target:
-            pair = next(self.pairs, None)
-            if pair is None:
-                self.exhausted = True
+        requests = None
+        while requests is None:  # a pair may finish (or fail) before asking for anything
+            if self.ready:
+                active, requests = self.ready.popleft()
+            elif not self.exhausted and self.in_flight < self.target:
+                pair = next(self.pairs, None)
+                if pair is None:
+                    self.exhausted = True
+                    return []
+                active = _Active(pair, self.judge._pair_task(pair))
+                requests = self._step(active, None)
+            else:
                 return []
-            active = _Active(pair, self.judge._pair_task(pair))
-            requests = self._step(active, None)
-            if requests is None:
-                return self.take()
-        else:
-            return []
         active.results = [None] * len(requests)
         active.left = len(requests)
         for i, r in enumerate(requests):
