@@ -13,8 +13,15 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
   naive_lp      the same protocol through llama-cpp-python's Llama.create_completion, one
                 generation at a time, with log-probabilities (logits_all=True)
   naive         the same, without log-probabilities (every confidence unknown: first anchor)
+  engine_nocache  the engine with its prefix cache off (`--prefix-cache-mb 0`): every
+                reflection evaluates its rollout prompt's text again
   ceiling       a bare llama.cpp batched decode loop (llama.cpp's own sampler, no protocol,
                 no log-probs) with the same number of parallel sequences and tokens each
+  prefill       llama.cpp evaluating the workload's rollout prompts alone, in 512-token
+                chunks, each in its own KV stream: the prompt rate with nothing else to do
+After engine, ceiling and prefill: `bound`, the engine's own token counts at those two rates
+(its generated tokens at the ceiling's decode rate, its evaluated prompt tokens at the
+prefill rate): what the engine would reach with no scheduling, sampling or batch-size cost.
 Plus `--scaling 1,2,4,8,16,32`: the engine with that many parallel sequences.
 Plus `--baseline-src DIR`: the engine of another checkout (e.g. before a change), same settings.
 Plus `--busy`: the engine again while one competing CPU-bound process runs (fairness).
@@ -75,8 +82,9 @@ def run_protocol(kind: str, args) -> dict:
     from rmjudge.judge import Judge
     from rmjudge.settings import EngineSettings, JudgeSettings
 
-    es = EngineSettings(parallel=args.parallel, threads=args.threads)
-    if kind == "engine":
+    es = EngineSettings(parallel=args.parallel, threads=args.threads,
+                        prefix_cache_mb=0 if kind == "engine_nocache" else 256)
+    if kind.startswith("engine"):
         engine = load_engine(es)
     else:
         engine = NaiveEngine(es, logprobs=(kind == "naive_lp"))
@@ -91,6 +99,7 @@ def run_protocol(kind: str, args) -> dict:
             "generated_tokens": engine.generated_tokens, "generations": gens,
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
             "prompt_tokens": prompt,
+            "prompt_tokens_reused": getattr(engine, "prompt_tokens_reused", None),
             "processed_tok_per_s": None if prompt is None else (prompt + engine.generated_tokens) / dt,
             "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
             "peak_rss_mb": _peak_rss_mb(),
@@ -176,6 +185,67 @@ def run_ceiling(args, unified: bool) -> dict:
             "peak_rss_mb": _peak_rss_mb()}
 
 
+def run_prefill(args) -> dict:
+    """The rollout prompts of the workload's pairs (both orders), each evaluated alone in its
+    own KV stream in 512-token chunks with logits for its last token only."""
+    from rmjudge import prompts
+    from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
+    from rmjudge.models import resolve_model
+    from rmjudge.protocol import order_responses
+
+    L = llama_backend()
+    path = resolve_model(None)
+    model = load_model(path, vocab_only=False)
+    tok = Tokenizer(L, model, model_info(model, path))
+    prompts_toks = []
+    for pair in _pairs(args.data, args.pairs, args.workload):
+        for order in ("ab", "ba"):
+            r1, r2 = order_responses(pair, order)
+            msgs = prompts.pref_messages(pair.messages, r1, r2)
+            prompts_toks.append(tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX))
+    longest = max(len(t) for t in prompts_toks)
+    p = L.llama_context_default_params()
+    p.n_ctx = args.parallel * ((longest + 255) // 256 * 256)
+    p.n_batch = p.n_ubatch = 512
+    p.n_seq_max = args.parallel
+    p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
+    p.kv_unified = False
+    p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, p)
+    mem = L.llama_get_memory(ctx)
+    batch = L.llama_batch_init(512, 0, 1)
+    t0, c0 = time.perf_counter(), _cpu_s()
+    total = 0
+    for toks in prompts_toks:
+        for start in range(0, len(toks), 512):
+            chunk = toks[start:start + 512]
+            for i, t in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = start + i == len(toks) - 1
+            batch.n_tokens = len(chunk)
+            L.llama_decode(ctx, batch)
+        L.llama_memory_seq_rm(mem, 0, -1, -1)
+        total += len(toks)
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    return {"variant": "prefill", "workload": args.workload, "parallel": args.parallel,
+            "seconds": dt, "generated_tokens": 0, "tok_per_s": 0.0, "pairs_per_s": None,
+            "prompt_tokens": total, "processed_tok_per_s": total / dt, "cpu_seconds": cpu,
+            "tok_per_cpu_s": None, "peak_rss_mb": _peak_rss_mb()}
+
+
+def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
+    """The engine's token counts at the ceiling's decode rate and the bare prefill rate."""
+    seconds = (engine["generated_tokens"] / ceiling["tok_per_s"]
+               + engine["prompt_tokens"] / prefill["processed_tok_per_s"])
+    return {"variant": "bound", "workload": engine["workload"], "parallel": engine["parallel"],
+            "seconds": seconds, "generated_tokens": engine["generated_tokens"],
+            "tok_per_s": engine["generated_tokens"] / seconds, "pairs_per_s": None,
+            "prompt_tokens": engine["prompt_tokens"],
+            "processed_tok_per_s": (engine["generated_tokens"] + engine["prompt_tokens"]) / seconds,
+            "cpu_seconds": None, "tok_per_cpu_s": None, "peak_rss_mb": 0.0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DEFAULT_DATA))
@@ -187,7 +257,8 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=16)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variants", default="engine,naive_lp,naive,ceiling,ceiling_unified")
+    ap.add_argument("--variants",
+                    default="engine,engine_nocache,naive_lp,naive,ceiling,prefill,ceiling_unified")
     ap.add_argument("--workload", default="short,long", help="short, long, or both (comma list)")
     ap.add_argument("--scaling", default="", help="comma list of --parallel values for the engine")
     ap.add_argument("--baseline-src", default=None,
@@ -201,6 +272,8 @@ def main() -> None:
     if args.child:
         if args.child.startswith("ceiling"):
             row = run_ceiling(args, unified=args.child == "ceiling_unified")
+        elif args.child == "prefill":
+            row = run_prefill(args)
         else:
             row = run_protocol(args.child, args)
         print(json.dumps(row))
@@ -244,6 +317,16 @@ def main() -> None:
                 rows.append(child(kind, workload, args.parallel))
                 if kind == "engine":
                     engine_tokens = rows[-1]["generated_tokens"]
+        got = {r["variant"]: r for r in rows if r["workload"] == workload}
+        if {"engine", "ceiling", "prefill"} <= set(got):
+            rows.append(bound_row(got["engine"], got["ceiling"], got["prefill"]))
+            print(_fmt(rows[-1]), flush=True)
+            got["bound"] = rows[-1]
+        for name in ("engine", "bound"):
+            for base in ("naive", "naive_lp", "ceiling"):
+                if name in got and base in got:
+                    print(f"{workload:<6} {name} / {base}: "
+                          f"{got[name]['tok_per_s'] / got[base]['tok_per_s']:.2f}x", flush=True)
         if args.baseline_src:
             rows.append(child("engine", workload, args.parallel, src=args.baseline_src,
                               label="engine_baseline"))

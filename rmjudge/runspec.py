@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 from rmjudge.engine.base import ModelInfo
+from rmjudge.prompts import PROMPT_FORMAT
 from rmjudge.settings import JudgeSettings
 
 # Tokens a sequence may need beyond its prompt and `max_tokens`: the forced-verdict
@@ -41,6 +42,7 @@ class RunSpec:
         """What decides verdicts: a rerun on the same output must match these exactly."""
         d = self.settings.as_dict()
         d["prompt_suffix"] = self.suffix
+        d["prompt_format"] = PROMPT_FORMAT
         d["model_sha256"] = self.model.sha256
         d["lora_sha256"] = self.model.lora_sha256
         if not self.model.sha256:  # a served model (engine/server.py): no file hash to compare

@@ -95,6 +95,9 @@ class EngineSettings:
     parallel: int | None = _opt(None, "Sequences decoded together (default: 16 on CPU, 64 on "
                                 "CUDA).", type=int)
     batch_size: int = _opt(512, "Max tokens per llama.cpp decode call.")
+    prefix_cache_mb: int = _opt(256, "Memory for evaluated prompt prefixes kept across stages "
+                                "(a pair's reflections reuse its rollout prompt); 0: off.",
+                                metavar="MB")
     n_ctx: int | None = _opt(None, "Per-sequence context limit (default: the model's training "
                              "context).", type=int, option="--ctx-size")
     kind: Literal["batched", "naive"] = _opt(
@@ -108,6 +111,8 @@ class EngineSettings:
             raise SettingsError("--parallel must be at least 1")
         if self.batch_size < 8:
             raise SettingsError("--batch-size must be at least 8")
+        if self.prefix_cache_mb < 0:
+            raise SettingsError("--prefix-cache-mb must be 0 or more")
         if self.threads is not None and self.threads < 1:
             raise SettingsError("--threads must be at least 1")
         if self.kind not in ("batched", "naive"):

@@ -89,3 +89,30 @@ def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, model_path
     assert resumed.returncode == 0, resumed.stderr
     assert rows(out, SAMPLES_Q) == rows(ref, SAMPLES_Q)
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+
+
+def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(model_path,
+                                                                              tmp_path):
+    # Reflections open with their rollout prompt's text, so the engine restores the rollout
+    # prompt's saved cells instead of evaluating them again; a restored cell holds the numbers
+    # evaluating it would give, so the samples are those of a run without the cache.
+    src = _rows_file(tmp_path, 2)
+    js = JudgeSettings(samples=3, max_tokens=16, seed=11, shortcut=False)  # reflections always
+    outs, engines = [], []
+    for mb in (256, 0):
+        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
+                                            prefix_cache_mb=mb))
+        out = str(tmp_path / f"c{mb}.duckdb")
+        score(src, engine, js, output=out)
+        outs.append(out)
+        engines.append(engine)
+    on, off = engines
+    assert rows(outs[0], "SELECT count(*) FROM samples WHERE stage = 'reflection'")[0][0] == 2 * 2 * 2
+    assert rows(outs[0], SAMPLES_Q) == rows(outs[1], SAMPLES_Q)
+    assert rows(outs[0], PAIRS_Q) == rows(outs[1], PAIRS_Q)
+    assert off.prompt_tokens_reused == 0
+    # every reflection group restored its pair-order's rollout prompt (the conversation and
+    # both responses: well over a hundred tokens each), and nothing was evaluated twice
+    assert on.prefix_cache.hits >= 2 * 2
+    assert on.prompt_tokens_reused > 2 * 2 * 100
+    assert on.prompt_tokens_evaluated + on.prompt_tokens_reused == off.prompt_tokens_evaluated

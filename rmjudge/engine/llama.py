@@ -41,6 +41,7 @@ from rmjudge.engine.vocab import (FORCE_MARGIN, Tokenizer, common_prefix, contex
                                   forced_probs, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
 from rmjudge.engine.base import RequestSource
+from rmjudge.engine.prefix_cache import PrefixCache
 from rmjudge.models import ModelError, check_gguf, resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
@@ -52,6 +53,7 @@ __all__ = ["LlamaEngine", "device_name", "read_model_info"]  # the last two: fro
 
 MIN_CHUNK = 2  # a prompt token is never evaluated as the only token of its sequence's chunk
 CELL_PAD = 256  # llama.cpp pads each sequence's KV stream to this many cells
+MIN_REUSE = 16  # shortest cached prefix worth restoring (and saving)
 
 
 @dataclass
@@ -148,6 +150,8 @@ class LlamaEngine:
         self._lora = None
         self._generated = 0
         self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
+        self.prompt_tokens_reused = 0  # prompt tokens restored from the prefix cache instead
+        self.prefix_cache = PrefixCache(settings.prefix_cache_mb << 20)
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
         self.threads = settings.threads or default_threads()
@@ -375,9 +379,13 @@ class LlamaEngine:
                         s.slot = heapq.heappop(free_slots)
                     g.owner = g.seqs[0].slot
                     if g.prefix:
+                        g.fed = self._restore(g.owner, g.prefix, len(g.prefix))
                         prefilling.append(g)
                     else:
                         for s in g.seqs:
+                            reused = self._restore(s.slot, s.feed, len(s.feed) - MIN_CHUNK)
+                            s.pos += reused
+                            s.feed = s.feed[reused:]
                             s.phase = "feed"
                             live.append(s)
                 decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
@@ -426,6 +434,7 @@ class LlamaEngine:
                 still = []
                 for g in prefilling:
                     if g.fed == len(g.prefix):
+                        self._save(g.owner, g.prefix)
                         for s in g.seqs:  # copied before the next decode call evaluates anything
                             if s.slot != g.owner:
                                 l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
@@ -454,6 +463,41 @@ class LlamaEngine:
             for g in prefilling:
                 for s in g.seqs:
                     l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+
+    # -- prefix cache --------------------------------------------------------------------
+    def _restore(self, slot: int, tokens: list[int], limit: int) -> int:
+        """Restore into `slot`'s (empty) stream the longest cached prefix of `tokens`, at most
+        `limit` tokens and never leaving a single token to evaluate; returns its length (0:
+        nothing restored, the stream is still empty)."""
+        if len(tokens) < MIN_REUSE or limit < MIN_REUSE:
+            return 0
+        entry, m = self.prefix_cache.lookup(tokens, limit)
+        if 0 < len(tokens) - m < MIN_CHUNK:
+            m = len(tokens) - MIN_CHUNK
+        if entry is None or m < MIN_REUSE:
+            return 0
+        l = self.l
+        if l.llama_state_seq_set_data(self.ctx, entry.state, len(entry.state), slot) == 0:
+            l.llama_memory_seq_rm(self.mem, slot, -1, -1)
+            return 0
+        l.llama_memory_seq_rm(self.mem, slot, m, -1)
+        self.prompt_tokens_reused += m
+        self.prefix_cache.hits += 1
+        return m
+
+    def _save(self, slot: int, tokens: list[int]) -> None:
+        """Keep the cells of a group's evaluated prefix (all that `slot` holds) for later
+        stages: a pair-order's reflections open with its rollout prompt's text."""
+        cache = self.prefix_cache
+        if cache.budget <= 0 or len(tokens) < MIN_REUSE or cache.covers(tokens):
+            return
+        l = self.l
+        size = l.llama_state_seq_get_size(self.ctx, slot)
+        if size <= 0 or size > cache.budget:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        if l.llama_state_seq_get_data(self.ctx, buf, size, slot) == size:
+            cache.add(tokens, buf)
 
     def _sample(self, outputs: list[_Seq]) -> None:
         """Sample (or read forced choices) for every sequence that produced logits in the last

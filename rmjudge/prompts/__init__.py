@@ -24,6 +24,11 @@ ASSISTANT_PREFIX = ANALYSIS_OPEN + "\n"
 
 _NOUN = {"pref": "Response", "refl": "Critique"}
 
+# The prompts' format, recorded with a run's settings so that a rerun never mixes verdicts of
+# two formats in one output. 2: the reflection prompt opens with the response-preference
+# prompt's text (rmjudge 0.4.0).
+PROMPT_FORMAT = 2
+
 # Per-family prompt suffixes, keyed by a substring of the GGUF architecture or model name.
 # Qwen3 backbones get the no-thinking switch, as in the paper.
 FAMILY_SUFFIXES: dict[str, str] = {"qwen3": " /no_think"}
@@ -63,17 +68,21 @@ def _instruction(task: Task) -> str:
     )
 
 
-def pref_messages(
-    conversation: Sequence[Message], r1: str, r2: str, suffix: str = ""
-) -> tuple[Message, ...]:
-    """Response-preference prompt: which of two responses is better."""
-    body = (
+def _pair_head(conversation: Sequence[Message], r1: str, r2: str) -> str:
+    """The opening both tasks share, word for word: role, conversation, the two responses."""
+    return (
         "You are an impartial judge of AI assistant responses.\n\n"
         f"## Context\n{render_conversation(conversation)}\n\n"
         "## Responses for Judgment\n"
         f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
-        f"## Task\n{_instruction('pref')}{suffix}"
     )
+
+
+def pref_messages(
+    conversation: Sequence[Message], r1: str, r2: str, suffix: str = ""
+) -> tuple[Message, ...]:
+    """Response-preference prompt: which of two responses is better."""
+    body = f"{_pair_head(conversation, r1, r2)}## Task\n{_instruction('pref')}{suffix}"
     return ({"role": "user", "content": body},)
 
 
@@ -82,13 +91,13 @@ def refl_messages(
 ) -> tuple[Message, ...]:
     """Self-reflection prompt: which of two critiques (analyses) of (r1, r2) is better.
 
-    Everything before the critiques depends only on the pair, so the N-1 reflections of one
-    pair and order share a long common prefix that an engine can evaluate once.
+    It opens with the response-preference prompt's text up to its task (`_pair_head`), so an
+    engine that kept the rollout prompt's evaluated prefix (the llama.cpp engine's prefix
+    cache) evaluates only the critiques and the task; the N-1 reflections of one pair and
+    order share that prefix and the first critique when the anchor sits in slot 1.
     """
     body = (
-        "You are an impartial judge of critiques of AI assistant responses.\n\n"
-        f"## Context\n{render_conversation(conversation)}\n\n"
-        f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
+        f"{_pair_head(conversation, r1, r2)}"
         "## Critiques for Judgment\n"
         f"### Critique 1\n{c1}\n\n### Critique 2\n{c2}\n\n"
         f"## Task\n{_instruction('refl')}{suffix}"
