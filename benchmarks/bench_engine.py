@@ -140,6 +140,7 @@ def run_ceiling(args, unified: bool) -> dict:
     generated = 0
     t0, c0 = time.perf_counter(), _cpu_s()
     rounds = 0
+    decode_s = 0.0  # the decode steps alone, without the prompt's prefill
     while generated < total:
         L.llama_memory_clear(mem, True)
         n = 0
@@ -159,6 +160,7 @@ def run_ceiling(args, unified: bool) -> dict:
             samplers.append(sp)
         idx = [len(toks) - 1] * P
         pos = len(toks)
+        t_dec = time.perf_counter()
         for _ in range(M):
             n = 0
             for s in range(P):
@@ -172,6 +174,7 @@ def run_ceiling(args, unified: bool) -> dict:
             L.llama_decode(ctx, batch)
             pos += 1
             generated += P
+        decode_s += time.perf_counter() - t_dec
         for sp in samplers:
             L.llama_sampler_free(sp)
         rounds += 1
@@ -182,7 +185,7 @@ def run_ceiling(args, unified: bool) -> dict:
             "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
             "processed_tok_per_s": (generated + len(toks) * rounds) / dt,
             "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
-            "peak_rss_mb": _peak_rss_mb()}
+            "decode_rows_per_s": generated / decode_s, "peak_rss_mb": _peak_rss_mb()}
 
 
 def run_prefill(args) -> dict:
@@ -350,7 +353,8 @@ def _fmt(r: dict) -> str:
             f"proc_tok/s={proc:>7} pairs/s={pps:>7} "
             f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
             f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}"
-            + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else ""))
+            + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else "")
+            + (f" decode_rows/s={r['decode_rows_per_s']:.1f}" if r.get("decode_rows_per_s") else ""))
 
 
 if __name__ == "__main__":

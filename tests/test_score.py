@@ -135,6 +135,23 @@ def test_other_settings_on_the_same_output_are_refused(tmp_path):
     assert s.judged == 5
 
 
+def test_an_output_made_with_an_older_prompt_format_is_not_resumed(tmp_path):
+    # a run of rmjudge 0.3.0 recorded no prompt_format; its reflections were worded otherwise
+    import duckdb
+    import orjson
+
+    out = str(tmp_path / "o.duckdb")
+    src = str(DATA / "pandalm_5.jsonl")
+    score(src, ScriptedEngine(length_judge), settings(), output=out, limit=1)
+    con = duckdb.connect(out)
+    old = orjson.loads(con.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
+    del old["prompt_format"]
+    con.execute("UPDATE meta SET value = ? WHERE key = 'settings'", [orjson.dumps(old).decode()])
+    con.close()
+    with pytest.raises(StoreError, match=r"other settings \(prompt_format None -> 2\)"):
+        score(src, ScriptedEngine(length_judge), settings(), output=out)
+
+
 def test_a_second_writer_is_locked_out(tmp_path):
     out = str(tmp_path / "o.duckdb")
     first = Store(out)

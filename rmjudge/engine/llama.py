@@ -9,6 +9,9 @@ in *groups* that share a prompt prefix:
   (the N-1 reflections of a pair and order) form a group; its common token prefix is evaluated
   once on the group's first sequence and copied to the others' streams with
   `llama_memory_seq_cp`;
+- a group's evaluated prefix is saved in the prefix cache (`rmjudge.engine.prefix_cache`), and
+  a group or lone sequence that starts later restores the longest cached match of its prompt
+  instead of evaluating it: a pair-order's reflections open with its rollout prompt's text;
 - each sequence then feeds its own suffix and decodes; finished sequences free their slot,
   and the next group is admitted as soon as slots allow (continuous batching across pairs, in
   request order);
