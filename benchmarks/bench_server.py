@@ -65,9 +65,10 @@ def _start_server(model: str, threads: int, log: str) -> tuple[subprocess.Popen,
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-         "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-         "--n_ctx", "4096"], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+        [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model,
+         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
+         "--n_threads_batch", str(threads), "--n_ctx", "4096"],
+        stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(180):
         try:

@@ -129,10 +129,13 @@ def gguf_logits(path: str, ids: list[list[int]], texts: list[str], lora: str | N
 
     import llama_cpp
 
+    from rmjudge.engine.vocab import plain_weight_buffers
+
     n_ctx = max(len(t) for t in ids) + 8
-    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=n_ctx, n_batch=n_ctx,
-                          n_threads=threads or os.cpu_count(), lora_path=lora,
-                          lora_scale=lora_scale, verbose=False)
+    with plain_weight_buffers():  # llama.cpp's AMX kernels crash on some Xeons
+        llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=n_ctx, n_batch=n_ctx,
+                              n_threads=threads or os.cpu_count(), lora_path=lora,
+                              lora_scale=lora_scale, verbose=False)
     try:
         out, toks = [], []
         for seq, text in zip(ids, texts):

@@ -300,3 +300,27 @@ def test_vocab_only_gives_a_tokenizer_not_an_engine(model_path, engine):
         assert v.info.sha256 == engine.info.sha256
         assert v.count_tokens([_req(1, 0.0)]) == engine.count_tokens([_req(1, 0.0)])
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 60 * 1024  # KB
+
+
+def test_models_load_with_plain_weight_buffers(model_path):
+    """llama.cpp's repacked (AMX, CPU_REPACK) weights crash on AMX Xeons and make a row's
+    numbers depend on the batch; `plain_weight_buffers` turns them off for `Llama` too, only
+    while it is open."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low
+
+    from rmjudge.engine.vocab import plain_weight_buffers
+
+    if not hasattr(low.llama_model_default_params(), "use_extra_bufts"):
+        pytest.skip("this llama-cpp-python has no extra buffer types")
+    assert low.llama_model_default_params().use_extra_bufts  # llama.cpp's default
+    with plain_weight_buffers():
+        assert not low.llama_model_default_params().use_extra_bufts
+        llm = llama_cpp.Llama(model_path=model_path, n_ctx=256, n_threads=1, verbose=False)
+    assert low.llama_model_default_params().use_extra_bufts
+    try:  # a prompt of many tokens: the decode that crashed with AMX weights
+        out = llm.create_completion("Name three primary colors. " * 4, max_tokens=4,
+                                    temperature=0.0)
+        assert out["usage"]["prompt_tokens"] > 8 and out["usage"]["completion_tokens"] >= 1
+    finally:
+        llm.close()

@@ -388,8 +388,9 @@ def _free_port() -> int:
 def start_llama_server(model_path: str, log: Path) -> tuple[subprocess.Popen, str]:
     pytest.importorskip("uvicorn")
     port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model_path, "--host", "127.0.0.1",
-           "--port", str(port), "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", "4096"]
+    cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model_path,
+           "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
+           "--n_threads_batch", "1", "--n_ctx", "4096"]
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 90

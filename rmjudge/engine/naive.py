@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from rmjudge.engine.vocab import (Tokenizer, default_threads, force_plan, forced_probs,
-                                  llama_backend, model_info)
+                                  llama_backend, model_info, plain_weight_buffers)
 from rmjudge.models import resolve_model
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
@@ -29,11 +29,12 @@ class NaiveEngine:
         self.l = llama_cpp
         self.logprobs = logprobs
         threads = settings.threads or default_threads()
-        self.llm = llama_cpp.Llama(
-            model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=threads,
-            n_threads_batch=threads, n_batch=settings.batch_size, logits_all=logprobs, verbose=False, seed=0,
-            lora_path=settings.lora, lora_scale=settings.lora_scale,
-        )
+        with plain_weight_buffers():
+            self.llm = llama_cpp.Llama(
+                model_path=path, n_ctx=settings.n_ctx or 4096, n_threads=threads,
+                n_threads_batch=threads, n_batch=settings.batch_size, logits_all=logprobs,
+                verbose=False, seed=0, lora_path=settings.lora, lora_scale=settings.lora_scale,
+            )
         self.info = model_info(self.llm.model, path, settings.lora)
         self.tok = Tokenizer(llama_cpp, self.llm.model, self.info)
         self._generated = 0
@@ -81,7 +82,7 @@ class NaiveEngine:
                         text += req.stop[0]
                 n_tok = r["usage"]["completion_tokens"]
                 if self.logprobs and ch.get("logprobs"):
-                    lps = [x for x in ch["logprobs"]["token_logprobs"] if x is not None]
+                    lps = [float(x) for x in ch["logprobs"]["token_logprobs"] if x is not None]
                 else:
                     lps = [math.nan] * n_tok
                 g = Generation(text, lps, finish)

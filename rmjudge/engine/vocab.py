@@ -5,6 +5,7 @@ tokenization only (what `load_engine(..., vocab_only=True)` returns)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -62,9 +63,50 @@ def _meta(llama_cpp, model, key: str) -> str | None:
     return buf.value.decode("utf-8", errors="replace")
 
 
+def _plain_buffers(params):
+    """Model parameters that keep the weights in llama.cpp's plain CPU buffers.
+
+    By default llama.cpp copies the weights of a CPU run into "extra" buffer types, repacked
+    for the CPU's matrix units: AMX tiles on Intel Xeons from Sapphire Rapids on, interleaved
+    blocks for AVX2/AVX-512/NEON (CPU_REPACK). rmjudge turns this off, for two reasons:
+
+    - the AMX kernels crash (SIGSEGV on the first decode of more than one token) on Sapphire
+      Rapids virtual machines, llama.cpp issue 20824, unfixed in llama-cpp-python 0.3.36;
+    - repacked kernels take another path when a matrix has fewer than four rows (gemv against
+      gemm), so a sequence's numbers would depend on how many sequences share its decode call,
+      which rmjudge's reproducibility excludes (docs/engine.md).
+
+    The plain kernels compute each row alone. The cost is the repacked kernels' speed-up on
+    models whose types they cover (Q4_0, Q4_K, IQ4_NL, Q8_0); the embedded Q4_1 model has none
+    on AVX2."""
+    if hasattr(params, "use_extra_bufts"):
+        params.use_extra_bufts = False
+    return params
+
+
+@contextlib.contextmanager
+def plain_weight_buffers():
+    """While open, every model that llama-cpp-python's high-level `Llama` (or its server)
+    loads keeps its weights in plain buffers (see `_plain_buffers`): `Llama` takes its model
+    parameters from `llama_cpp.llama_cpp.llama_model_default_params` and has no argument for
+    this one."""
+    import llama_cpp.llama_cpp as low
+
+    original = low.llama_model_default_params
+
+    def defaults():
+        return _plain_buffers(original())
+
+    low.llama_model_default_params = defaults
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
+
+
 def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
     llama_cpp = llama_backend()
-    params = llama_cpp.llama_model_default_params()
+    params = _plain_buffers(llama_cpp.llama_model_default_params())
     params.vocab_only = vocab_only
     params.n_gpu_layers = n_gpu_layers
     model = llama_cpp.llama_model_load_from_file(path.encode(), params)
