@@ -1,0 +1,66 @@
+"""The thread default: the usable CPUs less the cores other processes keep busy *now*."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rmjudge.engine import vocab
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat") or not hasattr(
+    os, "sched_setaffinity"), reason="Linux only")
+
+
+def _spinner(cpu: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    time.sleep(0.3)  # running, not starting
+    return proc
+
+
+def test_another_process_spinning_counts_as_a_busy_core():
+    cpu = max(os.sched_getaffinity(0))
+    proc = _spinner(cpu)
+    try:
+        assert vocab.busy_cores([cpu]) > 0.8
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_this_process_own_work_is_not_counted():
+    cpu = max(os.sched_getaffinity(0))
+    stop = time.monotonic() + 1.0
+
+    def spin():
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        while time.monotonic() < stop:
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        time.sleep(0.1)
+        assert vocab.busy_cores([cpu]) < 0.5
+    finally:
+        t.join()
+
+
+def test_default_threads_leaves_the_busy_cores_to_their_processes():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    procs = [_spinner(c) for c in cpus[:-1]]  # all but one CPU busy
+    try:
+        assert vocab.default_threads() == 1
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    # jobs that ended a moment ago no longer count (the 1-minute load average still would)
+    assert vocab.default_threads() == len(cpus)
