@@ -249,7 +249,11 @@ class ModelVocab:
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
         self.n_seq_ctx = context_limit(settings, self.info)
         self.on_gpu = uses_gpu(settings)
-        self.threads = settings.threads or default_threads()
+
+    @functools.cached_property
+    def threads(self) -> int:
+        """What an engine of these settings would take; sampled (0.3 s) only when asked."""
+        return self.settings.threads or default_threads()
 
     def count_tokens(self, requests: list[GenRequest]) -> list[int]:
         return count_tokens(self.tok, requests, self.n_seq_ctx)
