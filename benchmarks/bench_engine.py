@@ -108,33 +108,46 @@ def run_protocol(kind: str, args) -> dict:
                           if getattr(engine, "decode_steps", 0) else None)}
 
 
-def run_ceiling(args, unified: bool) -> dict:
-    """llama.cpp's batched example, reduced to its loop: one prompt prefilled once, copied to
-    `parallel` sequences, each decoding `max_tokens` tokens with llama.cpp's dist sampler.
-    `unified`: one KV cache for all sequences (llama.cpp's default for this example) or one
-    stream per sequence (what the engine uses)."""
-    from rmjudge import prompts
+def _bare_model():
+    """llama_cpp, the embedded model (loaded as the engine loads it) and its tokenizer."""
     from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
     from rmjudge.models import resolve_model
 
     L = llama_backend()
     path = resolve_model(None)
     model = load_model(path, vocab_only=False)
-    tok = Tokenizer(L, model, model_info(model, path))
+    return L, model, Tokenizer(L, model, model_info(model, path))
+
+
+def _bare_context(L, model, args, n_ctx: int, unified: bool):
+    """A context of `args.parallel` sequences, 512-token batches, flash attention off (as the
+    engine on CPU): (context, its memory)."""
+    p = L.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = p.n_ubatch = 512
+    p.n_seq_max = args.parallel
+    p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
+    p.kv_unified = unified
+    p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, p)
+    return ctx, L.llama_get_memory(ctx)
+
+
+def run_ceiling(args, unified: bool) -> dict:
+    """llama.cpp's batched example, reduced to its loop: one prompt prefilled once, copied to
+    `parallel` sequences, each decoding `max_tokens` tokens with llama.cpp's dist sampler.
+    `unified`: one KV cache for all sequences (llama.cpp's default for this example) or one
+    stream per sequence (what the engine uses)."""
+    from rmjudge import prompts
+
+    L, model, tok = _bare_model()
     pair = _pairs(args.data, 1, args.workload)[0]
     msgs = prompts.pref_messages(pair.messages, pair.response_a, pair.response_b)
     toks = tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX)
     P, M = args.parallel, args.max_tokens
     total = args.total_tokens
-    p = L.llama_context_default_params()
-    p.n_ctx = (len(toks) + P * (M + 8) + 256) if unified else P * (len(toks) + M + 256)
-    p.n_batch = p.n_ubatch = 512
-    p.n_seq_max = P
-    p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
-    p.kv_unified = unified
-    p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = L.llama_init_from_model(model, p)
-    mem = L.llama_get_memory(ctx)
+    n_ctx = (len(toks) + P * (M + 8) + 256) if unified else P * (len(toks) + M + 256)
+    ctx, mem = _bare_context(L, model, args, n_ctx, unified)
     batch = L.llama_batch_init(max(512, P), 0, 1)
     vocab = L.llama_model_get_vocab(model)
     generated = 0
@@ -192,14 +205,9 @@ def run_prefill(args) -> dict:
     """The rollout prompts of the workload's pairs (both orders), each evaluated alone in its
     own KV stream in 512-token chunks with logits for its last token only."""
     from rmjudge import prompts
-    from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
-    from rmjudge.models import resolve_model
     from rmjudge.protocol import order_responses
 
-    L = llama_backend()
-    path = resolve_model(None)
-    model = load_model(path, vocab_only=False)
-    tok = Tokenizer(L, model, model_info(model, path))
+    L, model, tok = _bare_model()
     prompts_toks = []
     for pair in _pairs(args.data, args.pairs, args.workload):
         for order in ("ab", "ba"):
@@ -207,15 +215,8 @@ def run_prefill(args) -> dict:
             msgs = prompts.pref_messages(pair.messages, r1, r2)
             prompts_toks.append(tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX))
     longest = max(len(t) for t in prompts_toks)
-    p = L.llama_context_default_params()
-    p.n_ctx = args.parallel * ((longest + 255) // 256 * 256)
-    p.n_batch = p.n_ubatch = 512
-    p.n_seq_max = args.parallel
-    p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
-    p.kv_unified = False
-    p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = L.llama_init_from_model(model, p)
-    mem = L.llama_get_memory(ctx)
+    ctx, mem = _bare_context(L, model, args, args.parallel * ((longest + 255) // 256 * 256),
+                             unified=False)
     batch = L.llama_batch_init(512, 0, 1)
     t0, c0 = time.perf_counter(), _cpu_s()
     total = 0
@@ -354,7 +355,8 @@ def _fmt(r: dict) -> str:
             f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
             f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}"
             + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else "")
-            + (f" decode_rows/s={r['decode_rows_per_s']:.1f}" if r.get("decode_rows_per_s") else ""))
+            + (f" decode_rows/s={r['decode_rows_per_s']:.1f}"
+               if r.get("decode_rows_per_s") else ""))
 
 
 if __name__ == "__main__":

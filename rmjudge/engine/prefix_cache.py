@@ -30,8 +30,7 @@ class PrefixCache:
         self.used = 0
         self._entries: OrderedDict[int, Entry] = OrderedDict()
         self._next = 0
-        self.hits = 0
-        self.reused_tokens = 0
+        self.hits = 0  # restores the engine made from an entry
 
     def __len__(self) -> int:
         return len(self._entries)
