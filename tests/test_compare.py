@@ -175,7 +175,8 @@ def test_compare_text_output(judges):
     assert "68.8 [" in out and "+12.5 [" in out and "+31.2 [" in out
     assert "judge 1 vs 2: 0.190 (16 orders)" in out
     assert "flips: 8 of 8 pairs" in out
-    assert "p1  A  tie (0.50)  A (1.00)  A (1.00)" in out
+    assert "  id  label  judge 1      judge 2      judge 3" in out
+    assert "  p1  A      tie (0.50)   A (1.00)     A (1.00)\n" in out
     assert "... 5 more" in out
 
 

@@ -166,8 +166,12 @@ class Judge:
     source: str | None
 
 
+TEXTS = ("prompt", "response_a", "response_b")  # loaded as digests, for the same-input check
+
+
 def load_judge(table: JudgedTable) -> Judge:
-    cols = ", ".join(quote_ident(c) for c in PAIR_FIELDS)
+    cols = ", ".join(f"md5(coalesce({quote_ident(c)}, chr(0)))" if c in TEXTS else
+                     quote_ident(c) for c in PAIR_FIELDS)
     rows = {r[0]: r for r in table.sql(f"SELECT {cols} FROM pairs")}
     ident = table.meta.get("input") if isinstance(table.meta.get("input"), dict) else {}
     return Judge(table.path, table.path, rows, ident.get("fingerprint"), ident.get("source"))
@@ -335,11 +339,14 @@ def render(c: Comparison, max_flips: int = 20) -> str:
     lines += ["", f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
               "differ (verdict (share of final votes for A) per judge)"]
     if c.flips:
-        head = "  id  label  " + "  ".join(f"judge {k}" for k in range(1, len(c.judges) + 1))
-        lines.append(head)
-        for f in c.flips[:max_flips]:
-            cells = "  ".join(_share(v, p) for v, p in zip(f["verdicts"], f["p_a"]))
-            lines.append(f"  {f['id']}  {f['label'] or '-'}  {cells}")
+        shown = c.flips[:max_flips]
+        w = max(2, *(len(str(f["id"])) for f in shown))
+        judges = range(1, len(c.judges) + 1)
+        lines.append((f"  {'id':<{w}}  label  " + "  ".join(f"{f'judge {k}':<11}"
+                                                             for k in judges)).rstrip())
+        for f in shown:
+            cells = "  ".join(f"{_share(v, p):<11}" for v, p in zip(f["verdicts"], f["p_a"]))
+            lines.append(f"  {f['id']:<{w}}  {f['label'] or '-':<5}  {cells}".rstrip())
         if len(c.flips) > max_flips:
             lines.append(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
                          "lists all)")
