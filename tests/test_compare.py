@@ -170,7 +170,7 @@ def test_compare_text_output(judges):
     r = run(x, y, z, "--flips", "3", "--resamples", "200")
     assert r.exit_code == 0, r.output
     out = r.stdout
-    assert "8 pairs judged by all 3 judges, 8 of them labelled" in out
+    assert "8 pairs judged by each of the 3 judges, 8 of them labelled" in out
     assert "accuracy, both orders pooled" in out and "gain over judge 1" in out
     assert "68.8 [" in out and "+12.5 [" in out and "+31.2 [" in out
     assert "judge 1 vs 2: 0.190 (16 orders)" in out
@@ -316,3 +316,26 @@ def test_jury_output_rules(tmp_path, judges):
                         "jury store has a jury_judges entry in its settings); it is left "
                         "untouched: choose another -o\n")
     assert Path(z).read_bytes() == before
+
+
+def test_compare_a_one_order_jsonl_export(tmp_path, judges):
+    x = judges[0]
+    out = str(tmp_path / "z_ab.jsonl")
+    score(str(FIXTURE), ScriptedEngine(judge_z), JudgeSettings(samples=2, seed=0, orders="ab"),
+          output=out)
+    d = compare_json(x, out)
+    # one order judged: the pair's accuracy is that order's
+    assert [j["accuracy"]["value"] for j in d["judges"]] == pytest.approx([0.6875, 1.0])
+    k = d["kappa"]["between_judges"][0]
+    assert (k["value"], k["n"], k["left_out"]) == (pytest.approx(1.0), 8, 8)
+    assert d["kappa"]["against_gold"][1]["n"] == 8
+    jury = str(tmp_path / "jury.parquet")
+    r = run(x, out, "--jury", "-o", jury, "--resamples", "100")
+    assert r.exit_code == 0, r.output
+    got = duckdb.connect().execute(f"SELECT verdict_ab, verdict_ba, p_a_ab, p_a_ba FROM "
+                                   f"read_parquet('{jury}') ORDER BY row_number").fetchall()
+    labels = [r["label"] for r in ROWS]
+    assert [g[0] for g in got] == labels  # both judges right in (A, B)
+    assert {g[1] for g in got} == {"tie"}  # X alone says B in (B, A): not more than half
+    assert [g[2] for g in got] == pytest.approx([1.0 if lab == "A" else 0.0 for lab in labels])
+    assert [g[3] for g in got] == pytest.approx([0.0] * 8)  # X's only

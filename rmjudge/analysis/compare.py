@@ -317,9 +317,12 @@ def _share(v: str | None, p: float | None) -> str:
 
 def render(c: Comparison, max_flips: int = 20) -> str:
     level = round(100 * c.settings["level"])
-    lines = [f"{c.common} pairs judged by all {len(c.judges)} judges, {c.labelled} of them "
-             f"labelled; bootstrap {level}% intervals ({c.settings['resamples']} resamples, "
-             f"seed {c.settings['seed']})"]
+    lines = [f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} of "
+             f"them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
+             f"resamples, seed {c.settings['seed']})"]
+    if not c.labelled:
+        lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
+                     "need labelled input (chosen/rejected, or a label column)")
     for j in c.judges:
         if j["not_in_all"]:
             ex = ", ".join(repr(x) for x in j["not_in_all_ids"])
@@ -333,7 +336,8 @@ def render(c: Comparison, max_flips: int = 20) -> str:
                      f"{_kappa(g['value']):<23}  {j['path']}")
     lines += ["", "Cohen's kappa between judges (per order, verdicts A/B):"]
     for kj in c.kappa_judges:
-        left = f", {kj['left_out']} orders without a verdict left out" if kj["left_out"] else ""
+        left = (f", {kj['left_out']} orders without a verdict from both left out"
+                if kj["left_out"] else "")
         lines.append(f"  judge {kj['a']} vs {kj['b']}: {_kappa(kj['value'])} "
                      f"({kj['n']} orders{left})")
     lines += ["", f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
@@ -402,7 +406,10 @@ def jury_query(tables: list[JudgedTable]) -> str:
                      f"CAST(j{k}.id AS VARCHAR) = j1.id")
 
     def col(c: str, typ: str) -> list[str]:
-        return [f"TRY_CAST(j{k}.{quote_ident(c)} AS {typ})" for k in range(1, n + 1)]
+        # the first table's `pairs` view has every core column; a file may lack newer ones
+        return [f"TRY_CAST(j{k}.{quote_ident(c)} AS {typ})"
+                if k == 1 or c in t.source_types else f"CAST(NULL AS {typ})"
+                for k, t in enumerate(tables, 1)]
 
     v, ab, ba = col("verdict", "VARCHAR"), col("verdict_ab", "VARCHAR"), col("verdict_ba", "VARCHAR")
     pa, pab, pba = col("p_a", "DOUBLE"), col("p_a_ab", "DOUBLE"), col("p_a_ba", "DOUBLE")
