@@ -218,9 +218,11 @@ def test_compare_refuses_another_input(tmp_path, judges):
                         "same label mapping)\n")
     r = run(x)
     assert r.exit_code == 1 and r.stderr.startswith("Error: give at least two judged tables")
-    r = run(x, x)
-    assert r.exit_code == 1 and r.stderr == f"Error: {x} is given twice; give each judged " \
-        "table once\n"
+    y = judges[1]
+    for args in ((x, x), (x, y, y)):
+        r = run(*args)
+        assert r.exit_code == 1 and r.stderr == f"Error: {args[-1]} is given twice; give each " \
+            "judged table once\n"
 
 
 def test_jury_is_a_table_filter_reads(tmp_path, judges):

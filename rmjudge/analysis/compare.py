@@ -159,7 +159,6 @@ PAIR_FIELDS = ("id", "row_number", "label", "verdict", "verdict_ab", "verdict_ba
 
 @dataclass
 class Judge:
-    name: str
     path: str
     rows: dict[str, tuple]  # id -> PAIR_FIELDS values
     fingerprint: str | None
@@ -174,7 +173,7 @@ def load_judge(table: JudgedTable) -> Judge:
                      quote_ident(c) for c in PAIR_FIELDS)
     rows = {r[0]: r for r in table.sql(f"SELECT {cols} FROM pairs")}
     ident = table.meta.get("input") if isinstance(table.meta.get("input"), dict) else {}
-    return Judge(table.path, table.path, rows, ident.get("fingerprint"), ident.get("source"))
+    return Judge(table.path, rows, ident.get("fingerprint"), ident.get("source"))
 
 
 def check_same_input(judges: list[Judge]) -> list[str]:
@@ -182,9 +181,13 @@ def check_same_input(judges: list[Judge]) -> list[str]:
     table that is not of the same input as the first."""
     first = judges[0]
     fix = "compare tables judged from the same input"
-    for j in judges[1:]:
-        if os.path.realpath(j.path) == os.path.realpath(first.path):
+    seen: set[str] = set()
+    for j in judges:
+        real = os.path.realpath(j.path)
+        if real in seen:
             raise CompareError(f"{j.path} is given twice; give each judged table once")
+        seen.add(real)
+    for j in judges[1:]:
         if j.fingerprint and first.fingerprint and j.fingerprint != first.fingerprint:
             raise CompareError(
                 f"{j.path} holds judgments of another input ({j.source}) than {first.path} "
@@ -251,15 +254,15 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
         correct.append({i: pair_correct(r[i][idx["label"]], r[i][idx["verdict_ab"]],
                                         r[i][idx["verdict_ba"]]) for i in labelled})
     out = []
+    common = set(ids)
     for k, j in enumerate(judges):
-        common = set(ids)
         only = sorted(set(j.rows) - common)
         acc = bootstrap_mean([correct[k][i] for i in labelled], cs.resamples, cs.seed,
                              cs.level) if labelled else None
         gain = None
         if k > 0 and labelled:
             gain = paired_gain(correct[0], correct[k], cs.resamples, cs.seed, cs.level)
-        out.append({"name": j.name, "path": j.path, "pairs": len(j.rows),
+        out.append({"path": j.path, "pairs": len(j.rows),
                     "not_in_all": len(only), "not_in_all_ids": only[:5],
                     "accuracy": _stat(acc, len(labelled)),
                     "gain": None if k == 0 else _stat(gain, len(labelled))})
