@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from analysis_fixture import FIXTURE, ROWS, build
 from click.testing import CliRunner
-from helpers import pref
+from helpers import pref, rows
 
 from rmjudge.analysis.compare import (bootstrap_mean, cohen_kappa, order_items, paired_gain)
 from rmjudge.cli import main
@@ -341,3 +341,57 @@ def test_compare_a_one_order_jsonl_export(tmp_path, judges):
     assert {g[1] for g in got} == {"tie"}  # X alone says B in (B, A): not more than half
     assert [g[2] for g in got] == pytest.approx([1.0 if lab == "A" else 0.0 for lab in labels])
     assert [g[3] for g in got] == pytest.approx([0.0] * 8)  # X's only
+
+
+def test_tables_with_swapped_slots_are_aligned(tmp_path):
+    """chosen/rejected input: the slot of the chosen response is drawn from the run's seed, so
+    two runs with other seeds hold some pairs with A and B exchanged; they are the same input
+    and are compared in the first table's slots."""
+    from helpers import first_slot_response
+
+    chosen = {r["prompt"]: r["response_a"] if r["label"] == "A" else r["response_b"]
+              for r in ROWS}
+    src = tmp_path / "cr.jsonl"
+    src.write_text("".join(json.dumps({
+        "id": r["id"], "prompt": r["prompt"], "chosen": chosen[r["prompt"]],
+        "rejected": r["response_b"] if r["label"] == "A" else r["response_a"]}) + "\n"
+        for r in ROWS))
+
+    def right(req, i):
+        row = _row(req)
+        return pref(1 if first_slot_response(req) == chosen[row["prompt"]] else 2, -0.5, "r")
+
+    def slot1_then_right(req, i):  # order (A, B): slot 1; order (B, A): right
+        return pref(1, -0.5, "s") if req.share_key[1] == "ab" else right(req, i)
+
+    outs = []
+    for name, fn, seed in (("s0.duckdb", right, 0), ("s1.duckdb", right, 4),
+                           ("y1.duckdb", slot1_then_right, 4)):
+        outs.append(str(tmp_path / name))
+        score(str(src), ScriptedEngine(fn), JudgeSettings(samples=2, seed=seed), output=outs[-1])
+    labels = dict(rows(outs[0], "SELECT id, label FROM pairs"))
+    swapped = {i for i, lab in rows(outs[1], "SELECT id, label FROM pairs") if lab != labels[i]}
+    assert 0 < len(swapped) < 8  # the two seeds put some chosen responses in other slots
+    d = compare_json(*outs)
+    assert [j["swapped"] for j in d["judges"]] == [0, len(swapped), len(swapped)]
+    assert [j["accuracy"]["value"] for j in d["judges"][:2]] == [1.0, 1.0]
+    k = {(x["a"], x["b"]): x for x in d["kappa"]["between_judges"]}
+    assert k[(1, 2)]["value"] == pytest.approx(1.0) and k[(1, 2)]["n"] == 16
+    # y1 in s0's slots: where its slots are s0's, order (A, B) says A and (B, A) is right;
+    # where they are swapped, its (A, B) order is s0's (B, A) order and the other way round:
+    # s0's (A, B) is right and s0's (B, A) says B (y1's slot 1 is s0's B there)
+    jury = str(tmp_path / "jury.parquet")
+    r = run(*outs, "--jury", "-o", jury, "--resamples", "100")
+    assert r.exit_code == 0, r.output
+    got = duckdb.connect().execute(f"SELECT id, verdict, verdict_ab, verdict_ba, verdict_j2, "
+                                f"verdict_j3, p_a_j2 FROM read_parquet('{jury}')").fetchall()
+    for pid, verdict, vab, vba, v2, v3, pa2 in got:
+        lab = labels[pid]
+        assert (verdict, vab, vba, v2) == (lab, lab, lab, lab)
+        assert pa2 == (1.0 if lab == "A" else 0.0)
+        if pid in swapped:
+            assert v3 == ("B" if lab == "B" else "tie")  # (A, B) right, (B, A) says B
+        else:
+            assert v3 == ("A" if lab == "A" else "tie")  # (A, B) says A, (B, A) right
+    flips = {f["id"]: f for f in d["flips"]}
+    assert set(flips) == {pid for pid, *_, v3, _ in got if v3 == "tie"}

@@ -3,8 +3,11 @@
 Inputs are judged tables (`open_judged`: run stores or their Parquet/JSONL exports) of one
 input. They are checked to be of the same input: the recorded input fingerprints agree (when
 both tables have one), they share pair ids, and every shared pair has the same prompt,
-responses and gold label. Pairs judged in only some tables are counted per table and left
-out: every figure is computed on the pairs judged in all of them (the common pairs).
+responses and gold label, or the same with A and B exchanged (with chosen/rejected input the
+slot of the chosen response is drawn from the run's seed): such rows are aligned to the first
+table's slots (`aligned`), and every figure is in the first table's terms. Pairs judged in only
+some tables are counted per table and left out: every figure is computed on the pairs judged
+in all of them (the common pairs).
 
 Figures (see docs/evaluation.md, "Comparing judges"):
 - accuracy, both orders pooled (the paper's): per labelled pair, the share of its orders whose
@@ -36,7 +39,7 @@ so `rmjudge filter` reads it:
   pair's, from the first table; `policy` is `jury`;
 - `jury_judges` (the tables, as a JSON list, in the order given), `jury_votes_a`,
   `jury_votes_b` (judges whose combined verdict is A, B), and per judge i (1-based)
-  `verdict_j<i>` and `p_a_j<i>`.
+  `verdict_j<i>` and `p_a_j<i>`, all in the first table's slots.
 """
 
 from __future__ import annotations
@@ -106,9 +109,11 @@ def paired_gain(base: dict[str, float], other: dict[str, float], resamples: int 
 
 def pair_correct(label: str, ab: str | None, ba: str | None) -> float:
     """Per labelled pair: the share of its judged orders whose verdict is the gold label
-    (a missing verdict counts as wrong; a pair judged in one order counts that order)."""
-    ok_ab = float(ab == label)
-    return ok_ab if ba is None else float(item_accuracy(ok_ab, float(ba == label)))
+    (`counts.item_accuracy` when both were judged; a pair judged in one order counts that
+    order; a verdict that is missing in a judged order, `error`, counts as wrong)."""
+    if ab is None or ba is None:
+        return float((ab if ba is None else ba) == label)
+    return float(item_accuracy(float(ab == label), float(ba == label)))
 
 
 def per_pair_correct(table: JudgedTable) -> dict[str, float]:
@@ -163,6 +168,7 @@ class Judge:
     rows: dict[str, tuple]  # id -> PAIR_FIELDS values
     fingerprint: str | None
     source: str | None
+    swapped: int = 0  # pairs whose slots are swapped against the first table (aligned)
 
 
 TEXTS = ("prompt", "response_a", "response_b")  # loaded as digests, for the same-input check
@@ -176,9 +182,44 @@ def load_judge(table: JudgedTable) -> Judge:
     return Judge(table.path, rows, ident.get("fingerprint"), ident.get("source"))
 
 
+SWAP = {"A": "B", "B": "A"}
+
+
+def _swap(v):
+    return SWAP.get(v, v)
+
+
+def _flip(p):
+    return None if p is None else 1.0 - p
+
+
+def is_swapped(a: tuple, b: tuple) -> bool:
+    """Row `b` is row `a` with the responses in the other slots (and the label with them):
+    with chosen/rejected input, the slot of the chosen response is drawn from the run's seed."""
+    f = PAIR_FIELDS.index
+    return (b[f("response_a")] == a[f("response_b")] and b[f("response_b")] == a[f("response_a")]
+            and b[f("label")] == _swap(a[f("label")]) and b[f("prompt")] == a[f("prompt")])
+
+
+def aligned(row: tuple) -> tuple:
+    """A row of a table whose slots are swapped against the first table, in the first table's
+    terms: letters exchanged, the orders exchanged (its (A, B) order showed the first table's
+    B first), vote shares for A become shares for B."""
+    f = PAIR_FIELDS.index
+    r = list(row)
+    r[f("verdict")] = _swap(row[f("verdict")])
+    r[f("verdict_ab")] = _swap(row[f("verdict_ba")])
+    r[f("verdict_ba")] = _swap(row[f("verdict_ab")])
+    r[f("p_a")] = _flip(row[f("p_a")])
+    r[f("label")] = _swap(row[f("label")])
+    r[f("response_a")], r[f("response_b")] = row[f("response_b")], row[f("response_a")]
+    return tuple(r)
+
+
 def check_same_input(judges: list[Judge]) -> list[str]:
-    """The ids judged in every table, in the first table's row order; CompareError naming the
-    table that is not of the same input as the first."""
+    """The ids judged in every table, in the first table's row order. Rows whose slots are
+    swapped against the first table are aligned to it in place (`aligned`). CompareError names
+    the table that is not of the same input as the first."""
     first = judges[0]
     fix = "compare tables judged from the same input"
     seen: set[str] = set()
@@ -187,6 +228,7 @@ def check_same_input(judges: list[Judge]) -> list[str]:
         if real in seen:
             raise CompareError(f"{j.path} is given twice; give each judged table once")
         seen.add(real)
+    fields = ("prompt", "response_a", "response_b", "label")
     for j in judges[1:]:
         if j.fingerprint and first.fingerprint and j.fingerprint != first.fingerprint:
             raise CompareError(
@@ -198,13 +240,17 @@ def check_same_input(judges: list[Judge]) -> list[str]:
                                f"of the same input: {fix}")
         for pid in sorted(shared):
             a, b = first.rows[pid], j.rows[pid]
-            for k in ("prompt", "response_a", "response_b", "label"):
-                i = PAIR_FIELDS.index(k)
-                if a[i] != b[i]:
-                    what = "gold label" if k == "label" else k
-                    raise CompareError(
-                        f"{j.path}: pair {pid!r} has another {what} than in {first.path}, so "
-                        f"it is not of the same input: {fix} (and the same label mapping)")
+            differ = [k for k in fields if a[PAIR_FIELDS.index(k)] != b[PAIR_FIELDS.index(k)]]
+            if not differ:
+                continue
+            if is_swapped(a, b):
+                j.rows[pid] = aligned(b)
+                j.swapped += 1
+                continue
+            what = "gold label" if differ[0] == "label" else differ[0]
+            raise CompareError(
+                f"{j.path}: pair {pid!r} has another {what} than in {first.path}, so it is "
+                f"not of the same input: {fix} (and the same label mapping)")
     common = set(first.rows)
     for j in judges[1:]:
         common &= j.rows.keys()
@@ -251,7 +297,7 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
     correct = []
     for j in judges:
         r = j.rows
-        correct.append({i: pair_correct(r[i][idx["label"]], r[i][idx["verdict_ab"]],
+        correct.append({i: pair_correct(first[i][idx["label"]], r[i][idx["verdict_ab"]],
                                         r[i][idx["verdict_ba"]]) for i in labelled})
     out = []
     common = set(ids)
@@ -262,7 +308,7 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
         gain = None
         if k > 0 and labelled:
             gain = paired_gain(correct[0], correct[k], cs.resamples, cs.seed, cs.level)
-        out.append({"path": j.path, "pairs": len(j.rows),
+        out.append({"path": j.path, "pairs": len(j.rows), "swapped": j.swapped,
                     "not_in_all": len(only), "not_in_all_ids": only[:5],
                     "accuracy": _stat(acc, len(labelled)),
                     "gain": None if k == 0 else _stat(gain, len(labelled))})
@@ -327,6 +373,10 @@ def render(c: Comparison, max_flips: int = 20) -> str:
         lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
                      "need labelled input (chosen/rejected, or a label column)")
     for j in c.judges:
+        if j["swapped"]:
+            lines.append(f"  {j['path']}: {j['swapped']} pairs hold A and B in the other slots "
+                         "(chosen/rejected input judged with another --seed); compared in the "
+                         "first table's slots")
         if j["not_in_all"]:
             ex = ", ".join(repr(x) for x in j["not_in_all_ids"])
             lines.append(f"  {j['path']}: {j['not_in_all']} pairs not judged by every judge "
@@ -408,11 +458,29 @@ def jury_query(tables: list[JudgedTable]) -> str:
         froms.append(f"JOIN {_source(t, f'compare_j{k}')} j{k} ON "
                      f"CAST(j{k}.id AS VARCHAR) = j1.id")
 
-    def col(c: str, typ: str) -> list[str]:
+    def raw(k: int, c: str, typ: str) -> str:
         # the first table's `pairs` view has every core column; a file may lack newer ones
-        return [f"TRY_CAST(j{k}.{quote_ident(c)} AS {typ})"
-                if k == 1 or c in t.source_types else f"CAST(NULL AS {typ})"
-                for k, t in enumerate(tables, 1)]
+        t = tables[k - 1]
+        if k == 1 or c in t.source_types:
+            return f"TRY_CAST(j{k}.{quote_ident(c)} AS {typ})"
+        return f"CAST(NULL AS {typ})"
+
+    def same(k: int) -> str:
+        """Judge k's row has the first table's slots (else they are swapped: `aligned`)."""
+        return " AND ".join(f"{raw(k, c, 'VARCHAR')} IS NOT DISTINCT FROM j1.{c}"
+                            for c in ("response_a", "response_b", "label"))
+
+    def col(c: str, typ: str) -> list[str]:
+        """Judge k's column `c` in the first table's terms."""
+        swapped = {"verdict": "verdict", "verdict_ab": "verdict_ba", "verdict_ba": "verdict_ab",
+                   "p_a": "p_a", "p_a_ab": "p_a_ba", "p_a_ba": "p_a_ab"}[c]
+        out = [raw(1, c, typ)]
+        for k in range(2, n + 1):
+            other = raw(k, swapped, typ)
+            other = (f"CASE {other} WHEN 'A' THEN 'B' WHEN 'B' THEN 'A' ELSE {other} END"
+                     if typ == "VARCHAR" else f"1 - {other}")
+            out.append(f"CASE WHEN {same(k)} THEN {raw(k, c, typ)} ELSE {other} END")
+        return out
 
     v, ab, ba = col("verdict", "VARCHAR"), col("verdict_ab", "VARCHAR"), col("verdict_ba", "VARCHAR")
     pa, pab, pba = col("p_a", "DOUBLE"), col("p_a_ab", "DOUBLE"), col("p_a_ba", "DOUBLE")
