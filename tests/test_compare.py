@@ -395,3 +395,16 @@ def test_tables_with_swapped_slots_are_aligned(tmp_path):
             assert v3 == ("A" if lab == "A" else "tie")  # (A, B) says A, (B, A) right
     flips = {f["id"]: f for f in d["flips"]}
     assert set(flips) == {pid for pid, *_, v3, _ in got if v3 == "tie"}
+
+
+def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
+    from rmjudge.analysis.compare import is_jury_store
+    from rmjudge.store import Store, store_path
+
+    x, y, _ = judges
+    for out in (str(tmp_path / "busy.duckdb"), str(tmp_path / "busy.parquet")):
+        with Store(store_path(out)):  # a run writing it holds its lock
+            r = run(x, y, "--jury", "-o", out)
+        assert r.exit_code == 3, r.output
+        assert r.stderr.startswith("Error: another rmjudge process is writing")
+        assert not Path(out).exists() if out.endswith(".parquet") else not is_jury_store(out)
