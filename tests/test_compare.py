@@ -31,7 +31,7 @@ from analysis_fixture import FIXTURE, ROWS, build
 from click.testing import CliRunner
 from helpers import pref, rows
 
-from rmjudge.analysis.compare import (bootstrap_mean, cohen_kappa, order_items, paired_gain)
+from rmjudge.analysis.compare import bootstrap_mean, cohen_kappa, order_items, paired_gain
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.pipeline import score
@@ -278,7 +278,7 @@ def test_jury_as_a_run_store(tmp_path, judges):
 
 
 def test_jury_of_two_that_disagree_is_a_tie_and_jsonl_and_export_inputs_work(tmp_path, judges):
-    x, y, _ = judges
+    x = judges[0]
     yx = scripted(tmp_path, "y.parquet", judge_y)
     jury = str(tmp_path / "jury.jsonl")
     r = run(x, yx, "--jury", "-o", jury, "--resamples", "100")

@@ -366,9 +366,9 @@ def _share(v: str | None, p: float | None) -> str:
 
 def render(c: Comparison, max_flips: int = 20) -> str:
     level = round(100 * c.settings["level"])
-    lines = [f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} of "
-             f"them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
-             f"resamples, seed {c.settings['seed']})"]
+    lines = [(f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} of "
+              f"them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
+              f"resamples, seed {c.settings['seed']})")]
     if not c.labelled:
         lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
                      "need labelled input (chosen/rejected, or a label column)")
@@ -381,8 +381,8 @@ def render(c: Comparison, max_flips: int = 20) -> str:
             ex = ", ".join(repr(x) for x in j["not_in_all_ids"])
             lines.append(f"  {j['path']}: {j['not_in_all']} pairs not judged by every judge "
                          f"(left out), e.g. {ex}")
-    lines += ["", f"judge  accuracy, both orders pooled [{level}% CI]  gain over judge 1 "
-              f"[paired {level}% CI]  kappa vs gold (orders)  table"]
+    lines += ["", (f"judge  accuracy, both orders pooled [{level}% CI]  gain over judge 1 "
+                   f"[paired {level}% CI]  kappa vs gold (orders)  table")]
     for k, j in enumerate(c.judges, 1):
         g = c.kappa_gold[k - 1]
         lines.append(f"{k:>5}  {_ci(j['accuracy']):<36}  {_ci(j['gain'], True):<34}  "
@@ -393,8 +393,8 @@ def render(c: Comparison, max_flips: int = 20) -> str:
                 if kj["left_out"] else "")
         lines.append(f"  judge {kj['a']} vs {kj['b']}: {_kappa(kj['value'])} "
                      f"({kj['n']} orders{left})")
-    lines += ["", f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
-              "differ (verdict (share of final votes for A) per judge)"]
+    lines += ["", (f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
+                   "differ (verdict (share of final votes for A) per judge)")]
     if c.flips:
         shown = c.flips[:max_flips]
         w = max(2, *(len(str(f["id"])) for f in shown))
