@@ -398,7 +398,7 @@ def test_tables_with_swapped_slots_are_aligned(tmp_path):
 
 
 def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
-    from rmjudge.analysis.compare import is_jury_store
+    from rmjudge.analysis.jury import is_jury_store
     from rmjudge.store import Store, store_path
 
     x, y, _ = judges

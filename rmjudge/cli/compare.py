@@ -31,7 +31,8 @@ def command(tables: tuple[str, ...], resamples: int, seed: int, level: float, ma
     x.jsonl) of one input."""
     import orjson
 
-    from rmjudge.analysis.compare import CompareSettings, compare, render, write_jury
+    from rmjudge.analysis.compare import CompareSettings, compare, render
+    from rmjudge.analysis.jury import write_jury
     from rmjudge.analysis.tables import open_judged
 
     if len(tables) < 2:
