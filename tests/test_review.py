@@ -356,3 +356,70 @@ def test_compare_reports_human_agreement(table, tmp_path):
     assert h[1]["agreement"]["value"] == pytest.approx(5 / 7)
     text = cli("compare", table, z, "--resamples", "200").stdout
     assert "vs human labels (first table's human_labels; 7 common pairs reviewed)" in text
+
+
+def test_jury_split_selection(tmp_path, table):
+    from test_compare import judge_y, scripted
+
+    y = scripted(tmp_path, "y.duckdb", judge_y)
+    jury = str(tmp_path / "jury.duckdb")
+    r = cli("compare", table, y, "--jury", "-o", jury, "--resamples", "10")
+    assert r.exit_code == 0, r.output
+    export(jury, tmp_path / "rev", "--select", "jury-split", "--format", "jsonl")
+    got = [json.loads(x) for x in (tmp_path / "rev" / "review.jsonl").read_text().splitlines()]
+    # X says tie on the A-labelled pairs and B on the others; Y says A on the A-labelled pairs
+    # and tie on the others: they differ on every pair
+    assert [g["id"] for g in got] == [r["id"] for r in ROWS]
+    # two judges: no winner has more than half of them, so the jury says tie; it keeps no samples
+    assert got[0]["judge_verdict"] == "tie" and got[0]["anchor_ab"] is None
+
+
+def test_parquet_export_takes_labels_in_its_working_store(tmp_path):
+    pq = build(tmp_path, "judged.parquet")
+    export(pq, tmp_path / "rev", "--select", "flipped", "--format", "jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "rev" / "review.jsonl").read_text().splitlines()]
+    for x in lines:
+        x["human_label"] = REVIEW.get(x["id"], "")
+    (tmp_path / "l.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = cli("review", "import", pq, str(tmp_path / "l.jsonl"))
+    assert r.exit_code == 0, r.output
+    assert ".judged.parquet.rmjudge.duckdb" in r.stderr
+    h = eval_human(pq)
+    assert h["pairs"] == 4 and h["human"] == {"A": 3, "B": 1, "tie": 0}
+
+
+def test_eval_with_human_labels_and_no_gold(tmp_path):
+    src = tmp_path / "nolabel.jsonl"
+    src.write_text("".join(json.dumps({k: r[k] for k in ("id", "prompt", "response_a",
+                                                             "response_b")}) + "\n" for r in ROWS))
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.pipeline import score
+    from rmjudge.settings import JudgeSettings
+    from helpers import pref
+
+    out = str(tmp_path / "n.duckdb")
+    score(str(src), ScriptedEngine(lambda req, i: pref(1)), JudgeSettings(samples=2, seed=0),
+          output=out)
+    r = cli("eval", out)
+    assert r.exit_code == 1 and "no gold labels" in r.stderr
+    (tmp_path / "l.jsonl").write_text('{"id": "p1", "human_label": "A"}\n'
+                                      '{"id": "p2", "human_label": "B"}\n')
+    assert cli("review", "import", out, str(tmp_path / "l.jsonl")).exit_code == 0
+    r = cli("eval", out, "--resamples", "50")
+    assert r.exit_code == 0, r.output
+    assert "no gold labels; judge against the imported human labels only" in r.stdout
+    assert "Judge vs human labels: 2 pairs reviewed (A 1, B 1, tie 0)" in r.stdout
+    # slot 1 in both orders: A then B, a tie; each order right once per pair
+    assert "accuracy vs human, both orders pooled: 50.0" in r.stdout
+
+
+def test_import_into_a_store_being_written_is_refused(table, tmp_path):
+    import fcntl
+
+    (tmp_path / "l.jsonl").write_text('{"id": "p1", "human_label": "A"}\n')
+    with open(table + ".lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = cli("review", "import", table, str(tmp_path / "l.jsonl"))
+        fcntl.flock(f, fcntl.LOCK_UN)
+    assert r.exit_code == 3 and r.stderr.startswith("Error: ")
+    assert "human_labels" not in {t for (t,) in rows(table, "SELECT table_name FROM duckdb_tables()")}
