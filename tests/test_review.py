@@ -278,10 +278,11 @@ def test_malformed_rows_and_unknown_ids_are_reported(table, tmp_path):
 def test_labels_follow_the_responses_when_slots_are_exchanged(tmp_path):
     """chosen/rejected input judged with two seeds holds some pairs with A and B exchanged:
     labels exported from one store land on the same responses in the other."""
+    from helpers import pref
+
     from rmjudge.engine.fake import ScriptedEngine
     from rmjudge.pipeline import score
     from rmjudge.settings import JudgeSettings
-    from helpers import pref
 
     src = tmp_path / "cr.jsonl"
     src.write_text("".join(json.dumps({
@@ -326,7 +327,8 @@ def test_filter_prefer_human(table, tmp_path):
     assert r.exit_code == 0, r.output
     assert "decided by a human label (--prefer human): 6" in r.stderr
     assert "1 x human tie" in r.stderr and "1 x orders disagree" in r.stderr  # p6; p7
-    got = {x["prompt"]: x for x in map(json.loads, open(out))}
+    with open(out) as f:
+        got = {x["prompt"]: x for x in map(json.loads, f)}
     assert len(got) == 6
     for pid, lab in REVIEW.items():
         if lab == "tie":
@@ -392,10 +394,11 @@ def test_eval_with_human_labels_and_no_gold(tmp_path):
     src = tmp_path / "nolabel.jsonl"
     src.write_text("".join(json.dumps({k: r[k] for k in ("id", "prompt", "response_a",
                                                              "response_b")}) + "\n" for r in ROWS))
+    from helpers import pref
+
     from rmjudge.engine.fake import ScriptedEngine
     from rmjudge.pipeline import score
     from rmjudge.settings import JudgeSettings
-    from helpers import pref
 
     out = str(tmp_path / "n.duckdb")
     score(str(src), ScriptedEngine(lambda req, i: pref(1)), JudgeSettings(samples=2, seed=0),

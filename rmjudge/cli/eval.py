@@ -72,7 +72,8 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
                        f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
                        err=True)
-        from rmjudge.review.agreement import render as render_human, table_agreement
+        from rmjudge.review.agreement import render as render_human
+        from rmjudge.review.agreement import table_agreement
 
         human = table_agreement(t, ev.resamples, ev.seed, ev.level)
         # human labels alone (no gold label) still give the judge-vs-human figures

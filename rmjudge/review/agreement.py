@@ -123,15 +123,16 @@ def _k(x) -> str:
 def render(h: dict, level: float = 0.95) -> str:
     lv = round(100 * level)
     c = h["human"]
-    lines = [f"Judge vs human labels: {h['pairs']} pairs reviewed (A {c['A']}, B {c['B']}, "
-             f"tie {c['tie']}) by {h.get('reviewers', '?')} reviewer(s); {lv}% bootstrap intervals",
-             f"  accuracy vs human, both orders pooled: {_pct(h['accuracy'])} "
-             f"({h['accuracy']['n']} pairs labelled A/B)",
-             f"  combined verdict agrees with human:   {_pct(h['agreement'])} "
-             f"({h['agreement']['n']} pairs, tie = tie)",
-             f"  Cohen's kappa vs human: per order {_k(h['kappa_orders']['value'])} "
-             f"({h['kappa_orders']['n']} orders), combined verdict "
-             f"{_k(h['kappa_verdict']['value'])} ({h['kappa_verdict']['n']} pairs)"]
+    lines = [(f"Judge vs human labels: {h['pairs']} pairs reviewed (A {c['A']}, B {c['B']}, "
+              f"tie {c['tie']}) by {h.get('reviewers', '?')} reviewer(s); {lv}% bootstrap "
+              "intervals"),
+             (f"  accuracy vs human, both orders pooled: {_pct(h['accuracy'])} "
+              f"({h['accuracy']['n']} pairs labelled A/B)"),
+             (f"  combined verdict agrees with human:   {_pct(h['agreement'])} "
+              f"({h['agreement']['n']} pairs, tie = tie)"),
+             (f"  Cohen's kappa vs human: per order {_k(h['kappa_orders']['value'])} "
+              f"({h['kappa_orders']['n']} orders), combined verdict "
+              f"{_k(h['kappa_verdict']['value'])} ({h['kappa_verdict']['n']} pairs)")]
     if h["gold_accuracy"]["n"]:
         lines.append(f"  on the same pairs vs gold: accuracy {_pct(h['gold_accuracy'])}; human "
                      f"agrees with gold on {_pct(h['human_vs_gold'])}% "
@@ -159,8 +160,8 @@ def render_compare(hs: list[dict], level: float) -> str:
     lv = round(100 * level)
     n = hs[0]["pairs"] if hs else 0
     lines = [f"vs human labels (first table's human_labels; {n} common pairs reviewed):",
-             f"judge  accuracy vs human [{lv}% CI]       agreement (verdict) [{lv}% CI]  "
-             "kappa (orders)  kappa (verdict)"]
+             (f"judge  accuracy vs human [{lv}% CI]       agreement (verdict) [{lv}% CI]  "
+              "kappa (orders)  kappa (verdict)")]
     for k, h in enumerate(hs, 1):
         lines.append(f"{k:>5}  {_pct(h['accuracy']):<32}  {_pct(h['agreement']):<31}  "
                      f"{_k(h['kappa_orders']['value']):<14}  {_k(h['kappa_verdict']['value'])}")

@@ -336,8 +336,8 @@ def _labelstudio_task(where: str, task: dict, errors: list) -> list[Label] | Non
     data = task.get("data") if isinstance(task.get("data"), dict) else {}
     pid = _text(data.get("pair_id"))
     if not pid:
-        errors.append((where, "no data.pair_id (was the task imported from `rmjudge review "
-                              "export`'s tasks.json?)"))
+        errors.append((where, ("no data.pair_id (was the task imported from `rmjudge review "
+                               "export`'s tasks.json?)")))
         return None
     key = _text(data.get("slot_key")) or None
     out = []
@@ -412,8 +412,8 @@ def _argilla_record(where: str, rec: dict, errors: list) -> list[Label] | None:
             continue  # drafts and discarded answers are not labels
         lab = normalize_label(value)
         if lab is None:
-            errors.append((where, f"pair {pid!r}: {str(value)[:40]!r} is not response_1, "
-                                  "response_2 or tie"))
+            errors.append((where, (f"pair {pid!r}: {str(value)[:40]!r} is not response_1, "
+                                   "response_2 or tie")))
             continue
         out.append(Label(pid, lab, _reviewer(user), key, where))
     return out

@@ -79,9 +79,9 @@ def import_labels(table_path: str, labels_path: str, reviewer: str | None = None
                 label = SWAP[label]
                 s.swapped += 1
             elif lab.slot_key != slot_key(a, b):
-                s.errors.append((lab.where, f"pair {lab.pair_id!r}: its responses in {db} are "
-                                 "not the ones exported (slot_key differs); export again from "
-                                 "this store"))
+                s.errors.append((lab.where, (f"pair {lab.pair_id!r}: its responses in {db} "
+                                             "are not the ones exported (slot_key differs); "
+                                             "export again from this store")))
                 continue
         who = reviewer if reviewer is not None else lab.reviewer
         key = (lab.pair_id, who)
@@ -110,8 +110,8 @@ def import_labels(table_path: str, labels_path: str, reviewer: str | None = None
 
 def render(s: ImportSummary) -> str:
     counts = ", ".join(f"{k} {s.counts.get(k, 0)}" for k in ("A", "B", "tie"))
-    lines = [f"imported {s.imported} labels ({counts}) on {s.pairs} pairs from "
-             f"{s.labels_path} ({s.format}) -> {s.store}, table human_labels"]
+    lines = [(f"imported {s.imported} labels ({counts}) on {s.pairs} pairs from "
+              f"{s.labels_path} ({s.format}) -> {s.store}, table human_labels")]
     if s.replaced:
         lines.append(f"  {s.replaced} replaced a label stored earlier for the same pair and "
                      "reviewer")
