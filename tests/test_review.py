@@ -98,6 +98,35 @@ def test_selections(table, tmp_path):
     assert r.exit_code == 1 and "is not a jury table" in r.stderr and "--jury" in r.stderr
     r = cli("review", "export", table, "-o", str(tmp_path / "k"), "--select", "sometimes")
     assert r.exit_code == 1 and r.stderr.startswith("Error: --select sometimes")
+    r = cli("review", "export", table, "-o", str(tmp_path / "k"), "--select", "low-confidence",
+            "--threshold", "0.7")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: --threshold 0.7")
+    assert not (tmp_path / "k").exists()
+
+
+def test_csv_saved_by_a_spreadsheet_with_a_byte_order_mark(table, tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffid,human_label\r\np1,B\r\np2,Tie\r\n".encode())
+    r = cli("review", "import", table, str(path))
+    assert r.exit_code == 0, r.output
+    assert human_rows(table) == [("p1", "", "B"), ("p2", "", "tie")]
+
+
+def test_push_argilla_without_the_client_is_one_error_line(table, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "argilla", None)  # not installed
+    r = cli("review", "export", table, "-o", str(tmp_path / "rev"), "--select", "flipped",
+            "--push-argilla", "doubtful")
+    assert r.exit_code == 1 and r.stderr.startswith("Error: --push-argilla needs the argilla")
+    assert "pip install argilla" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "rev").exists()  # checked before any work
+    monkeypatch.delitem(sys.modules, "argilla")
+    monkeypatch.setitem(sys.modules, "argilla", type(sys)("argilla"))  # installed, no server
+    monkeypatch.delenv("ARGILLA_API_URL", raising=False)
+    r = cli("review", "export", table, "-o", str(tmp_path / "rev"), "--select", "flipped",
+            "--push-argilla", "doubtful")
+    assert r.exit_code == 1 and "ARGILLA_API_URL" in r.stderr
 
 
 def test_export_never_replaces_a_review_file(table, tmp_path):

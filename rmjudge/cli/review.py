@@ -41,7 +41,7 @@ def export_command(table: str, out_dir: str, selects: tuple[str, ...], fmts: tup
     share, both orders' verdicts, the anchor analysis and the gold label, for labelling A, B
     or tie (Response 1 is slot A)."""
     from rmjudge.analysis.tables import open_judged
-    from rmjudge.review.export import export_review, push_argilla, render
+    from rmjudge.review.export import check_argilla, export_review, push_argilla, render
     from rmjudge.review.select import parse_selection
 
     try:
@@ -49,8 +49,10 @@ def export_command(table: str, out_dir: str, selects: tuple[str, ...], fmts: tup
     except ValueError as exc:
         fail(str(exc))
     formats = list(dict.fromkeys(fmts or ("csv",)))
-    if push_name and "argilla" not in formats:
-        formats.append("argilla")
+    if push_name:
+        check_argilla()  # before any work
+        if "argilla" not in formats:
+            formats.append("argilla")
     with open_judged(table) as t:
         summary = export_review(t, out_dir, selections, formats, threshold, seed)
     click.echo(render(summary), err=True)

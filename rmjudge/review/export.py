@@ -87,9 +87,9 @@ def export_review(table: JudgedTable, out_dir: str, selections: list[Selection],
     return ExportSummary(out_dir, len(rows), total, by_rule, written)
 
 
-def push_argilla(folder: str, name: str) -> str:
-    """Create an Argilla dataset from the exported folder (`rg.Dataset.from_disk`), with the
-    client from ARGILLA_API_URL / ARGILLA_API_KEY. Needs `pip install argilla`."""
+def check_argilla():
+    """The argilla module and the server settings for --push-argilla, checked before any work
+    (ReviewError with the fix when one is missing)."""
     try:
         import argilla as rg  # optional, never a dependency
     except ImportError:
@@ -99,6 +99,13 @@ def push_argilla(folder: str, name: str) -> str:
     if not url or not key:
         raise ReviewError("--push-argilla needs ARGILLA_API_URL and ARGILLA_API_KEY set to your "
                           "Argilla server and API key")
+    return rg, url, key
+
+
+def push_argilla(folder: str, name: str) -> str:
+    """Create an Argilla dataset from the exported folder (`rg.Dataset.from_disk`), with the
+    client from ARGILLA_API_URL / ARGILLA_API_KEY. Needs `pip install argilla`."""
+    rg, url, key = check_argilla()
     client = rg.Argilla(api_url=url, api_key=key)
     ds = rg.Dataset.from_disk(folder, name=name, client=client)
     return str(getattr(ds, "name", name))

@@ -245,7 +245,8 @@ def _flat(where: str, row: dict, errors: list, fmt: str) -> Label | None | bool:
 
 def _csv(path: str) -> Parsed:
     labels, errors, unlabelled = [], [], 0
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    # utf-8-sig: spreadsheets (Excel) save CSV with a byte-order mark before the header
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
         if "human_label" not in fields or not ({"id", "pair_id"} & set(fields)):
