@@ -149,7 +149,9 @@ def argilla_records(rows: list[dict]) -> bytes:
             score = None if share is None else (share if v == "response_1" else
                                                  1 - share if v == "response_2" else None)
             sugg[QUESTION] = {"value": v, "score": score, "agent": "rmjudge"}
-        meta = {k: r[k] for k in JUDGE_KEYS if r[k] is not None}
+        # metadata values are text or numbers (booleans as text)
+        meta = {k: (str(r[k]).lower() if isinstance(r[k], bool) else r[k])
+                for k in JUDGE_KEYS if r[k] is not None}
         meta.update({"pair_id": r["id"], "slot_key": r["slot_key"]})
         recs.append({"id": r["id"], "fields": {"conversation": r["conversation"],
                                                "response_1": r["response_a"],
