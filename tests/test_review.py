@@ -455,3 +455,28 @@ def test_import_into_a_store_being_written_is_refused(table, tmp_path):
         fcntl.flock(f, fcntl.LOCK_UN)
     assert r.exit_code == 3 and r.stderr.startswith("Error: ")
     assert "human_labels" not in {t for (t,) in rows(table, "SELECT table_name FROM duckdb_tables()")}
+
+
+@pytest.mark.parametrize("body", [
+    [{"data": {"pair_id": "p1"}, "annotations": 5}],
+    [{"data": {"pair_id": "p1"}, "annotations": [{"result": 7}]}],
+    [{"data": {"pair_id": "p1"}, "annotations": [{"result": [{"type": "choices", "value": 3}]}]}],
+    [{"data": {"pair_id": "p1"}, "annotations": ["x", None, {"result": [None, "r"]}]}],
+    [{"data": "p1", "annotations": []}],
+    [{"id": "p1", "responses": {"preference": 3}}],
+    [{"id": "p1", "responses": {"preference": [{"value": {"x": 1}}]}}],
+    [{"id": "p1", "preference.responses": "response_1", "preference.responses.users": 4,
+      "preference.responses.status": 9}],
+    [1, "two", None, []],
+    {"data": {"pair_id": "p1"}, "annotations": [{"result": [
+        {"type": "choices", "from_name": "preference", "value": {"choices": [["Response 1"]]}}]}]},
+])
+def test_malformed_label_studio_and_argilla_files_never_crash(table, tmp_path, body):
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(body))
+    r = cli("review", "import", table, str(path))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.output
+    assert r.exit_code in (0, 1), r.output
+    if r.exit_code == 1:
+        assert r.stderr.startswith("Error: no label imported from")
+        assert len(r.stderr.strip().splitlines()) == 1

@@ -352,7 +352,11 @@ def _labelstudio_task(where: str, task: dict, errors: list) -> list[Label] | Non
         if not isinstance(ann, dict) or ann.get("was_cancelled"):
             continue
         values = []
-        for res in ann.get("result") or []:
+        results = ann.get("result") or []
+        if not isinstance(results, list):
+            errors.append((f"{where}, annotation {k}", f"pair {pid!r}: result is not a list"))
+            continue
+        for res in results:
             if not isinstance(res, dict) or not isinstance(res.get("value"), dict):
                 continue
             val = res["value"]
@@ -397,7 +401,11 @@ def _argilla_record(where: str, rec: dict, errors: list) -> list[Label] | None:
     answers: list[tuple] = []
     responses = rec.get("responses")
     if isinstance(responses, dict):  # nested: {question: [{value, user_id[, status]}]}
-        for r in responses.get(QUESTION) or []:
+        given = responses.get(QUESTION) or []
+        if not isinstance(given, list):
+            errors.append((where, f"pair {pid!r}: responses.{QUESTION} is not a list"))
+            return None
+        for r in given:
             if isinstance(r, dict):
                 answers.append((r.get("value"), r.get("user_id"), r.get("status")))
     elif f"{QUESTION}.responses" in rec:  # flattened: parallel lists
@@ -406,6 +414,8 @@ def _argilla_record(where: str, rec: dict, errors: list) -> list[Label] | None:
         status = rec.get(f"{QUESTION}.responses.status") or []
         if not isinstance(vals, list):
             vals = [vals]
+        users = users if isinstance(users, list) else []
+        status = status if isinstance(status, list) else []
         for k, v in enumerate(vals):
             answers.append((v, users[k] if k < len(users) else None,
                             status[k] if k < len(status) else None))
