@@ -79,6 +79,12 @@ GREEDY_COLUMNS = [
     ("tokens", "INTEGER"), ("finish_reason", "VARCHAR"), ("model_sha256", "VARCHAR"),
     ("max_tokens", "INTEGER"),
 ]
+# Human labels imported by `rmjudge review import` (rmjudge/review/): one row per pair and
+# reviewer ('' when the file names none); a later import of the same pair and reviewer replaces it.
+HUMAN_LABEL_COLUMNS = [
+    ("pair_id", "VARCHAR NOT NULL"), ("reviewer", "VARCHAR NOT NULL"), ("label", "VARCHAR"),
+    ("source", "VARCHAR"), ("imported", "TIMESTAMPTZ"),
+]
 CORE_TABLES = ("pairs", "samples", "errors", "runs", "meta")
 _CORE_LOWER = {c.lower() for c, _ in PAIR_COLUMNS}
 
@@ -596,6 +602,31 @@ class Store:
                 con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
 
         self._write(statements)
+
+    # -- human labels -----------------------------------------------------------------------
+    def add_human_labels(self, rows: list[tuple[str, str, str, str]]) -> int:
+        """Store human labels, rows of (pair_id, reviewer, label A|B|tie, source file), all
+        stamped with the same import time; a row for a pair and reviewer already held replaces
+        it (the table is created on first use, so older stores take labels too). Returns the
+        number of rows replaced."""
+        now = datetime.now(timezone.utc)
+        replaced = 0
+
+        def statements(con) -> None:
+            nonlocal replaced
+            con.execute(_ddl("human_labels", HUMAN_LABEL_COLUMNS, ", PRIMARY KEY (pair_id, reviewer)"))
+            if rows:
+                con.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (pair_id VARCHAR, reviewer VARCHAR)")
+                con.execute("DELETE FROM incoming")
+                con.executemany("INSERT INTO incoming VALUES (?, ?)", [[r[0], r[1]] for r in rows])
+                replaced = con.execute("""SELECT count(*) FROM human_labels h JOIN
+                    (SELECT DISTINCT pair_id, reviewer FROM incoming) i
+                    USING (pair_id, reviewer)""").fetchone()[0]
+                con.executemany("INSERT OR REPLACE INTO human_labels VALUES (?, ?, ?, ?, ?)",
+                                [[*r, now] for r in rows])
+
+        self._write(statements)
+        return int(replaced)
 
     # -- merging ----------------------------------------------------------------------------
     def import_stores(self, paths: list[str]) -> tuple[int, int, int, int]:

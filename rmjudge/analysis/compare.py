@@ -21,7 +21,9 @@ Figures (see docs/evaluation.md, "Comparing judges"):
   judge and the gold label (labelled common pairs). Orders without a verdict are left out and
   counted;
 - flips: common pairs whose combined verdicts (A, B, tie, error, dropped) are not all the same,
-  with each judge's share of final votes for A (`p_a`).
+  with each judge's share of final votes for A (`p_a`);
+- when the first table's store has human labels (`rmjudge review import`): each judge against
+  them on the common pairs (`rmjudge.review.agreement`).
 
 Both bootstraps draw with `numpy.random.default_rng(seed)`, one resample of all pairs per row,
 so a figure is reproducible from the seed and equal to drawing all resamples at once.
@@ -254,13 +256,17 @@ class Comparison:
     kappa_gold: list[dict]
     flips: list[dict]
     settings: dict
+    human: list[dict] | None = None  # per judge, vs the first table's human labels
 
     def as_dict(self) -> dict:
-        return {"judges": self.judges, "common_pairs": self.common,
-                "common_labelled": self.labelled,
-                "kappa": {"unit": "order", "between_judges": self.kappa_judges,
-                          "against_gold": self.kappa_gold},
-                "flips": self.flips, "settings": self.settings}
+        out = {"judges": self.judges, "common_pairs": self.common,
+               "common_labelled": self.labelled,
+               "kappa": {"unit": "order", "between_judges": self.kappa_judges,
+                         "against_gold": self.kappa_gold},
+               "flips": self.flips, "settings": self.settings}
+        if self.human is not None:
+            out["human"] = self.human
+        return out
 
 
 def _stat(v: tuple[float, float, float] | None, n: int) -> dict:
@@ -323,8 +329,14 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
         if len(set(verdicts)) > 1:
             flips.append({"id": i, "label": first[i][idx["label"]], "verdicts": verdicts,
                           "p_a": [j.rows[i][idx["p_a"]] for j in judges]})
+    from rmjudge.review.agreement import judges_vs_human
+
+    human = judges_vs_human(tables[0], [
+        {i: (j.rows[i][idx["verdict"]], j.rows[i][idx["verdict_ab"]],
+             j.rows[i][idx["verdict_ba"]], first[i][idx["label"]]) for i in ids}
+        for j in judges], cs)
     return Comparison(out, len(ids), len(labelled), kj, kg, flips,
-                      {"resamples": cs.resamples, "seed": cs.seed, "level": cs.level})
+                      {"resamples": cs.resamples, "seed": cs.seed, "level": cs.level}, human)
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -392,4 +404,8 @@ def render(c: Comparison, max_flips: int = 20) -> str:
         if len(c.flips) > max_flips:
             lines.append(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
                          "lists all)")
+    if c.human:
+        from rmjudge.review.agreement import render_compare
+
+        lines += ["", render_compare(c.human, c.settings["level"])]
     return "\n".join(lines)

@@ -31,6 +31,11 @@ of the final votes, averaged over the orders, that went to the chosen response),
 `judge_verdict_ba` (each order's verdict: `chosen`, `rejected`, `error`, or null when that
 order was not judged).
 
+With `prefer = "human"`, a pair with a human label (`rmjudge review import`; several reviewers:
+their majority, else tie) is decided by it before any rule above: a human A or B is the chosen
+response (outcome `human`), a human tie drops the pair (`human tie`). Pairs without one go
+through the rules as usual.
+
 Kept passthrough columns get their input types back (`rmjudge.analysis.typed`).
 """
 
@@ -72,12 +77,16 @@ class FilterSettings:
                 "judge_verdict_ab, judge_verdict_ba)."})
     keep_columns: tuple[str, ...] = field(default=(), metadata={
         "help": "Columns of the judged table to carry along (passthrough columns, id, p_a...)."})
+    prefer: str = field(default="judge", metadata={
+        "help": "judge, or human: a human label decides its pair (a human tie drops it)."})
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_confidence <= 1.0:
             raise ValueError("--min-confidence must be between 0 and 1 (0.5 keeps every winner)")
         if not 0.5 <= self.relabel_min <= 1.0:
             raise ValueError("--relabel-min must be between 0.5 and 1")
+        if self.prefer not in ("judge", "human"):
+            raise ValueError("--prefer must be judge or human")
         if self.format not in FORMATS:
             raise ValueError("--format must be dpo, rm or kto")
         if self.chat and self.format == "rm":
@@ -97,11 +106,12 @@ class FilterSummary:
     format: str = "dpo"
     file_format: str = "jsonl"
     columns: list[tuple[str, str]] = field(default_factory=list)  # (name, DuckDB type)
+    human: int = 0  # pairs whose chosen response a human label decided (--prefer human)
 
     @property
     def written(self) -> int:
         """Pairs written."""
-        return self.kept + self.swapped + self.labelled
+        return self.kept + self.swapped + self.labelled + self.human
 
     @property
     def rows(self) -> int:
@@ -109,10 +119,32 @@ class FilterSummary:
         return 2 * self.written if self.format == "kto" else self.written
 
 
-def decisions_sql(fs: FilterSettings) -> str:
-    """A query over `pairs` adding `strength` (winner vote share), `action` and `reason`."""
+HUMAN = "rmjudge_human_label"  # the human label's column in the --prefer human source
+
+
+def human_source(table: JudgedTable) -> str:
+    """`pairs` with each pair's human label (column HUMAN), which replaces `verdict` where it
+    names A or B, so the chosen response below is the human's."""
+    from rmjudge.review.agreement import human_sql
+
+    q = human_sql(table)
+    if q is None:
+        raise TableError(f"{table.path} has no human labels for --prefer human: import them "
+                         "first with `rmjudge review import TABLE LABELS`")
+    return (f"(SELECT p.* REPLACE (CASE WHEN h.label IN ('A', 'B') THEN h.label ELSE p.verdict "
+            f"END AS verdict), h.label AS {HUMAN} FROM pairs p LEFT JOIN ({q}) h "
+            "ON h.pair_id = p.id)")
+
+
+def decisions_sql(fs: FilterSettings, source: str = "pairs") -> str:
+    """A query over `pairs` (or `source`) adding `strength` (winner vote share), `action` and
+    `reason`."""
     unsure = f"judge unsure (winner vote share < {fs.min_confidence:g})"
-    checks = [
+    checks = []
+    if fs.prefer == "human":
+        checks += [f"WHEN {HUMAN} = 'tie' THEN 'human tie'",
+                   f"WHEN {HUMAN} IN ('A', 'B') THEN NULL"]
+    checks += [
         "WHEN verdict IS NULL OR verdict IN ('error', 'dropped') THEN 'no verdict'",
     ]
     if fs.consistent_only:
@@ -130,11 +162,12 @@ def decisions_sql(fs: FilterSettings) -> str:
     checks.append(disagree)
     if not fs.label_unlabelled:
         checks.append("WHEN label IS NULL OR label NOT IN ('A', 'B') THEN 'unlabelled'")
+    human = f"WHEN {HUMAN} IN ('A', 'B') THEN 'human' " if fs.prefer == "human" else ""
     return f"""
     WITH s AS (
-      SELECT *, CASE verdict WHEN 'A' THEN p_a WHEN 'B' THEN 1 - p_a END AS strength FROM pairs),
+      SELECT *, CASE verdict WHEN 'A' THEN p_a WHEN 'B' THEN 1 - p_a END AS strength FROM {source}),
     d AS (SELECT *, CASE {' '.join(checks)} END AS reason FROM s)
-    SELECT *, CASE WHEN reason IS NOT NULL THEN 'dropped'
+    SELECT *, CASE WHEN reason IS NOT NULL THEN 'dropped' {human}
                    WHEN label IS NULL OR label NOT IN ('A', 'B') THEN 'labelled'
                    WHEN label = verdict THEN 'kept' ELSE 'swapped' END AS action
     FROM d"""
@@ -228,7 +261,8 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
                          ".jsonl")
     check_filter_output(table.path, output)
     con = table.con
-    con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs)}")
+    source = human_source(table) if fs.prefer == "human" else "pairs"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs, source)}")
     query = dataset_query(table, fs)
     columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
     from rmjudge.store import write_query_file
@@ -247,6 +281,7 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
         output=output, total=sum(counts.values()), kept=counts.get("kept", 0),
         swapped=counts.get("swapped", 0), labelled=counts.get("labelled", 0), dropped=dropped,
         flattened=flattened, format=fs.format, file_format=fmt, columns=columns,
+        human=counts.get("human", 0),
     )
 
 
@@ -268,6 +303,7 @@ def render(s: FilterSummary) -> str:
              f"  kept (judge agrees with label): {s.kept}",
              f"  swapped (judge confidently disagrees, chosen/rejected exchanged): {s.swapped}",
              f"  labelled by the judge (no gold label): {s.labelled}",
+             *([f"  decided by a human label (--prefer human): {s.human}"] if s.human else []),
              f"  dropped: {sum(s.dropped.values())}"]
     for reason, n in s.dropped.items():
         lines.append(f"    {n} x {reason}")

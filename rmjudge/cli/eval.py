@@ -40,7 +40,8 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
     labels: accuracy per order, positional consistency and final-verdict accuracy, overall and
     per source/subset, with bootstrap intervals, next to the first-rollout and majority-vote
-    baselines of the same run.
+    baselines of the same run. When human labels were imported (`rmjudge review import`), the
+    judge's agreement with them follows (accuracy, kappa, intervals).
 
     TABLE may also be labelled input that was not judged yet (.jsonl, .parquet, .csv,
     file.duckdb:table): it is judged first (the judging options apply) into -o."""
@@ -71,11 +72,25 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
                        f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
                        err=True)
-        res = evaluate(t, ev)
+        from rmjudge.review.agreement import render as render_human
+        from rmjudge.review.agreement import table_agreement
+
+        human = table_agreement(t, ev.resamples, ev.seed, ev.level)
+        # human labels alone (no gold label) still give the judge-vs-human figures
+        res = None if human is not None and t.count_labelled() == 0 else evaluate(t, ev)
     if as_json:
-        click.echo(orjson.dumps(res.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        data = res.as_dict() if res is not None else {"table": path, "labelled": 0}
+        if human is not None:
+            data["human"] = human
+        click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     else:
         width = None
         if max_groups is None and sys.stdout.isatty():
             width = shutil.get_terminal_size().columns
-        click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
+        if res is not None:
+            click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
+        else:
+            click.echo(f"{path}: no gold labels; judge against the imported human labels only")
+        if human is not None:
+            click.echo("")
+            click.echo(render_human(human, ev.level))

@@ -45,6 +45,10 @@ def default_output(table: str, fmt: str) -> str:
 @click.option("--unlabelled", type=click.Choice(["label", "drop"]), default="label",
               show_default=True,
               help="Pairs without a gold label: label them with the judge's winner, or drop them.")
+@click.option("--prefer", type=click.Choice(["judge", "human"]), default="judge",
+              show_default=True,
+              help="human: where a human label was imported (rmjudge review import), it decides "
+              "the pair (chosen = the human's pick; a human tie drops the pair).")
 @click.option("--keep-columns", default="", metavar="COL,...",
               help="Columns of the judged table to carry along (passthrough columns, id, p_a, ...);"
               " passthrough columns get their input types back (numbers, lists, structs).")
@@ -60,7 +64,7 @@ def default_output(table: str, fmt: str) -> str:
               "nothing.")
 def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool,
             min_confidence: float, allow_inconsistent: bool, relabel: bool, relabel_min: float,
-            unlabelled: str, keep_columns: str, repo_id: str | None, private: bool,
+            unlabelled: str, prefer: str, keep_columns: str, repo_id: str | None, private: bool,
             license_: str | None, dry_run: str | None) -> None:
     """Write the pairs of a judged TABLE that the judge supports as a training dataset
     (Parquet or JSONL, loadable with datasets.load_dataset), and say how many were kept,
@@ -83,7 +87,7 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
         fs = FilterSettings(
             min_confidence=min_confidence, consistent_only=not allow_inconsistent,
             relabel=relabel, relabel_min=relabel_min, label_unlabelled=unlabelled == "label",
-            format=fmt, chat=chat, evidence=evidence,
+            format=fmt, chat=chat, evidence=evidence, prefer=prefer,
             keep_columns=tuple(c.strip() for c in keep_columns.split(",") if c.strip()))
     except ValueError as exc:
         fail(str(exc))

@@ -1,0 +1,121 @@
+"""`rmjudge review export`: the pairs a human should look at, as files to label.
+
+Files are written whole (a reader never sees half of one) and never over an existing file:
+a review file may hold labels being filled in, so a second export into the same folder is
+refused (choose another -o, or move the old files away).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from rmjudge.analysis.tables import JudgedTable
+from rmjudge.errors import UserError
+from rmjudge.review import formats
+from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
+from rmjudge.store import write_file
+
+
+class ReviewError(UserError):
+    """A review file cannot be written or read as asked; the message names the fix."""
+
+
+@dataclass
+class ExportSummary:
+    out_dir: str
+    pairs: int
+    total: int
+    by_rule: dict[str, int]
+    files: list[str] = field(default_factory=list)
+
+
+def planned_files(out_dir: str, fmts: list[str]) -> dict[str, list[str]]:
+    """format -> the files it writes under `out_dir`."""
+    ls, ar = os.path.join(out_dir, "labelstudio"), os.path.join(out_dir, "argilla")
+    return {
+        "csv": [os.path.join(out_dir, "review.csv")],
+        "jsonl": [os.path.join(out_dir, "review.jsonl")],
+        "labelstudio": [os.path.join(ls, "tasks.json"), os.path.join(ls, "config.xml")],
+        "argilla": [os.path.join(ar, ".argilla", "settings.json"),
+                    os.path.join(ar, ".argilla", "dataset.json"),
+                    os.path.join(ar, "records.json")],
+    }
+
+
+def _refuse_existing(path: str) -> None:
+    if os.path.lexists(path):
+        raise ReviewError(f"{path} exists (it may hold labels being filled in) and is left "
+                          "untouched: choose another -o, or move it away")
+
+
+def export_review(table: JudgedTable, out_dir: str, selections: list[Selection],
+                  fmts: list[str], threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
+                  name: str | None = None) -> ExportSummary:
+    """Select pairs of `table` and write them in each format under `out_dir`."""
+    import orjson
+
+    if not 0.0 <= threshold <= 0.5:
+        raise ReviewError(f"--threshold {threshold:g}: give a distance from 0.5 between 0 "
+                          "and 0.5 (0.1 selects vote shares from 0.4 to 0.6)")
+    plan = planned_files(out_dir, fmts)
+    targets = [p for f in fmts for p in plan[f]]
+    for p in targets:
+        _refuse_existing(p)
+    chosen = select_ids(table, selections, threshold, seed)
+    rows = review_rows(table, chosen)
+    total = table.one("SELECT count(*) FROM pairs")[0]
+    by_rule = {s.name: sum(s.name in v for v in chosen.values()) for s in selections}
+    name = name or os.path.splitext(os.path.basename(table.path))[0] + "-review"
+    content = {
+        "csv": [formats.csv_bytes(rows)],
+        "jsonl": [formats.jsonl_bytes(rows)],
+        "labelstudio": [formats.labelstudio_tasks(rows), formats.labelstudio_config()],
+        "argilla": [orjson.dumps(formats.argilla_settings(), option=orjson.OPT_INDENT_2),
+                    formats.argilla_dataset(name), formats.argilla_records(rows)],
+    }
+    written = []
+    for f in fmts:
+        for path, data in zip(plan[f], content[f]):
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except OSError as exc:
+                raise ReviewError(f"cannot create the folder for {path}: {exc.strerror}; "
+                                  "choose a writable -o") from None
+            write_file(path, data, check=lambda p=path: _refuse_existing(p))
+            written.append(path)
+    return ExportSummary(out_dir, len(rows), total, by_rule, written)
+
+
+def check_argilla():
+    """The argilla module and the server settings for --push-argilla, checked before any work
+    (ReviewError with the fix when one is missing)."""
+    try:
+        import argilla as rg  # optional, never a dependency
+    except ImportError:
+        raise ReviewError("--push-argilla needs the argilla client: pip install argilla "
+                          "(or load the exported folder with rg.Dataset.from_disk yourself)") from None
+    url, key = os.environ.get("ARGILLA_API_URL"), os.environ.get("ARGILLA_API_KEY")
+    if not url or not key:
+        raise ReviewError("--push-argilla needs ARGILLA_API_URL and ARGILLA_API_KEY set to your "
+                          "Argilla server and API key")
+    return rg, url, key
+
+
+def push_argilla(folder: str, name: str) -> str:
+    """Create an Argilla dataset from the exported folder (`rg.Dataset.from_disk`), with the
+    client from ARGILLA_API_URL / ARGILLA_API_KEY. Needs `pip install argilla`."""
+    rg, url, key = check_argilla()
+    client = rg.Argilla(api_url=url, api_key=key)
+    ds = rg.Dataset.from_disk(folder, name=name, client=client)
+    return str(getattr(ds, "name", name))
+
+
+def render(s: ExportSummary) -> str:
+    rules = ", ".join(f"{k}: {v}" for k, v in s.by_rule.items())
+    lines = [f"selected {s.pairs} of {s.total} pairs for review ({rules})"]
+    lines += [f"  wrote {p}" for p in s.files]
+    if not s.pairs:
+        lines.append("note: no pair matched; the files have no rows (try another --select "
+                     "or a larger --threshold)")
+    return "\n".join(lines)
