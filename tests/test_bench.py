@@ -156,7 +156,7 @@ def test_cli_score_only_table_and_errors(tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0] == "| judge | JudgeBench | LLMBar Natural | LLMBar Adversarial | avg |"
     # (50.0 + 75.0 + 37.5) / 3 = 54.2
-    assert lines[2] == "| (stored) | 50.0 | 75.0 | 37.5 | 54.2 |"
+    assert lines[2] == "| <scripted> | 50.0 | 75.0 | 37.5 | 54.2 |"
     assert "positional consistency (correct in both orders): JudgeBench 33.3, LLMBar 33.3" in r.stdout
     missing = subprocess.run([sys.executable, "-m", "rmjudge", "bench", "-o",
                               str(tmp_path / "none"), "--score-only", "-b", "judgebench", "--data",

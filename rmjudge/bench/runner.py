@@ -17,8 +17,9 @@ in the store's errors table with their raw text; they are counted, never scored.
 from __future__ import annotations
 
 import errno
+import filecmp
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -41,78 +42,67 @@ def store_file(outdir: str, bench: Benchmark) -> str:
     return os.path.join(outdir, f"{bench.name}.duckdb")
 
 
-def intake_rows(bench: Benchmark, source: str) -> list[dict[str, Any]]:
-    """The benchmark's rows in rmjudge's intake layout; rows without the layout come last as
-    problem rows (`problem`, `raw`), which the intake records as errors."""
-    rows: list[dict] = []
+def intake_rows(bench: Benchmark, source: str) -> Iterator[dict[str, Any]]:
+    """The benchmark's rows in rmjudge's intake layout, streamed; rows without the layout come
+    last as problem rows (`problem`, `raw`), which the intake records as errors."""
     problems: list[dict] = []
+    good = 0
     for p in read_published(bench, source):
         reason, raw = p.problem, p.raw
         if p.obj is not None:
             try:
-                rows.extend(bench.convert(p.row_number, p.obj, p.fields))
-                continue
+                rows = list(bench.convert(p.row_number, p.obj, p.fields))
             except RowProblem as exc:
                 reason, raw = str(exc), raw_text(p.obj)
+            else:
+                good += len(rows)
+                yield from rows
+                continue
         problems.append({"id": f"unreadable/{os.path.basename(p.file)}/{p.row_number}",
                          "problem": f"{p.file} row {p.row_number}: {reason}", "raw": raw})
-    if not rows:
+    if not good:
         raise BenchError(f"no {bench.title} pairs could be read from {source}"
                          + (f" ({problems[0]['problem']})" if problems else "")
                          + f"; give its published files ({bench.layout})")
-    return rows + problems
+    yield from problems
 
 
 def prepare(bench: Benchmark, source: str, outdir: str) -> str:
-    """Write (or find, byte for byte) the benchmark's intake file in `outdir`; its path."""
-    data = b"".join(orjson.dumps(r) + b"\n" for r in intake_rows(bench, source))
+    """Write (or find, byte for byte) the benchmark's intake file in `outdir`; its path. The
+    rows are written to a file of this process's own beside it, then linked into place, so an
+    existing file is never replaced: one with the same bytes is reused, another is refused."""
     if os.path.exists(outdir) and not os.path.isdir(outdir):
         raise BenchError(f"-o {outdir} is a file; bench writes a folder of run stores, give a "
                          "folder name")
     path = intake_file(outdir, bench)
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(outdir, exist_ok=True)
-        if not _same(path, data, source, bench):
-            _write_new(path, data, source, bench)
+        with open(tmp, "xb") as f:
+            try:
+                for row in intake_rows(bench, source):
+                    f.write(orjson.dumps(row) + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        try:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                if not filecmp.cmp(tmp, path, shallow=False):
+                    raise BenchError(
+                        f"{path} exists and holds other rows than {bench.title} from {source} "
+                        "gives (another copy or version of the data, or a file bench did not "
+                        "write); it is left untouched: choose another -o folder") from None
+        finally:
+            os.unlink(tmp)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS):
-            raise DiskError(f"cannot write {path}: {exc.strerror}") from None
+            raise DiskError(f"cannot write {exc.filename or path}: {exc.strerror}") from None
         raise
     return path
-
-
-def _same(path: str, data: bytes, source: str, bench: Benchmark) -> bool:
-    """True when `path` holds `data`; False when it is absent; BenchError when it differs."""
-    try:
-        with open(path, "rb") as f:
-            old = f.read()
-    except FileNotFoundError:
-        return False
-    if old != data:
-        raise BenchError(f"{path} exists and holds other rows than {bench.title} from {source} "
-                         "gives (another copy or version of the data, or a file bench did not "
-                         "write); it is left untouched: choose another -o folder")
-    return True
-
-
-def _write_new(path: str, data: bytes, source: str, bench: Benchmark) -> None:
-    """Create `path` with `data` without ever replacing a file: written beside it, then linked
-    into place (a concurrent run that got there first must have written the same bytes)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "xb") as f:
-        try:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        _same(path, data, source, bench)
-    finally:
-        os.unlink(tmp)
 
 
 def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
@@ -183,6 +173,24 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
                               {o: None for o in orders}, labelled=bench.labelled(r),
                               judged=False))
     return items, unreadable
+
+
+def stored_judge(bench: Benchmark, outdir: str) -> str:
+    """The judge model (and adapter) of the store's latest run, for a table of stored results."""
+    from rmjudge.analysis.tables import open_judged
+
+    with open_judged(store_file(outdir, bench)) as table:
+        runs = table.runs()
+    if not runs:
+        return "(unknown judge)"
+    last = runs[-1]
+    return judge_name(last.get("model_path") or "", last.get("lora_path"))
+
+
+def judge_name(model_path: str, lora: str | None = None) -> str:
+    """A short name for a judge: the model file's name (a served model: its URL or name)."""
+    name = model_path if "://" in model_path else os.path.basename(model_path)
+    return name + (f" + {os.path.basename(lora)}" if lora else "")
 
 
 def score_stored(bench: Benchmark, outdir: str, *, limit: int | None = None,

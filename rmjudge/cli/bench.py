@@ -47,7 +47,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     """
     from rmjudge.bench import get
     from rmjudge.bench.base import BenchError
-    from rmjudge.bench.runner import prepare, require_results, score_stored, store_file
+    from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
+                                      stored_judge)
     from rmjudge.cli.score import parse_shard, render_summary
     from rmjudge.settings import SettingsError
 
@@ -71,7 +72,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             require_results(bench, outdir)
     for bench, src in plan:  # every input is read (and its intake file written) before judging
         status(f"rmjudge: {bench.title}: {src} -> {prepare(bench, src, outdir)}", quiet)
-    judge_name = "(stored)"
+    judge_name = stored_judge(plan[0][0], outdir) if score_only else ""
     if not score_only:
         from rmjudge.bench.runner import judge
 
@@ -131,5 +132,6 @@ def load(es, server, quiet: bool):
 
 
 def describe_judge(info) -> str:
-    name = os.path.basename(info.path) if info.path and "://" not in info.path else info.name
-    return name + (f" + {os.path.basename(info.lora)}" if info.lora else "")
+    from rmjudge.bench.runner import judge_name
+
+    return judge_name(info.path if info.sha256 else (info.name or info.path), info.lora)
