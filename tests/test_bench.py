@@ -120,14 +120,30 @@ def test_helpsteer3_leaves_ties_out(tmp_path):
     assert res.items == 3 and res.unlabelled == 1 and res.consistency == pytest.approx(1 / 3)
 
 
-def test_limit_and_shards_cover_the_benchmark_once(tmp_path):
+def test_limit_and_shards_merge_to_the_full_table(tmp_path):
     _, part = run("judgebench", tmp_path / "lim", limit=2)
     assert part.items == 2 and cells(part)["JudgeBench"] == pytest.approx(0.5)
     seen = []
     for i in range(2):
         _, res = run("judgebench", tmp_path / f"s{i}", shard=(i, 2))
         seen.append(res.items)
-    assert sum(seen) == 6
+    assert sum(seen) == 6 and min(seen) > 0
+    full = tmp_path / "full"
+    merged = subprocess.run([sys.executable, "-m", "rmjudge", "merge",
+                             str(tmp_path / "s0" / "judgebench.duckdb"),
+                             str(tmp_path / "s1" / "judgebench.duckdb"),
+                             "--input", str(tmp_path / "s0" / "judgebench.input.jsonl"),
+                             "-o", str(full / "judgebench.duckdb")], capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr
+    table = subprocess.run([sys.executable, "-m", "rmjudge", "bench", "-o", str(full),
+                            "--score-only", "--json", "--data",
+                            f"judgebench={SOURCES['judgebench']}"], capture_output=True, text=True)
+    assert table.returncode == 0, table.stderr
+    import json
+
+    got = json.loads(table.stdout)["benchmarks"][0]
+    _, whole = run("judgebench", tmp_path / "whole")
+    assert got == whole.as_dict()
 
 
 def test_intake_file_is_reused_and_never_replaced(tmp_path):
