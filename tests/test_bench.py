@@ -224,7 +224,7 @@ def test_resumes_after_kill_9_to_the_same_table(tmp_path):
     assert ref.returncode == 0, ref.stderr
     want = ref.stdout.split("TABLE ", 1)[1]
     out = tmp_path / "killed"
-    p = subprocess.Popen([sys.executable, "-c", script(out, 0.05)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", script(out, 0.3)], stdout=subprocess.PIPE,
                          text=True)
     for line in p.stdout:  # kill -9 once a few pairs of the first benchmark are committed
         if line.startswith("done") and int(line.split()[1]) >= 3:

@@ -11,15 +11,12 @@ from rmjudge.cli.options import engine_options, engine_settings, judge_options, 
 from rmjudge.cli.server_options import server_options, server_settings
 
 
-def _names() -> list[str]:
-    from rmjudge.bench import BENCHMARKS
-
-    return list(BENCHMARKS)
+from rmjudge.bench import BENCHMARKS
 
 
 @click.command("bench")
 @click.option("--benchmark", "-b", "benchmarks", multiple=True,
-              type=click.Choice(["rewardbench", "rmbench", "judgebench", "llmbar", "helpsteer3"]),
+              type=click.Choice(list(BENCHMARKS)),
               help="Benchmark to run (repeatable). Default: those given --data, else every one "
               "with a Hub default (rewardbench, judgebench, helpsteer3).")
 @click.option("--data", "data", multiple=True, metavar="NAME=PATH",
@@ -53,7 +50,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     from rmjudge.settings import SettingsError
 
     sources = parse_data(data)
-    names = list(benchmarks) or list(sources) or [n for n in _names() if get(n).default_source]
+    names = list(benchmarks) or list(sources) or [n for n, b in BENCHMARKS.items() if b.default_source]
     plan = []
     for name in dict.fromkeys(names):
         bench = get(name)
@@ -114,7 +111,7 @@ def parse_data(specs: tuple[str, ...]) -> dict[str, str]:
         name, sep, path = spec.partition("=")
         if not sep or not path.strip():
             raise SettingsError(f"--data {spec!r} must look like NAME=PATH (NAME one of "
-                                f"{', '.join(_names())})")
+                                f"{', '.join(BENCHMARKS)})")
         out[get(name.strip()).name] = path.strip()
     return out
 
