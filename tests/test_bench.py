@@ -4,7 +4,7 @@ every expected figure is worked out by hand in the comments."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -139,8 +139,6 @@ def test_limit_and_shards_merge_to_the_full_table(tmp_path):
                             "--score-only", "--json", "--data",
                             f"judgebench={SOURCES['judgebench']}"], capture_output=True, text=True)
     assert table.returncode == 0, table.stderr
-    import json
-
     got = json.loads(table.stdout)["benchmarks"][0]
     _, whole = run("judgebench", tmp_path / "whole")
     assert got == whole.as_dict()
@@ -242,3 +240,21 @@ def test_resumes_after_kill_9_to_the_same_table(tmp_path):
     assert rows(str(out / "judgebench.duckdb"),
                 "SELECT count(*), count(DISTINCT id) FROM pairs") == [(6, 6)]
     assert len(rows(str(out / "judgebench.duckdb"), "SELECT run_id FROM runs")) == 2
+
+
+def test_rewardbench_from_a_parquet_copy_scores_the_same(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in SOURCES["rewardbench"].read_text().splitlines()]
+    rows = [r for r in rows if "rejected" in r]  # Parquet columns: every row has each column
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "filtered.parquet")
+    got = score_stored_from(tmp_path / "filtered.parquet", tmp_path / "pq")
+    _, want = run("rewardbench", tmp_path / "jsonl")
+    assert cells(got) == cells(want) and got.unreadable == 0
+
+
+def score_stored_from(source, outdir):
+    bench = get("rewardbench")
+    judge(bench, str(source), fixture_engine(), JS, str(outdir))
+    return score_stored(bench, str(outdir))

@@ -56,6 +56,9 @@ class Cell:
     value: float | None
     n: int
 
+    def as_dict(self) -> dict:
+        return {"label": self.label, "value": self.value, "n": self.n}
+
 
 @dataclass
 class BenchResult:
@@ -72,10 +75,9 @@ class BenchResult:
     rule: str = ""  # how the figures are computed, one line
 
     def as_dict(self) -> dict:
-        cell = lambda c: {"label": c.label, "value": c.value, "n": c.n}  # noqa: E731
         return {"name": self.name, "title": self.title,
-                "headline": [cell(c) for c in self.headline],
-                "sections": [cell(c) for c in self.sections],
+                "headline": [c.as_dict() for c in self.headline],
+                "sections": [c.as_dict() for c in self.sections],
                 "positional_consistency": self.consistency, "items": self.items,
                 "judged": self.judged, "no_verdict": self.no_verdict,
                 "unlabelled": self.unlabelled, "unreadable": self.unreadable,

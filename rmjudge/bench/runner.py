@@ -139,8 +139,9 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
 
     require_results(bench, outdir, intake=True)
     path, db = intake_file(outdir, bench), store_file(outdir, bench)
-    with open(path, "rb") as f:
-        rows = [orjson.loads(line) for line in f if line.strip()]
+    with open(path, "rb") as f:  # the grouping columns only: the texts stay on disk
+        rows = [{k: v for k, v in orjson.loads(line).items() if k not in TEXT_KEYS}
+                for line in f if line.strip()]
     if limit is not None:
         rows = rows[:limit]
     rows = [r for r in rows if in_shard(str(r["id"]), shard)]
@@ -159,7 +160,7 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
             unreadable += 1
             continue
         rid = str(r["id"])
-        fields = {k: v for k, v in r.items() if k not in TEXT_KEYS and k != "id"}
+        fields = {k: v for k, v in r.items() if k != "id"}
         if rid in judged:
             label, vab, vba = judged[rid]
             letters = {o: (v if v in ("A", "B") else None)
