@@ -258,3 +258,12 @@ def score_stored_from(source, outdir):
     bench = get("rewardbench")
     judge(bench, str(source), fixture_engine(), JS, str(outdir))
     return score_stored(bench, str(outdir))
+
+
+def test_bench_help_needs_no_model_runtime():
+    code = ("import sys; from click.testing import CliRunner; from rmjudge.cli import main; "
+            "r = CliRunner().invoke(main, ['bench', '--help']); assert r.exit_code == 0, r.output; "
+            "assert '--ablation' in r.output and '--data NAME=PATH' in r.output; "
+            "heavy = [m for m in ('torch', 'transformers', 'llama_cpp', 'duckdb') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
