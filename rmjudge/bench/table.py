@@ -29,6 +29,6 @@ def render(results: list[BenchResult], judge: str) -> str:
         if r.unlabelled:
             note += f", {r.unlabelled} without a gold label left out"
         if r.unreadable:
-            note += f", {r.unreadable} published rows unreadable (see the errors table)"
+            note += f", unreadable published rows: {r.unreadable} (see the errors table)"
         lines += [note, f"  scoring: {r.rule}"]
     return "\n".join(lines)
