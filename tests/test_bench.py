@@ -18,7 +18,7 @@ from rmjudge.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data" / "bench"
 SOURCES = {"rewardbench": DATA / "rewardbench.jsonl", "rmbench": DATA / "rmbench",
-           "judgebench": DATA / "judgebench.jsonl", "llmbar": DATA / "llmbar",
+           "judgebench": DATA / "judgebench.jsonl", "llmbar": DATA / "llmbar", "rmb": DATA / "rmb",
            "helpsteer3": DATA / "helpsteer3_validation.jsonl"}
 SOURCES["rmbench"] = SOURCES["rmbench"] / "total_dataset.json"
 JS = JudgeSettings(samples=1, forced=False, seed=3)
@@ -73,6 +73,25 @@ def test_rmbench_style_matrix_easy_normal_hard(tmp_path):
     assert res.items == 36 and res.no_verdict == 9 and res.unreadable == 1
     # correct in both orders: chat 3 easy cells, s1 all 9, s2 3 easy cells, math none
     assert res.consistency == pytest.approx(15 / 36)
+
+
+def test_rmb_pairwise_accuracy_per_goal(tmp_path):
+    summary, res = run("rmb", tmp_path)
+    assert summary.judged == 5 and summary.errors == 1  # s2 has an empty conversation
+    c = cells(res)
+    # Helpfulness: h1 right/right 1, h2 (multi-turn) right/wrong 0.5, h3 none/none 0
+    assert c["Helpfulness/Chat"] == pytest.approx(0.75) and c["Helpfulness/Code"] == 0.0
+    assert c["Helpfulness"] == pytest.approx(1.5 / 3)
+    # Harmlessness: s1 right/right 1, s3 wrong/right 0.5
+    assert c["Harmlessness/S1"] == 1.0 and c["Harmlessness/S2"] == pytest.approx(0.5)
+    assert c["Harmlessness"] == pytest.approx(0.75)
+    assert c["RMB (pairwise)"] == pytest.approx((0.5 + 0.75) / 2)
+    assert res.consistency == pytest.approx(2 / 5) and res.no_verdict == 2
+    assert res.unreadable == 1
+    from helpers import rows
+
+    msgs = rows(str(tmp_path / "rmb.duckdb"), "SELECT messages FROM pairs WHERE id = 'Helpfulness/h2'")
+    assert [m["role"] for m in json.loads(msgs[0][0])] == ["user", "assistant", "user"]
 
 
 def test_judgebench_combines_both_orders_by_the_published_rule(tmp_path):

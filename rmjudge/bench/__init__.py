@@ -13,10 +13,11 @@ from rmjudge.bench.helpsteer3 import HelpSteer3
 from rmjudge.bench.judgebench import JudgeBench
 from rmjudge.bench.llmbar import LLMBar
 from rmjudge.bench.rewardbench import RewardBench
+from rmjudge.bench.rmb import RMB
 from rmjudge.bench.rmbench import RMBench
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
-    RewardBench(), RMBench(), JudgeBench(), LLMBar(), HelpSteer3())}
+    RewardBench(), RMBench(), RMB(), JudgeBench(), LLMBar(), HelpSteer3())}
 
 
 def get(name: str) -> Benchmark:
