@@ -17,6 +17,9 @@ from pathlib import Path
 
 import duckdb
 
+from rmjudge.analysis import compare
+from rmjudge.analysis.tables import open_judged
+
 NAMES = {"base": "base (embedded SmolLM2-135M Q4_1)", "warm": "warm-start (SFT LoRA)",
          "grpo": "warm-start + GRPO", "rft": "warm-start + RFT (Pref only)"}
 
@@ -44,29 +47,10 @@ def store_counts(path: Path) -> tuple[int, int, int, int]:
 
 
 def per_pair_correct(path: Path) -> dict[str, float]:
-    """Per pair: the share of its two orders whose ReflectRM verdict is the gold one (a missing
-    verdict counts as wrong), as `rmjudge eval` pools accuracy over both orders."""
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        rows = con.execute("SELECT id, (coalesce(verdict_ab = label, false)::INT + "
-                           "coalesce(verdict_ba = label, false)::INT) / 2.0 FROM pairs "
-                           "WHERE label IN ('A', 'B')").fetchall()
-    finally:
-        con.close()
-    return dict(rows)
-
-
-def paired_gain(base: dict[str, float], other: dict[str, float], resamples: int = 10000,
-                seed: int = 0) -> tuple[float, float, float]:
-    """Accuracy of `other` minus the base's on the pairs both judged, with a paired bootstrap
-    95% interval (pairs resampled, both judges on the same draw)."""
-    import numpy as np
-
-    ids = sorted(set(base) & set(other))
-    d = np.array([other[i] - base[i] for i in ids])
-    rng = np.random.default_rng(seed)
-    draws = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
-    return float(d.mean()), float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
+    """Per labelled pair of a judged store: the share of its orders judged correctly
+    (rmjudge.analysis.compare, as `rmjudge compare` computes it)."""
+    with open_judged(str(path)) as t:
+        return compare.per_pair_correct(t)
 
 
 def last_log(path: Path, key: str):
@@ -134,7 +118,7 @@ def main() -> None:
         n, bad, slot1, parsed = store_counts(out / "score" / f"{j}.duckdb")
         gain = "-"
         if j != "base":
-            g, lo, hi = paired_gain(base_correct, per_pair_correct(out / "score" / f"{j}.duckdb"))
+            g, lo, hi = compare.paired_gain(base_correct, per_pair_correct(out / "score" / f"{j}.duckdb"))
             gain = f"{100 * g:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         rows.append(
             f"| {NAMES.get(j, j)} | {bad}/{n} ({100 * bad / max(n, 1):.1f}%) | "

@@ -1,4 +1,4 @@
-"""The experiment helpers in examples/: the by-prompt split and the paired gain."""
+"""The experiment helpers in examples/: the by-prompt split and the paired gain (now in\nrmjudge.analysis.compare)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,8 @@ def test_split_keeps_every_prompt_on_one_side_and_shares_files(tmp_path):
 
 
 def test_paired_gain_is_the_mean_difference_with_an_interval():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        from train_table import paired_gain
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    from rmjudge.analysis.compare import paired_gain
+
     base = {f"p{i}": 0.5 for i in range(100)}
     same = paired_gain(base, dict(base))
     assert same == (0.0, 0.0, 0.0)

@@ -18,6 +18,7 @@ COMMANDS = {
     "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),
     "filter": ("filter", "Write a cleaned preference dataset (TRL DPO or RM) from a judged table."),
     "push": ("push", "Upload a filtered dataset with its card to the Hugging Face Hub."),
+    "compare": ("compare", "Compare judges of the same input: accuracy, paired gain, kappa, flips, jury."),
     "bench": ("bench", "Judge standard benchmarks (RewardBench, RM-Bench, ...) with their official scoring."),
     "merge": ("merge", "Check and merge run stores judged in shards (--shard I/N) into one."),
     "ray-score": ("ray_score", "Judge on a Ray cluster with a pool of engines (pip install '.[ray]')."),

@@ -1,0 +1,395 @@
+"""`rmjudge compare`: several judges on the same input, side by side.
+
+Inputs are judged tables (`open_judged`: run stores or their Parquet/JSONL exports) of one
+input. They are checked to be of the same input: the recorded input fingerprints agree (when
+both tables have one), they share pair ids, and every shared pair has the same prompt,
+responses and gold label, or the same with A and B exchanged (with chosen/rejected input the
+slot of the chosen response is drawn from the run's seed): such rows are aligned to the first
+table's slots (`aligned`), and every figure is in the first table's terms. Pairs judged in only
+some tables are counted per table and left out: every figure is computed on the pairs judged
+in all of them (the common pairs).
+
+Figures (see docs/evaluation.md, "Comparing judges"):
+- accuracy, both orders pooled (the paper's): per labelled pair, the share of its orders whose
+  verdict is the gold label (`counts.item_accuracy`; a pair judged in one order counts that
+  order; a missing verdict counts as wrong), averaged over pairs, with a percentile bootstrap
+  interval (pairs resampled);
+- gain over the first judge: the mean per-pair difference of that accuracy, with a paired
+  bootstrap interval (the same resampled pairs for both judges);
+- Cohen's kappa per order: every (pair, order) judged by both raters with a verdict A or B is
+  one item; categories A and B; between every two judges (all common pairs) and between each
+  judge and the gold label (labelled common pairs). Orders without a verdict are left out and
+  counted;
+- flips: common pairs whose combined verdicts (A, B, tie, error, dropped) are not all the same,
+  with each judge's share of final votes for A (`p_a`).
+
+Both bootstraps draw with `numpy.random.default_rng(seed)`, one resample of all pairs per row,
+so a figure is reproducible from the seed and equal to drawing all resamples at once.
+
+The jury of the judges (`--jury`) is written by `rmjudge.analysis.jury`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmjudge.analysis.counts import item_accuracy
+from rmjudge.analysis.tables import JudgedTable
+from rmjudge.errors import UserError
+from rmjudge.sql import quote_ident
+
+RESAMPLES = 10000
+MAX_DRAWS = 4_000_000  # pair indices drawn per chunk of resamples (bounds the memory)
+LETTERS = ("A", "B")
+
+
+class CompareError(UserError):
+    """The tables cannot be compared as given; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    resamples: int = field(default=RESAMPLES, metadata={"help": "Bootstrap resamples."})
+    seed: int = field(default=0, metadata={"help": "Bootstrap seed."})
+    level: float = field(default=0.95, metadata={"help": "Interval coverage."})
+
+    def __post_init__(self) -> None:
+        if self.resamples < 1:
+            raise ValueError("--resamples must be at least 1")
+        if not 0.5 <= self.level < 1.0:
+            raise ValueError("--level must be in [0.5, 1)")
+
+
+# -- the statistics ---------------------------------------------------------------------------
+
+def bootstrap_mean(values, resamples: int = RESAMPLES, seed: int = 0, level: float = 0.95,
+                   max_draws: int = MAX_DRAWS) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of `values` and its percentile bootstrap interval. Resample r
+    is row r of `rng.integers(0, n, size=(resamples, n))` with `rng = default_rng(seed)`,
+    drawn `max_draws // n` rows at a time (the same numbers as drawing them all at once)."""
+    d = np.asarray(values, dtype=float)
+    n = d.size
+    if n == 0:
+        raise ValueError("no values to resample")
+    rng = np.random.default_rng(seed)
+    rows = max(1, max_draws // n)
+    means = np.concatenate([d[rng.integers(0, n, size=(min(rows, resamples - start), n))]
+                            .mean(axis=1) for start in range(0, resamples, rows)])
+    a = round((1.0 - level) / 2, 12)
+    return float(d.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
+
+
+def paired_gain(base: dict[str, float], other: dict[str, float], resamples: int = RESAMPLES,
+                seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+    """Accuracy of `other` minus the base's on the pairs both judged, with a paired bootstrap
+    interval (pairs resampled, both judges on the same draw)."""
+    ids = sorted(set(base) & set(other))
+    if not ids:
+        raise ValueError("no pair judged by both")
+    return bootstrap_mean([other[i] - base[i] for i in ids], resamples, seed, level)
+
+
+def pair_correct(label: str, ab: str | None, ba: str | None) -> float:
+    """Per labelled pair: the share of its judged orders whose verdict is the gold label
+    (`counts.item_accuracy` when both were judged; a pair judged in one order counts that
+    order; a verdict that is missing in a judged order, `error`, counts as wrong)."""
+    if ab is None or ba is None:
+        return float((ab if ba is None else ba) == label)
+    return float(item_accuracy(float(ab == label), float(ba == label)))
+
+
+def per_pair_correct(table: JudgedTable) -> dict[str, float]:
+    """id -> `pair_correct` for the labelled pairs of a judged table."""
+    rows = table.sql("SELECT id, label, verdict_ab, verdict_ba FROM pairs "
+                     "WHERE label IN ('A', 'B')")
+    return {i: pair_correct(lab, ab, ba) for i, lab, ab, ba in rows}
+
+
+def cohen_kappa(a: list, b: list) -> float | None:
+    """Cohen's kappa of two raters over the same items: (p_o - p_e) / (1 - p_e), p_o the share
+    of items they agree on, p_e the agreement expected from each rater's category shares.
+    None when there is no item or p_e is 1 (both raters always gave the same one category)."""
+    if len(a) != len(b):
+        raise ValueError("the raters must rate the same items")
+    n = len(a)
+    if n == 0:
+        return None
+    po = sum(x == y for x, y in zip(a, b)) / n
+    cats = set(a) | set(b)
+    pe = sum((a.count(c) / n) * (b.count(c) / n) for c in cats)
+    if pe >= 1.0 - 1e-12:
+        return None
+    return (po - pe) / (1.0 - pe)
+
+
+def order_items(rows_a: list[tuple], rows_b: list[tuple]) -> tuple[list, list, int]:
+    """The per-order kappa items of two raters over the same pairs: rows are (ab, ba) per
+    pair; an item is kept when both gave A or B. Returns (ratings a, ratings b, left out)."""
+    xa, xb, left = [], [], 0
+    for ra, rb in zip(rows_a, rows_b):
+        for va, vb in zip(ra, rb):
+            if va is None and vb is None:
+                continue  # the order was not judged
+            if va in LETTERS and vb in LETTERS:
+                xa.append(va)
+                xb.append(vb)
+            else:
+                left += 1
+    return xa, xb, left
+
+
+# -- loading and the same-input check ---------------------------------------------------------
+
+PAIR_FIELDS = ("id", "row_number", "label", "verdict", "verdict_ab", "verdict_ba", "p_a",
+               "prompt", "response_a", "response_b")
+
+
+@dataclass
+class Judge:
+    path: str
+    rows: dict[str, tuple]  # id -> PAIR_FIELDS values
+    fingerprint: str | None
+    source: str | None
+    swapped: int = 0  # pairs whose slots are swapped against the first table (aligned)
+
+
+TEXTS = ("prompt", "response_a", "response_b")  # loaded as digests, for the same-input check
+
+
+def load_judge(table: JudgedTable) -> Judge:
+    cols = ", ".join(f"md5(coalesce({quote_ident(c)}, chr(0)))" if c in TEXTS else
+                     quote_ident(c) for c in PAIR_FIELDS)
+    rows = {r[0]: r for r in table.sql(f"SELECT {cols} FROM pairs")}
+    ident = table.meta.get("input") if isinstance(table.meta.get("input"), dict) else {}
+    return Judge(table.path, rows, ident.get("fingerprint"), ident.get("source"))
+
+
+SWAP = {"A": "B", "B": "A"}
+
+
+def _swap(v):
+    return SWAP.get(v, v)
+
+
+def _flip(p):
+    return None if p is None else 1.0 - p
+
+
+def is_swapped(a: tuple, b: tuple) -> bool:
+    """Row `b` is row `a` with the responses in the other slots (and the label with them):
+    with chosen/rejected input, the slot of the chosen response is drawn from the run's seed."""
+    f = PAIR_FIELDS.index
+    return (b[f("response_a")] == a[f("response_b")] and b[f("response_b")] == a[f("response_a")]
+            and b[f("label")] == _swap(a[f("label")]) and b[f("prompt")] == a[f("prompt")])
+
+
+def aligned(row: tuple) -> tuple:
+    """A row of a table whose slots are swapped against the first table, in the first table's
+    terms: letters exchanged, the orders exchanged (its (A, B) order showed the first table's
+    B first), vote shares for A become shares for B."""
+    f = PAIR_FIELDS.index
+    r = list(row)
+    r[f("verdict")] = _swap(row[f("verdict")])
+    r[f("verdict_ab")] = _swap(row[f("verdict_ba")])
+    r[f("verdict_ba")] = _swap(row[f("verdict_ab")])
+    r[f("p_a")] = _flip(row[f("p_a")])
+    r[f("label")] = _swap(row[f("label")])
+    r[f("response_a")], r[f("response_b")] = row[f("response_b")], row[f("response_a")]
+    return tuple(r)
+
+
+def check_same_input(judges: list[Judge]) -> list[str]:
+    """The ids judged in every table, in the first table's row order. Rows whose slots are
+    swapped against the first table are aligned to it in place (`aligned`). CompareError names
+    the table that is not of the same input as the first."""
+    first = judges[0]
+    fix = "compare tables judged from the same input"
+    seen: set[str] = set()
+    for j in judges:
+        real = os.path.realpath(j.path)
+        if real in seen:
+            raise CompareError(f"{j.path} is given twice; give each judged table once")
+        seen.add(real)
+    fields = ("prompt", "response_a", "response_b", "label")
+    for j in judges[1:]:
+        if j.fingerprint and first.fingerprint and j.fingerprint != first.fingerprint:
+            raise CompareError(
+                f"{j.path} holds judgments of another input ({j.source}) than {first.path} "
+                f"({first.source}): {fix}")
+        shared = first.rows.keys() & j.rows.keys()
+        if not shared:
+            raise CompareError(f"{j.path} shares no pair id with {first.path}, so it is not "
+                               f"of the same input: {fix}")
+        for pid in sorted(shared):
+            a, b = first.rows[pid], j.rows[pid]
+            differ = [k for k in fields if a[PAIR_FIELDS.index(k)] != b[PAIR_FIELDS.index(k)]]
+            if not differ:
+                continue
+            if is_swapped(a, b):
+                j.rows[pid] = aligned(b)
+                j.swapped += 1
+                continue
+            what = "gold label" if differ[0] == "label" else differ[0]
+            raise CompareError(
+                f"{j.path}: pair {pid!r} has another {what} than in {first.path}, so it is "
+                f"not of the same input: {fix} (and the same label mapping)")
+    common = set(first.rows)
+    for j in judges[1:]:
+        common &= j.rows.keys()
+    rn = PAIR_FIELDS.index("row_number")
+    return sorted(common, key=lambda i: (first.rows[i][rn] is None, first.rows[i][rn], i))
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+@dataclass
+class Comparison:
+    judges: list[dict]
+    common: int
+    labelled: int
+    kappa_judges: list[dict]
+    kappa_gold: list[dict]
+    flips: list[dict]
+    settings: dict
+
+    def as_dict(self) -> dict:
+        return {"judges": self.judges, "common_pairs": self.common,
+                "common_labelled": self.labelled,
+                "kappa": {"unit": "order", "between_judges": self.kappa_judges,
+                          "against_gold": self.kappa_gold},
+                "flips": self.flips, "settings": self.settings}
+
+
+def _stat(v: tuple[float, float, float] | None, n: int) -> dict:
+    if v is None:
+        return {"value": None, "lo": None, "hi": None, "n": n}
+    return {"value": v[0], "lo": v[1], "hi": v[2], "n": n}
+
+
+def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Comparison:
+    cs = cs or CompareSettings()
+    if len(tables) < 2:
+        raise CompareError("give at least two judged tables to compare")
+    judges = [load_judge(t) for t in tables]
+    ids = check_same_input(judges)
+    idx = {k: PAIR_FIELDS.index(k) for k in PAIR_FIELDS}
+    first = judges[0].rows
+    labelled = [i for i in ids if first[i][idx["label"]] in LETTERS]
+
+    correct = []
+    for j in judges:
+        r = j.rows
+        correct.append({i: pair_correct(first[i][idx["label"]], r[i][idx["verdict_ab"]],
+                                        r[i][idx["verdict_ba"]]) for i in labelled})
+    out = []
+    common = set(ids)
+    for k, j in enumerate(judges):
+        only = sorted(set(j.rows) - common)
+        acc = bootstrap_mean([correct[k][i] for i in labelled], cs.resamples, cs.seed,
+                             cs.level) if labelled else None
+        gain = None
+        if k > 0 and labelled:
+            gain = paired_gain(correct[0], correct[k], cs.resamples, cs.seed, cs.level)
+        out.append({"path": j.path, "pairs": len(j.rows), "swapped": j.swapped,
+                    "not_in_all": len(only), "not_in_all_ids": only[:5],
+                    "accuracy": _stat(acc, len(labelled)),
+                    "gain": None if k == 0 else _stat(gain, len(labelled))})
+
+    orders = [[(j.rows[i][idx["verdict_ab"]], j.rows[i][idx["verdict_ba"]]) for i in ids]
+              for j in judges]
+    kj = []
+    for a in range(len(judges)):
+        for b in range(a + 1, len(judges)):
+            xa, xb, left = order_items(orders[a], orders[b])
+            kj.append({"a": a + 1, "b": b + 1, "value": cohen_kappa(xa, xb), "n": len(xa),
+                       "left_out": left})
+    gold_rows = [(first[i][idx["label"]],) * 2 for i in ids if first[i][idx["label"]] in LETTERS]
+    kg = []
+    for a, j in enumerate(judges):
+        mine = [o for o, i in zip(orders[a], ids) if first[i][idx["label"]] in LETTERS]
+        # the gold label is the rater for both orders; an order not judged stays out
+        gold = [tuple(None if v is None else g for v, g in zip(o, gr))
+                for o, gr in zip(mine, gold_rows)]
+        xa, xg, left = order_items(mine, gold)
+        kg.append({"judge": a + 1, "value": cohen_kappa(xa, xg), "n": len(xa),
+                   "left_out": left})
+
+    flips = []
+    for i in ids:
+        verdicts = [j.rows[i][idx["verdict"]] for j in judges]
+        if len(set(verdicts)) > 1:
+            flips.append({"id": i, "label": first[i][idx["label"]], "verdicts": verdicts,
+                          "p_a": [j.rows[i][idx["p_a"]] for j in judges]})
+    return Comparison(out, len(ids), len(labelled), kj, kg, flips,
+                      {"resamples": cs.resamples, "seed": cs.seed, "level": cs.level})
+
+
+# -- text -------------------------------------------------------------------------------------
+
+def _pct(x: float | None, sign: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:+.1f}" if sign else f"{100 * x:.1f}"
+
+
+def _ci(s: dict | None, sign: bool = False) -> str:
+    if not s or s["value"] is None:
+        return "-"
+    return f"{_pct(s['value'], sign)} [{_pct(s['lo'], sign)}, {_pct(s['hi'], sign)}]"
+
+
+def _kappa(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _share(v: str | None, p: float | None) -> str:
+    return f"{v or '-'} ({'-' if p is None else f'{p:.2f}'})"
+
+
+def render(c: Comparison, max_flips: int = 20) -> str:
+    level = round(100 * c.settings["level"])
+    lines = [(f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} of "
+              f"them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
+              f"resamples, seed {c.settings['seed']})")]
+    if not c.labelled:
+        lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
+                     "need labelled input (chosen/rejected, or a label column)")
+    for j in c.judges:
+        if j["swapped"]:
+            lines.append(f"  {j['path']}: {j['swapped']} pairs hold A and B in the other slots "
+                         "(chosen/rejected input judged with another --seed); compared in the "
+                         "first table's slots")
+        if j["not_in_all"]:
+            ex = ", ".join(repr(x) for x in j["not_in_all_ids"])
+            lines.append(f"  {j['path']}: {j['not_in_all']} pairs not judged by every judge "
+                         f"(left out), e.g. {ex}")
+    lines += ["", (f"judge  accuracy, both orders pooled [{level}% CI]  gain over judge 1 "
+                   f"[paired {level}% CI]  kappa vs gold (orders)  table")]
+    for k, j in enumerate(c.judges, 1):
+        g = c.kappa_gold[k - 1]
+        lines.append(f"{k:>5}  {_ci(j['accuracy']):<36}  {_ci(j['gain'], True):<34}  "
+                     f"{_kappa(g['value']):<23}  {j['path']}")
+    lines += ["", "Cohen's kappa between judges (per order, verdicts A/B):"]
+    for kj in c.kappa_judges:
+        left = (f", {kj['left_out']} orders without a verdict from both left out"
+                if kj["left_out"] else "")
+        lines.append(f"  judge {kj['a']} vs {kj['b']}: {_kappa(kj['value'])} "
+                     f"({kj['n']} orders{left})")
+    lines += ["", (f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
+                   "differ (verdict (share of final votes for A) per judge)")]
+    if c.flips:
+        shown = c.flips[:max_flips]
+        w = max(2, *(len(str(f["id"])) for f in shown))
+        judges = range(1, len(c.judges) + 1)
+        lines.append((f"  {'id':<{w}}  label  " + "  ".join(f"{f'judge {k}':<11}"
+                                                             for k in judges)).rstrip())
+        for f in shown:
+            cells = "  ".join(f"{_share(v, p):<11}" for v, p in zip(f["verdicts"], f["p_a"]))
+            lines.append(f"  {f['id']:<{w}}  {f['label'] or '-':<5}  {cells}".rstrip())
+        if len(c.flips) > max_flips:
+            lines.append(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
+                         "lists all)")
+    return "\n".join(lines)
