@@ -5,6 +5,7 @@ every expected figure is worked out by hand in the comments."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -290,3 +291,33 @@ def test_bench_help_needs_no_model_runtime():
             "heavy = [m for m in ('torch', 'transformers', 'llama_cpp', 'duckdb') "
             "if m in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_cli_on_the_embedded_model_resumes_after_kill_9(model_path, tmp_path):
+    import signal
+    import time
+
+    def cmd(outdir):
+        return [sys.executable, "-m", "rmjudge", "bench", "-o", str(outdir), "--model", model_path,
+                "-n", "1", "--max-tokens", "8", "--threads", "1", "--commit-every", "1",
+                "--limit", "3",
+                "--data", f"judgebench={SOURCES['judgebench']}",
+                "--data", f"llmbar={SOURCES['llmbar']}"]
+
+    ref = subprocess.run(cmd(tmp_path / "ref"), capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    out = tmp_path / "killed"
+    p = subprocess.Popen(cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:  # JudgeBench is done; kill -9 early in LLMBar
+        if line.startswith("rmjudge: judging LLMBar"):
+            time.sleep(1)
+            break
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert p.returncode == -9 and not p.stdout.read()
+    again = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == ref.stdout
+    assert "| SmolLM2-135M-Instruct" in again.stdout
