@@ -91,7 +91,8 @@ def test_rmb_pairwise_accuracy_per_goal(tmp_path):
     assert res.unreadable == 1
     from helpers import rows
 
-    msgs = rows(str(tmp_path / "rmb.duckdb"), "SELECT messages FROM pairs WHERE id = 'Helpfulness/h2'")
+    msgs = rows(str(tmp_path / "rmb.duckdb"),
+                "SELECT messages FROM pairs WHERE id = 'Helpfulness/h2'")
     assert [m["role"] for m in json.loads(msgs[0][0])] == ["user", "assistant", "user"]
 
 
@@ -195,10 +196,12 @@ def test_cli_score_only_table_and_errors(tmp_path):
     assert lines[0] == "| judge | JudgeBench | LLMBar Natural | LLMBar Adversarial | avg |"
     # (50.0 + 75.0 + 37.5) / 3 = 54.2
     assert lines[2] == "| <scripted> | 50.0 | 75.0 | 37.5 | 54.2 |"
-    assert "positional consistency (correct in both orders): JudgeBench 33.3, LLMBar 33.3" in r.stdout
+    assert ("positional consistency (correct in both orders): JudgeBench 33.3, LLMBar 33.3"
+            in r.stdout)
     missing = subprocess.run([sys.executable, "-m", "rmjudge", "bench", "-o",
                               str(tmp_path / "none"), "--score-only", "-b", "judgebench", "--data",
-                              f"judgebench={SOURCES['judgebench']}"], capture_output=True, text=True)
+                              f"judgebench={SOURCES['judgebench']}"],
+                             capture_output=True, text=True)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert missing.stderr.startswith("Error: no JudgeBench results in ")
     nodata = subprocess.run([sys.executable, "-m", "rmjudge", "bench", "-o", str(tmp_path),

@@ -48,7 +48,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     from rmjudge.settings import SettingsError
 
     sources = parse_data(data)
-    names = list(benchmarks) or list(sources) or [n for n, b in BENCHMARKS.items() if b.default_source]
+    names = (list(benchmarks) or list(sources)
+             or [n for n, b in BENCHMARKS.items() if b.default_source])
     plan = []
     for name in dict.fromkeys(names):
         bench = get(name)
