@@ -324,3 +324,14 @@ def test_cli_on_the_embedded_model_resumes_after_kill_9(model_path, tmp_path):
     assert again.returncode == 0, again.stderr
     assert again.stdout == ref.stdout
     assert "| SmolLM2-135M-Instruct" in again.stdout
+
+
+def test_a_duplicated_published_id_is_scored_once(tmp_path):
+    lines = SOURCES["judgebench"].read_text().splitlines()
+    src = tmp_path / "jb.jsonl"
+    src.write_text("\n".join(lines + [lines[0]]) + "\n")  # p1 published twice
+    bench = get("judgebench")
+    summary = judge(bench, str(src), fixture_engine(), JS, str(tmp_path / "out"))
+    res = score_stored(bench, str(tmp_path / "out"))
+    assert summary.errors == 1 and res.items == 6 and res.unreadable == 1
+    assert cells(res)["JudgeBench"] == pytest.approx(3 / 6)

@@ -157,11 +157,13 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
         table.close()
     items = []
     unreadable = 0
+    seen: set[str] = set()
     for r in rows:
-        if "problem" in r:
+        rid = str(r["id"])
+        if "problem" in r or rid in seen:  # the intake records both as error rows
             unreadable += 1
             continue
-        rid = str(r["id"])
+        seen.add(rid)
         fields = {k: v for k, v in r.items() if k != "id"}
         if rid in judged:
             label, vab, vba = judged[rid]
