@@ -150,6 +150,9 @@ class PairOrderJob:
         parsed = self.parsed
         if not parsed:
             return None
+        if self.s.ablation == "random-anchor":  # the paper's ablation: any parsed rollout
+            rng = random.Random(derive_seed(self.s.seed, self.pair.id, self.order, "random-anchor"))
+            return parsed[rng.randrange(len(parsed))]
         # Highest confidence; ties go to the lowest index (stable, reproducible).
         return max(parsed, key=lambda r: (r.confidence if r.confidence is not None else -math.inf, -r.idx))
 
@@ -202,6 +205,20 @@ class PairOrderJob:
             self.reflections.append(smp)
             won = None if smp.prediction is None else smp.prediction == slot
             self.rollouts[ridx].won_reflection = won
+        if self.s.ablation == "random-group":
+            self.random_winner_group()
+
+    def random_winner_group(self) -> None:
+        """The paper's ablation: as many winners as self-reflection chose, drawn at random
+        (seeded per pair and order) from the rollouts compared with the anchor;
+        `won_reflection` then marks that random group, and the reflections keep their own
+        predictions."""
+        judged = [ridx for ridx, _ in self._refl_plan]
+        k = sum(self.rollouts[i].won_reflection is True for i in judged)
+        rng = random.Random(derive_seed(self.s.seed, self.pair.id, self.order, "random-group"))
+        group = set(rng.sample(judged, k))
+        for i in judged:
+            self.rollouts[i].won_reflection = i in group
 
     # -- verdict ---------------------------------------------------------------------------
     def result(self) -> OrderResult:

@@ -9,6 +9,8 @@ from rmjudge.errors import UserError
 
 Orders = Literal["both", "ab"]
 Inconsistent = Literal["tie", "drop", "confident"]
+Ablation = Literal["none", "random-anchor", "random-group"]
+ABLATIONS = ("none", "random-anchor", "random-group")
 
 
 class SettingsError(UserError, ValueError):
@@ -43,6 +45,10 @@ class JudgeSettings:
     seed: int = _opt(0, "Run seed (per-pair seeds derive from it).")
     prompt_suffix: str | None = _opt(None, "Text appended to every prompt (default: per model "
                                      "family, e.g. Qwen3 /no_think).")
+    ablation: Ablation = _opt("none", "A paper ablation: random-anchor (a parsed rollout drawn "
+                              "at random instead of the most confident), random-group (a random "
+                              "winner group of the size self-reflection chose).",
+                              choices=ABLATIONS)
     confidence_fraction: float = _opt(0.1, "Share of the lowest token log-probs averaged into a "
                                       "rollout's confidence.", cli=False)
 
@@ -59,6 +65,8 @@ class JudgeSettings:
             raise SettingsError("--orders must be 'both' or 'ab'")
         if self.on_inconsistent not in ("tie", "drop", "confident"):
             raise SettingsError("--on-inconsistent must be one of tie, drop, confident")
+        if self.ablation not in ABLATIONS:
+            raise SettingsError(f"--ablation must be one of {', '.join(ABLATIONS)}")
         if not 0.0 < self.confidence_fraction <= 1.0:
             raise SettingsError("confidence fraction must be in (0, 1]")
         if self.adaptive < 0 or (self.adaptive and self.adaptive >= self.samples):
@@ -69,7 +77,10 @@ class JudgeSettings:
         return ("ab", "ba") if self.orders == "both" else ("ab",)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["ablation"] == "none":  # recorded only when chosen: earlier stores still resume
+            del d["ablation"]
+        return d
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -20,6 +20,7 @@ COMMANDS = {
     "push": ("push", "Upload a filtered dataset with its card to the Hugging Face Hub."),
     "compare": ("compare", "Compare judges of the same input: accuracy, paired gain, kappa, flips, jury."),
     "review": ("review", "Export doubtful pairs for human review; import the labels back."),
+    "bench": ("bench", "Judge standard benchmarks (RewardBench, RM-Bench, ...) with their official scoring."),
     "merge": ("merge", "Check and merge run stores judged in shards (--shard I/N) into one."),
     "ray-score": ("ray_score", "Judge on a Ray cluster with a pool of engines (pip install '.[ray]')."),
 }

@@ -1,0 +1,207 @@
+"""One benchmark as a run: its published rows -> an intake file in the output folder -> the
+normal score pipeline (`rmjudge.pipeline.score`) into its own run store -> official figures read
+back from that store.
+
+Output folder layout, per benchmark NAME:
+
+- `NAME.input.jsonl`: the benchmark in rmjudge's intake layout (id, prompt, two responses,
+  gold; grouping columns such as subset or style pass through). Written once; a rerun reads the
+  same data, finds the same bytes and reuses it, and refuses a file that differs.
+- `NAME.duckdb`: the run store, with the store's usual contract (resume after a kill,
+  `--shard` and `rmjudge merge`).
+
+Published rows that lack the benchmark's layout are written after the good ones, so they land
+in the store's errors table with their raw text; they are counted, never scored.
+"""
+
+from __future__ import annotations
+
+import errno
+import filecmp
+import os
+from typing import Any, Callable, Iterator
+
+import orjson
+
+from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProblem
+from rmjudge.bench.sources import read_published
+from rmjudge.errors import DiskError
+from rmjudge.io.intake import in_shard, raw_text
+
+# Intake columns that hold the texts judged or the gold; every other column groups results.
+TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "response_a", "response_b", "label",
+                       "context", "response1", "response2"})
+ORDERS = {"both": ("ab", "ba"), "ab": ("ab",)}
+
+
+def intake_file(outdir: str, bench: Benchmark) -> str:
+    return os.path.join(outdir, f"{bench.name}.input.jsonl")
+
+
+def store_file(outdir: str, bench: Benchmark) -> str:
+    return os.path.join(outdir, f"{bench.name}.duckdb")
+
+
+def intake_rows(bench: Benchmark, source: str) -> Iterator[dict[str, Any]]:
+    """The benchmark's rows in rmjudge's intake layout, streamed; rows without the layout come
+    last as problem rows (`problem`, `raw`), which the intake records as errors."""
+    problems: list[dict] = []
+    good = 0
+    for p in read_published(bench, source):
+        reason, raw = p.problem, p.raw
+        if p.obj is not None:
+            try:
+                rows = list(bench.convert(p.row_number, p.obj, p.fields))
+            except RowProblem as exc:
+                reason, raw = str(exc), raw_text(p.obj)
+            else:
+                good += len(rows)
+                yield from rows
+                continue
+        problems.append({"id": f"unreadable/{os.path.basename(p.file)}/{p.row_number}",
+                         "problem": f"{p.file} row {p.row_number}: {reason}", "raw": raw})
+    if not good:
+        raise BenchError(f"no {bench.title} pairs could be read from {source}"
+                         + (f" ({problems[0]['problem']})" if problems else "")
+                         + f"; give its published files ({bench.layout})")
+    yield from problems
+
+
+def prepare(bench: Benchmark, source: str, outdir: str) -> str:
+    """Write (or find, byte for byte) the benchmark's intake file in `outdir`; its path. The
+    rows are written to a file of this process's own beside it, then linked into place, so an
+    existing file is never replaced: one with the same bytes is reused, another is refused."""
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise BenchError(f"-o {outdir} is a file; bench writes a folder of run stores, give a "
+                         "folder name")
+    path = intake_file(outdir, bench)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(outdir, exist_ok=True)
+        with open(tmp, "xb") as f:
+            try:
+                for row in intake_rows(bench, source):
+                    f.write(orjson.dumps(row) + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        try:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                if not filecmp.cmp(tmp, path, shallow=False):
+                    raise BenchError(
+                        f"{path} exists and holds other rows than {bench.title} from {source} "
+                        "gives (another copy or version of the data, or a file bench did not "
+                        "write); it is left untouched: choose another -o folder") from None
+        finally:
+            os.unlink(tmp)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise DiskError(f"cannot write {exc.filename or path}: {exc.strerror}") from None
+        raise
+    return path
+
+
+def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
+          limit: int | None = None, shard: tuple[int, int] | None = None,
+          commit_every: int | None = None, on_progress: Callable | None = None,
+          announce: Callable[[str], None] | None = None):
+    """Judge the benchmark into `outdir/NAME.duckdb` with the score pipeline (resumes what an
+    earlier run of the same settings left); the pipeline's `Summary`."""
+    from rmjudge.io.mapping import Mapper
+    from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
+
+    path = prepare(bench, source, outdir)
+    return score(path, engine, js, output=store_file(outdir, bench),
+                 mapper=Mapper({}, seed=js.seed), limit=limit, shard=shard,
+                 commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
+                 announce=announce)
+
+
+def require_results(bench: Benchmark, outdir: str, intake: bool = False) -> None:
+    """BenchError unless `outdir` holds the benchmark's store (and, with `intake`, its intake
+    file)."""
+    path, db = intake_file(outdir, bench), store_file(outdir, bench)
+    if not os.path.exists(db) or (intake and not os.path.exists(path)):
+        raise BenchError(f"no {bench.title} results in {outdir} (no {os.path.basename(db)} "
+                         f"with its {os.path.basename(path)}): run `rmjudge bench --benchmark "
+                         f"{bench.name} -o {outdir}` first")
+
+
+def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
+               shard: tuple[int, int] | None = None) -> tuple[list[Item], int]:
+    """The benchmark's items the run covers (the intake rows within `limit` and `shard`), each
+    with its per-order verdicts from the store; and the count of unreadable published rows."""
+    from rmjudge.analysis.tables import open_judged
+
+    require_results(bench, outdir, intake=True)
+    path, db = intake_file(outdir, bench), store_file(outdir, bench)
+    with open(path, "rb") as f:  # the grouping columns only: the texts stay on disk
+        rows = [{k: v for k, v in orjson.loads(line).items() if k not in TEXT_KEYS}
+                for line in f if line.strip()]
+    if limit is not None:
+        rows = rows[:limit]
+    # the intake's shard rule: pairs by id, rows it cannot map by their row number
+    rows = [r for n, r in enumerate(rows, 1)
+            if in_shard(f"row:{n}" if "problem" in r else str(r["id"]), shard)]
+    table = open_judged(db)
+    try:
+        settings = table.meta.get("settings") or {}
+        orders = ORDERS.get(settings.get("orders", "both"), ("ab", "ba"))
+        judged = {r[0]: r[1:] for r in table.sql(
+            "SELECT id, label, verdict_ab, verdict_ba FROM pairs")}
+    finally:
+        table.close()
+    items = []
+    unreadable = 0
+    seen: set[str] = set()
+    for r in rows:
+        rid = str(r["id"])
+        if "problem" in r or rid in seen:  # the intake records both as error rows
+            unreadable += 1
+            continue
+        seen.add(rid)
+        fields = {k: v for k, v in r.items() if k != "id"}
+        if rid in judged:
+            label, vab, vba = judged[rid]
+            letters = {o: (v if v in ("A", "B") else None)
+                       for o, v in zip(("ab", "ba"), (vab, vba)) if o in orders}
+            gold = label in ("A", "B")
+            correct = {o: (None if v is None or not gold else v == label)
+                       for o, v in letters.items()}
+            items.append(Item(rid, fields, correct, letters, labelled=gold))
+        else:  # an error row (or not judged yet): no verdict in any order
+            items.append(Item(rid, fields, {o: None for o in orders},
+                              {o: None for o in orders}, labelled=bench.labelled(r),
+                              judged=False))
+    return items, unreadable
+
+
+def stored_judge(bench: Benchmark, outdir: str) -> str:
+    """The judge model (and adapter) of the store's latest run, for a table of stored results."""
+    from rmjudge.analysis.tables import open_judged
+
+    with open_judged(store_file(outdir, bench)) as table:
+        runs = table.runs()
+    if not runs:
+        return "(unknown judge)"
+    last = runs[-1]
+    return judge_name(last.get("model_path") or "", last.get("lora_path"))
+
+
+def judge_name(model_path: str, lora: str | None = None) -> str:
+    """A short name for a judge: the model file's name (a served model: its URL or name)."""
+    name = model_path if "://" in model_path else os.path.basename(model_path)
+    return name + (f" + {os.path.basename(lora)}" if lora else "")
+
+
+def score_stored(bench: Benchmark, outdir: str, *, limit: int | None = None,
+                 shard: tuple[int, int] | None = None) -> BenchResult:
+    """The benchmark's official figures from the store in `outdir` (read-only)."""
+    items, unreadable = read_items(bench, outdir, limit=limit, shard=shard)
+    res = bench.score(items)
+    res.unreadable = unreadable
+    return res

@@ -1,0 +1,133 @@
+"""`rmjudge bench`: judge standard pairwise benchmarks and print their official figures."""
+
+from __future__ import annotations
+
+import click
+
+from rmjudge.cli.common import make_progress, status
+from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
+from rmjudge.cli.server_options import server_options, server_settings
+
+
+from rmjudge.bench import BENCHMARKS
+
+
+@click.command("bench")
+@click.option("--benchmark", "-b", "benchmarks", multiple=True,
+              type=click.Choice(list(BENCHMARKS)),
+              help="Benchmark to run (repeatable). Default: those given --data, else every one "
+              "with a Hub default (rewardbench, judgebench, helpsteer3).")
+@click.option("--data", "data", multiple=True, metavar="NAME=PATH",
+              help="Where a benchmark's published files are: a local copy (file or folder as "
+              "published) or hf://datasets/ORG/NAME[:CONFIG][@SPLIT]. Repeatable.")
+@click.option("-o", "--output", "outdir", required=True, metavar="DIR",
+              help="Folder for the run stores (NAME.duckdb) and intake files; rerun to resume.")
+@judge_options
+@engine_options
+@server_options
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Judge only the first N pairs of each benchmark.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Judge only shard I of N of each benchmark (then `rmjudge merge`).")
+@click.option("--commit-every", default=8, show_default=True,
+              help="Commit results every N pairs.")
+@click.option("--score-only", is_flag=True,
+              help="Judge nothing: score the stores already in DIR (after a merge, say).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines or run summaries.")
+def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, limit, shard,
+            commit_every: int, score_only: bool, as_json: bool, quiet: bool, **kw) -> None:
+    """Judge standard pairwise benchmarks with the same judge options as `score` and print a
+    table in the paper's layout, each benchmark scored as its authors score it (docs/bench.md).
+    """
+    from rmjudge.bench import get
+    from rmjudge.bench.base import BenchError
+    from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
+                                      stored_judge)
+    from rmjudge.cli.score import parse_shard, render_summary
+    from rmjudge.settings import SettingsError
+
+    sources = parse_data(data)
+    names = (list(benchmarks) or list(sources)
+             or [n for n, b in BENCHMARKS.items() if b.default_source])
+    plan = []
+    for name in dict.fromkeys(names):
+        bench = get(name)
+        src = sources.get(name) or bench.default_source
+        if src is None:
+            raise BenchError(f"{bench.title} has no Hub default; give --data {name}=PATH "
+                             f"({bench.layout})")
+        plan.append((bench, src))
+    try:
+        js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
+        shard_spec = parse_shard(shard)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if score_only:  # nothing is written where there is nothing to score
+        for bench, _ in plan:
+            require_results(bench, outdir)
+    for bench, src in plan:  # every input is read (and its intake file written) before judging
+        status(f"rmjudge: {bench.title}: {src} -> {prepare(bench, src, outdir)}", quiet)
+    judge_name = stored_judge(plan[0][0], outdir) if score_only else ""
+    if not score_only:
+        from rmjudge.bench.runner import judge
+
+        engine = load(es, server, quiet)
+        judge_name = describe_judge(engine.info)
+        for bench, src in plan:
+            status(f"rmjudge: judging {bench.title} into {store_file(outdir, bench)}", quiet)
+            progress = make_progress(not quiet)
+            try:
+                summary = judge(bench, src, engine, js, outdir, limit=limit, shard=shard_spec,
+                                commit_every=commit_every, on_progress=progress,
+                                announce=lambda line: status(f"rmjudge: {line}", quiet))
+            finally:
+                progress.close()
+            if not quiet:
+                click.echo(render_summary(summary), err=True)
+    results = [score_stored(b, outdir, limit=limit, shard=shard_spec) for b, _ in plan]
+    if as_json:
+        import orjson
+
+        click.echo(orjson.dumps({"judge": judge_name, "settings": js.as_dict(),
+                                 "benchmarks": [r.as_dict() for r in results]},
+                                option=orjson.OPT_INDENT_2).decode())
+        return
+    from rmjudge.bench.table import render
+
+    click.echo(render(results, judge_name))
+    if shard_spec is not None:
+        click.echo(f"\nnote: shard {shard_spec[0]}/{shard_spec[1]} only; merge the shards' "
+                   "stores with `rmjudge merge` and rerun with --score-only for the full table")
+
+
+def parse_data(specs: tuple[str, ...]) -> dict[str, str]:
+    from rmjudge.bench import get
+    from rmjudge.settings import SettingsError
+
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not path.strip():
+            raise SettingsError(f"--data {spec!r} must look like NAME=PATH (NAME one of "
+                                f"{', '.join(BENCHMARKS)})")
+        out[get(name.strip()).name] = path.strip()
+    return out
+
+
+def load(es, server, quiet: bool):
+    from rmjudge.engine import load_engine
+    from rmjudge.models import resolve_model
+
+    if server is not None:
+        engine = load_engine(es, server=server)
+        status(f"rmjudge: {engine.describe()}", quiet)
+        return engine
+    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
+    return load_engine(es)
+
+
+def describe_judge(info) -> str:
+    from rmjudge.bench.runner import judge_name
+
+    return judge_name(info.path if info.sha256 else (info.name or info.path), info.lora)
