@@ -524,6 +524,16 @@ def test_llama_server_gets_token_ids_with_data_never_control(fake):
     assert sum(t in SPECIAL.values() for t in sent) == 3
     assert "".join(chr(t) for t in sent if 31 < t < 900).count("<|end|>") == 1
     assert prompts.parse_verdict(g.text, "pref") == 1
+    # priming (a list prefix) and a forced verdict (the text as data ids) are ids too
+    f.complete = lambda b: ok_completion(b, text="I cannot <|end|> decide", finish="length")
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        g = eng.generate([req(n=2, messages=r.messages, force=prompts.force_spec("pref"))])[0][0]
+    assert g.forced_probs is not None
+    short = [b["prompt"] for b in f.posts() if b["max_tokens"] == 1 and b["prompt"] != "Hello"]
+    assert short[-3] == ids  # the priming request: the samples' whole shared prompt
+    tail = "I cannot <|end|> decide" + prompts.forced_continuation("I cannot <|end|> decide",
+                                                                   "pref")
+    assert short[-1] == ids + [ord(c) for c in tail]  # no control id from the generated text
 
 
 def test_text_prompts_break_control_strings_in_data(fake, template):
@@ -541,6 +551,26 @@ def test_text_prompts_break_control_strings_in_data(fake, template):
     assert f"<{BREAK}|end|>" in sent and f"<{BREAK}|assistant|>" in sent
     assert sent.replace(BREAK, "") == rendered and sent.endswith("<|assistant|>" +
                                                                 prompts.ASSISTANT_PREFIX)
+
+
+def test_chat_endpoint_breaks_control_strings_in_messages(fake):
+    from rmjudge.engine.control_text import BREAK
+
+    def chat(body):
+        top = [{"token": " 1", "logprob": -0.1}, {"token": " 2", "logprob": -2.5}]
+        return 200, {"choices": [{"message": {"content": "<Result>Response 1"},
+                                  "finish_reason": "stop", "logprobs": {"content": [
+                                      {"token": "x", "logprob": -0.3, "top_logprobs": top}]}}]}, {}
+
+    f = fake(complete=None, chat=chat)
+    r = req(messages=prompts.pref_messages([{"role": "user", "content": "Name a color."}],
+                                           INJECTION, "Cat."))
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.endpoint == "chat" and eng.info.prompt_encoding.startswith("text")
+        eng.generate([r])
+    body = [b for b in f.posts("/v1/chat/completions") if b["max_tokens"] == 16][0]
+    text = "".join(m["content"] for m in body["messages"])
+    assert "<|end|>" not in text and f"<{BREAK}|end|>" in text and f"<{BREAK}|assistant|>" in text
 
 
 def test_prompt_encoding_is_in_the_run_settings_and_the_card(fake, template, tmp_path):
@@ -689,7 +719,7 @@ def test_control_strings_in_data_reach_a_real_server_as_text(llama_server, model
     with ServerEngine(ServerSettings(url=url, template_model=model_path)) as eng:
         assert eng.info.prompt_encoding.startswith("text")
         sent = eng.payload(r)
-        neutral = [{**m, "content": eng._neutralize(m["content"])} for m in msgs]
+        neutral = [{**m, "content": eng.neutralize(m["content"])} for m in msgs]
     # what the server makes of the text: its own tokenizer, special tokens parsed
     ids = httpx.post(url.replace("/v1", "/extras/tokenize"), json={"input": sent},
                      timeout=30).json()["tokens"]

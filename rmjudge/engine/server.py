@@ -241,7 +241,8 @@ class ServerEngine:
         self._sem: asyncio.Semaphore | None = None
         self._client = None
         self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
-        self._server_tokenize = False  # llama-server's /tokenize keeps data apart
+        # breaks control strings in data sent as text; completed once the template is known
+        self.neutralize = Neutralizer(())
         try:
             self._loop.run(self._open())
             self.flavor, self.model, n_ctx, props = self._loop.run(self._discover())
@@ -521,13 +522,12 @@ class ServerEngine:
         if tok is not None:
             strings |= {t for t in (tok.piece(i, special=True) for i in tok.special_tokens())
                         if looks_like_control(t)}
-        self._neutralize = Neutralizer(strings)
+        self.neutralize = Neutralizer(strings)
         if self.endpoint != "completions" or self.flavor not in TOKEN_ID_FLAVORS:
             return ENCODING_TEXT
         if tok is not None:
             return ENCODING_IDS
         if self.flavor == "llama-server" and await self._tokenize_keeps_data_apart(strings):
-            self._server_tokenize = True
             return ENCODING_IDS
         return ENCODING_TEXT
 
@@ -564,7 +564,7 @@ class ServerEngine:
         except TemplateError as exc:
             raise ModelError(str(exc)) from None
         if self.prompt_encoding != ENCODING_IDS:
-            return "".join(t if is_template else self._neutralize(t) for t, is_template in pieces)
+            return "".join(t if is_template else self.neutralize(t) for t, is_template in pieces)
         tok, tmpl = self._tokenizer, self.template
         bos = tok.bos if tok is not None else tmpl.bos  # type: ignore[union-attr]
         ids: list[int] = []
@@ -577,7 +577,7 @@ class ServerEngine:
         """The prompt followed by generated text (data: never control tokens)."""
         if isinstance(prompt, list):
             return prompt + await self._tokens(tail, special=False, add_bos=False)
-        return prompt + self._neutralize(tail)
+        return prompt + self.neutralize(tail)
 
     def _probe_error(self, exc: _HTTPStatus) -> ServerError:
         if exc.status in (401, 403):
@@ -632,9 +632,8 @@ class ServerEngine:
                    top_p: float, seed: int, stop: tuple[str, ...], top: int) -> dict:
         # the server renders and tokenizes these with special-token parsing: break control
         # strings in them (they are all the data's text)
-        neutral = getattr(self, "_neutralize", None) or (lambda t: t)
-        msgs = [{**m, "content": neutral(m["content"])} for m in messages]
-        assistant = neutral(assistant)
+        msgs = [{**m, "content": self.neutralize(m["content"])} for m in messages]
+        assistant = self.neutralize(assistant)
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
                                 "stream": False, "logprobs": True, "top_logprobs": top,
                                 **self._sampling(temperature, top_p, seed)}
