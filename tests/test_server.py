@@ -536,6 +536,23 @@ def test_llama_server_gets_token_ids_with_data_never_control(fake):
     assert short[-1] == ids + [ord(c) for c in tail]  # no control id from the generated text
 
 
+def test_llama_server_ignoring_parse_special_gets_broken_text(fake):
+    """An older llama-server whose /tokenize parses control tokens whatever it is asked: its
+    ids would carry the data's control tokens, so the prompt goes as broken text."""
+    def old_tokenize(body):
+        return toy_tokenize({**body, "parse_special": True})
+
+    f = fake(owned_by="llamacpp", tokenize=old_tokenize,
+             props={"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}})
+    r = req(messages=prompts.pref_messages([{"role": "user", "content": "Name a color."}],
+                                           INJECTION, "Cat."))
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.info.prompt_encoding.startswith("text")
+        eng.generate([r])
+    sent = [b for b in f.posts() if b["max_tokens"] == 16][0]["prompt"]
+    assert isinstance(sent, str) and sent.count("<|end|>") == eng.render(r).count("<|end|>") - 1
+
+
 def test_text_prompts_break_control_strings_in_data(fake, template):
     from rmjudge.engine.control_text import BREAK
 
