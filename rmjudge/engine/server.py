@@ -48,12 +48,13 @@ import json
 import math
 import os
 import random
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from rmjudge.engine import served_template
+from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
@@ -170,47 +171,11 @@ class _Unreachable(Exception):
         self.attempts = attempts
 
 
-class _Protocol(Exception):
-    """The server answered outside the protocol (a body over the size cap, a log-probability
-    that is not a number, ...): the message completes "the server at URL ..."."""
-
-
-async def _read_capped(resp, cap: int) -> bytes:
-    """The response body, read as it streams in; `_Protocol` past `cap` bytes (the rest is
-    never read, so a runaway body costs at most the cap)."""
-    length = resp.headers.get("content-length")
-    if length and length.isdigit() and int(length) > cap:
-        raise _Protocol(f"announced a response of {int(length) / 1e6:.1f} MB, over the "
-                        f"{cap / 1e6:.0f} MB rmjudge reads for one request")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            raise _Protocol(f"sent a response of more than {cap / 1e6:.0f} MB to one request, "
-                            "more than any generation of --max-tokens can need")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class _HTTPStatus(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def _error_text(data: bytes) -> str:
-    try:
-        body = json.loads(data)
-    except (ValueError, RecursionError):
-        return data[:500].decode("utf-8", errors="replace")
-    err = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)[:500]
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:500]
-    return str(err)[:500]
 
 
 class ServerEngine:
@@ -254,7 +219,7 @@ class ServerEngine:
             self.close()
             raise ServerError(f"the server at {self.url} stopped answering while being checked "
                               f"({exc.reason}); check it and retry") from None
-        except _Protocol as exc:
+        except wire.ProtocolError as exc:
             self.close()
             raise ServerError(f"the server at {self.url} {exc}") from None
         except BaseException:
@@ -318,8 +283,8 @@ class ServerEngine:
         """One call with retries on 429/5xx/connection errors/timeouts; returns parsed JSON.
 
         Raises `_HTTPStatus` for a final non-retryable status, `_Unreachable` when retries
-        are exhausted and `_Protocol` for a body over the size cap or a success that is not a
-        JSON object. The semaphore is held only while a request is on the wire."""
+        are exhausted and `wire.ProtocolError` for a body over the size cap or a success that is
+        not a JSON object. The semaphore is held only while a request is on the wire."""
         httpx = self._httpx
         attempts = 1 + (self.settings.retries if retry else 0)
         cap = BODY_BASE + BODY_PER_TOKEN * int((body or {}).get("max_tokens") or 0)
@@ -333,7 +298,7 @@ class ServerEngine:
                 try:
                     client = self._client
                     async with client.stream(method, url, json=body) as resp:  # type: ignore
-                        data = await _read_capped(resp, cap)
+                        data = await wire.read_capped(resp, cap)
                 except httpx.TimeoutException:
                     last = f"no answer within {self.settings.timeout:g} s"
                 except httpx.TransportError as exc:
@@ -347,14 +312,15 @@ class ServerEngine:
                             last = f"answered {status} with a body that is not JSON"
                         else:
                             if not isinstance(out, dict):
-                                raise _Protocol(f"answered {url[len(self.root):]} with JSON "
-                                                f"that is not an object: {data[:80]!r}")
+                                raise wire.ProtocolError(
+                                    f"answered {url[len(self.root):]} with JSON that is not an "
+                                    f"object: {data[:80]!r}")
                             return out
-                    elif status in RETRY_STATUS and not _deterministic(status, data):
-                        last = f"HTTP {status}: {_error_text(data)}"
-                        wait = _retry_after(resp)
+                    elif status in RETRY_STATUS and not wire.deterministic(status, data):
+                        last = f"HTTP {status}: {wire.error_text(data)}"
+                        wait = wire.retry_after(resp)
                     else:
-                        raise _HTTPStatus(status, _error_text(data))
+                        raise _HTTPStatus(status, wire.error_text(data))
                 finally:
                     self.in_flight -= 1
             if attempt + 1 < attempts:
@@ -437,7 +403,8 @@ class ServerEngine:
         arch = "unknown"
         gguf_template = None
         template_model = s.template_model
-        if not template_model and not props.get("chat_template") and _local_gguf(self.model):
+        if (not template_model and not props.get("chat_template")
+                and served_template.local_gguf(self.model)):
             # llama-cpp-python names a model by the path it was started with: on this machine
             # that file is the served GGUF, with its template and vocabulary
             template_model = self.model
@@ -450,8 +417,9 @@ class ServerEngine:
             arch = local.info.architecture
             gguf_template = local.tok.template
         if isinstance(props.get("chat_template"), str) and props["chat_template"]:
-            return (ChatTemplate(props["chat_template"], _text(props.get("bos_token")),
-                                 _text(props.get("eos_token"))),
+            text = served_template.text_value
+            return (ChatTemplate(props["chat_template"], text(props.get("bos_token")),
+                                 text(props.get("eos_token"))),
                     f"the server ({self.root}/props)", arch)
         if s.chat_template:
             try:
@@ -467,7 +435,7 @@ class ServerEngine:
                 raise ServerError(f"{template_model} has no chat template; pass "
                                   "--chat-template FILE")
             return gguf_template, template_model, arch  # type: ignore[return-value]
-        hub = _hub_template(self.model)
+        hub = served_template.hub_template(self.model)
         if hub is not None:
             return hub[0], hub[1], arch
         return None, "", arch
@@ -481,8 +449,9 @@ class ServerEngine:
             if exc.status in (404, 405, 501):
                 return await self._probe_chat()
             raise self._probe_error(exc) from None
-        ch = _first_choice(out) or {}
-        if not _token_logprobs(ch.get("logprobs")) or len(_top_at(ch.get("logprobs"), 0)) < 2:
+        ch = wire.first_choice(out) or {}
+        lp = ch.get("logprobs")
+        if not wire.token_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs for confidences and forced verdicts; enable them "
                               f"({LOGPROB_FLAGS})")
@@ -503,8 +472,8 @@ class ServerEngine:
                 raise ServerError(f"the server at {self.url} offers neither /v1/completions nor "
                                   "/v1/chat/completions; check --server") from None
             raise self._probe_error(exc) from None
-        ch = _first_choice(out) or {}
-        if not _token_logprobs(ch.get("logprobs")):
+        ch = wire.first_choice(out) or {}
+        if not wire.token_logprobs(ch.get("logprobs")):
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
         return "chat"
@@ -539,7 +508,7 @@ class ServerEngine:
         try:
             special = await self._server_tokens(probe, special=True, add_bos=False)
             plain = await self._server_tokens(probe, special=False, add_bos=False)
-        except (_HTTPStatus, _Protocol):
+        except (_HTTPStatus, wire.ProtocolError):
             return False
         return len(special) == 1 and len(plain) > 1
 
@@ -549,7 +518,8 @@ class ServerEngine:
         ids = out.get("tokens")
         if not isinstance(ids, list) or not all(
                 isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise _Protocol(f"answered /tokenize without a list of token ids: {str(out)[:80]}")
+            raise wire.ProtocolError("answered /tokenize without a list of token ids: "
+                                     f"{str(out)[:80]}")
         return ids
 
     async def _tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
@@ -684,7 +654,7 @@ class ServerEngine:
                 f"the server at {self.url} stopped answering ({exc.reason}) after {exc.attempts} "
                 "attempts; the pairs judged so far are saved: check the server and rerun the same "
                 "command to resume") from None
-        except _Protocol as exc:
+        except wire.ProtocolError as exc:
             raise ServerError(
                 f"the server at {self.url} {exc}: it does not follow the OpenAI completions "
                 "protocol; the pairs judged so far are saved: fix the server and rerun the same "
@@ -740,7 +710,7 @@ class ServerEngine:
                 out = await self._request("POST", self.base + "/chat/completions", body)
         except _HTTPStatus as exc:
             return self._request_failed(exc)
-        ch = _first_choice(out)
+        ch = wire.first_choice(out)
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
@@ -749,15 +719,15 @@ class ServerEngine:
             message.get("content") if isinstance(message, dict) else None)
         text = text or ""
         if not isinstance(text, str):
-            raise _Protocol(f"answered with a generated text that is not a string: "
-                            f"{str(text)[:80]}")
+            raise wire.ProtocolError(f"answered with a generated text that is not a string: "
+                                     f"{str(text)[:80]}")
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
-        text = _restore_stop(text, finish, req.stop, ch)
-        lps = _token_logprobs(ch.get("logprobs"))
+        text = wire.restore_stop(text, finish, req.stop, ch)
+        lps = wire.token_logprobs(ch.get("logprobs"))
         if lps is None:
             raise ServerError(f"the server at {self.url} returned no log-probabilities for a "
                               f"generation; enable them ({LOGPROB_FLAGS})")
-        gen = Generation(text=text, token_logprobs=[_logprob(x) for x in lps if x is not None],
+        gen = Generation(text=text, token_logprobs=[wire.logprob(x) for x in lps if x is not None],
                          finish_reason=finish)
         if req.force is not None:
             cont = req.force.continuation(text)
@@ -782,11 +752,11 @@ class ServerEngine:
         c1, c2 = req.force.choices  # type: ignore[union-attr]
         head = os.path.commonprefix([c1, c2])
         lps = await self._next_token(req, prompt, text + cont)
-        found = _choice_logprobs(lps, c1, c2)
+        found = wire.choice_logprobs(lps, c1, c2)
         if found is None and head:
             # the choices' shared start (" " of " 1"/" 2") may be a token of its own
             lps = await self._next_token(req, prompt, text + cont + head)
-            found = _choice_logprobs(lps, c1[len(head):], c2[len(head):])
+            found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
         a, b = found
@@ -809,167 +779,5 @@ class ServerEngine:
                 out = await self._request("POST", self.base + "/chat/completions", body)
         except _HTTPStatus:
             return {}  # no forced verdict for this sample; the sample stays unparsed
-        ch = _first_choice(out) or {}
-        return _top_at(ch.get("logprobs"), 0)
-
-
-# -- response parsing (legacy completions and chat-style logprobs) ----------------------------
-
-
-def _deterministic(status: int, data: bytes) -> bool:
-    """A 500 whose message says retrying cannot help: llama-cpp-python answers 500 to a missing
-    logits_all and to request validation errors."""
-    if status != 500:
-        return False
-    text = _error_text(data)
-    return "logits_all" in text or "validation error" in text
-
-
-def _retry_after(resp) -> float | None:
-    v = resp.headers.get("retry-after")
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
-        return None
-
-
-def _first_choice(out: dict) -> dict | None:
-    choices = out.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return None
-
-
-def _logprob(x: Any) -> float:
-    """A log-probability from a response: a JSON number (not NaN), else `_Protocol`."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
-        raise _Protocol(f"returned a log-probability that is not a number: {str(x)[:40]!r}")
-    return float(x)
-
-
-def _token_logprobs(lp: Any) -> list[float | None] | None:
-    """Sampled tokens' log-probabilities from either logprobs format, or None when absent."""
-    if not isinstance(lp, dict):
-        return None
-    if isinstance(lp.get("token_logprobs"), list):  # legacy completions (vLLM, llama-cpp-python)
-        return lp["token_logprobs"]
-    if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
-        return [c.get("logprob") for c in lp["content"] if isinstance(c, dict)]
-    return None
-
-
-def _top_at(lp: Any, i: int) -> dict[str, float]:
-    """token -> log-probability of the alternatives at generated position i."""
-    if not isinstance(lp, dict):
-        return {}
-    top = lp.get("top_logprobs")
-    if isinstance(top, list) and len(top) > i and isinstance(top[i], dict):
-        return {str(k): _logprob(v) for k, v in top[i].items() if v is not None}
-    content = lp.get("content")
-    if isinstance(content, list) and len(content) > i and isinstance(content[i], dict):
-        alts = content[i].get("top_logprobs") or []
-        return {str(a["token"]): _logprob(a["logprob"]) for a in alts
-                if isinstance(a, dict) and "token" in a and a.get("logprob") is not None}
-    return {}
-
-
-def _choice_logprobs(top: dict[str, float], c1: str, c2: str) -> tuple[float, float] | None:
-    """Log-probabilities of the two choices among the top alternatives. A choice missing from
-    them is given the smallest listed log-probability (an upper bound on its own); None when
-    neither is listed."""
-    a, b = top.get(c1), top.get(c2)
-    if a is None and b is None:
-        return None
-    floor = min(top.values())
-    return (a if a is not None else floor), (b if b is not None else floor)
-
-
-def _restore_stop(text: str, finish: str, stops: tuple[str, ...], choice: dict) -> str:
-    """Servers cut a matched stop string from the text; the in-process engine keeps it.
-
-    Put it back when the server says which one matched (vLLM `stop_reason`, SGLang
-    `matched_stop`) or, for closing tags such as `</Result>`, when its opening tag is open."""
-    if finish != "stop" or not stops or any(text.endswith(s) for s in stops):
-        return text
-    for key in ("stop_reason", "matched_stop", "stopping_word"):
-        v = choice.get(key)
-        if isinstance(v, str) and v in stops:
-            return text + v
-    for s in stops:
-        if s.startswith("</") and s.endswith(">"):
-            opener = "<" + s[2:]
-            if text.rfind(opener) >= 0 and text.rfind(opener) >= text.rfind(s):
-                return text + s
-    return text
-
-
-# A Hugging Face repository id: "org/name", letters, digits, "-", "_" and "." (no "--" or "..",
-# no leading or trailing "-" or "."). A served model named otherwise (a file path, an alias)
-# is not looked up on the Hub.
-_REPO_ID = re.compile(r"^[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?/[A-Za-z0-9](?:[\w.-]{0,94}"
-                      r"[A-Za-z0-9])?$")
-
-
-def _is_repo_id(name: str) -> bool:
-    return bool(_REPO_ID.match(name)) and "--" not in name and ".." not in name
-
-
-def _local_gguf(name: str) -> bool:
-    """Whether a served model's name is the path of a GGUF file on this machine."""
-    try:
-        if not os.path.isfile(name):
-            return False
-        with open(name, "rb") as f:
-            return f.read(4) == b"GGUF"
-    except (OSError, ValueError):
-        return False
-
-
-def _text(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _hub_template(name: str) -> tuple[ChatTemplate, str] | None:
-    """The chat template of a Hub model named like the served model, from its cached or
-    downloaded tokenizer_config.json (needs huggingface_hub; honours HF_HUB_OFFLINE). None for
-    a name that is not a repository id, and whenever the Hub has no usable template."""
-    if not _is_repo_id(name):
-        return None
-    try:
-        from rmjudge.hub_models import hub_file
-    except ImportError:
-        return None
-    try:
-        path = hub_file(name, "tokenizer_config.json")
-    except (ModelError, ValueError, OSError):  # huggingface_hub's validation errors included
-        return None
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(cfg, dict):
-        return None
-    template = cfg.get("chat_template")
-    if isinstance(template, list):  # named templates: take the default
-        template = next((t.get("template") for t in template
-                         if isinstance(t, dict) and t.get("name") == "default"), None)
-    if not template:
-        try:
-            jinja = hub_file(name, "chat_template.jinja")
-            if jinja is None:
-                return None
-            with open(jinja, encoding="utf-8") as f:
-                template = f.read()
-        except (ModelError, ValueError, OSError):
-            return None
-    if not isinstance(template, str):
-        return None
-
-    def tok(v: Any) -> str:
-        return (v.get("content") or "") if isinstance(v, dict) else (v or "")
-
-    return (ChatTemplate(template, tok(cfg.get("bos_token")), tok(cfg.get("eos_token"))),
-            f"the Hub tokenizer of {name}")
+        ch = wire.first_choice(out) or {}
+        return wire.top_at(ch.get("logprobs"), 0)
