@@ -454,6 +454,28 @@ def test_an_endless_response_body_is_capped(fake, template, tmp_path):
     assert sent["bytes"] < 64 << 20
 
 
+def test_a_response_that_trickles_in_is_bounded_by_the_server_timeout(fake, template):
+    def trickle(handler):
+        handler.send_response(200)
+        handler.end_headers()
+        try:
+            for _ in range(100):  # a byte every 0.1 s: each read is quick, the whole is not
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+        handler.close_connection = True
+
+    f = fake(complete=lambda b: ok_completion(b) if b["max_tokens"] == 1 else trickle)
+    eng = ServerEngine(settings(f.url, template, timeout=1.0, retries=0, prime=False))
+    t = time.monotonic()
+    with pytest.raises(ServerError, match=r"no answer within 1 s"):
+        eng.generate([req()])
+    assert time.monotonic() - t < 5
+    eng.close()
+
+
 def test_non_numeric_logprobs_stop_the_run_with_one_line_and_resume(fake, template, tmp_path):
     state = {"n": 0, "bad": True}
 

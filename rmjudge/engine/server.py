@@ -296,10 +296,10 @@ class ServerEngine:
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 self.requests_sent += 1
                 try:
-                    client = self._client
-                    async with client.stream(method, url, json=body) as resp:  # type: ignore
-                        data = await wire.read_capped(resp, cap)
-                except httpx.TimeoutException:
+                    # --server-timeout bounds the whole response, also one that trickles in
+                    resp, data = await asyncio.wait_for(self._fetch(method, url, body, cap),
+                                                        self.settings.timeout)
+                except (httpx.TimeoutException, asyncio.TimeoutError):
                     last = f"no answer within {self.settings.timeout:g} s"
                 except httpx.TransportError as exc:
                     last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -327,6 +327,10 @@ class ServerEngine:
                 backoff = min(30.0, self.settings.backoff * 2 ** attempt) * random.uniform(0.5, 1.5)
                 await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
         raise _Unreachable(last, attempts)
+
+    async def _fetch(self, method: str, url: str, body: dict | None, cap: int):
+        async with self._client.stream(method, url, json=body) as resp:  # type: ignore
+            return resp, await wire.read_capped(resp, cap)
 
     async def _get(self, path: str, root: bool = False, retry: bool = True) -> Any:
         return await self._request("GET", (self.root if root else self.base) + path, retry=retry)
@@ -375,7 +379,7 @@ class ServerEngine:
         try:
             p = await self._get("/props", root=True, retry=False)
             props = p if isinstance(p, dict) else {}
-        except (_Unreachable, _HTTPStatus):
+        except (_Unreachable, _HTTPStatus, wire.ProtocolError):
             props = {}
         if "vllm" in owner:
             flavor = "vllm"
