@@ -49,6 +49,8 @@ class RunSpec:
             d["model_name"] = self.model.name
             d["chat_template_sha256"] = hashlib.sha256(
                 (self.model.chat_template or "").encode()).hexdigest()
+            if self.model.prompt_encoding:
+                d["prompt_encoding"] = self.model.prompt_encoding
         return d
 
 

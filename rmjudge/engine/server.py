@@ -3,13 +3,20 @@
 The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine:
 
 - **Prompts are rendered here**, with the judge's chat template (`ChatTemplate`, the class the
-  in-process engine uses), and sent as text to `/v1/completions`, so the prompt text is the
-  same byte for byte. The template comes from the server where it exposes one (llama-server's
-  `/props`), else a `--chat-template` file, else the GGUF given with `--model`, else the
-  Hugging Face tokenizer of the served model's name (`tokenizer_config.json`). Only when the
-  server offers no text completions does the engine fall back to `/v1/chat/completions` (the
-  server renders the template then, and the assistant prefix is sent as a final assistant
-  message to continue); `ServerEngine.endpoint` says which is used.
+  in-process engine uses), and sent to `/v1/completions` as token ids where the server takes
+  them and rmjudge can tokenize for its model (data pieces without special-token parsing, as
+  in-process), else as text with the data's control-token strings broken
+  (engine/control_text.py); `ServerEngine.prompt_encoding` says which, and the run records it.
+  The template comes from the server where it exposes one (llama-server's `/props`), else a
+  `--chat-template` file, else the GGUF given with `--model`, else the served model's name
+  when it is a local GGUF path (llama-cpp-python's server), else the Hugging Face tokenizer of
+  that name when it is a Hub repository id (`tokenizer_config.json`). Only when the server
+  offers no text completions does the engine fall back to `/v1/chat/completions` (the server
+  renders the template then, and the assistant prefix is sent as a final assistant message to
+  continue); `ServerEngine.endpoint` says which is used.
+- **Responses are read as they stream**, up to a cap derived from `max_tokens`; a body over it,
+  or one outside the protocol (a log-probability that is not a number), stops the run with one
+  `ServerError` line, the store resumable.
 - **One HTTP request per sample**, with its own seed derived from (request seed, sample index),
   as the in-process engine derives each sample's generator; `logprobs` returns the sampled
   tokens' log-probabilities, from which the rollout confidences are computed.
@@ -37,16 +44,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import os
 import random
 import threading
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from rmjudge.engine import served_template
+from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.models import ModelError
 from rmjudge.prompts import suffix_for_model
 from rmjudge.settings import JudgeSettings, SettingsError
@@ -54,6 +65,19 @@ from rmjudge.types import Generation, GenRequest
 
 API_KEY_ENV = "RMJUDGE_API_KEY"
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+# The most bytes one response may have: a generation of max_tokens tokens with their top
+# log-probabilities in any server's format fits in a few KiB per token; a server that sends
+# more (an endless or runaway body) stops the run instead of filling the client's memory.
+BODY_BASE = 8 << 20
+BODY_PER_TOKEN = 8 << 10
+
+# Flavors whose /v1/completions take a prompt as a list of token ids (the OpenAI schema's
+# "array of tokens"); llama-cpp-python's server takes text only.
+TOKEN_ID_FLAVORS = ("llama-server", "vllm", "sglang")
+ENCODING_IDS = "token ids (data tokenized as text, never as control tokens)"
+ENCODING_TEXT = ("text; control-token strings in the data broken with U+200B ZERO WIDTH SPACE "
+                 "(the server parses control tokens in text prompts)")
 
 # Server flags that turn log-probabilities on, named in the error when a server returns none.
 LOGPROB_FLAGS = (
@@ -154,19 +178,6 @@ class _HTTPStatus(Exception):
         self.message = message
 
 
-def _error_text(resp) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    err = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("detail") or err)[:500]
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:500]
-    return str(err)[:500]
-
-
 class ServerEngine:
     """The Engine seam over an OpenAI-compatible HTTP server (see module docstring)."""
 
@@ -177,9 +188,14 @@ class ServerEngine:
             raise ModelError("--server needs httpx: pip install 'rmjudge[server]'") from None
         self._httpx = httpx
         self.settings = settings
-        url = settings.url.rstrip("/")
-        self.base = url if url.endswith("/v1") else url + "/v1"
+        # a query string (an API version, a gateway's key) goes with every request, after the
+        # path rmjudge appends, never inside it
+        parts = urlsplit(settings.url)
+        path = parts.path.rstrip("/")
+        path = path if path.endswith("/v1") else path + "/v1"
+        self.base = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
         self.root = self.base[: -len("/v1")]
+        self._params = parse_qsl(parts.query, keep_blank_values=True)
         self.url = public_url(self.base)
         self._key = os.environ.get(API_KEY_ENV) or None
         self._generated = 0
@@ -190,16 +206,22 @@ class ServerEngine:
         self._sem: asyncio.Semaphore | None = None
         self._client = None
         self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
+        # breaks control strings in data sent as text; completed once the template is known
+        self.neutralize = Neutralizer(())
         try:
             self._loop.run(self._open())
             self.flavor, self.model, n_ctx, props = self._loop.run(self._discover())
             self.template, template_source, arch = self._find_template(props)
             self.template_source = template_source
             self.endpoint = self._loop.run(self._probe())
+            self.prompt_encoding = self._loop.run(self._choose_encoding(props))
         except _Unreachable as exc:
             self.close()
             raise ServerError(f"the server at {self.url} stopped answering while being checked "
                               f"({exc.reason}); check it and retry") from None
+        except wire.ProtocolError as exc:
+            self.close()
+            raise ServerError(f"the server at {self.url} {exc}") from None
         except BaseException:
             self.close()
             raise
@@ -209,6 +231,7 @@ class ServerEngine:
             path=self.url, sha256="", architecture=arch, name=self.model, n_ctx_train=n_ctx,
             chat_template=None if self.template is None else self.template.source,
             prompt_suffix=suffix_for_model(arch, self.model),
+            prompt_encoding=self.prompt_encoding,
         )
 
     def describe(self) -> str:
@@ -216,8 +239,10 @@ class ServerEngine:
         where = ("/v1/completions, chat template from " + self.template_source
                  if self.endpoint == "completions" else
                  "/v1/chat/completions (no text completions; the server renders the template)")
+        sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
+                "prompts as text with control strings in data broken")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
-                f"{self.settings.concurrency} requests in flight")
+                f"{sent}, {self.settings.concurrency} requests in flight")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def _open(self) -> None:
@@ -225,7 +250,7 @@ class ServerEngine:
         k = self.settings.concurrency
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._client = httpx.AsyncClient(
-            headers=headers,
+            headers=headers, params=self._params or None,
             timeout=httpx.Timeout(self.settings.timeout, connect=10.0, pool=None),
             limits=httpx.Limits(max_connections=k + 4, max_keepalive_connections=k + 4),
         )
@@ -257,10 +282,12 @@ class ServerEngine:
                        retry: bool = True) -> Any:
         """One call with retries on 429/5xx/connection errors/timeouts; returns parsed JSON.
 
-        Raises `_HTTPStatus` for a final non-retryable status and `_Unreachable` when retries
-        are exhausted. The semaphore is held only while a request is on the wire."""
+        Raises `_HTTPStatus` for a final non-retryable status, `_Unreachable` when retries
+        are exhausted and `wire.ProtocolError` for a body over the size cap or a success that is
+        not a JSON object. The semaphore is held only while a request is on the wire."""
         httpx = self._httpx
         attempts = 1 + (self.settings.retries if retry else 0)
+        cap = BODY_BASE + BODY_PER_TOKEN * int((body or {}).get("max_tokens") or 0)
         last = ""
         for attempt in range(attempts):
             wait = None
@@ -269,29 +296,41 @@ class ServerEngine:
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 self.requests_sent += 1
                 try:
-                    client = self._client
-                    resp = await client.request(method, url, json=body)  # type: ignore[union-attr]
-                except httpx.TimeoutException:
+                    # --server-timeout bounds the whole response, also one that trickles in
+                    resp, data = await asyncio.wait_for(self._fetch(method, url, body, cap),
+                                                        self.settings.timeout)
+                except (httpx.TimeoutException, asyncio.TimeoutError):
                     last = f"no answer within {self.settings.timeout:g} s"
                 except httpx.TransportError as exc:
                     last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 else:
-                    if resp.status_code < 400:
+                    status = resp.status_code
+                    if status < 400:
                         try:
-                            return resp.json()
-                        except ValueError:
-                            last = f"answered {resp.status_code} with a body that is not JSON"
-                    elif resp.status_code in RETRY_STATUS and not _deterministic(resp):
-                        last = f"HTTP {resp.status_code}: {_error_text(resp)}"
-                        wait = _retry_after(resp)
+                            out = json.loads(data)
+                        except (ValueError, RecursionError):
+                            last = f"answered {status} with a body that is not JSON"
+                        else:
+                            if not isinstance(out, dict):
+                                raise wire.ProtocolError(
+                                    f"answered {url[len(self.root):]} with JSON that is not an "
+                                    f"object: {data[:80]!r}")
+                            return out
+                    elif status in RETRY_STATUS and not wire.deterministic(status, data):
+                        last = f"HTTP {status}: {wire.error_text(data)}"
+                        wait = wire.retry_after(resp)
                     else:
-                        raise _HTTPStatus(resp.status_code, _error_text(resp))
+                        raise _HTTPStatus(status, wire.error_text(data))
                 finally:
                     self.in_flight -= 1
             if attempt + 1 < attempts:
                 backoff = min(30.0, self.settings.backoff * 2 ** attempt) * random.uniform(0.5, 1.5)
                 await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
         raise _Unreachable(last, attempts)
+
+    async def _fetch(self, method: str, url: str, body: dict | None, cap: int):
+        async with self._client.stream(method, url, json=body) as resp:  # type: ignore
+            return resp, await wire.read_capped(resp, cap)
 
     async def _get(self, path: str, root: bool = False, retry: bool = True) -> Any:
         return await self._request("GET", (self.root if root else self.base) + path, retry=retry)
@@ -311,14 +350,21 @@ class ServerEngine:
             if exc.status == 503:  # still loading: wait like any other request
                 listing = await self._get("/models")
             elif exc.status == 404:
-                listing = {"data": []}
+                listing = {}
             else:
                 raise ServerError(f"the server at {self.url} answered /models with HTTP "
                                   f"{exc.status}: {exc.message}") from None
-        models = [m for m in (listing.get("data") or []) if isinstance(m, dict) and m.get("id")]
+        data = listing.get("data")
+        models = [m for m in (data if isinstance(data, list) else [])
+                  if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
         names = [m["id"] for m in models]
         want = self.settings.model
         if want is None:
+            if not isinstance(data, list):
+                raise ServerError(
+                    f"{self.url}/models lists no models (HTTP 404 or no model list): is "
+                    f"{self.url} the /v1 URL of an OpenAI-compatible server? Fix --server, or "
+                    "name the model with --server-model")
             if len(names) != 1:
                 raise ServerError(
                     f"the server at {self.url} serves {len(names)} models"
@@ -333,7 +379,7 @@ class ServerEngine:
         try:
             p = await self._get("/props", root=True, retry=False)
             props = p if isinstance(p, dict) else {}
-        except (_Unreachable, _HTTPStatus):
+        except (_Unreachable, _HTTPStatus, wire.ProtocolError):
             props = {}
         if "vllm" in owner:
             flavor = "vllm"
@@ -345,26 +391,39 @@ class ServerEngine:
             flavor = "llama-cpp-python"
         else:
             flavor = "openai-compatible"
-        n_ctx = (entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
-                 or (props.get("default_generation_settings") or {}).get("n_ctx") or 0)
-        return flavor, want, int(n_ctx), props
+        meta, gen = entry.get("meta"), props.get("default_generation_settings")
+        n_ctx = (entry.get("max_model_len") or (meta.get("n_ctx_train") if isinstance(meta, dict)
+                                                else None)
+                 or (gen.get("n_ctx") if isinstance(gen, dict) else None) or 0)
+        try:
+            n_ctx = int(n_ctx)
+        except (TypeError, ValueError):
+            n_ctx = 0
+        return flavor, want, n_ctx, props
 
     def _find_template(self, props: dict) -> tuple[ChatTemplate | None, str, str]:
         """(template, where it came from, architecture) in the documented order."""
         s = self.settings
         arch = "unknown"
         gguf_template = None
-        if s.template_model:
+        template_model = s.template_model
+        if (not template_model and not props.get("chat_template")
+                and served_template.local_gguf(self.model)):
+            # llama-cpp-python names a model by the path it was started with: on this machine
+            # that file is the served GGUF, with its template and vocabulary
+            template_model = self.model
+        if template_model:
             from rmjudge.engine.vocab import ModelVocab
             from rmjudge.settings import EngineSettings
 
-            local = ModelVocab(EngineSettings(model=s.template_model))
+            local = ModelVocab(EngineSettings(model=template_model))
             self._tokenizer = local.tok
             arch = local.info.architecture
             gguf_template = local.tok.template
-        if props.get("chat_template"):
-            return (ChatTemplate(props["chat_template"], props.get("bos_token") or "",
-                                 props.get("eos_token") or ""),
+        if isinstance(props.get("chat_template"), str) and props["chat_template"]:
+            text = served_template.text_value
+            return (ChatTemplate(props["chat_template"], text(props.get("bos_token")),
+                                 text(props.get("eos_token"))),
                     f"the server ({self.root}/props)", arch)
         if s.chat_template:
             try:
@@ -377,10 +436,10 @@ class ServerEngine:
             return ChatTemplate(text, bos, eos), s.chat_template, arch
         if gguf_template is not None:
             if not gguf_template.source:
-                raise ServerError(f"{s.template_model} has no chat template; pass "
+                raise ServerError(f"{template_model} has no chat template; pass "
                                   "--chat-template FILE")
-            return gguf_template, s.template_model, arch  # type: ignore[return-value]
-        hub = _hub_template(self.model)
+            return gguf_template, template_model, arch  # type: ignore[return-value]
+        hub = served_template.hub_template(self.model)
         if hub is not None:
             return hub[0], hub[1], arch
         return None, "", arch
@@ -394,8 +453,9 @@ class ServerEngine:
             if exc.status in (404, 405, 501):
                 return await self._probe_chat()
             raise self._probe_error(exc) from None
-        ch = (out.get("choices") or [{}])[0]
-        if not _token_logprobs(ch.get("logprobs")) or len(_top_at(ch.get("logprobs"), 0)) < 2:
+        ch = wire.first_choice(out) or {}
+        lp = ch.get("logprobs")
+        if not wire.token_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs for confidences and forced verdicts; enable them "
                               f"({LOGPROB_FLAGS})")
@@ -416,11 +476,82 @@ class ServerEngine:
                 raise ServerError(f"the server at {self.url} offers neither /v1/completions nor "
                                   "/v1/chat/completions; check --server") from None
             raise self._probe_error(exc) from None
-        ch = (out.get("choices") or [{}])[0]
-        if not _token_logprobs(ch.get("logprobs")):
+        ch = wire.first_choice(out) or {}
+        if not wire.token_logprobs(ch.get("logprobs")):
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
         return "chat"
+
+    async def _choose_encoding(self, props: dict) -> str:
+        """How prompts go to the server: token ids where it takes them and rmjudge can
+        tokenize as its model does (the served GGUF's vocabulary, or llama-server's /tokenize
+        with special-token parsing off for data), so that control-token strings inside the data
+        stay text as in the in-process engine; else text with those strings broken
+        (engine/control_text.py)."""
+        tmpl = self.template
+        strings = template_strings(tmpl.source if tmpl else None, tmpl.bos if tmpl else "",
+                                   tmpl.eos if tmpl else "")
+        tok = self._tokenizer
+        if tok is not None:
+            strings |= {t for t in (tok.piece(i, special=True) for i in tok.special_tokens())
+                        if looks_like_control(t)}
+        self.neutralize = Neutralizer(strings)
+        if self.endpoint != "completions" or self.flavor not in TOKEN_ID_FLAVORS:
+            return ENCODING_TEXT
+        if tok is not None:
+            return ENCODING_IDS
+        if self.flavor == "llama-server" and await self._tokenize_keeps_data_apart(strings):
+            return ENCODING_IDS
+        return ENCODING_TEXT
+
+    async def _tokenize_keeps_data_apart(self, strings: set[str]) -> bool:
+        """Whether llama-server's /tokenize honours parse_special (older ones ignore it)."""
+        probe = next(iter(sorted(strings, key=len, reverse=True)), None)
+        if probe is None:
+            return False
+        try:
+            special = await self._server_tokens(probe, special=True, add_bos=False)
+            plain = await self._server_tokens(probe, special=False, add_bos=False)
+        except (_HTTPStatus, wire.ProtocolError):
+            return False
+        return len(special) == 1 and len(plain) > 1
+
+    async def _server_tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
+        out = await self._request("POST", self.root + "/tokenize", {
+            "content": text, "add_special": add_bos, "parse_special": special})
+        ids = out.get("tokens")
+        if not isinstance(ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise wire.ProtocolError("answered /tokenize without a list of token ids: "
+                                     f"{str(out)[:80]}")
+        return ids
+
+    async def _tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
+        if self._tokenizer is not None:
+            return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
+        return await self._server_tokens(text, special, add_bos)
+
+    async def _prompt(self, req: GenRequest) -> str | list[int]:
+        """What /v1/completions is sent for a request (see `_choose_encoding`)."""
+        try:
+            pieces = self.template.segments(req.messages, req.assistant_prefix)  # type: ignore
+        except TemplateError as exc:
+            raise ModelError(str(exc)) from None
+        if self.prompt_encoding != ENCODING_IDS:
+            return "".join(t if is_template else self.neutralize(t) for t, is_template in pieces)
+        tok, tmpl = self._tokenizer, self.template
+        bos = tok.bos if tok is not None else tmpl.bos  # type: ignore[union-attr]
+        ids: list[int] = []
+        for i, (text, is_template) in enumerate(pieces):
+            add_bos = i == 0 and not (bos and text.startswith(bos))
+            ids += await self._tokens(text, special=is_template, add_bos=add_bos)
+        return ids
+
+    async def _extend(self, prompt: str | list[int], tail: str) -> str | list[int]:
+        """The prompt followed by generated text (data: never control tokens)."""
+        if isinstance(prompt, list):
+            return prompt + await self._tokens(tail, special=False, add_bos=False)
+        return prompt + self.neutralize(tail)
 
     def _probe_error(self, exc: _HTTPStatus) -> ServerError:
         if exc.status in (401, 403):
@@ -447,8 +578,9 @@ class ServerEngine:
             d["cache_prompt"] = True
         return d
 
-    def _completion_body(self, prompt: str, max_tokens: int, temperature: float, top_p: float,
-                         seed: int, stop: tuple[str, ...], logprobs: int | None) -> dict:
+    def _completion_body(self, prompt: str | list[int], max_tokens: int, temperature: float,
+                         top_p: float, seed: int, stop: tuple[str, ...],
+                         logprobs: int | None) -> dict:
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "n": 1, "stream": False, **self._sampling(temperature, top_p, seed)}
         if stop:
@@ -460,6 +592,8 @@ class ServerEngine:
         if logprobs is not None:
             body["logprobs"] = logprobs
         tmpl = getattr(self, "template", None)
+        if isinstance(prompt, list):
+            return body  # token ids: the BOS is in them, nothing is tokenized on the server
         if tmpl is not None and tmpl.bos and prompt.startswith(tmpl.bos):
             if self.flavor in ("llama-server", "llama-cpp-python"):
                 # llama.cpp adds the model's BOS itself: one BOS, not two
@@ -470,7 +604,10 @@ class ServerEngine:
 
     def _chat_body(self, messages: list, assistant: str, max_tokens: int, temperature: float,
                    top_p: float, seed: int, stop: tuple[str, ...], top: int) -> dict:
-        msgs = list(messages)
+        # the server renders and tokenizes these with special-token parsing: break control
+        # strings in them (they are all the data's text)
+        msgs = [{**m, "content": self.neutralize(m["content"])} for m in messages]
+        assistant = self.neutralize(assistant)
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
                                 "stream": False, "logprobs": True, "top_logprobs": top,
                                 **self._sampling(temperature, top_p, seed)}
@@ -492,8 +629,14 @@ class ServerEngine:
         per_pair = settings.samples * len(settings.order_list)
         return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
 
+    def payload(self, req: GenRequest) -> str | list[int]:
+        """What /v1/completions is sent for `req`: token ids, or text with the data's control
+        strings broken (`prompt_encoding` says which)."""
+        return self._loop.run(self._prompt(req))
+
     def render(self, req: GenRequest) -> str:
-        """The prompt text sent to /v1/completions (what the in-process engine tokenizes)."""
+        """The rendered prompt text (what the in-process engine tokenizes); `payload` is what
+        is sent."""
         if self.template is None:
             raise ServerError("the chat endpoint renders prompts on the server")
         try:
@@ -515,21 +658,26 @@ class ServerEngine:
                 f"the server at {self.url} stopped answering ({exc.reason}) after {exc.attempts} "
                 "attempts; the pairs judged so far are saved: check the server and rerun the same "
                 "command to resume") from None
+        except wire.ProtocolError as exc:
+            raise ServerError(
+                f"the server at {self.url} {exc}: it does not follow the OpenAI completions "
+                "protocol; the pairs judged so far are saved: fix the server and rerun the same "
+                "command to resume") from None
         self._generated += sum(g.n_tokens for gens in out for g in gens)
         return out
 
     async def _generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
         out: list[list[Generation | None]] = [[None] * r.n for r in requests]
-        groups: dict[Any, list[tuple[int, int, str | None]]] = {}
+        groups: dict[Any, list[tuple[int, int, str | list[int] | None]]] = {}
         for i, req in enumerate(requests):
-            prompt = self.render(req) if self.endpoint == "completions" else None
+            prompt = await self._prompt(req) if self.endpoint == "completions" else None
             key = req.share_key if req.share_key is not None else ("__req", i)
             groups.setdefault(key, []).extend((i, s, prompt) for s in range(req.n))
 
-        async def one(i: int, s: int, prompt: str | None) -> None:
+        async def one(i: int, s: int, prompt: str | list[int] | None) -> None:
             out[i][s] = await self._sample(requests[i], s, prompt)
 
-        async def group(members: list[tuple[int, int, str | None]]) -> None:
+        async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
             if self.settings.prime and len(members) > 1 and self.endpoint == "completions":
                 prefix = _common_prefix([p for _, _, p in members])  # type: ignore[misc]
                 if prefix:
@@ -546,14 +694,14 @@ class ServerEngine:
             raise
         return out  # type: ignore[return-value]
 
-    async def _prime(self, prefix: str) -> None:
+    async def _prime(self, prefix: str | list[int]) -> None:
         body = self._completion_body(prefix, 1, 0.0, 1.0, 0, (), None)
         try:
             await self._request("POST", self.base + "/completions", body)
         except _HTTPStatus:
             pass  # the members' own requests report what is wrong with the prompt
 
-    async def _sample(self, req: GenRequest, s: int, prompt: str | None) -> Generation:
+    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None) -> Generation:
         seed = sample_seed(req.seed, s)
         try:
             if prompt is not None:
@@ -566,19 +714,24 @@ class ServerEngine:
                 out = await self._request("POST", self.base + "/chat/completions", body)
         except _HTTPStatus as exc:
             return self._request_failed(exc)
-        ch = (out.get("choices") or [None])[0]
-        if not isinstance(ch, dict):
+        ch = wire.first_choice(out)
+        if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
-        text = ch.get("text") if prompt is not None else (ch.get("message") or {}).get("content")
+        message = ch.get("message") if prompt is None else None
+        text = ch.get("text") if prompt is not None else (
+            message.get("content") if isinstance(message, dict) else None)
         text = text or ""
+        if not isinstance(text, str):
+            raise wire.ProtocolError(f"answered with a generated text that is not a string: "
+                                     f"{str(text)[:80]}")
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
-        text = _restore_stop(text, finish, req.stop, ch)
-        lps = _token_logprobs(ch.get("logprobs"))
+        text = wire.restore_stop(text, finish, req.stop, ch)
+        lps = wire.token_logprobs(ch.get("logprobs"))
         if lps is None:
             raise ServerError(f"the server at {self.url} returned no log-probabilities for a "
                               f"generation; enable them ({LOGPROB_FLAGS})")
-        gen = Generation(text=text, token_logprobs=[float(x) for x in lps if x is not None],
+        gen = Generation(text=text, token_logprobs=[wire.logprob(x) for x in lps if x is not None],
                          finish_reason=finish)
         if req.force is not None:
             cont = req.force.continuation(text)
@@ -597,17 +750,17 @@ class ServerEngine:
         return Generation("", [], "error", error=f"the server rejected the request (HTTP "
                           f"{exc.status}: {exc.message})")
 
-    async def _force(self, req: GenRequest, prompt: str | None, text: str, cont: str,
+    async def _force(self, req: GenRequest, prompt: str | list[int] | None, text: str, cont: str,
                      gen: Generation) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
         head = os.path.commonprefix([c1, c2])
         lps = await self._next_token(req, prompt, text + cont)
-        found = _choice_logprobs(lps, c1, c2)
+        found = wire.choice_logprobs(lps, c1, c2)
         if found is None and head:
             # the choices' shared start (" " of " 1"/" 2") may be a token of its own
             lps = await self._next_token(req, prompt, text + cont + head)
-            found = _choice_logprobs(lps, c1[len(head):], c2[len(head):])
+            found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
         a, b = found
@@ -616,11 +769,13 @@ class ServerEngine:
         gen.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
         gen.forced_logprob = m
 
-    async def _next_token(self, req: GenRequest, prompt: str | None, tail: str) -> dict[str, float]:
+    async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
+                          tail: str) -> dict[str, float]:
         k = self.settings.top_logprobs
         try:
             if prompt is not None:
-                body = self._completion_body(prompt + tail, 1, 0.0, 1.0, 0, (), k)
+                body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
+                                             (), k)
                 out = await self._request("POST", self.base + "/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,
@@ -628,121 +783,5 @@ class ServerEngine:
                 out = await self._request("POST", self.base + "/chat/completions", body)
         except _HTTPStatus:
             return {}  # no forced verdict for this sample; the sample stays unparsed
-        ch = (out.get("choices") or [{}])[0]
-        return _top_at(ch.get("logprobs"), 0)
-
-
-# -- response parsing (legacy completions and chat-style logprobs) ----------------------------
-
-
-def _deterministic(resp) -> bool:
-    """A 500 whose message says retrying cannot help: llama-cpp-python answers 500 to a missing
-    logits_all and to request validation errors."""
-    if resp.status_code != 500:
-        return False
-    text = _error_text(resp)
-    return "logits_all" in text or "validation error" in text
-
-
-def _retry_after(resp) -> float | None:
-    v = resp.headers.get("retry-after")
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
-        return None
-
-
-def _token_logprobs(lp: Any) -> list[float | None] | None:
-    """Sampled tokens' log-probabilities from either logprobs format, or None when absent."""
-    if not isinstance(lp, dict):
-        return None
-    if isinstance(lp.get("token_logprobs"), list):  # legacy completions (vLLM, llama-cpp-python)
-        return lp["token_logprobs"]
-    if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
-        return [c.get("logprob") for c in lp["content"] if isinstance(c, dict)]
-    return None
-
-
-def _top_at(lp: Any, i: int) -> dict[str, float]:
-    """token -> log-probability of the alternatives at generated position i."""
-    if not isinstance(lp, dict):
-        return {}
-    top = lp.get("top_logprobs")
-    if isinstance(top, list) and len(top) > i and isinstance(top[i], dict):
-        return {str(k): float(v) for k, v in top[i].items() if v is not None}
-    content = lp.get("content")
-    if isinstance(content, list) and len(content) > i and isinstance(content[i], dict):
-        alts = content[i].get("top_logprobs") or []
-        return {str(a["token"]): float(a["logprob"]) for a in alts
-                if isinstance(a, dict) and "token" in a and a.get("logprob") is not None}
-    return {}
-
-
-def _choice_logprobs(top: dict[str, float], c1: str, c2: str) -> tuple[float, float] | None:
-    """Log-probabilities of the two choices among the top alternatives. A choice missing from
-    them is given the smallest listed log-probability (an upper bound on its own); None when
-    neither is listed."""
-    a, b = top.get(c1), top.get(c2)
-    if a is None and b is None:
-        return None
-    floor = min(top.values())
-    return (a if a is not None else floor), (b if b is not None else floor)
-
-
-def _restore_stop(text: str, finish: str, stops: tuple[str, ...], choice: dict) -> str:
-    """Servers cut a matched stop string from the text; the in-process engine keeps it.
-
-    Put it back when the server says which one matched (vLLM `stop_reason`, SGLang
-    `matched_stop`) or, for closing tags such as `</Result>`, when its opening tag is open."""
-    if finish != "stop" or not stops or any(text.endswith(s) for s in stops):
-        return text
-    for key in ("stop_reason", "matched_stop", "stopping_word"):
-        v = choice.get(key)
-        if isinstance(v, str) and v in stops:
-            return text + v
-    for s in stops:
-        if s.startswith("</") and s.endswith(">"):
-            opener = "<" + s[2:]
-            if text.rfind(opener) >= 0 and text.rfind(opener) >= text.rfind(s):
-                return text + s
-    return text
-
-
-def _hub_template(name: str) -> tuple[ChatTemplate, str] | None:
-    """The chat template of a Hub model named like the served model, from its cached or
-    downloaded tokenizer_config.json (needs huggingface_hub; honours HF_HUB_OFFLINE)."""
-    if "/" not in name:
-        return None
-    try:
-        from rmjudge.hub_models import hub_file
-    except ImportError:
-        return None
-    try:
-        path = hub_file(name, "tokenizer_config.json")
-    except ModelError:
-        return None
-    if path is None:
-        return None
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return None
-    template = cfg.get("chat_template")
-    if isinstance(template, list):  # named templates: take the default
-        template = next((t.get("template") for t in template
-                         if isinstance(t, dict) and t.get("name") == "default"), None)
-    if not template:
-        jinja = hub_file(name, "chat_template.jinja")
-        if jinja is None:
-            return None
-        with open(jinja, encoding="utf-8") as f:
-            template = f.read()
-
-    def tok(v: Any) -> str:
-        return (v.get("content") or "") if isinstance(v, dict) else (v or "")
-
-    return (ChatTemplate(template, tok(cfg.get("bos_token")), tok(cfg.get("eos_token"))),
-            f"the Hub tokenizer of {name}")
+        ch = wire.first_choice(out) or {}
+        return wire.top_at(ch.get("logprobs"), 0)

@@ -194,6 +194,9 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
             text += f" (rmjudge {j['version']})"
         lines.append(text)
     settings = record.get("settings")
+    encoding = (settings or {}).get("prompt_encoding")
+    if encoding:  # judged through a server (docs/serving.md)
+        lines.append(f"- prompts reached the judge's server as {encoding}")
     if settings:
         lines += ["", "Judge settings (`rmjudge score`):", "", "```json",
                   orjson.dumps(settings, option=orjson.OPT_INDENT_2).decode(), "```"]

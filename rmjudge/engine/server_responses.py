@@ -1,0 +1,133 @@
+"""The wire side of `--server` (engine/server.py): reading a response body under a size cap,
+and reading completions' text, log-probabilities and stop strings from any server's format
+(legacy `token_logprobs`/`top_logprobs`, chat-style `logprobs.content`), refusing what is
+outside the protocol with `ProtocolError`."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+class ProtocolError(Exception):
+    """The server answered outside the protocol (a body over the size cap, a log-probability
+    that is not a number, ...): the message completes "the server at URL ..."."""
+
+
+async def read_capped(resp, cap: int) -> bytes:
+    """The response body, read as it streams in; `ProtocolError` past `cap` bytes (the rest is
+    never read, so a runaway body costs at most the cap)."""
+    length = resp.headers.get("content-length")
+    if length and length.isdigit() and int(length) > cap:
+        raise ProtocolError(f"announced a response of {int(length) / 1e6:.1f} MB, over the "
+                            f"{cap / 1e6:.0f} MB rmjudge reads for one request")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            raise ProtocolError(f"sent a response of more than {cap / 1e6:.0f} MB to one request, "
+                                "more than any generation of --max-tokens can need")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def error_text(data: bytes) -> str:
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return data[:500].decode("utf-8", errors="replace")
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)[:500]
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:500]
+    return str(err)[:500]
+
+
+def deterministic(status: int, data: bytes) -> bool:
+    """A 500 whose message says retrying cannot help: llama-cpp-python answers 500 to a missing
+    logits_all and to request validation errors."""
+    if status != 500:
+        return False
+    text = error_text(data)
+    return "logits_all" in text or "validation error" in text
+
+
+def retry_after(resp) -> float | None:
+    v = resp.headers.get("retry-after")
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def first_choice(out: dict) -> dict | None:
+    choices = out.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
+
+
+def logprob(x: Any) -> float:
+    """A log-probability from a response: a JSON number (not NaN), else `ProtocolError`."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
+        raise ProtocolError(f"returned a log-probability that is not a number: {str(x)[:40]!r}")
+    return float(x)
+
+
+def token_logprobs(lp: Any) -> list[float | None] | None:
+    """Sampled tokens' log-probabilities from either logprobs format, or None when absent."""
+    if not isinstance(lp, dict):
+        return None
+    if isinstance(lp.get("token_logprobs"), list):  # legacy completions (vLLM, llama-cpp-python)
+        return lp["token_logprobs"]
+    if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
+        return [c.get("logprob") for c in lp["content"] if isinstance(c, dict)]
+    return None
+
+
+def top_at(lp: Any, i: int) -> dict[str, float]:
+    """token -> log-probability of the alternatives at generated position i."""
+    if not isinstance(lp, dict):
+        return {}
+    top = lp.get("top_logprobs")
+    if isinstance(top, list) and len(top) > i and isinstance(top[i], dict):
+        return {str(k): logprob(v) for k, v in top[i].items() if v is not None}
+    content = lp.get("content")
+    if isinstance(content, list) and len(content) > i and isinstance(content[i], dict):
+        alts = content[i].get("top_logprobs") or []
+        return {str(a["token"]): logprob(a["logprob"]) for a in alts
+                if isinstance(a, dict) and "token" in a and a.get("logprob") is not None}
+    return {}
+
+
+def choice_logprobs(top: dict[str, float], c1: str, c2: str) -> tuple[float, float] | None:
+    """Log-probabilities of the two choices among the top alternatives. A choice missing from
+    them is given the smallest listed log-probability (an upper bound on its own); None when
+    neither is listed."""
+    a, b = top.get(c1), top.get(c2)
+    if a is None and b is None:
+        return None
+    floor = min(top.values())
+    return (a if a is not None else floor), (b if b is not None else floor)
+
+
+def restore_stop(text: str, finish: str, stops: tuple[str, ...], choice: dict) -> str:
+    """Servers cut a matched stop string from the text; the in-process engine keeps it.
+
+    Put it back when the server says which one matched (vLLM `stop_reason`, SGLang
+    `matched_stop`) or, for closing tags such as `</Result>`, when its opening tag is open."""
+    if finish != "stop" or not stops or any(text.endswith(s) for s in stops):
+        return text
+    for key in ("stop_reason", "matched_stop", "stopping_word"):
+        v = choice.get(key)
+        if isinstance(v, str) and v in stops:
+            return text + v
+    for s in stops:
+        if s.startswith("</") and s.endswith(">"):
+            opener = "<" + s[2:]
+            if text.rfind(opener) >= 0 and text.rfind(opener) >= text.rfind(s):
+                return text + s
+    return text
