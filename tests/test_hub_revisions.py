@@ -300,3 +300,62 @@ def test_resume_against_a_moved_revision_is_refused_and_the_card_names_the_commi
         assert r.returncode == 0, r.stderr
         card = (tmp_path / store.stem / "README.md").read_text()
         assert line in card, card
+
+
+# -- online (the Hub's API stood in for) -------------------------------------------------------
+
+class FakeApi:
+    """huggingface_hub.HfApi as the Hub answers for org/prefs: main at NEW, tag v1 at OLD."""
+
+    calls: list = []
+
+    def dataset_info(self, repo, revision=None):
+        from types import SimpleNamespace
+
+        FakeApi.calls.append(("dataset_info", repo, revision))
+        return SimpleNamespace(sha={None: NEW, "main": NEW, "v1": OLD, OLD: OLD}[revision])
+
+    def list_repo_refs(self, repo, repo_type=None):
+        from types import SimpleNamespace
+
+        FakeApi.calls.append(("list_repo_refs", repo, repo_type))
+        return SimpleNamespace(branches=[SimpleNamespace(name="main")],
+                               tags=[SimpleNamespace(name="v1")])
+
+
+def test_online_the_revision_is_resolved_to_a_commit_and_that_commit_is_read(monkeypatch,
+                                                                             tmp_path, capsys):
+    import datasets
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from rmjudge.io.huggingface import resolved_revision
+    from rmjudge.io.readers import read_rows
+
+    loads = []
+
+    def load_dataset(path, config=None, revision=None, streaming=False):
+        loads.append((path, config, revision, streaming))
+        rows = {OLD: OLD_TRAIN, NEW: NEW_TRAIN}[revision]
+        return {"train": rows, "test": rows[:1]}
+
+    FakeApi.calls = []
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    src = "hf://datasets/org/online-prefs"
+    assert [r.obj["id"] for r in read_rows(f"{src}@v1?split=train")] == ids(OLD_TRAIN)
+    assert loads[-1] == ("org/online-prefs", None, OLD, True)  # the commit, not the tag
+    assert resolved_revision(f"{src}@v1?split=train") == {
+        "revision": "v1", "commit": OLD, "pinned": f"{src}@{OLD}?split=train"}
+    assert [r.obj["id"] for r in read_rows(f"{src}?split=train")] == ids(NEW_TRAIN)
+    assert loads[-1] == ("org/online-prefs", None, NEW, True)
+    # a bare @X: a tag on the Hub is the revision; a split name the old form's split
+    with pytest.raises(InputError, match=r"has several splits \(train, test\); choose one: "
+                                         r"--split train"):
+        list(read_rows(f"{src}@v1"))
+    capsys.readouterr()
+    assert [r.obj["id"] for r in read_rows(f"{src}@test")] == ids(NEW_TRAIN)[:1]
+    assert ("list_repo_refs", "org/online-prefs", "dataset") in FakeApi.calls
+    assert f"write '{src}?split=test'" in capsys.readouterr().err
