@@ -207,6 +207,24 @@ def test_config_and_split_options_fold_into_the_id(tmp_path):
         with_config_split("x.jsonl", None, "test")
 
 
+def test_config_and_split_options_on_other_inputs_are_one_error_line(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    (tmp_path / "x.jsonl").write_text(json.dumps(OLD_TRAIN[0]) + "\n")
+    for cmd in ("score", "eval"):
+        r = CliRunner().invoke(main, [cmd, str(tmp_path / "x.jsonl"), "--split", "test"])
+        assert r.exit_code == 1, r.output
+        assert r.stderr == ("Error: --config and --split choose the config and split of a Hugging "
+                            "Face dataset (hf://datasets/ORG/NAME; --split also a save_to_disk "
+                            f"DatasetDict folder), not of {tmp_path}/x.jsonl\n")
+    r = CliRunner().invoke(main, ["score", "hf://datasets/org/prefs:en@test", "--config", "fr"])
+    assert r.exit_code == 1 and r.stderr == (
+        "Error: hf://datasets/org/prefs:en@test names the config 'en' but --config says 'fr'; "
+        "give it once\n")
+
+
 # -- offline against the cache ----------------------------------------------------------------
 
 def test_a_revision_pins_the_rows_of_its_commit(tmp_path):
