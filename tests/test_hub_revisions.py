@@ -294,10 +294,15 @@ def test_resume_against_a_moved_revision_is_refused_and_the_card_names_the_commi
     assert r.returncode == 1
     assert r.stderr.strip() == (
         f"Error: {out} holds results for commit {OLD} of {src}?split=train, but "
-        f"{src}?split=train now resolves to commit {NEW} (its revision moved); to resume, give "
-        f"the input pinned to that commit ({src}@{OLD}?split=train) with the same -o, use -o to "
-        "write elsewhere, or --overwrite to start again")
+        f"{src}?split=train now resolves to commit {NEW}; to resume, give the input pinned to "
+        f"that commit ({src}@{OLD}?split=train) with the same -o, use -o to write elsewhere, or "
+        "--overwrite to start again")
     assert ids_of(out) == ids(OLD_TRAIN)[:2]  # untouched
+    r = rmjudge(home, "score", f"{src}@{NEW}?split=train", "-o", str(out), "--samples", "2",
+                "--quiet")  # another commit named outright: refused alike
+    assert r.returncode == 1 and r.stderr.startswith(
+        f"Error: {out} holds results for commit {OLD} of {src}?split=train, but "
+        f"{src}@{NEW}?split=train is commit {NEW}; to resume, give the input pinned")
 
     r = rmjudge(home, "score", f"{src}@{OLD}?split=train", "-o", str(out), "--samples", "2",
                 "--quiet")  # pinned: resumes with the rows of the first commit
