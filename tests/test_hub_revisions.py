@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import duckdb
 import pytest
@@ -129,7 +130,7 @@ main(sys.argv[2:], prog_name="rmjudge")
 
 def probe(home: Path, *sources: str) -> dict:
     res = subprocess.run([sys.executable, "-c", PROBE, *sources], capture_output=True,
-                         text=True, env=_env(home), timeout=300)
+                         text=True, env=_env(home), timeout=300, check=False)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, res.stderr[-3000:]
     return json.loads(line[0][len("RESULT "):])
@@ -138,7 +139,7 @@ def probe(home: Path, *sources: str) -> dict:
 def rmjudge(home: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     (home / "fake.gguf").write_bytes(b"GGUF" + bytes(28))
     return subprocess.run([sys.executable, "-c", CLI, str(TESTS), *args], capture_output=True,
-                          text=True, env=_env(home), timeout=300, cwd=cwd)
+                          text=True, env=_env(home), timeout=300, cwd=cwd, check=False)
 
 
 def ids_of(store: Path) -> list[str]:
@@ -260,17 +261,17 @@ def test_the_old_form_still_reads_with_one_warning_line(tmp_path):
     home = tmp_path / "home"
     move_main(hub_cache(home, tmp_path))
     for old, new in (("hf://datasets/org/prefs:en@test",
-                      "'hf://datasets/org/prefs?config=en&split=test' or "
-                      "hf://datasets/org/prefs --config en --split test"),
-                     ("hf://datasets/org/prefs@test", "'hf://datasets/org/prefs?split=test' or "
-                      "hf://datasets/org/prefs --split test")):
+                      ("'hf://datasets/org/prefs?config=en&split=test' or "
+                       "hf://datasets/org/prefs --config en --split test")),
+                     ("hf://datasets/org/prefs@test", ("'hf://datasets/org/prefs?split=test' or "
+                                                       "hf://datasets/org/prefs --split test"))):
         out = tmp_path / f"{len(old)}.duckdb"
         r = rmjudge(home, "score", old, "-o", str(out), "--samples", "2", "--quiet")
         assert r.returncode == 0, r.stderr
         warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
-        assert warnings == [f"rmjudge: warning: {old} is the old form of a Hub dataset id, read "
-                            "until the next release (`@` is now a revision, as in "
-                            f"huggingface_hub); write {new}"], r.stderr
+        assert warnings == [(f"rmjudge: warning: {old} is the old form of a Hub dataset id, read "
+                             "until the next release (`@` is now a revision, as in "
+                             f"huggingface_hub); write {new}")], r.stderr
         assert ids_of(out) == ids(NEW_TEST)
         assert input_meta(out)["commit"] == NEW
 
@@ -330,7 +331,7 @@ def test_resume_against_a_moved_revision_is_refused_and_the_card_names_the_commi
 class FakeApi:
     """huggingface_hub.HfApi as the Hub answers for org/prefs: main at NEW, tag v1 at OLD."""
 
-    calls: list = []
+    calls: ClassVar[list] = []
 
     def dataset_info(self, repo, revision=None):
         from types import SimpleNamespace
