@@ -430,6 +430,15 @@ class Store:
         old = self.meta("input")
         if old is None:  # a new store, or one made before inputs were recorded
             self.set_meta("input", identity)
+        elif old.get("commit") and identity.get("commit") \
+                and old["commit"] != identity["commit"]:  # a Hub dataset's revision moved
+            now = ("now resolves to" if old.get("source") == identity.get("source") else "is")
+            raise StoreError(
+                f"{self.path} holds results for commit {old['commit']} of "
+                f"{old.get('source')}, but {identity.get('source')} {now} commit "
+                f"{identity['commit']}; to resume, give the input pinned to that commit "
+                f"({old.get('pinned') or old['commit']}) with the same -o, use -o to write "
+                "elsewhere, or --overwrite to start again")
         elif old.get("fingerprint") != identity.get("fingerprint"):
             same = old.get("source") == identity.get("source")
             what = (f"{identity.get('source')} no longer starts with the row it started with "

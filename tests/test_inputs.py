@@ -273,11 +273,14 @@ def test_hub_ids_parse_or_say_the_form():
 
     assert parse_hub_source("hf://datasets/org/prefs") == HubSource("org/prefs", None, None)
     assert parse_hub_source("hf://datasets/org/pr.efs-2:en_US@test") == \
-        HubSource("org/pr.efs-2", "en_US", "test")
+        HubSource("org/pr.efs-2", "en_US", "test", legacy=True)  # the old form
     assert parse_hub_source("hf://datasets/squad@validation") == \
+        HubSource("squad", None, None, at="validation")  # a revision or an old-form split
+    assert parse_hub_source("hf://datasets/squad?split=validation") == \
         HubSource("squad", None, "validation")
     for bad in ("hf://org/prefs", "hf://datasets/", "hf://datasets/a/b/c", "hf://datasets/a@"):
-        with pytest.raises(InputError, match=r"write hf://datasets/ORG/NAME\[:CONFIG\]\[@SPLIT\]"):
+        with pytest.raises(InputError, match=r"write hf://datasets/ORG/NAME\[@REVISION\]"
+                                             r"\[\?config=CONFIG&split=SPLIT\]"):
             detect_format(bad)
     assert default_output_stem("hf://datasets/org/prefs@train") == "org_prefs.train"
     assert default_output_stem("hf://datasets/org/prefs:en@test") == "org_prefs.en.test"
@@ -360,10 +363,10 @@ def test_hub_id_offline_from_the_hub_cache_snapshot(tmp_path):
     assert [o for _, o in got["hf://datasets/org/prefs:fr"]["rows"]] == ROWS[4:]  # one split
     assert got["hf://datasets/org/prefs:en"]["error"] == (
         "hf://datasets/org/prefs:en has several splits (train, test); choose one: "
-        "hf://datasets/org/prefs:en@train")
-    assert got["hf://datasets/org/prefs@train"]["error"].startswith(
-        "hf://datasets/org/prefs@train: the dataset has several configs; name one")
-    assert "hf://datasets/org/prefs:en@train" in got["hf://datasets/org/prefs@train"]["error"]
+        "--split train or 'hf://datasets/org/prefs?config=en&split=train'")
+    assert got["hf://datasets/org/prefs@train"]["error"] == (
+        "hf://datasets/org/prefs@train: the dataset has several configs; name one (its "
+        "configs: en, fr): --config en or 'hf://datasets/org/prefs?config=en&split=train'")
     assert "no config 'de'" in got["hf://datasets/org/prefs:de@train"]["error"]
     assert got["hf://datasets/org/prefs:en@valid"]["error"] == (
         "hf://datasets/org/prefs:en@valid: no split 'valid'; splits: train, test")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from rmjudge.cli.options import engine_options, judge_options
-from rmjudge.cli.score import judge_input, parse_run_options, run_options
+from rmjudge.cli.score import input_source, judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
 
 
@@ -52,6 +52,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
 
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     engine = None
+    table = input_source(table, kw)
     path = table
     if not is_judged(table):
         from rmjudge.pipeline import default_output

@@ -27,7 +27,19 @@ run_options = combine_options([
                  help="Discard an existing output (an rmjudge store no other run is writing) "
                  "and start again."),
     label_options,
+    click.option("--config", "hub_config", default=None, metavar="NAME",
+                 help="The config of a Hugging Face dataset input (hf://datasets/ORG/NAME)."),
+    click.option("--split", "hub_split", default=None, metavar="NAME",
+                 help="The split of a Hugging Face dataset input (hf://datasets/ORG/NAME, or a "
+                 "save_to_disk DatasetDict folder)."),
 ])
+
+
+def input_source(source: str, kw: dict) -> str:
+    """INPUT with --config / --split applied (popped from kw); see rmjudge.io.huggingface."""
+    from rmjudge.io.huggingface import with_config_split
+
+    return with_config_split(source, kw.pop("hub_config"), kw.pop("hub_split"))
 
 
 @click.command("score")
@@ -46,6 +58,7 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
             **kw) -> None:
     """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
     JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
+    source = input_source(source, kw)
     if dry_run:
         from rmjudge.dryrun import dry_run as run_dry
         from rmjudge.settings import SettingsError

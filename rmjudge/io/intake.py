@@ -62,13 +62,17 @@ def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
 def input_identity(source: str, first: RawRow | None) -> dict | None:
     """What identifies an input across resumes: its first readable row's content (so a moved,
     appended or recompressed copy of the same data resumes, a fixed unreadable row does not
-    change it, and another file is refused)."""
+    change it, and another file is refused). A Hub dataset adds the revision asked for and the
+    commit it resolved to (`revision`, `commit`), so a moved revision is refused too."""
     if first is None:
         return None
+    from rmjudge.io.huggingface import resolved_revision
+
     blob = jsontext.dumps(first.obj, sort_keys=True).encode() \
         if first.obj is not None else (first.raw or "").encode()
     name = source if source == "-" or "://" in source else os.path.abspath(source)
-    return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest()}
+    return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest(),
+            **(resolved_revision(source) or {})}
 
 
 class Intake:

@@ -3,7 +3,7 @@
 Forms (docs/inputs.md has an example of each): JSONL (a file, or `-` for stdin), compressed
 JSONL (gzip, zstd, bzip2, xz: see `rmjudge.io.compressed`), Parquet, CSV, a DuckDB table
 (`file.duckdb:table`), a folder or glob of shards (`rmjudge.io.shards`), and Hugging Face
-datasets: a Hub id `hf://datasets/org/name[:config][@split]` or a `save_to_disk` folder
+datasets: a Hub id `hf://datasets/org/name[@revision][?config=..&split=..]` or a `save_to_disk` folder
 (`rmjudge.io.huggingface`). `detect_format` decides which, from the name and the first bytes.
 
 Every reader yields `RawRow`s: the 1-based row number, the decoded object (or None) and, for a
@@ -453,9 +453,10 @@ def default_output_stem(source: str) -> str:
     """The output name for `source` without `.judged.duckdb` (decided from the text alone).
 
     `pairs.jsonl`, `pairs.jsonl.gz`, `pairs.jsonl.zst` -> `pairs`; `x.duckdb:train` -> `x`;
-    `-` -> `stdin`; `hf://datasets/org/prefs:en@test` -> `org_prefs.en.test` (in the current
-    folder); a folder `data/` or a save_to_disk folder -> `data`; `ds@test` (a DatasetDict
-    split) and its subfolder `ds/test` -> `ds.test`; a glob `data/*.parquet` -> `data`,
+    `-` -> `stdin`; `hf://datasets/org/prefs@v1?config=en&split=test` -> `org_prefs.en.test.v1`
+    (in the current folder; the old `hf://datasets/org/prefs:en@test` -> `org_prefs.en.test`);
+    a folder `data/` or a save_to_disk folder -> `data`; `ds@test` (a DatasetDict split) and
+    its subfolder `ds/test` -> `ds.test`; a glob `data/*.parquet` -> `data`,
     `data/train-*.parquet` -> `data/train`, `*.jsonl` -> `shards`.
     """
     from rmjudge.io import compressed, huggingface, shards
@@ -464,10 +465,9 @@ def default_output_stem(source: str) -> str:
         return "stdin"
     if huggingface.is_hub_source(source):
         try:
-            src = huggingface.parse_hub_source(source)
+            return ".".join(huggingface.output_parts(source))
         except InputError:
             return "hub"
-        return ".".join(p for p in (src.repo.replace("/", "_"), src.config, src.split) if p)
     duck = split_duckdb_source(source)
     if duck:
         return os.path.splitext(duck[0])[0]

@@ -2,7 +2,8 @@
 
 YAML front matter (license when known, task_categories, tags, size_categories,
 source_datasets for a Hub source, configs/data_files naming the one `train` split), then: the
-source dataset and its revision, the judge model (file name and sha256) and settings, the filter
+source dataset and, for a Hub dataset, the revision asked for and the commit it resolved to
+(recorded by the run), the judge model (file name and sha256) and settings, the filter
 settings and counts (kept / swapped / labelled / dropped per reason), the judge's accuracy and
 positional consistency against the gold labels when the pairs had some, and the columns.
 
@@ -60,7 +61,8 @@ def sources(record: dict) -> list[str]:
 
 
 def hub_repo(source: str) -> str | None:
-    """`org/name` of an `hf://datasets/org/name[:config][@split]` input, else None."""
+    """`org/name` of an `hf://datasets/org/name[@revision][?config=..&split=..]` input (or of
+    the old `hf://datasets/org/name[:config][@split]`), else None."""
     if not source.startswith(HUB_PREFIX):
         return None
     from rmjudge.io.huggingface import parse_hub_source
@@ -167,8 +169,11 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
         link = f" ([{repo}](https://huggingface.co/datasets/{repo}))" if repo else ""
         lines.append(f"- input: `{_shown(s)}`{link}")
     ident = record.get("input") or {}
-    rev = ident.get("revision")
-    if rev:
+    rev, commit = ident.get("revision"), ident.get("commit")
+    if commit:
+        lines.append(f"- revision: {f'`{rev}`' if rev else 'the default branch'}, commit "
+                     f"`{commit}`")
+    elif rev:
         lines.append(f"- revision: `{rev}`")
     else:
         lines.append("- revision: not recorded by the run" + (

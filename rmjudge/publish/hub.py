@@ -70,12 +70,16 @@ def source_license(record: dict) -> str | None:
     """The license of the source dataset, read from its card in the local Hugging Face cache
     (only for an `hf://datasets/...` input whose card is there; nothing is downloaded)."""
     hf = require_hub()
+    ident = record.get("input") or {}
     for s in sources(record):
         repo = hub_repo(s)
         if not repo:
             continue
+        # the card of the commit that was judged, when the run recorded it
+        commit = ident.get("commit") if hub_repo(ident.get("source") or "") == repo else None
         try:
-            path = hf.try_to_load_from_cache(repo, "README.md", repo_type="dataset")
+            path = hf.try_to_load_from_cache(repo, "README.md", repo_type="dataset",
+                                             revision=commit)
             if isinstance(path, str):
                 lic = hf.DatasetCard.load(path).data.license
                 if isinstance(lic, list):
