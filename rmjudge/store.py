@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -42,7 +43,7 @@ from rmjudge.interrupts import critical
 from rmjudge.protocol import PairResult, Sample
 from rmjudge.sql import quote_ident, sql_literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: pairs.content_hash (added to older stores when they are opened)
 
 PAIR_COLUMNS = [
     ("id", "VARCHAR PRIMARY KEY"), ("row_number", "BIGINT"), ("verdict", "VARCHAR"),
@@ -52,7 +53,7 @@ PAIR_COLUMNS = [
     ("confidence_ab", "DOUBLE"), ("confidence_ba", "DOUBLE"),
     ("rollouts_ab", "INTEGER"), ("rollouts_ba", "INTEGER"),
     ("prompt", "VARCHAR"), ("messages", "JSON"), ("response_a", "VARCHAR"),
-    ("response_b", "VARCHAR"), ("run_id", "INTEGER"),
+    ("response_b", "VARCHAR"), ("run_id", "INTEGER"), ("content_hash", "VARCHAR"),
 ]
 SAMPLE_COLUMNS = [
     ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("stage", "VARCHAR"), ("idx", "INTEGER"),
@@ -127,6 +128,21 @@ def sidecar(path: str, table: str) -> str:
     """`x.parquet` -> `x.samples.parquet` (the names an export writes beside its pairs)."""
     stem, ext = os.path.splitext(path)
     return f"{stem}.{table}{ext}"
+
+
+def export_files(out: str) -> list[str]:
+    """The files a run with output `out` writes besides its store: the export and its sidecars
+    (none for a DuckDB output, which is the store)."""
+    if output_format(out) == "duckdb":
+        return []
+    return [out, sidecar(out, "samples"), sidecar(out, "errors")]
+
+
+def export_lock(path: str) -> str:
+    """What a run writing the export file `path` locks: the run store a run with `-o path`
+    would use. So `-o a.parquet` (which writes `a.samples.parquet`) and `-o a.samples.parquet`
+    take one same lock, and the second of two such runs is refused."""
+    return store_path(path)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -256,9 +272,10 @@ def is_rmjudge_store(path: str) -> bool:
 
 
 class _Lock:
-    """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`."""
+    """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`. `busy`:
+    the message when another process holds it."""
 
-    def __init__(self, path: str, what: str = "writing"):
+    def __init__(self, path: str, what: str = "writing", busy: str | None = None):
         self.path = path + ".lock"
         try:
             self._f = open(self.path, "a+")
@@ -269,8 +286,8 @@ class _Lock:
             fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._f.close()
-            raise StoreBusyError(f"another rmjudge process is {what} {path}; wait for it to finish "
-                            "or use -o to write elsewhere") from None
+            raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait for it "
+                                 "to finish or use -o to write elsewhere") from None
 
     def release(self) -> None:
         try:
@@ -283,6 +300,67 @@ def check_not_busy(path: str) -> None:
     """Raise BusyError when an rmjudge process holds `path`'s lock (for read-only users)."""
     if os.path.exists(path + ".lock"):
         _Lock(path, "writing").release()
+
+
+def _busy_export(f: str, out: str) -> str:
+    if os.path.abspath(f) == os.path.abspath(out):
+        return (f"another rmjudge process is writing {f} (as its output, or as a file beside "
+                "its output); wait for it to finish or use -o to write elsewhere")
+    return (f"another rmjudge process is writing {f}, which this run writes beside {out} (as its "
+            "output, or as a file beside its output); wait for it to finish or use -o to write "
+            "elsewhere")
+
+
+def check_exports_not_busy(out: str) -> None:
+    """Raise BusyError when a live rmjudge run writes one of the files a run with output `out`
+    writes (its export or a sidecar, as its own output or as a sidecar of its own)."""
+    for f in export_files(out):
+        if os.path.exists(export_lock(f) + ".lock"):
+            _Lock(export_lock(f), busy=_busy_export(f, out)).release()
+
+
+# The temporary names rmjudge writes beside a file `x` (`_temp_beside`, `NewStore`):
+# `.x.new-` + 8 hex digits, and for a store being built its `.wal` and `.lock`.
+_TEMP_SUFFIX = re.compile(r"\.new-[0-9a-f]{8}(\.wal|\.lock)?")
+
+
+def clean_stale_temps(path: str) -> list[str]:
+    """Remove the temporaries of `path` that a killed rmjudge process left behind (only names of
+    rmjudge's exact temporary pattern for this `path`). The caller holds the lock under which
+    such temporaries are written; a store still being built (`NewStore`) holds its own lock and
+    is left alone. Returns the files removed."""
+    head, tail = os.path.split(os.path.abspath(path))
+    prefix = f".{tail}"
+    try:
+        names = os.listdir(head)
+    except OSError:
+        return []
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        m = _TEMP_SUFFIX.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+        if m is not None:
+            base = name[: len(name) - len(m.group(1) or "")]
+            groups.setdefault(base, []).append(name)
+    removed = []
+    for base, members in sorted(groups.items()):
+        full = os.path.join(head, base)
+        lock = None
+        if base + ".lock" in members:
+            try:
+                lock = _Lock(full)
+            except StoreError:  # a live process is building it
+                continue
+        try:
+            for name in sorted(members, key=lambda n: n.endswith(".lock")):
+                try:
+                    os.remove(os.path.join(head, name))
+                    removed.append(os.path.join(head, name))
+                except FileNotFoundError:
+                    pass
+        finally:
+            if lock is not None:
+                lock.release()
+    return removed
 
 
 def _prepare_dir(path: str) -> None:
@@ -317,13 +395,20 @@ class Store:
     """An open, locked run store. `overwrite` empties it first (only when it is rmjudge's own
     and nobody else holds it)."""
 
-    def __init__(self, path: str, *, overwrite: bool = False):
+    def __init__(self, path: str, *, overwrite: bool = False, exports: list[str] = ()):
         import duckdb
 
         self.path = path
         _prepare_dir(path)
-        self._lock = _Lock(path)
+        out = exports[0] if exports else None
+        self._lock = _Lock(path, busy=None if out is None else _busy_export(out, out))
+        self._export_locks: list[_Lock] = []
         try:
+            # the files exported beside this store: another run writes none of them
+            for f in exports:
+                if os.path.abspath(export_lock(f)) != os.path.abspath(path):
+                    self._export_locks.append(_Lock(export_lock(f), busy=_busy_export(f, out)))
+            clean_stale_temps(path)
             _refuse_foreign(path)
             if overwrite:
                 _remove_files(path)
@@ -338,10 +423,15 @@ class Store:
                 self.con.close()
                 raise
         except BaseException:
-            self._lock.release()
+            self._release_locks()
             raise
         self.pair_columns = self._columns("pairs")
         self._columns_map: dict[str, str] = self.meta("passthrough") or {}
+        if "content_hash" in {c.lower() for c in self._columns_map.values()}:
+            self.close()
+            raise StoreError(f"{path} was made by an older version and holds an input column "
+                             "named content_hash, a name rmjudge now uses itself; use "
+                             "--overwrite to start again or -o to write elsewhere")
         self._types: dict[str, str] = dict(self.con.execute(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'pairs' "
             "AND database_name = current_database()").fetchall())
@@ -359,6 +449,8 @@ class Store:
             self.con.execute(_ddl("runs", RUN_COLUMNS))
             for c, t in RUN_COLUMNS:  # stores made by older versions
                 self.con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {quote_ident(c)} {t.split()[0]}")
+            # schema 1 had no content hash: its pairs are resumed by id alone
+            self.con.execute("ALTER TABLE pairs ADD COLUMN IF NOT EXISTS content_hash VARCHAR")
             self.con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             self.con.execute("COMMIT")
         except duckdb.Error as exc:
@@ -455,6 +547,12 @@ class Store:
     def done_ids(self) -> set[str]:
         return {r[0] for r in self.con.execute("SELECT id FROM pairs").fetchall()}
 
+    def judged(self) -> dict[str, tuple[int, str | None]]:
+        """{pair id: (row number, content hash)} of the pairs held (the hash is None for pairs
+        stored by a version before schema 2)."""
+        return {r[0]: (r[1], r[2]) for r in self.con.execute(
+            "SELECT id, row_number, content_hash FROM pairs").fetchall()}
+
     # -- writes -----------------------------------------------------------------------------
     def column_for(self, key: str) -> str:
         """The `pairs` column that holds input key `key` (assigned once, kept in meta)."""
@@ -517,8 +615,12 @@ class Store:
             columns.append([_cell(v, have) for v in values])
         return new, widen, [list(r) for r in zip(*columns)] if columns else [[] for _ in results]
 
-    def commit(self, results: list[PairResult], errors: list[dict]) -> None:
-        """Write a chunk of judged pairs and error rows in one transaction."""
+    def commit(self, results: list[PairResult], errors: list[dict],
+               replaced: Iterable[str] = ()) -> None:
+        """Write a chunk of judged pairs and error rows in one transaction; the pairs (and their
+        samples) with the ids in `replaced` are dropped in it first (a changed row judged
+        again: see `rmjudge.io.intake`)."""
+        replaced = [[i] for i in dict.fromkeys(replaced)]
         keys: list[str] = []
         for res in results:
             for k in res.pair.extra:
@@ -538,6 +640,9 @@ class Store:
         n_cols = len(self.pair_columns)
 
         def statements(con) -> None:
+            if replaced:
+                con.executemany("DELETE FROM samples WHERE pair_id = ?", replaced)
+                con.executemany("DELETE FROM pairs WHERE id = ?", replaced)
             self.add_columns(new, con)
             for col, typ in widen.items():
                 self._widen(con, col, typ)
@@ -576,7 +681,7 @@ class Store:
             ab.confidence if ab else None, ba.confidence if ba else None,
             ab.n_rollouts if ab else None, ba.n_rollouts if ba else None,
             p.messages[-1]["content"], orjson.dumps(list(p.messages)).decode(),
-            p.response_a, p.response_b, self.run_id,
+            p.response_a, p.response_b, self.run_id, p.content_hash(),
         ]
 
     @staticmethod
@@ -729,6 +834,8 @@ class Store:
         written = []
         targets = [("pairs", out, "row_number"), ("samples", sidecar(out, "samples"), None),
                    ("errors", sidecar(out, "errors"), "row_number")]
+        for _, path, _ in targets:  # left by a run killed while exporting (we hold their locks)
+            clean_stale_temps(path)
         for table, path, order in targets:
             n = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             if table == "errors" and n == 0:
@@ -787,6 +894,14 @@ class Store:
         try:
             self.con.close()
         finally:
+            self._release_locks()
+
+    def _release_locks(self) -> None:
+        try:
+            for lock in self._export_locks:
+                lock.release()
+        finally:
+            self._export_locks = []
             self._lock.release()
 
     def __enter__(self) -> "Store":
@@ -933,10 +1048,14 @@ class NewStore:
         except BaseException:
             self.discard()
             raise
-        self.store.close()
         lock = None
         try:
-            lock = _Lock(self.dest, "writing")
+            try:
+                lock = _Lock(self.dest, "writing")
+            finally:
+                # closed only now, so that the temporary is never unlocked while `dest`'s lock
+                # is free (a run opening `dest` cleans temporaries without a live lock)
+                self.store.close()
             _refuse_foreign(self.dest)
             if os.path.exists(self.dest + ".wal"):
                 os.remove(self.dest + ".wal")

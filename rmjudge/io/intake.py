@@ -4,8 +4,17 @@ command that reads pairs (`score`, `eval` on unjudged input, `--dry-run`, `ray-s
 
 In order, for each row: the `--limit` cut, unreadable rows (the reader's reason), mapping
 (`Mapper.to_pair`: shape, `--map`, ids, gold labels), the `--shard` filter (by pair id, or by
-row number for rows without one), duplicate ids (the first occurrence wins) and ids already
+row number for rows without one), duplicate ids (the first occurrence wins) and pairs already
 judged (skipped on resume).
+
+A pair judged before is skipped only when it is the same pair: its content hash
+(`Pair.content_hash`) matches the one stored with its verdict. A row edited since it was judged
+is a *changed row*: found by its id when the row carries one, and, for rows whose id is derived
+from their content (so an edit gives a new id), by its row number (the stored pair at that row
+number has another id). A changed row is never judged again silently, nor stored a second time:
+by default the intake stops with `ChangedRows`, naming the first changed rows; with
+`rejudge_changed` it yields the pair again, and `replaces` names the stored pair its verdict
+replaces (the store drops that pair in the transaction that commits the new verdict).
 """
 
 from __future__ import annotations
@@ -13,10 +22,11 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 
 from rmjudge import jsontext
+from rmjudge.errors import UserError
 from rmjudge.io.mapping import Mapper, RowError
 from rmjudge.io.readers import RAW_LIMIT, RawRow
 from rmjudge.types import Pair
@@ -71,29 +81,74 @@ def input_identity(source: str, first: RawRow | None) -> dict | None:
     return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest()}
 
 
+class ChangedRows(UserError):
+    """Rows judged before hold other content now (see the module docstring)."""
+
+    def __init__(self, rows: list[int], more: bool):
+        self.rows = rows
+        self.more = more
+        shown = ", ".join(str(r) for r in rows) + (" and maybe more" if more else "")
+        super().__init__(f"rows changed since they were judged: {shown}")
+
+
+# After the first changed row, how many more rows are read to name a few others.
+CHANGED_SCAN_ROWS = 10_000
+CHANGED_SHOWN = 5
+
+
 class Intake:
-    """Iterate `Pair | RowFailure` over raw rows; counts what it read and skipped."""
+    """Iterate `Pair | RowFailure` over raw rows; counts what it read and skipped.
+
+    `judged`: {pair id: (row number, content hash or None)} of the pairs an earlier run stored
+    (resume); `done`: ids to skip unchecked, for callers without hashes."""
 
     def __init__(self, rows: Iterable[RawRow], mapper: Mapper, *,
                  shard: tuple[int, int] | None = None, limit: int | None = None,
-                 done: set[str] | frozenset[str] = frozenset()):
+                 done: set[str] | frozenset[str] = frozenset(),
+                 judged: Mapping[str, tuple[int, str | None]] | None = None,
+                 rejudge_changed: bool = False):
         self.rows = rows
         self.mapper = mapper
         self.shard = shard
         self.limit = limit
-        self.done = done
+        self.judged: dict[str, tuple[int, str | None]] = dict(judged or {})
+        self.judged.update((i, (0, None)) for i in done if i not in self.judged)
+        self._at_row = {rn: pid for pid, (rn, _) in self.judged.items() if rn}
+        self.rejudge_changed = rejudge_changed
+        self.replaces: dict[str, str] = {}  # pair id yielded -> stored pair id it replaces
+        self.changed: list[int] = []  # row numbers of changed rows met
         self.rows_read = 0
         self.skipped = 0  # already judged (resume)
         self.failures = 0
         self.labelled = 0  # pairs yielded with a gold label
         self.pairs = 0  # pairs yielded
 
+    def _stored_version(self, pair: Pair, obj: dict) -> tuple[str | None, bool]:
+        """(id of the stored pair this one was judged as, whether that stored pair is the same
+        content); (None, False) for a pair never judged."""
+        stored = self.judged.get(pair.id)
+        if stored is not None:
+            return pair.id, stored[1] is None or stored[1] == pair.content_hash()
+        other = self._at_row.get(pair.row_number)
+        if other is None or other not in self.judged or self.mapper.id_column(obj) is not None:
+            return None, False
+        return other, False  # an id-less row: its id is its content, so an edit changed it
+
     def __iter__(self) -> Iterator[Pair | RowFailure]:
         seen: dict[str, int] = {}
+        scan_left: int | None = None  # refusing: rows still read to name more changed rows
+        cut = False  # stopped looking for changed rows before the end of the input
         for raw in self.rows:
             if self.limit is not None and self.rows_read >= self.limit:
-                return
+                break
             self.rows_read += 1
+            if scan_left is not None:
+                if scan_left == 0 or len(self.changed) >= CHANGED_SHOWN:
+                    cut = True
+                    break
+                scan_left -= 1
+                self._scan(raw, seen)
+                continue
             rn = raw.row_number
             if raw.obj is None:
                 if in_shard(f"row:{rn}", self.shard):
@@ -117,9 +172,35 @@ class Intake:
                                  raw_text(raw.obj), pair.id)
                 continue
             seen[pair.id] = rn
-            if pair.id in self.done:
+            old, same = self._stored_version(pair, raw.obj) if self.judged else (None, False)
+            if old is not None and same:
                 self.skipped += 1
                 continue
+            if old is not None:
+                self.changed.append(rn)
+                if not self.rejudge_changed:
+                    scan_left = CHANGED_SCAN_ROWS
+                    continue
+                self.replaces[pair.id] = old
+                del self.judged[old]  # met again further on, it is judged again, not skipped
             self.pairs += 1
             self.labelled += pair.label is not None
             yield pair
+        if scan_left is not None:
+            raise ChangedRows(self.changed[:CHANGED_SHOWN],
+                              more=cut or len(self.changed) > CHANGED_SHOWN)
+
+    def _scan(self, raw: RawRow, seen: dict[str, int]) -> None:
+        """Only look for more changed rows (the intake is refusing)."""
+        if raw.obj is None:
+            return
+        try:
+            pair = self.mapper.to_pair(raw.row_number, raw.obj)
+        except RowError:
+            return
+        if not in_shard(pair.id, self.shard) or pair.id in seen:
+            return
+        seen[pair.id] = raw.row_number
+        old, same = self._stored_version(pair, raw.obj)
+        if old is not None and not same:
+            self.changed.append(raw.row_number)
