@@ -327,8 +327,9 @@ def changed_rows_message(source: str, store_file: str, exc: ChangedRows) -> str:
     rows = ", ".join(map(str, exc.rows)) + (", ..." if exc.more else "")
     return (f"{source} has changed since {store_file} judged it: row{'s' if len(exc.rows) > 1 else ''}"
             f" {rows} now hold{'' if len(exc.rows) > 1 else 's'} other content than the pair judged "
-            "there; rerun with --rejudge-changed to judge them again and replace their verdicts, "
-            "--overwrite to start over, or -o to write elsewhere")
+            f"there; rerun with --rejudge-changed to judge {'them' if len(exc.rows) > 1 else 'it'} "
+            "again and replace the old verdict, --overwrite to start over, or -o to write "
+            "elsewhere")
 
 
 def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict],

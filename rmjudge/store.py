@@ -277,17 +277,29 @@ class _Lock:
 
     def __init__(self, path: str, what: str = "writing", busy: str | None = None):
         self.path = path + ".lock"
+        for _ in range(5):
+            try:
+                self._f = open(self.path, "a+")
+            except OSError as exc:
+                raise disk_error(path, exc) or StoreError(
+                    f"cannot create the lock file {self.path}: {exc.strerror}") from None
+            try:
+                fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._f.close()
+                raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait "
+                                     "for it to finish or use -o to write elsewhere") from None
+            if self._still_linked():
+                return
+            self.release()  # removed (a stale temporary's lock) between open and flock: again
+        raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait for it to "
+                             "finish or use -o to write elsewhere")
+
+    def _still_linked(self) -> bool:
         try:
-            self._f = open(self.path, "a+")
-        except OSError as exc:
-            raise disk_error(path, exc) or StoreError(
-                f"cannot create the lock file {self.path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._f.close()
-            raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait for it "
-                                 "to finish or use -o to write elsewhere") from None
+            return os.stat(self.path).st_ino == os.fstat(self._f.fileno()).st_ino
+        except OSError:
+            return False
 
     def release(self) -> None:
         try:
@@ -348,14 +360,14 @@ def clean_stale_temps(path: str) -> list[str]:
         if base + ".lock" in members:
             try:
                 lock = _Lock(full)
-            except StoreError:  # a live process is building it
+            except UserError:  # a live process is building it (or its lock cannot be opened)
                 continue
         try:
             for name in sorted(members, key=lambda n: n.endswith(".lock")):
                 try:
                     os.remove(os.path.join(head, name))
                     removed.append(os.path.join(head, name))
-                except FileNotFoundError:
+                except OSError:  # gone already, or not ours to remove here: left as it is
                     pass
         finally:
             if lock is not None:
@@ -408,8 +420,8 @@ class Store:
             for f in exports:
                 if os.path.abspath(export_lock(f)) != os.path.abspath(path):
                     self._export_locks.append(_Lock(export_lock(f), busy=_busy_export(f, out)))
-            clean_stale_temps(path)
             _refuse_foreign(path)
+            clean_stale_temps(path)  # left by a killed `merge` into this store
             if overwrite:
                 _remove_files(path)
             try:
@@ -1038,8 +1050,10 @@ class NewStore:
     def discard(self) -> None:
         self.store.close()
         for p in (self.tmp, self.tmp + ".wal", self.tmp + ".lock"):
-            if os.path.exists(p):
+            try:
                 os.remove(p)
+            except FileNotFoundError:  # never made, or cleaned as stale once unlocked
+                pass
 
     def install(self) -> None:
         """Checkpoint, close, then replace `dest` while holding its lock."""
