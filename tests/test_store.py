@@ -814,3 +814,24 @@ def test_the_store_locks_every_export_file_even_past_the_early_check(tmp_path, m
             score(src, ScriptedEngine(length_judge), settings(), output=str(tmp_path / "a.parquet"))
     assert not (tmp_path / "a.parquet").exists()
     assert not (tmp_path / ".a.parquet.rmjudge.duckdb").exists()
+
+
+def test_a_changed_row_that_cannot_be_judged_drops_its_old_verdict(tmp_path):
+    from rmjudge.types import Generation
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [row(i) for i in range(3)])
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    write_jsonl(src, [row(0), {**row(1), "response_b": "FAILS"}, row(2)])
+
+    def failing(req, i):
+        if "FAILS" in req.messages[-1]["content"]:
+            return Generation("", [], "error", error="the engine could not run this pair")
+        return length_judge(req, i)
+
+    s = score(str(src), ScriptedEngine(failing), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped, s.errors) == (0, 2, 1)
+    assert rows(out, "SELECT id FROM pairs ORDER BY id") == [("p0",), ("p2",)]
+    assert rows(out, "SELECT count(*) FROM samples WHERE pair_id = 'p1'") == [(0,)]
+    assert rows(out, "SELECT row_number, id FROM errors") == [(2, "p1")]
