@@ -50,6 +50,10 @@ TOOLS = {"gz": "gzip", "zst": "zstd", "bz2": "bzip2", "xz": "xz"}
 ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
+class Truncated(EOFError):
+    """The compressed data ends before its last member/frame does."""
+
+
 def sniff(head: bytes) -> str | None:
     """'gz' | 'zst' | 'bz2' | 'xz' from the first bytes, or None for uncompressed data."""
     for codec, magic in MAGIC.items():
@@ -142,7 +146,7 @@ class _Decompressing(io.RawIOBase):
         if not data:
             self.done = True
             if self.started and not self.dec.eof:
-                raise EOFError(f"the {TOOLS[self.codec]} data ends early: the file is truncated")
+                raise Truncated(f"the {TOOLS[self.codec]} data ends early: the file is truncated")
             return b""
         out = []
         while data:
@@ -201,8 +205,7 @@ def verify(raw: BinaryIO, codec: str) -> Damage | None:
         while not dec.done:
             dec._fill()
     except ERRORS as exc:
-        truncated = isinstance(exc, EOFError) and dec.done and "truncated" in str(exc)
-        return Damage(dec.verified, describe(exc), truncated)
+        return Damage(dec.verified, describe(exc), isinstance(exc, Truncated))
     return None
 
 

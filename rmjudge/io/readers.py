@@ -430,7 +430,6 @@ def _read_stdin(stream: BinaryIO) -> Iterator[RawRow]:
         yield error
 
 
-
 def count_rows(source: str) -> int | None:
     """Rows in the input, when cheap to know (for the progress total); None otherwise.
 
