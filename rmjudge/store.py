@@ -421,7 +421,10 @@ class Store:
                 if os.path.abspath(export_lock(f)) != os.path.abspath(path):
                     self._export_locks.append(_Lock(export_lock(f), busy=_busy_export(f, out)))
             _refuse_foreign(path)
-            clean_stale_temps(path)  # left by a killed `merge` into this store
+            # temporaries left by a run killed while exporting, or by a killed `merge` into
+            # this store: their locks are ours now
+            for f in [path, *exports]:
+                clean_stale_temps(f)
             if overwrite:
                 _remove_files(path)
             try:
@@ -846,8 +849,6 @@ class Store:
         written = []
         targets = [("pairs", out, "row_number"), ("samples", sidecar(out, "samples"), None),
                    ("errors", sidecar(out, "errors"), "row_number")]
-        for _, path, _ in targets:  # left by a run killed while exporting (we hold their locks)
-            clean_stale_temps(path)
         for table, path, order in targets:
             n = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             if table == "errors" and n == 0:
