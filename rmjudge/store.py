@@ -271,12 +271,17 @@ def is_rmjudge_store(path: str) -> bool:
     return set(CORE_TABLES) <= tables
 
 
+_HELD: set[str] = set()  # the lock files this process holds (so it does not lock them twice)
+_WRITING: set[str] = set()  # of which those `write_query_file` holds while it writes
+
+
 class _Lock:
     """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`. `busy`:
     the message when another process holds it."""
 
     def __init__(self, path: str, what: str = "writing", busy: str | None = None):
         self.path = path + ".lock"
+        self._key: str | None = None
         for _ in range(5):
             try:
                 self._f = open(self.path, "a+")
@@ -290,6 +295,8 @@ class _Lock:
                 raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait "
                                      "for it to finish or use -o to write elsewhere") from None
             if self._still_linked():
+                self._key = os.path.realpath(self.path)
+                _HELD.add(self._key)
                 return
             self.release()  # removed (a stale temporary's lock) between open and flock: again
         raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait for it to "
@@ -302,6 +309,9 @@ class _Lock:
             return False
 
     def release(self) -> None:
+        if self._key is not None:
+            _HELD.discard(self._key)
+            self._key = None
         try:
             fcntl.flock(self._f, fcntl.LOCK_UN)
         finally:
@@ -309,8 +319,8 @@ class _Lock:
 
 
 def check_not_busy(path: str) -> None:
-    """Raise BusyError when an rmjudge process holds `path`'s lock (for read-only users)."""
-    if os.path.exists(path + ".lock"):
+    """Raise BusyError when another rmjudge process holds `path`'s lock (for read-only users)."""
+    if os.path.exists(path + ".lock") and os.path.realpath(path + ".lock") not in _WRITING:
         _Lock(path, "writing").release()
 
 
@@ -987,10 +997,40 @@ def _link_new(tmp: str, path: str) -> bool:
 
 def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
     """`COPY (query)` to `path` as Parquet or JSONL, so a reader never sees a half-written file
-    (see `_write_beside` for `check`)."""
+    (see `_write_beside` for `check`). Holds `path`'s export lock meanwhile (unless this process
+    already does, as a run exporting does), so no other rmjudge process writes `path` or
+    removes its temporary; temporaries of `path` left by a killed writer are removed first."""
     copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
-    _write_beside(path, lambda tmp: con.execute(
-        f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}"), check)
+    lock = _hold_export_lock(path)
+    try:
+        if lock is not None:
+            _WRITING.add(lock._key)  # our own: `check` (check_not_busy) must not refuse it
+        if lock is not None or _holds_export_lock(path):
+            clean_stale_temps(path)
+        _write_beside(path, lambda tmp: con.execute(
+            f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}"), check)
+    finally:
+        if lock is not None:
+            _WRITING.discard(lock._key)
+            lock.release()
+
+
+def _holds_export_lock(path: str) -> bool:
+    return os.path.realpath(export_lock(path) + ".lock") in _HELD
+
+
+def _hold_export_lock(path: str) -> "_Lock | None":
+    """`path`'s export lock, taken now; None when this process holds it already, or when it
+    cannot be created (then writing `path` fails with its own message)."""
+    if _holds_export_lock(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return None
+    try:
+        return _Lock(export_lock(path), busy=f"another rmjudge process is writing {path}; wait "
+                     "for it to finish or use -o to write elsewhere")
+    except StoreBusyError:
+        raise
+    except UserError:
+        return None
 
 
 def write_file(path: str, data: bytes, check=None) -> None:
