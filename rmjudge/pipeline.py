@@ -231,6 +231,8 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         old = intake.replaces.pop(pair.id, None)
         if old is not None:
             pending_drop.append(old)
+        pending_drop.extend(intake.dropped)  # changed rows now judged in another shard
+        intake.dropped.clear()
 
     def add_error(f: RowFailure) -> None:
         pending_errors.append(f.as_error())
@@ -278,6 +280,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
             if on_progress:
                 on_progress(prog)
             deliver_pending()
+        pending_drop.extend(intake.dropped)
         store.commit(batch, pending_errors, pending_drop)
         prog.committed += len(batch)
         batch, pending_errors, pending_drop = [], [], []

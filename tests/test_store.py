@@ -835,3 +835,31 @@ def test_a_changed_row_that_cannot_be_judged_drops_its_old_verdict(tmp_path):
     assert rows(out, "SELECT id FROM pairs ORDER BY id") == [("p0",), ("p2",)]
     assert rows(out, "SELECT count(*) FROM samples WHERE pair_id = 'p1'") == [(0,)]
     assert rows(out, "SELECT row_number, id FROM errors") == [(2, "p1")]
+
+
+def test_an_idless_row_edited_into_another_shard_leaves_no_stale_pair(tmp_path):
+    from rmjudge.io.intake import in_shard
+    from rmjudge.io.mapping import Mapper
+
+    src = tmp_path / "in.jsonl"
+    base = [idless(i) for i in range(1, 7)]
+    write_jsonl(src, base)
+    outs = [str(tmp_path / f"s{i}.duckdb") for i in range(2)]
+    for i, out in enumerate(outs):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=out, shard=(i, 2))
+    # edit a row of shard 0 so that its new (content) id falls in shard 1
+    m = Mapper(seed=1)
+    old_shard = {n: (0 if in_shard(m.to_pair(n, o).id, (0, 2)) else 1)
+                 for n, o in enumerate(base, 1)}
+    n, edited = next((n, {**base[n - 1], "rejected": f"edited {k}"})
+                     for n in old_shard if old_shard[n] == 0 for k in range(100)
+                     if not in_shard(m.to_pair(n, {**base[n - 1], "rejected": f"edited {k}"}).id,
+                                     (0, 2)))
+    write_jsonl(src, [edited if i == n else o for i, o in enumerate(base, 1)])
+    with pytest.raises(StoreError, match=rf"row {n} now holds other content"):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=outs[0], shard=(0, 2))
+    score(str(src), ScriptedEngine(length_judge), settings(), output=outs[0], shard=(0, 2),
+          rejudge_changed=True)
+    score(str(src), ScriptedEngine(length_judge), settings(), output=outs[1], shard=(1, 2))
+    got = [r for out in outs for r in rows(out, "SELECT row_number FROM pairs")]
+    assert sorted(r[0] for r in got) == [1, 2, 3, 4, 5, 6]  # one pair per row across shards

@@ -14,7 +14,9 @@ from their content (so an edit gives a new id), by its row number (the stored pa
 number has another id). A changed row is never judged again silently, nor stored a second time:
 by default the intake stops with `ChangedRows`, naming the first changed rows; with
 `rejudge_changed` it yields the pair again, and `replaces` names the stored pair its verdict
-replaces (the store drops that pair in the transaction that commits the new verdict).
+replaces (the store drops that pair in the transaction that commits the new verdict). An
+id-less row edited so that its new id falls in another `--shard` leaves its old pair in
+`dropped`, to be removed (that other shard judges the row).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class Intake:
         self._at_row = {rn: pid for pid, (rn, _) in self.judged.items() if rn}
         self.rejudge_changed = rejudge_changed
         self.replaces: dict[str, str] = {}  # pair id yielded -> stored pair id it replaces
+        self.dropped: list[str] = []  # stored pairs of changed rows now judged in another shard
         self.changed: list[int] = []  # row numbers of changed rows met
         self.rows_read = 0
         self.skipped = 0  # already judged (resume)
@@ -165,6 +168,15 @@ class Intake:
                                      None if v is None else str(v))
                 continue
             if not in_shard(pair.id, self.shard):
+                # an id-less row edited into another shard: its old pair here is stale
+                old, _ = self._stored_version(pair, raw.obj) if self.judged else (None, False)
+                if old is not None and old != pair.id:
+                    self.changed.append(rn)
+                    if not self.rejudge_changed:
+                        scan_left = CHANGED_SCAN_ROWS
+                    else:
+                        self.dropped.append(old)
+                        del self.judged[old]
                 continue
             if pair.id in seen:
                 self.failures += 1
@@ -198,9 +210,13 @@ class Intake:
             pair = self.mapper.to_pair(raw.row_number, raw.obj)
         except RowError:
             return
-        if not in_shard(pair.id, self.shard) or pair.id in seen:
+        old, same = self._stored_version(pair, raw.obj)
+        if not in_shard(pair.id, self.shard):
+            if old is not None and old != pair.id:
+                self.changed.append(raw.row_number)
+            return
+        if pair.id in seen:
             return
         seen[pair.id] = raw.row_number
-        old, same = self._stored_version(pair, raw.obj)
         if old is not None and not same:
             self.changed.append(raw.row_number)
