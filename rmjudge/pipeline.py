@@ -231,7 +231,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         old = intake.replaces.pop(pair.id, None)
         if old is not None:
             pending_drop.append(old)
-        pending_drop.extend(intake.dropped)  # changed rows now judged in another shard
+        pending_drop.extend(intake.dropped)  # changed rows not judged again here
         intake.dropped.clear()
 
     def add_error(f: RowFailure) -> None:
@@ -281,6 +281,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
                 on_progress(prog)
             deliver_pending()
         pending_drop.extend(intake.dropped)
+        intake.dropped.clear()
         store.commit(batch, pending_errors, pending_drop)
         prog.committed += len(batch)
         batch, pending_errors, pending_drop = [], [], []

@@ -863,3 +863,23 @@ def test_an_idless_row_edited_into_another_shard_leaves_no_stale_pair(tmp_path):
     score(str(src), ScriptedEngine(length_judge), settings(), output=outs[1], shard=(1, 2))
     got = [r for out in outs for r in rows(out, "SELECT row_number FROM pairs")]
     assert sorted(r[0] for r in got) == [1, 2, 3, 4, 5, 6]  # one pair per row across shards
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_a_judged_row_that_became_unjudgeable_leaves_no_stale_verdict(tmp_path, ids):
+    src = tmp_path / "in.jsonl"
+    base = [row(i) for i in range(4)] if ids else [idless(i) for i in range(1, 5)]
+    write_jsonl(src, base)
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    broken = {**base[1], "prompt": ""}  # row 2 now fails (an empty prompt)
+    src.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in [base[0], broken, base[2]])
+                    + b"{not json\n")  # and row 4 is unreadable
+    with pytest.raises(StoreError, match=r"rows 2, 4 now hold other content"):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert rows(out, "SELECT count(*) FROM pairs") == [(4,)]
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped, s.errors) == (0, 2, 2)
+    assert rows(out, "SELECT row_number FROM pairs ORDER BY 1") == [(1,), (3,)]
+    assert rows(out, "SELECT row_number FROM errors ORDER BY 1") == [(2,), (4,)]
+    assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]

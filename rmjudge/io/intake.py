@@ -14,9 +14,10 @@ from their content (so an edit gives a new id), by its row number (the stored pa
 number has another id). A changed row is never judged again silently, nor stored a second time:
 by default the intake stops with `ChangedRows`, naming the first changed rows; with
 `rejudge_changed` it yields the pair again, and `replaces` names the stored pair its verdict
-replaces (the store drops that pair in the transaction that commits the new verdict). An
-id-less row edited so that its new id falls in another `--shard` leaves its old pair in
-`dropped`, to be removed (that other shard judges the row).
+replaces (the store drops that pair in the transaction that commits the new verdict). A judged
+row that cannot be judged any more (now unreadable or incomplete: an error row), and an id-less
+row edited so that its new id falls in another `--shard`, are changed rows too; with
+`rejudge_changed` their old pairs go to `dropped`, to be removed.
 """
 
 from __future__ import annotations
@@ -154,6 +155,9 @@ class Intake:
                 continue
             rn = raw.row_number
             if raw.obj is None:
+                if self._drop_stale(rn, self._stale_failure(raw)):
+                    scan_left = CHANGED_SCAN_ROWS
+                    continue
                 if in_shard(f"row:{rn}", self.shard):
                     self.failures += 1
                     yield RowFailure(rn, raw.error or f"row {rn} is unreadable", raw.raw)
@@ -161,6 +165,9 @@ class Intake:
             try:
                 pair = self.mapper.to_pair(rn, raw.obj)
             except RowError as exc:
+                if self._drop_stale(rn, self._stale_failure(raw)):
+                    scan_left = CHANGED_SCAN_ROWS
+                    continue
                 if in_shard(f"row:{rn}", self.shard):
                     v = raw.obj.get("id")
                     self.failures += 1
@@ -170,13 +177,8 @@ class Intake:
             if not in_shard(pair.id, self.shard):
                 # an id-less row edited into another shard: its old pair here is stale
                 old, _ = self._stored_version(pair, raw.obj) if self.judged else (None, False)
-                if old is not None and old != pair.id:
-                    self.changed.append(rn)
-                    if not self.rejudge_changed:
-                        scan_left = CHANGED_SCAN_ROWS
-                    else:
-                        self.dropped.append(old)
-                        del self.judged[old]
+                if self._drop_stale(rn, old if old != pair.id else None):
+                    scan_left = CHANGED_SCAN_ROWS
                 continue
             if pair.id in seen:
                 self.failures += 1
@@ -202,13 +204,44 @@ class Intake:
             raise ChangedRows(self.changed[:CHANGED_SHOWN],
                               more=cut or len(self.changed) > CHANGED_SHOWN)
 
+    def _stale_failure(self, raw: RawRow) -> str | None:
+        """The stored pair that a row which cannot be judged now was judged as: by the row's id
+        when it has one, else by row number; None when there is none."""
+        if not self.judged:
+            return None
+        try:
+            found = self.mapper.id_column(raw.obj) if raw.obj is not None else None
+        except RowError:
+            found = None
+        if found is not None:
+            return found[1] if found[1] in self.judged else None
+        other = self._at_row.get(raw.row_number)
+        return other if other in self.judged else None
+
+    def _drop_stale(self, rn: int, old: str | None) -> bool:
+        """A changed row whose stored pair `old` is not replaced here (the row cannot be judged
+        now, or another shard judges it): True when the intake must refuse; with
+        `rejudge_changed`, `old` goes to `dropped`."""
+        if old is None:
+            return False
+        self.changed.append(rn)
+        if not self.rejudge_changed:
+            return True
+        self.dropped.append(old)
+        del self.judged[old]
+        return False
+
     def _scan(self, raw: RawRow, seen: dict[str, int]) -> None:
         """Only look for more changed rows (the intake is refusing)."""
         if raw.obj is None:
+            if self._stale_failure(raw) is not None:
+                self.changed.append(raw.row_number)
             return
         try:
             pair = self.mapper.to_pair(raw.row_number, raw.obj)
         except RowError:
+            if self._stale_failure(raw) is not None:
+                self.changed.append(raw.row_number)
             return
         old, same = self._stored_version(pair, raw.obj)
         if not in_shard(pair.id, self.shard):
