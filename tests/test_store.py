@@ -707,7 +707,7 @@ def test_a_store_without_content_hashes_resumes_by_id(tmp_path):
 
 # -- concurrent runs whose files overlap (an output that is another output's sidecar) --------
 
-SLOW_RUN = """
+SLOW_CLI = """
 import sys, time
 sys.path.insert(0, {tests!r})
 import rmjudge.engine as engine_mod
@@ -727,7 +727,7 @@ main(sys.argv[1:], prog_name="rmjudge")
 
 def cli_process(*args, pause: float = 0.0) -> subprocess.Popen:
     """`rmjudge ARGS` in its own process, judging with a scripted judge that pauses."""
-    code = SLOW_RUN.format(tests=str(Path(__file__).parent), pause=pause)
+    code = SLOW_CLI.format(tests=str(Path(__file__).parent), pause=pause)
     return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
