@@ -16,15 +16,15 @@ from typing import Callable, Iterator
 from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import deliver_pending, graceful
-from rmjudge.io.intake import Intake, RowFailure, input_identity
+from rmjudge.io.intake import ChangedRows, Intake, RowFailure, input_identity
 from rmjudge.io.mapping import Mapper, check_labels
 from rmjudge.io.readers import RawRow, default_output_stem, read_rows, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
 from rmjudge.runspec import resolve
 from rmjudge.settings import JudgeSettings
-from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, output_format,
-                           sidecar, store_path)
+from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, export_files,
+                           output_format, sidecar, store_path)
 from rmjudge.types import Pair
 
 COMMIT_EVERY_PAIRS = 8
@@ -45,10 +45,11 @@ def default_output(source: str) -> str:
 def check_output(source: str, out: str) -> None:
     """Everything about the output that can be refused before a model loads: the input itself,
     a file rmjudge did not create, a store another run is writing."""
-    from rmjudge.store import check_not_busy, check_writable_target
+    from rmjudge.store import check_exports_not_busy, check_not_busy, check_writable_target
 
     check_output_is_not_input(source, out)
     db = store_path(out)
+    check_exports_not_busy(out)  # named as given (a Parquet/JSONL output's store is hidden)
     check_not_busy(db)
     check_writable_target(db)
     if output_format(out) != "duckdb" and not os.path.exists(db):
@@ -167,10 +168,13 @@ def score(
     commit_every: int = COMMIT_EVERY_PAIRS,
     on_progress: Callable[[Progress], None] | None = None,
     announce: Callable[[str], None] | None = None,
+    rejudge_changed: bool = False,
 ) -> Summary:
     """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
     `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
-    before judging starts."""
+    before judging starts. A row judged by an earlier run that has changed since stops the run
+    (`StoreError` naming the rows), or with `rejudge_changed` is judged again and its new verdict
+    replaces the old one."""
     out = output or default_output(source)
     fmt = output_format(out)
     check_output(source, out)
@@ -190,17 +194,17 @@ def score(
     rows = chain(ahead[1:], rows)
     if announce and mapper.schema is not None:
         announce(f"input read as {mapper.describe()}")
-    store = Store(store_path(out), overwrite=overwrite)
+    store = Store(store_path(out), overwrite=overwrite, exports=export_files(out))
     try:
         with graceful():
             return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                          commit_every, on_progress, identity)
+                          commit_every, on_progress, identity, rejudge_changed)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress, identity) -> Summary:
+           commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
     settings = verdict_settings(js, engine.info)
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
@@ -219,7 +223,16 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     pending_errors: list[dict] = []
     error_reasons: dict[str, int] = {}
     stream = rows if first is None else _chain(first, rows)
-    intake = Intake(stream, mapper, shard=shard, limit=limit, done=store.done_ids())
+    intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
+                    rejudge_changed=rejudge_changed)
+    pending_drop: list[str] = []  # stored pairs whose changed rows were judged again
+
+    def replaced(pair: Pair) -> None:
+        old = intake.replaces.pop(pair.id, None)
+        if old is not None:
+            pending_drop.append(old)
+        pending_drop.extend(intake.dropped)  # changed rows not judged again here
+        intake.dropped.clear()
 
     def add_error(f: RowFailure) -> None:
         pending_errors.append(f.as_error())
@@ -245,10 +258,12 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     try:
         for item in judge.run(pairs()):
             if isinstance(item, Failure):
+                replaced(item.pair)
                 add_error(RowFailure(item.pair.row_number,
                                      f"row {item.pair.row_number}: {item.reason}", None,
                                      item.pair.id))
             else:
+                replaced(item.pair)
                 batch.append(item)
                 counts.add(item)
                 prog.done += 1
@@ -257,25 +272,30 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
                 prog.flips = counts.flips
             prog.generated_tokens = engine.generated_tokens
             if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
-                store.commit(batch, pending_errors)
+                store.commit(batch, pending_errors, pending_drop)
                 prog.committed += len(batch)
-                batch, pending_errors = [], []
+                batch, pending_errors, pending_drop = [], [], []
                 last_commit = time.monotonic()
                 deliver_pending()
             if on_progress:
                 on_progress(prog)
             deliver_pending()
-        store.commit(batch, pending_errors)
+        pending_drop.extend(intake.dropped)
+        intake.dropped.clear()
+        store.commit(batch, pending_errors, pending_drop)
         prog.committed += len(batch)
-        batch, pending_errors = [], []
+        batch, pending_errors, pending_drop = [], [], []
         deliver_pending()
         files = [out] if fmt == "duckdb" else store.export(out, fmt)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt) and "interrupted" not in str(exc).lower():
-            prog.committed += len(batch) if _save_what_is_done(store, batch, pending_errors) else 0
+            prog.committed += (len(batch) if _save_what_is_done(store, batch, pending_errors,
+                                                                pending_drop) else 0)
             _end_run(store, prog, engine, FAILED)
+            if isinstance(exc, ChangedRows):
+                raise StoreError(changed_rows_message(source, out, exc)) from None
             raise
-        saved = _save_what_is_done(store, batch, pending_errors)
+        saved = _save_what_is_done(store, batch, pending_errors, pending_drop)
         prog.committed += len(batch) if saved else 0
         _end_run(store, prog, engine, INTERRUPTED)
         n = store.con.execute("SELECT count(*) FROM pairs").fetchone()[0]
@@ -307,12 +327,22 @@ def input_reading(mapper: Mapper) -> dict:
     return d
 
 
-def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict]) -> bool:
+def changed_rows_message(source: str, store_file: str, exc: ChangedRows) -> str:
+    rows = ", ".join(map(str, exc.rows)) + (", ..." if exc.more else "")
+    return (f"{source} has changed since {store_file} judged it: row{'s' if len(exc.rows) > 1 else ''}"
+            f" {rows} now hold{'' if len(exc.rows) > 1 else 's'} other content than the pair judged "
+            f"there; rerun with --rejudge-changed to judge {'them' if len(exc.rows) > 1 else 'it'} "
+            "again and replace the old verdict, --overwrite to start over, or -o to write "
+            "elsewhere")
+
+
+def _save_what_is_done(store: Store, batch: list[PairResult], errors: list[dict],
+                       drop: list[str] = ()) -> bool:
     """Commit what a stopping run holds in memory; False when that write failed too."""
-    if not batch and not errors:
+    if not batch and not errors and not drop:
         return True
     try:
-        store.commit(batch, errors)
+        store.commit(batch, errors, drop)
         return True
     except Exception:
         return False

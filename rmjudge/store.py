@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -42,7 +43,7 @@ from rmjudge.interrupts import critical
 from rmjudge.protocol import PairResult, Sample
 from rmjudge.sql import quote_ident, sql_literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: pairs.content_hash (added to older stores when they are opened)
 
 PAIR_COLUMNS = [
     ("id", "VARCHAR PRIMARY KEY"), ("row_number", "BIGINT"), ("verdict", "VARCHAR"),
@@ -52,7 +53,7 @@ PAIR_COLUMNS = [
     ("confidence_ab", "DOUBLE"), ("confidence_ba", "DOUBLE"),
     ("rollouts_ab", "INTEGER"), ("rollouts_ba", "INTEGER"),
     ("prompt", "VARCHAR"), ("messages", "JSON"), ("response_a", "VARCHAR"),
-    ("response_b", "VARCHAR"), ("run_id", "INTEGER"),
+    ("response_b", "VARCHAR"), ("run_id", "INTEGER"), ("content_hash", "VARCHAR"),
 ]
 SAMPLE_COLUMNS = [
     ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("stage", "VARCHAR"), ("idx", "INTEGER"),
@@ -133,6 +134,21 @@ def sidecar(path: str, table: str) -> str:
     """`x.parquet` -> `x.samples.parquet` (the names an export writes beside its pairs)."""
     stem, ext = os.path.splitext(path)
     return f"{stem}.{table}{ext}"
+
+
+def export_files(out: str) -> list[str]:
+    """The files a run with output `out` writes besides its store: the export and its sidecars
+    (none for a DuckDB output, which is the store)."""
+    if output_format(out) == "duckdb":
+        return []
+    return [out, sidecar(out, "samples"), sidecar(out, "errors")]
+
+
+def export_lock(path: str) -> str:
+    """What a run writing the export file `path` locks: the run store a run with `-o path`
+    would use. So `-o a.parquet` (which writes `a.samples.parquet`) and `-o a.samples.parquet`
+    take one same lock, and the second of two such runs is refused."""
+    return store_path(path)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -261,24 +277,47 @@ def is_rmjudge_store(path: str) -> bool:
     return set(CORE_TABLES) <= tables
 
 
-class _Lock:
-    """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`."""
+_HELD: set[str] = set()  # the lock files this process holds (so it does not lock them twice)
+_WRITING: set[str] = set()  # of which those `write_query_file` holds while it writes
 
-    def __init__(self, path: str, what: str = "writing"):
+
+class _Lock:
+    """An exclusive, non-blocking `flock` on `path + '.lock'`, held until `release`. `busy`:
+    the message when another process holds it."""
+
+    def __init__(self, path: str, what: str = "writing", busy: str | None = None):
         self.path = path + ".lock"
+        self._key: str | None = None
+        for _ in range(5):
+            try:
+                self._f = open(self.path, "a+")
+            except OSError as exc:
+                raise disk_error(path, exc) or StoreError(
+                    f"cannot create the lock file {self.path}: {exc.strerror}") from None
+            try:
+                fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._f.close()
+                raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait "
+                                     "for it to finish or use -o to write elsewhere") from None
+            if self._still_linked():
+                self._key = os.path.realpath(self.path)
+                _HELD.add(self._key)
+                return
+            self.release()  # removed (a stale temporary's lock) between open and flock: again
+        raise StoreBusyError(busy or f"another rmjudge process is {what} {path}; wait for it to "
+                             "finish or use -o to write elsewhere")
+
+    def _still_linked(self) -> bool:
         try:
-            self._f = open(self.path, "a+")
-        except OSError as exc:
-            raise disk_error(path, exc) or StoreError(
-                f"cannot create the lock file {self.path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._f.close()
-            raise StoreBusyError(f"another rmjudge process is {what} {path}; wait for it to finish "
-                            "or use -o to write elsewhere") from None
+            return os.stat(self.path).st_ino == os.fstat(self._f.fileno()).st_ino
+        except OSError:
+            return False
 
     def release(self) -> None:
+        if self._key is not None:
+            _HELD.discard(self._key)
+            self._key = None
         try:
             fcntl.flock(self._f, fcntl.LOCK_UN)
         finally:
@@ -286,9 +325,70 @@ class _Lock:
 
 
 def check_not_busy(path: str) -> None:
-    """Raise BusyError when an rmjudge process holds `path`'s lock (for read-only users)."""
-    if os.path.exists(path + ".lock"):
+    """Raise BusyError when another rmjudge process holds `path`'s lock (for read-only users)."""
+    if os.path.exists(path + ".lock") and os.path.realpath(path + ".lock") not in _WRITING:
         _Lock(path, "writing").release()
+
+
+def _busy_export(f: str, out: str) -> str:
+    if os.path.abspath(f) == os.path.abspath(out):
+        return (f"another rmjudge process is writing {f} (as its output, or as a file beside "
+                "its output); wait for it to finish or use -o to write elsewhere")
+    return (f"another rmjudge process is writing {f}, which this run writes beside {out} (as its "
+            "output, or as a file beside its output); wait for it to finish or use -o to write "
+            "elsewhere")
+
+
+def check_exports_not_busy(out: str) -> None:
+    """Raise BusyError when a live rmjudge run writes one of the files a run with output `out`
+    writes (its export or a sidecar, as its own output or as a sidecar of its own)."""
+    for f in export_files(out):
+        if os.path.exists(export_lock(f) + ".lock"):
+            _Lock(export_lock(f), busy=_busy_export(f, out)).release()
+
+
+# The temporary names rmjudge writes beside a file `x` (`_temp_beside`, `NewStore`):
+# `.x.new-` + 8 hex digits, and for a store being built its `.wal` and `.lock`.
+_TEMP_SUFFIX = re.compile(r"\.new-[0-9a-f]{8}(\.wal|\.lock)?")
+
+
+def clean_stale_temps(path: str) -> list[str]:
+    """Remove the temporaries of `path` that a killed rmjudge process left behind (only names of
+    rmjudge's exact temporary pattern for this `path`). The caller holds the lock under which
+    such temporaries are written; a store still being built (`NewStore`) holds its own lock and
+    is left alone. Returns the files removed."""
+    head, tail = os.path.split(os.path.abspath(path))
+    prefix = f".{tail}"
+    try:
+        names = os.listdir(head)
+    except OSError:
+        return []
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        m = _TEMP_SUFFIX.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+        if m is not None:
+            base = name[: len(name) - len(m.group(1) or "")]
+            groups.setdefault(base, []).append(name)
+    removed = []
+    for base, members in sorted(groups.items()):
+        full = os.path.join(head, base)
+        lock = None
+        if base + ".lock" in members:
+            try:
+                lock = _Lock(full)
+            except UserError:  # a live process is building it (or its lock cannot be opened)
+                continue
+        try:
+            for name in sorted(members, key=lambda n: n.endswith(".lock")):
+                try:
+                    os.remove(os.path.join(head, name))
+                    removed.append(os.path.join(head, name))
+                except OSError:  # gone already, or not ours to remove here: left as it is
+                    pass
+        finally:
+            if lock is not None:
+                lock.release()
+    return removed
 
 
 def _prepare_dir(path: str) -> None:
@@ -323,14 +423,24 @@ class Store:
     """An open, locked run store. `overwrite` empties it first (only when it is rmjudge's own
     and nobody else holds it)."""
 
-    def __init__(self, path: str, *, overwrite: bool = False):
+    def __init__(self, path: str, *, overwrite: bool = False, exports: list[str] = ()):
         import duckdb
 
         self.path = path
         _prepare_dir(path)
-        self._lock = _Lock(path)
+        out = exports[0] if exports else None
+        self._lock = _Lock(path, busy=None if out is None else _busy_export(out, out))
+        self._export_locks: list[_Lock] = []
         try:
+            # the files exported beside this store: another run writes none of them
+            for f in exports:
+                if os.path.abspath(export_lock(f)) != os.path.abspath(path):
+                    self._export_locks.append(_Lock(export_lock(f), busy=_busy_export(f, out)))
             _refuse_foreign(path)
+            # temporaries left by a run killed while exporting, or by a killed `merge` into
+            # this store: their locks are ours now
+            for f in [path, *exports]:
+                clean_stale_temps(f)
             if overwrite:
                 _remove_files(path)
             try:
@@ -344,10 +454,15 @@ class Store:
                 self.con.close()
                 raise
         except BaseException:
-            self._lock.release()
+            self._release_locks()
             raise
         self.pair_columns = self._columns("pairs")
         self._columns_map: dict[str, str] = self.meta("passthrough") or {}
+        if "content_hash" in {c.lower() for c in self._columns_map.values()}:
+            self.close()
+            raise StoreError(f"{path} was made by an older version and holds an input column "
+                             "named content_hash, a name rmjudge now uses itself; use "
+                             "--overwrite to start again or -o to write elsewhere")
         self._types: dict[str, str] = dict(self.con.execute(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'pairs' "
             "AND database_name = current_database()").fetchall())
@@ -365,6 +480,8 @@ class Store:
             self.con.execute(_ddl("runs", RUN_COLUMNS))
             for c, t in RUN_COLUMNS:  # stores made by older versions
                 self.con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {quote_ident(c)} {t.split()[0]}")
+            # schema 1 had no content hash: its pairs are resumed by id alone
+            self.con.execute("ALTER TABLE pairs ADD COLUMN IF NOT EXISTS content_hash VARCHAR")
             self.con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
             self.con.execute("COMMIT")
         except duckdb.Error as exc:
@@ -470,6 +587,12 @@ class Store:
     def done_ids(self) -> set[str]:
         return {r[0] for r in self.con.execute("SELECT id FROM pairs").fetchall()}
 
+    def judged(self) -> dict[str, tuple[int, str | None]]:
+        """{pair id: (row number, content hash)} of the pairs held (the hash is None for pairs
+        stored by a version before schema 2)."""
+        return {r[0]: (r[1], r[2]) for r in self.con.execute(
+            "SELECT id, row_number, content_hash FROM pairs").fetchall()}
+
     # -- writes -----------------------------------------------------------------------------
     def column_for(self, key: str) -> str:
         """The `pairs` column that holds input key `key` (assigned once, kept in meta)."""
@@ -532,8 +655,12 @@ class Store:
             columns.append([_cell(v, have) for v in values])
         return new, widen, [list(r) for r in zip(*columns)] if columns else [[] for _ in results]
 
-    def commit(self, results: list[PairResult], errors: list[dict]) -> None:
-        """Write a chunk of judged pairs and error rows in one transaction."""
+    def commit(self, results: list[PairResult], errors: list[dict],
+               replaced: Iterable[str] = ()) -> None:
+        """Write a chunk of judged pairs and error rows in one transaction; the pairs (and their
+        samples) with the ids in `replaced` are dropped in it first (a changed row judged
+        again: see `rmjudge.io.intake`)."""
+        replaced = [[i] for i in dict.fromkeys(replaced)]
         keys: list[str] = []
         for res in results:
             for k in res.pair.extra:
@@ -553,6 +680,9 @@ class Store:
         n_cols = len(self.pair_columns)
 
         def statements(con) -> None:
+            if replaced:
+                con.executemany("DELETE FROM samples WHERE pair_id = ?", replaced)
+                con.executemany("DELETE FROM pairs WHERE id = ?", replaced)
             self.add_columns(new, con)
             for col, typ in widen.items():
                 self._widen(con, col, typ)
@@ -591,7 +721,7 @@ class Store:
             ab.confidence if ab else None, ba.confidence if ba else None,
             ab.n_rollouts if ab else None, ba.n_rollouts if ba else None,
             p.messages[-1]["content"], orjson.dumps(list(p.messages)).decode(),
-            p.response_a, p.response_b, self.run_id,
+            p.response_a, p.response_b, self.run_id, p.content_hash(),
         ]
 
     @staticmethod
@@ -827,6 +957,14 @@ class Store:
         try:
             self.con.close()
         finally:
+            self._release_locks()
+
+    def _release_locks(self) -> None:
+        try:
+            for lock in self._export_locks:
+                lock.release()
+        finally:
+            self._export_locks = []
             self._lock.release()
 
     def __enter__(self) -> "Store":
@@ -899,10 +1037,40 @@ def _link_new(tmp: str, path: str) -> bool:
 
 def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
     """`COPY (query)` to `path` as Parquet or JSONL, so a reader never sees a half-written file
-    (see `_write_beside` for `check`)."""
+    (see `_write_beside` for `check`). Holds `path`'s export lock meanwhile (unless this process
+    already does, as a run exporting does), so no other rmjudge process writes `path` or
+    removes its temporary; temporaries of `path` left by a killed writer are removed first."""
     copy_fmt = "(FORMAT parquet)" if fmt == "parquet" else "(FORMAT json)"
-    _write_beside(path, lambda tmp: con.execute(
-        f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}"), check)
+    lock = _hold_export_lock(path)
+    try:
+        if lock is not None:
+            _WRITING.add(lock._key)  # our own: `check` (check_not_busy) must not refuse it
+        if lock is not None or _holds_export_lock(path):
+            clean_stale_temps(path)
+        _write_beside(path, lambda tmp: con.execute(
+            f"COPY ({query}) TO {sql_literal(tmp)} {copy_fmt}"), check)
+    finally:
+        if lock is not None:
+            _WRITING.discard(lock._key)
+            lock.release()
+
+
+def _holds_export_lock(path: str) -> bool:
+    return os.path.realpath(export_lock(path) + ".lock") in _HELD
+
+
+def _hold_export_lock(path: str) -> "_Lock | None":
+    """`path`'s export lock, taken now; None when this process holds it already, or when it
+    cannot be created (then writing `path` fails with its own message)."""
+    if _holds_export_lock(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return None
+    try:
+        return _Lock(export_lock(path), busy=f"another rmjudge process is writing {path}; wait "
+                     "for it to finish or use -o to write elsewhere")
+    except StoreBusyError:
+        raise
+    except UserError:
+        return None
 
 
 def write_file(path: str, data: bytes, check=None) -> None:
@@ -963,8 +1131,10 @@ class NewStore:
     def discard(self) -> None:
         self.store.close()
         for p in (self.tmp, self.tmp + ".wal", self.tmp + ".lock"):
-            if os.path.exists(p):
+            try:
                 os.remove(p)
+            except FileNotFoundError:  # never made, or cleaned as stale once unlocked
+                pass
 
     def install(self) -> None:
         """Checkpoint, close, then replace `dest` while holding its lock."""
@@ -973,10 +1143,14 @@ class NewStore:
         except BaseException:
             self.discard()
             raise
-        self.store.close()
         lock = None
         try:
-            lock = _Lock(self.dest, "writing")
+            try:
+                lock = _Lock(self.dest, "writing")
+            finally:
+                # closed only now, so that the temporary is never unlocked while `dest`'s lock
+                # is free (a run opening `dest` cleans temporaries without a live lock)
+                self.store.close()
             _refuse_foreign(self.dest)
             if os.path.exists(self.dest + ".wal"):
                 os.remove(self.dest + ".wal")

@@ -26,6 +26,18 @@ class Pair:
     label: Literal["A", "B"] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def content_hash(self) -> str:
+        """A digest of everything judged and stored for the pair (conversation, both responses,
+        gold label, passthrough columns), kept in `pairs.content_hash`: a resume compares it to
+        tell an edited row from one already judged."""
+        import hashlib
+
+        from rmjudge import jsontext
+
+        blob = jsontext.dumps([list(self.messages), self.response_a, self.response_b,
+                               self.label, self.extra], sort_keys=True)
+        return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
 
 @dataclass(frozen=True)
 class ForceSpec:

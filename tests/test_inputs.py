@@ -142,6 +142,60 @@ def test_a_truncated_compressed_file_keeps_its_rows_and_ends_with_one_error_row(
     assert count_rows(str(p)) is None
 
 
+def _altered_gzip(data: bytes, old: bytes, new: bytes) -> bytes:
+    """A gzip member of `data` whose deflate data spells `new` where `data` had `old`: it
+    decompresses without complaint up to the end of the member, where the CRC check fails."""
+    packed = gzip.compress(data, compresslevel=0)  # stored blocks: the text lies in the file
+    assert packed.count(old) == 1 and len(old) == len(new)
+    return packed.replace(old, new)
+
+
+def test_a_gzip_member_altered_mid_stream_yields_none_of_its_rows(tmp_path):
+    rows = [{"id": f"r{i}", "prompt": f"Question {i}?", "chosen": f"good {i} " + "x" * 2000,
+             "rejected": f"bad {i}"} for i in range(9)]  # 6 kB per member: past the format sniff
+    first, damaged, last = _jsonl(rows[:3]), _jsonl(rows[3:6]), _jsonl(rows[6:])
+    # row 5's text is altered by 4 characters inside the second member
+    p = tmp_path / "c.jsonl.gz"
+    p.write_bytes(gzip.compress(first) + _altered_gzip(damaged, b"Question 4?", b"Qu3$#!on 4?")
+                  + gzip.compress(last))
+    got = list(read_rows(str(p)))
+    assert [o for _, o in _ok(got)] == rows[:3]  # only the intact member's rows
+    assert "Qu3$#!on" not in json.dumps([r.obj for r in got])  # no altered row, ever
+    (n, reason), = _errors(got)
+    assert n == 4 and "c.jsonl.gz is damaged after line 3" in reason
+    assert "checksum fails" in reason and "download or compress the file again" in reason
+    # a single-member file altered the same way: not one row is read
+    one = tmp_path / "one.jsonl.gz"
+    one.write_bytes(_altered_gzip(_jsonl(rows), b"Question 4?", b"Qu3$#!on 4?"))
+    got = list(read_rows(str(one)))
+    assert _ok(got) == [] and [n for n, _ in _errors(got)] == [1]
+    # the same on stdin
+    got = list(read_rows("-", stdin=io.BufferedReader(io.BytesIO(one.read_bytes()))))
+    assert _ok(got) == [] and "stdin is damaged after line 0" in _errors(got)[0][1]
+
+
+def test_a_damaged_gzip_stores_no_altered_row_in_a_run(tmp_path):
+    from test_score import length_judge, settings
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.pipeline import score
+
+    rows = [{"id": f"r{i}", "prompt": f"Question {i}?", "chosen": f"a good answer {i} " + "x" * 4000,
+             "rejected": f"bad {i}"} for i in range(9)]
+    p = tmp_path / "in.jsonl.gz"
+    p.write_bytes(_altered_gzip(_jsonl(rows), b"Question 2?", b"Qu3$#!on 2?"))
+    out = str(tmp_path / "o.duckdb")
+    s = score(str(p), ScriptedEngine(length_judge), settings(), output=out)
+    assert s.judged == 0 and s.errors == 1
+    con = duckdb.connect(out, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM pairs").fetchone() == (0,)
+        (reason,), = con.execute("SELECT reason FROM errors").fetchall()
+    finally:
+        con.close()
+    assert "in.jsonl.gz is damaged after line 0" in reason
+
+
 def test_gzip_on_stdin_is_decompressed():
     stdin = io.BufferedReader(io.BytesIO(gzip.compress(_jsonl(ROWS, bad_at=1))))
     got = list(read_rows("-", stdin=stdin))

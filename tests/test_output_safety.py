@@ -166,6 +166,33 @@ def test_filter_moves_a_temporary_file_from_the_target_folder(judged, tmp_path, 
     _no_temporaries(out.parent)
 
 
+def test_filter_removes_its_stale_temporaries_but_not_a_live_writers(judged, tmp_path):
+    out = tmp_path / "f.parquet"
+    stale = tmp_path / ".f.parquet.new-0123abcd"  # a filter killed while moving its output
+    stale.write_bytes(b"PAR1 half-written")
+    r = _run("filter", judged, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert not stale.exists() and out.exists()
+    # another process writing g.parquet (a run exporting it holds its lock): filter is refused
+    # and the temporary being written is left alone
+    target = tmp_path / "g.parquet"
+    live = tmp_path / ".g.parquet.new-89abcdef"
+    live.write_bytes(b"PAR1 being written")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rmjudge.store import Store; s = Store(sys.argv[1]); "
+        "print('locked', flush=True); time.sleep(30)"), store_path(str(target))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = _run("filter", judged, "-o", str(target))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.exit_code == EXIT_BUSY
+    _one_error_line(r, "another rmjudge process is writing")
+    assert live.read_bytes() == b"PAR1 being written" and not target.exists()
+
+
 # -- report -o ---------------------------------------------------------------------------------
 
 def test_report_refuses_to_write_over_the_judged_store(judged):

@@ -602,3 +602,284 @@ def test_merge_maps_passthrough_columns_by_input_key_not_by_case(tmp_path):
     upper, lower = cmap["Foo"], cmap["foo"]
     got = rows(out, f'SELECT "{upper}", "{lower}" FROM pairs')
     assert all(u.startswith("UPPER") and lo.startswith("lower") for u, lo in got), got
+
+
+# -- a row edited between runs (content hash) -------------------------------------------------
+
+def idless(i: int, rejected: str | None = None) -> dict:
+    return {"prompt": f"Question {i}?", "chosen": f"a long and careful answer {i}",
+            "rejected": rejected or f"short {i}"}
+
+
+def cli_with(engine, monkeypatch, *args):
+    """`rmjudge ARGS` in-process (CliRunner), with `engine` in place of the model."""
+    from click.testing import CliRunner
+
+    import rmjudge.engine as engine_mod
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(engine_mod, "load_engine", lambda *a, **k: engine)
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_an_edited_row_stops_the_resume_with_one_error_line(tmp_path, monkeypatch):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [idless(i) for i in range(1, 4)])
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    before = rows(out, "SELECT id, row_number, verdict FROM pairs ORDER BY row_number")
+    write_jsonl(src, [idless(1), idless(2, rejected="an edited rejected answer"), idless(3)])
+    r = cli_with(ScriptedEngine(length_judge), monkeypatch, "score", str(src), "-o", out,
+                 "--samples", "3", "--seed", "1", "-q")
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert f"{src} has changed since {out} judged it: row 2 now holds other content" in lines[0]
+    assert "--rejudge-changed" in lines[0] and "--overwrite" in lines[0] and "-o" in lines[0]
+    # nothing was judged twice or dropped; `eval` still counts 3 pairs
+    assert rows(out, "SELECT id, row_number, verdict FROM pairs ORDER BY row_number") == before
+    r = cli_with(ScriptedEngine(length_judge), monkeypatch, "eval", out, "--json")
+    assert r.exit_code == 0 and orjson.loads(r.output)["labelled"] == 3
+
+
+def test_rejudge_changed_replaces_the_verdict_of_an_edited_row(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [idless(i) for i in range(1, 4)])
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    old = dict(rows(out, "SELECT row_number, id FROM pairs"))
+    edited = "an edited rejected answer, much longer than the chosen one ever was"
+    write_jsonl(src, [idless(1), idless(2, rejected=edited), idless(3)])
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped) == (1, 2)
+    got = rows(out, "SELECT row_number, id, response_a || response_b FROM pairs ORDER BY 1")
+    assert [r[0] for r in got] == [1, 2, 3]  # one pair per row, none duplicated
+    assert got[1][1] != old[2] and edited in got[1][2]
+    assert rows(out, f"SELECT count(*) FROM samples WHERE pair_id = '{old[2]}'") == [(0,)]
+    assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(3,)]
+    # a third run finds nothing changed
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert (s.judged, s.skipped) == (0, 3)
+
+
+def test_an_edited_row_with_an_id_is_not_silently_skipped(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [row(i) for i in range(4)])
+    out = str(tmp_path / "o.parquet")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    # the gold label and a response of p1 and p3 change; the ids stay
+    write_jsonl(src, [row(0), row(1, label="B"), row(2),
+                      {**row(3), "response_b": "an edited response"}])
+    with pytest.raises(StoreError, match=r"rows 2, 4 now hold other content"):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped) == (2, 2)
+    got = dict(rows(store_path(out), "SELECT id, label FROM pairs"))
+    assert len(got) == 4 and got["p1"] == "B"
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).num_rows == 4
+    assert "an edited response" in [r[0] for r in rows(
+        store_path(out), "SELECT response_a FROM pairs UNION ALL SELECT response_b FROM pairs")]
+
+
+def test_appended_and_unchanged_rows_resume_without_complaint(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [idless(i) for i in range(1, 4)])
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    write_jsonl(src, [idless(i) for i in range(1, 6)])
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert (s.judged, s.skipped) == (2, 3)
+
+
+def test_a_store_without_content_hashes_resumes_by_id(tmp_path):
+    """Stores of schema 1 (no `content_hash`) gain the column and resume as before."""
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(3)])
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(length_judge), settings(), output=out)
+    con = duckdb.connect(out)
+    con.execute("ALTER TABLE pairs DROP COLUMN content_hash")
+    con.close()
+    s = score(src, ScriptedEngine(length_judge), settings(), output=out)
+    assert (s.judged, s.skipped) == (0, 3)
+
+
+# -- concurrent runs whose files overlap (an output that is another output's sidecar) --------
+
+SLOW_CLI = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import rmjudge.engine as engine_mod
+from rmjudge.engine.fake import ScriptedEngine
+from test_score import length_judge
+
+def slow(req, i):
+    print("judging", flush=True)
+    time.sleep(float({pause!r}))
+    return length_judge(req, i)
+
+engine_mod.load_engine = lambda *a, **k: ScriptedEngine(slow, pairs_in_flight=1)
+from rmjudge.cli import main
+main(sys.argv[1:], prog_name="rmjudge")
+"""
+
+
+def cli_process(*args, pause: float = 0.0) -> subprocess.Popen:
+    """`rmjudge ARGS` in its own process, judging with a scripted judge that pauses."""
+    code = SLOW_CLI.format(tests=str(Path(__file__).parent), pause=pause)
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("first", ["a.parquet", "a.samples.parquet"])
+def test_an_output_that_is_another_live_outputs_sidecar_is_refused(tmp_path, first):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(3)])
+    col = tmp_path / "col"
+    second = "a.samples.parquet" if first == "a.parquet" else "a.parquet"
+    opts = ["--samples", "1", "--seed", "1", "-q"]
+    a = cli_process("score", src, "-o", str(col / first), *opts, pause=0.3)
+    try:
+        assert a.stdout.readline().strip() == "judging"  # a holds its output and sidecars
+        b = cli_process("score", src, "-o", str(col / second), *opts)
+        _, err = b.communicate(timeout=120)
+    finally:
+        a_out, a_err = a.communicate(timeout=300)
+    assert a.returncode == 0, a_err
+    assert b.returncode == EXIT_BUSY, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("Error: another rmjudge process is writing ") and "Traceback" not in err
+    assert str(col / "a.samples.parquet") in line
+    import pyarrow.parquet as pq
+
+    # the file the second run would have clobbered is the first run's, intact
+    table = pq.read_table(col / "a.samples.parquet")
+    if first == "a.parquet":
+        assert "pair_id" in table.column_names and "verdict" not in table.column_names
+        assert not (col / ".a.samples.parquet.rmjudge.duckdb").exists()
+    else:
+        assert "verdict" in table.column_names and table.num_rows == 3
+        assert not (col / "a.parquet").exists()
+
+
+# -- temporaries left by a run killed while exporting -----------------------------------------
+
+def test_stale_export_temporaries_are_removed_by_the_next_run(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(3)])
+    out = tmp_path / "x.parquet"
+    score(src, ScriptedEngine(length_judge), settings(), output=str(out))
+    stale = [tmp_path / ".x.parquet.new-0123abcd", tmp_path / ".x.samples.parquet.new-89abcdef",
+             tmp_path / ".x.errors.parquet.new-00000000"]
+    others = [tmp_path / ".x.parquet.new-0123abcd.bak", tmp_path / ".x.parquet.new-XYZ",
+              tmp_path / ".y.parquet.new-0123abcd", tmp_path / "x.parquet.new-0123abcd"]
+    for p in stale + others:
+        p.write_bytes(b"PAR1 half-written")
+    s = score(src, ScriptedEngine(length_judge), settings(), output=str(out))
+    assert s.skipped == 3
+    assert [p.name for p in stale if p.exists()] == []
+    assert [p.name for p in others if p.exists()] == [p.name for p in others]  # not rmjudge's
+
+
+def test_a_temporary_of_a_live_run_is_left_alone(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(3)])
+    # a merge still building its store `.o.duckdb.new-*` (the store holds its own lock)
+    building = str(tmp_path / ".o.duckdb.new-0123abcd")
+    out = str(tmp_path / "o.duckdb")
+    with lock_held_by_another_process(building):
+        score(src, ScriptedEngine(length_judge), settings(), output=out)
+        assert os.path.exists(building) and os.path.exists(building + ".lock")
+    score(src, ScriptedEngine(length_judge), settings(), output=out)  # now it is stale
+    assert not os.path.exists(building) and not os.path.exists(building + ".lock")
+    # an export temporary of a run that holds the output: the second run is refused, and the
+    # temporary is left to its owner
+    pq_out = str(tmp_path / "p.parquet")
+    live_tmp = tmp_path / ".p.parquet.new-0123abcd"
+    with lock_held_by_another_process(store_path(pq_out)):
+        live_tmp.write_bytes(b"PAR1 being written")
+        with pytest.raises(BusyError):
+            score(src, ScriptedEngine(length_judge), settings(), output=pq_out)
+        assert live_tmp.read_bytes() == b"PAR1 being written"
+
+
+def test_the_store_locks_every_export_file_even_past_the_early_check(tmp_path, monkeypatch):
+    """Two runs that both passed `check_output` before either locked: the store's own locks
+    still keep the second out."""
+    import rmjudge.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "check_output", lambda source, out: None)
+    src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(2)])
+    with lock_held_by_another_process(store_path(str(tmp_path / "a.errors.parquet"))):
+        with pytest.raises(BusyError, match=r"writing \S*a\.errors\.parquet, which this run "
+                                            r"writes beside \S*a\.parquet"):
+            score(src, ScriptedEngine(length_judge), settings(), output=str(tmp_path / "a.parquet"))
+    assert not (tmp_path / "a.parquet").exists()
+    assert not (tmp_path / ".a.parquet.rmjudge.duckdb").exists()
+
+
+def test_a_changed_row_that_cannot_be_judged_drops_its_old_verdict(tmp_path):
+    from rmjudge.types import Generation
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [row(i) for i in range(3)])
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    write_jsonl(src, [row(0), {**row(1), "response_b": "FAILS"}, row(2)])
+
+    def failing(req, i):
+        if "FAILS" in req.messages[-1]["content"]:
+            return Generation("", [], "error", error="the engine could not run this pair")
+        return length_judge(req, i)
+
+    s = score(str(src), ScriptedEngine(failing), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped, s.errors) == (0, 2, 1)
+    assert rows(out, "SELECT id FROM pairs ORDER BY id") == [("p0",), ("p2",)]
+    assert rows(out, "SELECT count(*) FROM samples WHERE pair_id = 'p1'") == [(0,)]
+    assert rows(out, "SELECT row_number, id FROM errors") == [(2, "p1")]
+
+
+def test_an_idless_row_edited_into_another_shard_leaves_no_stale_pair(tmp_path):
+    from rmjudge.io.intake import in_shard
+    from rmjudge.io.mapping import Mapper
+
+    src = tmp_path / "in.jsonl"
+    base = [idless(i) for i in range(1, 7)]
+    write_jsonl(src, base)
+    outs = [str(tmp_path / f"s{i}.duckdb") for i in range(2)]
+    for i, out in enumerate(outs):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=out, shard=(i, 2))
+    # edit a row of shard 0 so that its new (content) id falls in shard 1
+    m = Mapper(seed=1)
+    old_shard = {n: (0 if in_shard(m.to_pair(n, o).id, (0, 2)) else 1)
+                 for n, o in enumerate(base, 1)}
+    n, edited = next((n, {**base[n - 1], "rejected": f"edited {k}"})
+                     for n in old_shard if old_shard[n] == 0 for k in range(100)
+                     if not in_shard(m.to_pair(n, {**base[n - 1], "rejected": f"edited {k}"}).id,
+                                     (0, 2)))
+    write_jsonl(src, [edited if i == n else o for i, o in enumerate(base, 1)])
+    with pytest.raises(StoreError, match=rf"row {n} now holds other content"):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=outs[0], shard=(0, 2))
+    score(str(src), ScriptedEngine(length_judge), settings(), output=outs[0], shard=(0, 2),
+          rejudge_changed=True)
+    score(str(src), ScriptedEngine(length_judge), settings(), output=outs[1], shard=(1, 2))
+    got = [r for out in outs for r in rows(out, "SELECT row_number FROM pairs")]
+    assert sorted(r[0] for r in got) == [1, 2, 3, 4, 5, 6]  # one pair per row across shards
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_a_judged_row_that_became_unjudgeable_leaves_no_stale_verdict(tmp_path, ids):
+    src = tmp_path / "in.jsonl"
+    base = [row(i) for i in range(4)] if ids else [idless(i) for i in range(1, 5)]
+    write_jsonl(src, base)
+    out = str(tmp_path / "o.duckdb")
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    broken = {**base[1], "prompt": ""}  # row 2 now fails (an empty prompt)
+    src.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in [base[0], broken, base[2]])
+                    + b"{not json\n")  # and row 4 is unreadable
+    with pytest.raises(StoreError, match=r"rows 2, 4 now hold other content"):
+        score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    assert rows(out, "SELECT count(*) FROM pairs") == [(4,)]
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out, rejudge_changed=True)
+    assert (s.judged, s.skipped, s.errors) == (0, 2, 2)
+    assert rows(out, "SELECT row_number FROM pairs ORDER BY 1") == [(1,), (3,)]
+    assert rows(out, "SELECT row_number FROM errors ORDER BY 1") == [(2,), (4,)]
+    assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]

@@ -26,6 +26,9 @@ run_options = combine_options([
     click.option("--overwrite", is_flag=True,
                  help="Discard an existing output (an rmjudge store no other run is writing) "
                  "and start again."),
+    click.option("--rejudge-changed", is_flag=True,
+                 help="On resume, judge again the rows edited since they were judged, replacing "
+                 "their verdicts (without it such a resume is refused)."),
     label_options,
     click.option("--config", "hub_config", default=None, metavar="NAME",
                  help="The config of a Hugging Face dataset input (hf://datasets/ORG/NAME)."),
@@ -93,6 +96,7 @@ def parse_run_options(kw: dict):
                "limit": kw.pop("limit"),
                "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
                "overwrite": kw.pop("overwrite"),
+               "rejudge_changed": kw.pop("rejudge_changed"),
                "server": server_settings(kw)}
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
@@ -128,6 +132,7 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
         summary = score(source, engine, js, output=output, mapper=run["mapper"],
                         overwrite=run["overwrite"], limit=limit, shard=run["shard"],
                         commit_every=run["commit_every"], on_progress=progress,
+                        rejudge_changed=run["rejudge_changed"],
                         announce=lambda line: status(f"rmjudge: {line}", quiet))
     finally:
         progress.close()

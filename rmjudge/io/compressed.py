@@ -12,8 +12,17 @@ each line. A compressed CSV goes through the CSV reader the same way.
 
 The codec is recognised by the file's magic bytes, not its name: a gzip file named `x.jsonl`
 is read like `x.jsonl.gz`, and a `.gz` name on a plain file does no harm. A file damaged
-part-way (truncated download, bad checksum) keeps the rows before the damage; `SafeLines`
-records the error so the reader can end with one error row saying so.
+part-way keeps the rows before the damage; `SafeLines` records the error so the reader can end
+with one error row saying so.
+
+Checksums cover a whole gzip member (zstd frame, bz2 or xz stream) and are checked only at its
+end, after its bytes were delivered: a bit flipped in the middle of a member can decompress to
+altered text that is only found out later. So `verify` first decompresses the whole file,
+discarding the output, and finds where its last intact member ends; when a checksum fails (or
+the data cannot be decompressed), the rows are then read only from the intact members before
+it (`open_stream(..., limit=)`), and nothing of the damaged member is ever stored. A file that
+merely ends early (a truncated download) keeps every row before the cut: truncation alters no
+byte, only no checksum vouches for the last member's rows.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import contextlib
 import io
 import lzma
 import zlib
+from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from rmjudge.io.readers import InputError
@@ -38,6 +48,10 @@ TOOLS = {"gz": "gzip", "zst": "zstd", "bz2": "bzip2", "xz": "xz"}
 
 # What a damaged stream raises while being read (zstandard's error is added when installed).
 ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+class Truncated(EOFError):
+    """The compressed data ends before its last member/frame does."""
 
 
 def sniff(head: bytes) -> str | None:
@@ -90,14 +104,20 @@ class _Decompressing(io.RawIOBase):
 
     CHUNK = 1 << 14  # compressed bytes per step: what a corruption in it can cost
 
-    def __init__(self, raw: BinaryIO, codec: str):
+    def __init__(self, raw: BinaryIO, codec: str, limit: int | None = None,
+                 close_raw: bool = True):
         self.raw = raw
+        self.close_raw = close_raw
         self.codec = codec
         self.dec = _decompressor(codec)
         self.started = False  # the current member/frame has had input
         self.pending = b""  # decompressed bytes not yet read, from `pos` on
         self.pos = 0
         self.done = False
+        self.limit = limit  # deliver only this many bytes
+        self.total = 0  # decompressed bytes produced so far
+        self.verified = 0  # of which in members/frames whose end (and checksum) was reached
+        self.error: BaseException | None = None  # met after the bytes delivered last
 
     def readable(self) -> bool:
         return True
@@ -112,44 +132,109 @@ class _Decompressing(io.RawIOBase):
 
     def _fill(self) -> bytes:
         """The next decompressed bytes (maybe none); raises once all before a damage is out."""
+        out = self._decompress_next()
+        if self.limit is not None and self.total >= self.limit:
+            self.done = True
+            return out[: len(out) - (self.total - self.limit)]
+        return out
+
+    def _decompress_next(self) -> bytes:
+        if self.error is not None:
+            self.done = True
+            raise self.error
         data = self.raw.read(self.CHUNK)
         if not data:
             self.done = True
             if self.started and not self.dec.eof:
-                raise EOFError(f"the {TOOLS[self.codec]} data ends early: the file is truncated")
+                raise Truncated(f"the {TOOLS[self.codec]} data ends early: the file is truncated")
             return b""
         out = []
         while data:
+            if self.limit is not None and self.total >= self.limit:
+                break  # the rest is not to be read (a member found damaged by `verify`)
             if self.dec.eof:  # the member/frame ended: another follows, or zero padding
                 if not data.strip(b"\x00"):
                     break
                 self.dec = _decompressor(self.codec)
             self.started = True
-            out.append(self.dec.decompress(data))
+            try:
+                out.append(self.dec.decompress(data))
+            except ERRORS as exc:
+                if not out:
+                    raise
+                self.error = exc  # raised on the next call, after what came before it
+                break
+            self.total += len(out[-1])
+            if self.dec.eof:
+                self.verified = self.total
             data = self.dec.unused_data if self.dec.eof else b""
         return b"".join(out)
 
     def close(self) -> None:
         try:
-            self.raw.close()
+            if self.close_raw:
+                self.raw.close()
         finally:
             super().close()
 
 
-def wrap_stream(raw: BinaryIO, codec: str) -> BinaryIO:
-    """A buffered binary stream of the decompressed bytes of `raw`; closing it closes `raw`."""
+def wrap_stream(raw: BinaryIO, codec: str, limit: int | None = None) -> BinaryIO:
+    """A buffered binary stream of the decompressed bytes of `raw` (only the first `limit`
+    bytes, when given); closing it closes `raw`."""
     if codec not in MAGIC:
         raise ValueError(codec)
-    return io.BufferedReader(_Decompressing(raw, codec),  # type: ignore[return-value]
+    return io.BufferedReader(_Decompressing(raw, codec, limit),  # type: ignore[return-value]
                              buffer_size=1 << 16)
 
 
+@dataclass(frozen=True)
+class Damage:
+    """What `verify` found wrong: `intact` decompressed bytes lie in members whose checksums
+    passed; `truncated`: the data merely ends early (no byte altered)."""
+
+    intact: int
+    reason: str
+    truncated: bool
+
+
+def verify(raw: BinaryIO, codec: str) -> Damage | None:
+    """Decompress all of `raw` (output discarded) to check every member's checksum; None when
+    the whole stream is intact. `raw` is left open."""
+    dec = _Decompressing(raw, codec, close_raw=False)
+    try:
+        while not dec.done:
+            dec._fill()
+    except ERRORS as exc:
+        return Damage(dec.verified, describe(exc), isinstance(exc, Truncated))
+    return None
+
+
+def verify_file(path: str, codec: str) -> Damage | None:
+    with open(path, "rb") as raw:
+        return verify(raw, codec)
+
+
+def intact_lines(lines, damage: Damage | None):
+    """`lines` (of a stream cut at `damage.intact`), without a last line that the cut split."""
+    if damage is None or damage.truncated:
+        yield from lines
+        return
+    held = None
+    for line in lines:
+        if held is not None:
+            yield held
+        held = line
+    if held is not None and held.endswith(b"\n" if isinstance(held, bytes) else "\n"):
+        yield held
+
+
 @contextlib.contextmanager
-def open_stream(path: str, codec: str) -> Iterator[BinaryIO]:
-    """The decompressed bytes of the file at `path`, as a buffered binary stream."""
+def open_stream(path: str, codec: str, limit: int | None = None) -> Iterator[BinaryIO]:
+    """The decompressed bytes of the file at `path` (the first `limit` of them, when given), as
+    a buffered binary stream."""
     raw = open(path, "rb")
     try:
-        stream = wrap_stream(raw, codec)
+        stream = wrap_stream(raw, codec, limit)
     except BaseException:
         raw.close()
         raise

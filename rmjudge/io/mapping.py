@@ -141,6 +141,15 @@ class Mapper:
         return Pair(pid, row_number, r.messages, a, b, label, extra)  # type: ignore[arg-type]
 
     def _id(self, obj: dict, messages, a: str, b: str, used: set[str], extra: Any) -> str:
+        found = self.id_column(obj)
+        if found is not None:
+            used.add(found[0])
+            return found[1]
+        return content_id(messages, a, b, extra)
+
+    def id_column(self, obj: dict) -> tuple[str, str] | None:
+        """(column, id) when the row carries its id (`--map id=`, or an `id` column); None when
+        the pair's id is derived from its content."""
         if "id" in self.mapping:
             col = self.mapping["id"]
             if col not in obj:
@@ -149,14 +158,12 @@ class Mapper:
             text = None if obj[col] is None else id_text(obj[col], col)
             if text is None or not text.strip():
                 raise RowError(f"column {col!r} (from --map id={col}) is empty in this row")
-            used.add(col)
-            return text
+            return col, text
         if obj.get("id") is not None:
             text = id_text(obj["id"], "id")
             if text.strip():
-                used.add("id")
-                return text
-        return content_id(messages, a, b, extra)
+                return "id", text
+        return None
 
 
 _EXACT_FLOAT = 2.0 ** 63  # orjson reads an integer literal beyond 64 bits as a float this large

@@ -323,8 +323,10 @@ def read_file(path: str, fmt: str | None = None, *, start: int = 1,
     """Rows of one JSONL/CSV/Parquet file, compressed or not, numbered from `start`.
 
     Returns how many row numbers it used, so that the next shard's rows continue after them.
-    A compressed file that is damaged part-way (truncated download, bad checksum) keeps the
-    rows before the damage and ends with one error row that says so.
+    A compressed file that is damaged part-way keeps the rows before the damage and ends with
+    one error row that says so: a truncated file every row before the cut, a file whose
+    checksum fails only the rows of the members before the damaged one (`compressed.verify`
+    checks the whole file first, so no row of a damaged member is ever read).
     """
     from rmjudge.io import compressed
 
@@ -339,19 +341,36 @@ def read_file(path: str, fmt: str | None = None, *, start: int = 1,
                 return (yield from read_csv_lines(f, tsv=tsv, start=start, name=name))
         with open(path, "rb") as f:
             return (yield from read_jsonl(f, start=start, name=name))
-    with compressed.open_stream(path, codec) as stream:
+    damage = compressed.verify_file(path, codec)
+    cut = None if damage is None or damage.truncated else damage.intact
+    with compressed.open_stream(path, codec, limit=cut) as stream:
         if kind == "csv":
             lines = compressed.SafeLines(io.TextIOWrapper(
                 stream, encoding="utf-8", errors="surrogateescape", newline=""))
-            n = yield from read_csv_lines(lines, tsv=tsv, start=start, name=name)
+            n = yield from read_csv_lines(compressed.intact_lines(lines, damage), tsv=tsv,
+                                          start=start, name=name)
         else:
             lines = compressed.SafeLines(stream)
-            n = yield from read_jsonl(lines, start=start, name=name)
-    if lines.error is None:
+            n = yield from read_jsonl(compressed.intact_lines(lines, damage), start=start,
+                                      name=name)
+    error = damaged_row(name or path, start, n, lines.error, damage)
+    if error is None:
         return n
-    yield RawRow(start + n, None, f"{name or path} is damaged after line {n} ({lines.error}); "
-                 "the rows after that point cannot be read: download or compress the file again")
+    yield error
     return n + 1
+
+
+def damaged_row(name: str, start: int, n: int, error: str | None, damage) -> RawRow | None:
+    """The error row that ends the rows of a damaged compressed input (None when intact)."""
+    if damage is not None and not damage.truncated:
+        return RawRow(start + n, None, f"{name} is damaged after line {n} ({damage.reason}); "
+                      "the rows after that point are not read (they lie in a part of the file "
+                      "whose checksum fails, so even rows that decompress may be altered): "
+                      "download or compress the file again")
+    if error is None:
+        return None
+    return RawRow(start + n, None, f"{name} is damaged after line {n} ({error}); the rows "
+                  "after that point cannot be read: download or compress the file again")
 
 
 def read_rows(source: str, stdin: BinaryIO | None = None) -> Iterator[RawRow]:
@@ -387,12 +406,28 @@ def _read_stdin(stream: BinaryIO) -> Iterator[RawRow]:
     if codec is None:
         yield from read_jsonl(stream)
         return
-    with compressed.wrap_stream(stream, codec) as inner:
-        lines = compressed.SafeLines(inner)
-        n = yield from read_jsonl(lines)
-    if lines.error is not None:
-        yield RawRow(n + 1, None, f"stdin is damaged after line {n} ({lines.error}); the rows "
-                     "after that point cannot be read")
+    import shutil
+    import tempfile
+
+    # kept in a temporary file, so that its checksums are checked before any row is read
+    with tempfile.TemporaryFile(prefix="rmjudge-stdin-") as spool:
+        try:
+            shutil.copyfileobj(stream, spool, 1 << 20)
+            spool.flush()
+        except OSError as exc:
+            raise InputError(f"cannot keep the compressed stdin in {tempfile.gettempdir()} to "
+                             f"check it ({exc.strerror}); set TMPDIR to a folder with room, or "
+                             "decompress the input first") from None
+        spool.seek(0)
+        damage = compressed.verify(spool, codec)
+        spool.seek(0)
+        cut = None if damage is None or damage.truncated else damage.intact
+        with compressed.wrap_stream(spool, codec, limit=cut) as inner:
+            lines = compressed.SafeLines(inner)
+            n = yield from read_jsonl(compressed.intact_lines(lines, damage))
+    error = damaged_row("stdin", 1, n, lines.error, damage)
+    if error is not None:
+        yield error
 
 
 def count_rows(source: str) -> int | None:
