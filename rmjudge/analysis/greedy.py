@@ -90,7 +90,8 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             f"{table.path} was judged by the model with sha256 {want_sha[:12]}..., not "
             f"{engine.info.path} ({engine.info.sha256[:12]}...): pass the same --model (and "
             "--lora) as the scoring run, so the greedy row compares like with like")
-    suffix = resolve(js, engine.info).suffix
+    spec = resolve(js, engine.info)
+    js, suffix = spec.settings, spec.suffix  # an old store's unset values resolve as scoring does
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)
     done = failures = 0
