@@ -8,8 +8,10 @@ with ties = 0.5. The names and definitions are analysis/counts.py's. Each figure
 seeded bootstrap 95% interval over pairs.
 
 Systems, all from the same run where the stored samples allow it:
-- `first`: the first rollout of each order (one temperature-T sample);
-- `majority`: plain majority vote of the rollouts (ties go to the anchor, as `--no-reflect`);
+- `first`: the first rollout of each order (one temperature-T sample; a cut one has no
+  verdict, a forced one counts);
+- `majority`: plain majority vote of the rollouts, by the protocol's rule (ties go to the
+  anchor, as `--no-reflect`: the usable rollouts vote, forced verdicts only when none is);
 - `reflectrm`: the two-stage verdict of each order (`verdict_ab`/`verdict_ba`); when a pair
   took the unanimity shortcut, the three agree by construction;
 - `final`: the verdict combining both orders (with the run's `--on-inconsistent` policy),
@@ -103,24 +105,40 @@ def stat(values: np.ndarray, es: EvalSettings, key: str) -> Stat:
     return Stat(float(v.mean()), lo, hi, int(v.size))
 
 
+# a generation's own verdict, not cut at the token limit; a forced verdict (protocol.py)
+OWN_VERDICT = "(verdict_source = 'generated' AND finish_reason IS DISTINCT FROM 'length')"
+FORCED_VERDICT = "(verdict_source = 'forced')"
+
+
 def letters_sql(table: JudgedTable) -> str:
-    """Per pair: the letter each baseline gives in each order, from `samples` (and `greedy`)."""
+    """Per pair: the letter each baseline gives in each order, from `samples` (and `greedy`),
+    with the protocol's rule: the usable rollouts vote, the forced ones only when none is
+    usable (a single rollout: its own verdict, else its forced one)."""
     parts = []
     if table.has_samples:
         parts.append("""
         roll AS (
           SELECT pair_id, "order",
-                 max(prediction) FILTER (WHERE idx = 0) AS first_pred,
-                 count(*) FILTER (WHERE prediction = 1) AS n1,
-                 count(*) FILTER (WHERE prediction = 2) AS n2,
+                 max(prediction) FILTER (WHERE idx = 0 AND ({OWN} OR {FORCED})) AS first_pred,
+                 count(*) FILTER (WHERE {OWN}) AS n_own,
+                 count(*) FILTER (WHERE {OWN} AND prediction = 1) AS o1,
+                 count(*) FILTER (WHERE {OWN} AND prediction = 2) AS o2,
+                 count(*) FILTER (WHERE {FORCED} AND prediction = 1) AS f1,
+                 count(*) FILTER (WHERE {FORCED} AND prediction = 2) AS f2,
                  max(prediction) FILTER (WHERE is_anchor) AS anchor_pred
           FROM samples WHERE stage = 'rollout' GROUP BY ALL),
+        pool AS (
+          SELECT pair_id, "order", first_pred, anchor_pred,
+                 CASE WHEN n_own > 0 THEN o1 ELSE f1 END AS n1,
+                 CASE WHEN n_own > 0 THEN o2 ELSE f2 END AS n2
+          FROM roll),
         base AS (
           SELECT pair_id, "order", first_pred,
                  CASE WHEN n1 > n2 THEN 1 WHEN n2 > n1 THEN 2 ELSE anchor_pred END AS maj_pred
-          FROM roll)""")
+          FROM pool)""".format(OWN=OWN_VERDICT, FORCED=FORCED_VERDICT))
     if table.has_greedy:
-        parts.append("""g AS (SELECT pair_id, "order", any_value(prediction) AS greedy_pred
+        parts.append(f"""g AS (SELECT pair_id, "order", any_value(prediction) FILTER (WHERE
+                         {OWN_VERDICT} OR {FORCED_VERDICT}) AS greedy_pred
                        FROM greedy GROUP BY ALL)""")
     return ("WITH " + ",".join(parts)) if parts else ""
 
