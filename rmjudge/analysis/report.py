@@ -378,7 +378,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
                 axes[1].text(i, 100 * b["accuracy"] + 1.5, f"n={b['n']}", ha="center", fontsize=7)
             axes[1].set_ylim(0, 105)
             axes[1].set_ylabel("accuracy of the order's verdict, %")
-            axes[1].set_title("Accuracy by vote entropy")
+            axes[1].set_title("Per-order accuracy by vote entropy")
             axes[1].tick_params(axis="x", labelsize=8)
         else:
             axes[1].axis("off")
@@ -398,7 +398,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
         ax.set_xlim(0.48, 1.02)
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("winner's vote share max(p_a, 1 - p_a)")
-        ax.set_ylabel("accuracy")
+        ax.set_ylabel("winner is the gold label, share")
         ax.set_title("Reliability diagram")
         ax.legend(fontsize=8, loc="lower right")
         ax = axes[1]
@@ -409,8 +409,8 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
                         mark, label=f"order ({o[0].upper()},{o[1].upper()})")
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("per-order confidence (lowest-10% token log-prob)")
-        ax.set_ylabel("accuracy")
-        ax.set_title("Accuracy by confidence")
+        ax.set_ylabel("accuracy of the order's verdict")
+        ax.set_title("Per-order accuracy by confidence")
         if cal["orders"]:
             ax.legend(fontsize=8)
         save("calibration", fig)
@@ -510,7 +510,7 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
                   f"often that side is the gold label; ECE {_f(r.calibration['ece'])} over "
                   f"{r.calibration['n']} pairs.</p>",
                   _img(figs, "calibration", "calibration"),
-                  _table(["vote share", "pairs", "mean share", "accuracy"],
+                  _table(["vote share", "pairs", "mean share", "winner is the gold label"],
                          [[f"{b['lo']:.1f}-{b['hi']:.1f}", b["n"], _f(b["confidence"]),
                            _f(b["accuracy"])] for b in r.calibration["bins"]])]
     if r.groups:
