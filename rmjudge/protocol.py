@@ -12,8 +12,8 @@ did not stop at the token limit (`finish_reason != length`). Nothing else is eve
 critique, a voter in the normal path, or a reflection that decides W. Forced verdicts (read
 from the logits, only with `--forced`) are a fallback: when no rollout of an order is usable,
 the order's verdict is the majority of its forced verdicts, the most confident forced rollout
-breaking a tie (recorded as the anchor), without self-reflection (`voting_pool`). Reflections never
-ask for a forced verdict.
+breaking a tie (recorded as the anchor), without self-reflection (`voting_pool`). Reflections
+never ask for a forced verdict.
 
 The protocol works on many pairs at once: `stage1_requests` for a chunk, then
 `stage2_requests` for that chunk, so the engine can fill its batch across pairs.
@@ -174,7 +174,8 @@ class PairOrderJob:
         if not pool:
             return None
         # Highest confidence; ties go to the lowest index (stable, reproducible).
-        return max(pool, key=lambda r: (r.confidence if r.confidence is not None else -math.inf, -r.idx))
+        return max(pool, key=lambda r: (r.confidence if r.confidence is not None else -math.inf,
+                                        -r.idx))
 
     # -- stage 2 -------------------------------------------------------------------------
     def reflection_requests(self) -> list[GenRequest]:

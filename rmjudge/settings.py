@@ -17,8 +17,10 @@ class SettingsError(UserError, ValueError):
 
 def _opt(default, help: str, **cli):
     """A settings field with its command-line option: `help`, and optionally `flag` (a switch
-    that sets the field to False, e.g. "--no-reflect"), `short` ("-n"), `metavar`, `choices`
-    and `cli=False` for a field without an option. `rmjudge.cli.options` builds the options."""
+    that sets the field to False, e.g. "--no-reflect"), `switch` ("--forced/--no-forced" for a
+    field whose default None is resolved later, by the run spec), `short` ("-n"), `metavar`,
+    `choices` and `cli=False` for a field without an option. `rmjudge.cli.options` builds the
+    options."""
     return field(default=default, metadata={"help": help, **cli})
 
 

@@ -5,14 +5,14 @@ on one small store judged by the scripted engine, checked against figures worked
 The store (both orders, one rollout per order, forced verdicts chosen with --forced; in the
 prompt's numbering slot 1 is A in order (A, B) and B in order (B, A)):
 
-| pair | label | (A, B)                            | (B, A)                   | verdict |
-|------|-------|-----------------------------------|--------------------------|---------|
-| p1   | A     | 1 -> A                            | 2 -> A                   | A       |
-| p2   | A     | 1 -> A                            | 1 -> B                   | tie     |
-| p3   | B     | 1 -> A                            | 2 -> A                   | A       |
-| p4   | A     | no verdict, cut; forced 1 -> A    | 2 -> A                   | A       |
-| p5   | B     | verdict 2 but cut: takes no part  | no verdict, cut; forced 1 -> B | B (one order) |
-| p6   | A     | verdict 1 but cut                 | verdict 2 but cut        | error   |
+| pair | label | (A, B)                           | (B, A)                         | verdict |
+|------|-------|----------------------------------|--------------------------------|---------|
+| p1   | A     | 1 -> A                           | 2 -> A                         | A       |
+| p2   | A     | 1 -> A                           | 1 -> B                         | tie     |
+| p3   | B     | 1 -> A                           | 2 -> A                         | A       |
+| p4   | A     | no verdict, cut; forced 1 -> A   | 2 -> A                         | A       |
+| p5   | B     | verdict 2 but cut: no part       | no verdict, cut; forced 1 -> B | B       |
+| p6   | A     | verdict 1 but cut                | verdict 2 but cut              | error   |
 
 - accuracy (both orders pooled): p1 1, p2 0.5, p3 0, p4 1, p5 0.5, p6 0 -> 3 / 6 = 50.0%
 - positional consistency: p1, p4 of 6 judged in both orders -> 33.3%

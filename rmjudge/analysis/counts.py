@@ -42,9 +42,10 @@ PAIR_COUNTS = {
     "pairs": "count(*)",
     "labelled": f"count(*) FILTER (WHERE {_LAB})",
     # per labelled pair: the share of its judged orders that are right (pooled accuracy's sum)
-    "pooled_correct": (f"coalesce(sum(CASE WHEN verdict_ba IS NULL THEN (verdict_ab = label)::INTEGER"
-                       "::DOUBLE ELSE ((verdict_ab = label)::INTEGER + (verdict_ba = label)::INTEGER)"
-                       f" / 2.0 END) FILTER (WHERE {_LAB}), 0)"),
+    "pooled_correct": ("coalesce(sum(CASE WHEN verdict_ba IS NULL "
+                       "THEN (verdict_ab = label)::INTEGER::DOUBLE "
+                       "ELSE ((verdict_ab = label)::INTEGER + (verdict_ba = label)::INTEGER) / 2.0"
+                       f" END) FILTER (WHERE {_LAB}), 0)"),
     "both_orders_labelled": f"count(*) FILTER (WHERE {_LAB} AND verdict_ba IS NOT NULL)",
     "consistent_correct": (f"count(*) FILTER (WHERE {_LAB} AND verdict_ab = label "
                            "AND verdict_ba = label)"),

@@ -345,8 +345,8 @@ def _render(res: EvalResult, shown: list) -> tuple[str, int]:
     if "final" in res.systems:
         fm = res.metrics["final"][ov]
         policy = (res.settings.get("judge") or {}).get("on_inconsistent")
-        lines.append(f"{AGREEMENT.capitalize()}, overall ({SYSTEMS['final']}"
-                     + (f", --on-inconsistent {policy}" if policy else "") + f"; {level}% interval):")
+        how = SYSTEMS["final"] + (f", --on-inconsistent {policy}" if policy else "")
+        lines.append(f"{AGREEMENT.capitalize()}, overall ({how}; {level}% interval):")
         lines.append("  " + ", ".join(
             f"{k} {_pct(fm[k].value)} [{_pct(fm[k].lo)}, {_pct(fm[k].hi)}]"
             for k in ("agree", "tie", "disagree")))
