@@ -108,7 +108,7 @@ def main() -> None:
             times[name] = times.get(name, 0) + int(secs)
     rows = ["| judge | parse failures | verdicts in slot 1 | accuracy, both orders pooled "
             "[95% CI] | gain over the base [paired 95% CI] | positional consistency [95% CI] | "
-            "final verdict accuracy | scoring time | training |",
+            "combined-verdict agreement | scoring time | training |",
             "|---|---|---|---|---|---|---|---|---|"]
     base_correct = per_pair_correct(out / "score" / "base.duckdb")
     for j in judges:
@@ -123,7 +123,7 @@ def main() -> None:
         rows.append(
             f"| {NAMES.get(j, j)} | {bad}/{n} ({100 * bad / max(n, 1):.1f}%) | "
             f"{100 * slot1 / max(parsed, 1):.1f}% | {ci(refl.get('acc'))} | {gain} | "
-            f"{ci(refl.get('consistency'))} | {ci(systems.get('final', {}).get('acc'))} | "
+            f"{ci(refl.get('consistency'))} | {ci(systems.get('final', {}).get('agree'))} | "
             f"{times.get('score-' + j, '-')} s | {training(out, j, times)} |")
     print(f"{ev['labelled']} held-out pairs, both orders; bootstrap 95% intervals "
           f"({ev['settings']['resamples']} resamples).\n")

@@ -93,6 +93,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
 
     engine = load_engine(es, vocab_only=True)
     spec = resolve(js, engine.info, es.n_ctx)
+    js = spec.settings  # --max-tokens and --forced as this model resolves them
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
     mapper = mapper or Mapper(mapping or {}, seed=js.seed)

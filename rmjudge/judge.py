@@ -53,9 +53,10 @@ def _agree(jobs: list[PairOrderJob]) -> bool:
 class Judge:
     def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None):
         self.engine = engine
-        self.settings = settings
-        self.suffix = resolve(settings, engine.info).suffix
-        self.pairs_in_flight = pairs_in_flight or engine.preferred_pairs_in_flight(settings)
+        spec = resolve(settings, engine.info)
+        self.settings = spec.settings  # unset --max-tokens / --forced resolved for this model
+        self.suffix = spec.suffix
+        self.pairs_in_flight = pairs_in_flight or engine.preferred_pairs_in_flight(self.settings)
 
     def _pair_task(self, pair: Pair) -> PairTask:
         s = self.settings

@@ -119,9 +119,6 @@ class Summary:
     skipped: int
     errors: int
     labelled: int
-    correct: int
-    consistent_correct: int
-    both_orders_labelled: int
     consistent: int
     both_orders: int
     verdicts: dict[str, int]
@@ -131,14 +128,18 @@ class Summary:
     generated_tokens: int
     wall_seconds: float
     error_reasons: dict[str, int]
+    metrics: dict = field(default_factory=dict)  # rmjudge.analysis.counts.metrics
+    rollout_counts: dict = field(default_factory=dict)  # rmjudge.analysis.counts.sample_counts
+    notes: list[str] = field(default_factory=list)  # the run spec's resolved defaults, in words
 
     @property
     def accuracy(self) -> float | None:
-        return self.correct / self.labelled if self.labelled else None
+        """Both orders pooled (the paper's accuracy; analysis/counts.py)."""
+        return self.metrics.get("accuracy")
 
     @property
     def positional_consistency(self) -> float | None:
-        return self.consistent_correct / self.both_orders_labelled if self.both_orders_labelled else None
+        return self.metrics.get("positional_consistency")
 
 
 def verdict_settings(js: JudgeSettings, info) -> dict:
@@ -205,7 +206,8 @@ def score(
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
            commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
-    settings = verdict_settings(js, engine.info)
+    spec = resolve(js, engine.info)
+    settings = spec.verdict_settings()
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
         settings["input_reading"] = reading
@@ -310,7 +312,9 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
 
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
                           counts.generations, prog.elapsed)
-    return counts.summary(store, out, files, prog, error_reasons)
+    summary = counts.summary(store, out, files, prog, error_reasons)
+    summary.notes = spec.defaults_note()
+    return summary
 
 
 def input_reading(mapper: Mapper) -> dict:
@@ -380,13 +384,11 @@ class _Counts:
 
     def summary(self, store: Store, out, files, prog: Progress, error_reasons) -> Summary:
         """Counts over the whole output (all runs), so a resumed run reports the full table."""
-        from rmjudge.analysis.counts import pair_counts
+        from rmjudge.analysis.counts import metrics, pair_counts, sample_counts
 
         q = store.con.execute
         c = pair_counts(lambda sql, params: q(sql, params).fetchone())
-        labelled, correct, cc, both_l, cons, both = (
-            c["labelled"], c["correct"], c["consistent_correct"], c["both_orders_labelled"],
-            c["consistent"], c["both_orders"])
+        rollouts = sample_counts(lambda sql, params: q(sql, params).fetchone())
         verdicts = dict(q("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 1").fetchall())
         gens, pf, forced = q("""SELECT count(*), count(*) FILTER (WHERE verdict_source IS DISTINCT
                                 FROM 'generated'), count(*) FILTER (WHERE verdict_source = 'forced')
@@ -394,9 +396,9 @@ class _Counts:
         n_errors = q("SELECT count(*) FROM errors").fetchone()[0]
         return Summary(
             output=out, files=files, rows_read=prog.rows_read, judged=prog.done,
-            skipped=prog.skipped, errors=n_errors, labelled=labelled, correct=correct,
-            consistent_correct=cc, both_orders_labelled=both_l, consistent=cons, both_orders=both,
+            skipped=prog.skipped, errors=n_errors, labelled=c["labelled"],
+            consistent=c["consistent"], both_orders=c["both_orders"],
             verdicts=verdicts, parse_failures=pf, forced=forced, generations=gens,
             generated_tokens=prog.generated_tokens, wall_seconds=prog.elapsed,
-            error_reasons=error_reasons,
+            error_reasons=error_reasons, metrics=metrics(c), rollout_counts=rollouts,
         )

@@ -1,11 +1,19 @@
 """ReflectRM two-stage inference and the both-order check, as pure logic over an Engine.
 
 Per pair and order (reflectrm.md §2): N rollouts at temperature T; confidence = mean of the
-lowest 10% token log-probabilities; anchor = most confident parsed rollout; every other parsed
+lowest 10% token log-probabilities; anchor = most confident usable rollout; every other usable
 rollout is compared with the anchor in self-reflection (critiques in a seeded random order,
 greedy); rollouts that win form W; verdict = majority of W, with the anchor added when W is
-empty or tied. When every parsed prediction agrees the verdict is already fixed, so stage 2 is
+empty or tied. When every usable prediction agrees the verdict is already fixed, so stage 2 is
 skipped (the "shortcut", recorded). The two orders are combined in `combine_orders` (§3).
+
+Usable (`usable`): a generation with a verdict of its own (`verdict_source = generated`) that
+did not stop at the token limit (`finish_reason != length`). Nothing else is ever an anchor, a
+critique, a voter in the normal path, or a reflection that decides W. Forced verdicts (read
+from the logits, only with `--forced`) are a fallback: when no rollout of an order is usable,
+the order's verdict is the majority of its forced verdicts, the most confident forced rollout
+breaking a tie (recorded as the anchor), without self-reflection (`voting_pool`). Reflections
+never ask for a forced verdict.
 
 The protocol works on many pairs at once: `stage1_requests` for a chunk, then
 `stage2_requests` for that chunk, so the engine can fill its batch across pairs.
@@ -82,6 +90,20 @@ def to_letter(order: str, prediction: int | None) -> str | None:
     return "A" if (prediction == 1) == first_is_a else "B"
 
 
+def usable(s: Sample) -> bool:
+    """The generation wrote its own verdict and was not cut at the token limit."""
+    return s.verdict_source == "generated" and s.finish_reason != "length"
+
+
+def voting_pool(rollouts: list[Sample]) -> tuple[list[Sample], bool]:
+    """The rollouts of one order that take part, and whether they are the forced fallback
+    (no usable rollout: the rollouts with a forced verdict, which exist only with --forced)."""
+    ok = [r for r in rollouts if usable(r)]
+    if ok:
+        return ok, False
+    return [r for r in rollouts if r.verdict_source == "forced" and r.prediction is not None], True
+
+
 def _sample_from(gen: Generation, task: str, **kw) -> Sample:
     pred = prompts.parse_verdict(gen.text, task)  # type: ignore[arg-type]
     source = "generated" if pred is not None else None
@@ -144,26 +166,29 @@ class PairOrderJob:
 
     @property
     def parsed(self) -> list[Sample]:
-        return [r for r in self.rollouts if r.prediction is not None]
+        """The usable rollouts (a verdict of their own, not cut at the token limit)."""
+        return [r for r in self.rollouts if usable(r)]
 
     def anchor(self) -> Sample | None:
-        parsed = self.parsed
-        if not parsed:
+        pool, _ = voting_pool(self.rollouts)
+        if not pool:
             return None
-        if self.s.ablation == "random-anchor":  # the paper's ablation: any parsed rollout
+        if self.s.ablation == "random-anchor":  # the paper's ablation: any rollout that takes part
             rng = random.Random(derive_seed(self.s.seed, self.pair.id, self.order, "random-anchor"))
-            return parsed[rng.randrange(len(parsed))]
+            return pool[rng.randrange(len(pool))]
         # Highest confidence; ties go to the lowest index (stable, reproducible).
-        return max(parsed, key=lambda r: (r.confidence if r.confidence is not None else -math.inf, -r.idx))
+        return max(pool, key=lambda r: (r.confidence if r.confidence is not None else -math.inf,
+                                        -r.idx))
 
     # -- stage 2 -------------------------------------------------------------------------
     def reflection_requests(self) -> list[GenRequest]:
-        """Plan stage 2; empty when it is not needed (shortcut, no reflection, < 2 parsed)."""
+        """Plan stage 2; empty when it is not needed (shortcut, no reflection, < 2 usable, or
+        the forced fallback)."""
         anchor = self.anchor()
         for r in self.rollouts:
             r.is_anchor = anchor is not None and r.idx == anchor.idx
         parsed = self.parsed
-        if anchor is None or not self.s.reflect:
+        if anchor is None or not self.s.reflect or not usable(anchor):
             return []
         if len({r.prediction for r in parsed}) <= 1 and self.s.shortcut:
             self.shortcut = True
@@ -190,7 +215,7 @@ class PairOrderJob:
                     seed=0,
                     max_tokens=self.s.max_tokens,
                     stop=prompts.STOP,
-                    force=prompts.force_spec("refl") if self.s.forced else None,
+                    force=None,  # a reflection decides W only with a verdict of its own
                     share_key=(self.pair.id, self.order, "reflection"),
                 )
             )
@@ -203,7 +228,7 @@ class PairOrderJob:
                 idx=len(self.reflections), reflection_of=ridx, reflection_slot=slot,
             )
             self.reflections.append(smp)
-            won = None if smp.prediction is None else smp.prediction == slot
+            won = smp.prediction == slot if usable(smp) else None
             self.rollouts[ridx].won_reflection = won
         if self.s.ablation == "random-group":
             self.random_winner_group()
@@ -233,15 +258,17 @@ class PairOrderJob:
 def vote(rollouts: list[Sample], reflected: bool) -> tuple[int | None, float | None, float | None]:
     """Final prediction of one order from its rollout rows alone.
 
-    reflected=False (plain majority or shortcut): majority over all parsed rollouts, the anchor
-    breaking a tie. reflected=True: majority over the winner group W, with the anchor added when
-    W is empty or tied. Returns (prediction, share of voters for 1, mean confidence of the
-    voters for the prediction).
+    The voters are the usable rollouts, or the forced fallback (`voting_pool`), which never
+    reflects. reflected=False (plain majority, shortcut, fallback): majority over the voters,
+    the anchor breaking a tie. reflected=True: majority over the winner group W, with the anchor
+    added when W is empty or tied. Returns (prediction, share of voters for 1, mean confidence
+    of the voters for the prediction).
     """
-    parsed = [r for r in rollouts if r.prediction is not None]
+    parsed, fallback = voting_pool(rollouts)
     anchor = next((r for r in parsed if r.is_anchor), None)
     if not parsed or anchor is None:
         return None, None, None
+    reflected = reflected and not fallback
     group = [r for r in parsed if r.won_reflection] if reflected else list(parsed)
 
     def tally(g: list[Sample]) -> tuple[int, int]:

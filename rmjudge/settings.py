@@ -19,8 +19,10 @@ class SettingsError(UserError, ValueError):
 
 def _opt(default, help: str, **cli):
     """A settings field with its command-line option: `help`, and optionally `flag` (a switch
-    that sets the field to False, e.g. "--no-reflect"), `short` ("-n"), `metavar`, `choices`
-    and `cli=False` for a field without an option. `rmjudge.cli.options` builds the options."""
+    that sets the field to False, e.g. "--no-reflect"), `switch` ("--forced/--no-forced" for a
+    field whose default None is resolved later, by the run spec), `short` ("-n"), `metavar`,
+    `choices` and `cli=False` for a field without an option. `rmjudge.cli.options` builds the
+    options."""
     return field(default=default, metadata={"help": help, **cli})
 
 
@@ -29,7 +31,9 @@ class JudgeSettings:
     """How pairs are judged. Every field is a `score`/`eval` option (see `_opt`)."""
 
     samples: int = _opt(8, "Rollouts per order (N).", short="-n")
-    max_tokens: int = _opt(256, "Token limit of every generation.")
+    max_tokens: int | None = _opt(None, "Token limit of every generation (default: resolved by "
+                                  "the run spec: 1024, the paper's; 256 for the embedded demo "
+                                  "judge).", type=int)
     temperature: float = _opt(1.0, "Rollout temperature.")
     top_p: float = _opt(1.0, "Nucleus sampling threshold of the rollouts.")
     orders: Orders = _opt("both", "Judge (A,B) and (B,A), or (A,B) only.", choices=("both", "ab"))
@@ -38,8 +42,9 @@ class JudgeSettings:
     reflect: bool = _opt(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
     shortcut: bool = _opt(True, "Run self-reflection even when all rollouts agree.",
                           flag="--no-shortcut")
-    forced: bool = _opt(True, "Do not force a verdict from the logits when a generation does "
-                        "not parse.", flag="--no-forced")
+    forced: bool | None = _opt(None, "Read a verdict from the logits when no rollout of an order "
+                               "parses (default: resolved by the run spec: off, on only for the "
+                               "embedded demo judge).", switch="--forced/--no-forced")
     adaptive: int = _opt(0, "Start with K rollouts per order; go on to N only when they "
                          "disagree (0: off).", metavar="K")
     seed: int = _opt(0, "Run seed (per-pair seeds derive from it).")
@@ -59,7 +64,7 @@ class JudgeSettings:
             raise SettingsError("--temperature must be between 0 and 5")
         if not 0.0 < self.top_p <= 1.0:
             raise SettingsError("--top-p must be in (0, 1]")
-        if self.max_tokens < 8:
+        if self.max_tokens is not None and self.max_tokens < 8:
             raise SettingsError("--max-tokens must be at least 8")
         if self.orders not in ("both", "ab"):
             raise SettingsError("--orders must be 'both' or 'ab'")

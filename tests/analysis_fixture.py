@@ -5,7 +5,8 @@ Input: `tests/data/analysis_pairs.jsonl`, eight pairs written by hand for these 
 - order (A, B): always right. In subset y the first rollout is wrong and the most confident
   (the anchor); the three others are right and beat it in self-reflection.
 - order (B, A): always picks slot 1 (= B), so it is right exactly on the B-labelled pairs;
-  p2's last rollout does not parse and gets a forced verdict (slot 1).
+  p2's last rollout does not parse and gets a forced verdict (slot 1; forced verdicts are
+  chosen with --forced), which takes no part since the other rollouts parse.
 Hand-computed: ReflectRM acc(A,B) 8/8, acc(B,A) 3/8, consistency 3/8, final 3/8 (the five
 A-labelled pairs flip -> tie); first rollout acc(A,B) 4/8, consistency 1/8; majority = ReflectRM.
 """
@@ -50,7 +51,7 @@ def respond(req, i):
 
 def build(tmp_path, output: str = "judged.duckdb", **kw) -> str:
     out = str(tmp_path / output)
-    js = JudgeSettings(samples=4, seed=0, **kw)
+    js = JudgeSettings(**{"samples": 4, "seed": 0, "forced": True, **kw})
     score(str(FIXTURE), ScriptedEngine(respond, force=lambda req, i, text: (0.8, 0.2)), js,
           output=out)
     return out

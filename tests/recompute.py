@@ -12,14 +12,24 @@ from collections import defaultdict
 import duckdb
 
 
+def own_verdict(r: dict) -> bool:
+    """A verdict the model wrote itself, in a generation not cut at the token limit."""
+    return r["verdict_source"] == "generated" and r["finish_reason"] != "length"
+
+
 def order_verdict(rollouts: list[dict], reflected: bool) -> int | None:
-    parsed = [r for r in rollouts if r["prediction"] is not None]
-    anchors = [r for r in parsed if r["is_anchor"]]
+    parsed = [r for r in rollouts if own_verdict(r)]
+    if not parsed:  # the forced fallback: majority of forced verdicts, no reflection
+        parsed = [r for r in rollouts
+                  if r["verdict_source"] == "forced" and r["prediction"] is not None]
+        reflected = False
+    anchors = [r for r in rollouts if r["is_anchor"]]
     if not parsed:
+        assert not anchors
         return None
-    assert len(anchors) == 1
+    assert len(anchors) == 1 and anchors[0] in parsed
     anchor = anchors[0]
-    # the anchor is the most confident parsed rollout (lowest idx on ties)
+    # the anchor is the most confident rollout that takes part (lowest idx on ties)
     best = max(parsed, key=lambda r: (r["confidence"], -r["idx"]))
     assert best["idx"] == anchor["idx"]
     if not reflected:
@@ -63,9 +73,11 @@ def recompute_all(db: str) -> int:
             reflections = [r for r in rows if r["stage"] == "reflection"]
             # reflection rows agree with the winner flags they produced
             for f in reflections:
-                if f["prediction"] is not None:
-                    won = f["prediction"] == f["reflection_slot"]
-                    assert rollouts[f["reflection_of"]]["won_reflection"] == won
+                assert f["verdict_source"] != "forced"  # reflections never ask for one
+                critique = rollouts[f["reflection_of"]]
+                assert own_verdict(critique) and not critique["is_anchor"]
+                won = f["prediction"] == f["reflection_slot"] if own_verdict(f) else None
+                assert critique["won_reflection"] == won
             reflected = settings["reflect"] and bool(reflections)
             letters[order] = letter(order, order_verdict(rollouts, reflected))
         assert (letters.get("ab") or "error") == vab, (pid, letters, vab)

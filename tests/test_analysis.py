@@ -52,7 +52,11 @@ def test_eval_matches_hand_computed_figures(judged):
     assert val(res, "reflectrm", "acc_ba") == pytest.approx(3 / 8)
     assert val(res, "reflectrm", "consistency") == pytest.approx(3 / 8)
     assert val(res, "reflectrm", "acc") == pytest.approx(11 / 16)
-    assert val(res, "final", "acc") == pytest.approx(3 / 8)  # the five flips become ties
+    # the combined verdict: the five flips become ties
+    assert val(res, "final", "agree") == pytest.approx(3 / 8)
+    assert val(res, "final", "tie") == pytest.approx(5 / 8)
+    assert val(res, "final", "disagree") == 0
+    assert val(res, "final", "ties_half") == pytest.approx((3 + 2.5) / 8)
     assert val(res, "first", "acc_ab") == pytest.approx(4 / 8)
     assert val(res, "first", "consistency") == pytest.approx(1 / 8)
     assert val(res, "majority", "acc_ab") == 1.0

@@ -109,13 +109,17 @@ def test_parse_failures_never_become_verdicts():
 def test_forced_verdict_is_recorded_as_forced():
     eng = engine({"ab": [unparsed(), unparsed(), unparsed(), pref(1, -2.0)]},
                  reflect=winner_by_analysis(set()), force=lambda req, i, text: (0.2, 0.8))
-    res = Judge(eng, settings()).judge(pair())
+    res = Judge(eng, settings(forced=True)).judge(pair())
     rows = res.orders["ab"].rollouts
     assert [r.verdict_source for r in rows] == ["forced", "forced", "forced", "generated"]
     assert [r.prediction for r in rows] == [2, 2, 2, 1]
     assert rows[0].p_first == pytest.approx(0.2)
     # the forced choice's log-prob (log 0.8) enters the confidence
     assert rows[0].confidence < -0.1
+    # one rollout wrote its own verdict, so the three forced ones (cut at the token limit)
+    # take no part: it is the anchor and decides alone, without self-reflection
+    assert [r.is_anchor for r in rows] == [False, False, False, True]
+    assert res.orders["ab"].prediction == 1 and len(eng.calls) == 1
 
 
 def test_order_mapping_and_consistency():

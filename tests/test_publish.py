@@ -332,9 +332,14 @@ def test_dry_run_writes_the_exact_upload_folder_with_a_card(tmp_path, judged):
     assert '"samples": 4' in text and '"on_inconsistent": "tie"' in text
     assert "| kept (judge agrees with the gold label) | 3 |" in text
     assert "| &nbsp;&nbsp;dropped: orders disagree | 5 |" in text
-    # eval figures of the whole table, as `rmjudge eval` computes them (final 3/8, cons. 3/8)
-    assert "| accuracy, both orders combined | 37.5 [" in text
-    assert "| positional consistency (right in both orders) | 37.5 [" in text
+    # eval figures of the whole table, as `rmjudge eval` computes them, under the names of
+    # analysis/counts.py: accuracy pooled 11/16, consistency 3/8, combined verdict 3 agree, 5 tie
+    assert "| accuracy (both orders pooled, the paper's) | 68.8 [" in text
+    assert "| positional consistency (right in both orders, the paper's) | 37.5 [" in text
+    assert "| combined-verdict agreement: agree | 37.5 [" in text
+    assert "| combined-verdict agreement: tie | 62.5 [" in text
+    assert "| accuracy (ties = 0.5), comparable with reward-bench | 68.8 [" in text
+    assert "rollouts 64: cut at the token limit 1, unparsed 1, forced verdicts 1" in text
     assert "| `judge_vote_share` | float64 |" in text
     assert 'load_dataset("my-org/judged-dpo", split="train")' in text
 

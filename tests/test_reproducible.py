@@ -91,6 +91,35 @@ def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, model_path
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
 
 
+class ParsedRollouts:
+    """The real engine, with each rollout's text closed by a verdict (1, 2, 1, ...) so that the
+    rollouts take part and self-reflection runs: the embedded model never writes a verdict, and
+    only rollouts with a verdict of their own are critiques (reflectrm.md §2). Reflections are
+    the model's own generations."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.info = engine.info
+
+    def preferred_pairs_in_flight(self, settings) -> int:
+        return self.engine.preferred_pairs_in_flight(settings)
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.engine.generated_tokens
+
+    def generate(self, requests):
+        from rmjudge.prompts import completion_text
+
+        out = self.engine.generate(requests)
+        for req, gens in zip(requests, out):
+            if req.share_key[2] == "rollout":
+                for i, g in enumerate(gens):
+                    g.text = completion_text("pref", g.text, 1 + i % 2)
+                    g.finish_reason = "stop"
+        return out
+
+
 def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(model_path,
                                                                               tmp_path):
     # Reflections open with their rollout prompt's text, so the engine restores the rollout
@@ -103,7 +132,7 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
         engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
                                             prefix_cache_mb=mb))
         out = str(tmp_path / f"c{mb}.duckdb")
-        score(src, engine, js, output=out)
+        score(src, ParsedRollouts(engine), js, output=out)
         outs.append(out)
         engines.append(engine)
     on, off = engines

@@ -27,9 +27,11 @@ still a valid one of its format (Parquet: no rows, the dataset's columns; JSONL:
 With `evidence`, every row also carries the judge's evidence about its pair (the same values
 on both KTO rows of a pair), relative to the pair's chosen response: `judge_vote_share` (share
 of the final votes, averaged over the orders, that went to the chosen response), `judge_consistent`
-(the two orders agree; null when judged in one order) and `judge_verdict_ab` /
+(the two orders gave the same winner; null when judged in one order; this is order agreement,
+not the positional consistency metric, which also needs the gold label) and `judge_verdict_ab` /
 `judge_verdict_ba` (each order's verdict: `chosen`, `rejected`, `error`, or null when that
-order was not judged).
+order was not judged). The summary then also prints the judged table's named metrics and
+rollout counts (analysis/counts.py), the figures the dataset card carries.
 
 With `prefer = "human"`, a pair with a human label (`rmjudge review import`; several reviewers:
 their majority, else tie) is decided by it before any rule above: a human A or B is the chosen
@@ -107,6 +109,8 @@ class FilterSummary:
     file_format: str = "jsonl"
     columns: list[tuple[str, str]] = field(default_factory=list)  # (name, DuckDB type)
     human: int = 0  # pairs whose chosen response a human label decided (--prefer human)
+    metrics: dict | None = None  # with evidence: analysis/counts.py's metrics of the table
+    rollout_counts: dict | None = None  # with evidence and samples: its rollout counts
 
     @property
     def written(self) -> int:
@@ -277,11 +281,18 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     if fs.format in ("dpo", "kto") and not fs.chat:
         flattened = con.execute(f"""SELECT count(*) FROM decided WHERE action <> 'dropped'
                                     AND len({MESSAGES}) > 1""").fetchone()[0]
+    evidence_metrics = rollouts = None
+    if fs.evidence:
+        from rmjudge.analysis.counts import metrics, pair_counts, sample_counts
+
+        evidence_metrics = metrics(pair_counts(table.one))
+        rollouts = sample_counts(table.one) if table.has_samples else None
     return FilterSummary(
         output=output, total=sum(counts.values()), kept=counts.get("kept", 0),
         swapped=counts.get("swapped", 0), labelled=counts.get("labelled", 0), dropped=dropped,
         flattened=flattened, format=fs.format, file_format=fmt, columns=columns,
         human=counts.get("human", 0),
+        metrics=evidence_metrics, rollout_counts=rollouts,
     )
 
 
@@ -307,6 +318,12 @@ def render(s: FilterSummary) -> str:
              f"  dropped: {sum(s.dropped.values())}"]
     for reason, n in s.dropped.items():
         lines.append(f"    {n} x {reason}")
+    if s.metrics is not None:
+        from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
+
+        judged = metrics_lines(s.metrics) + [rollout_counts_line(s.rollout_counts or {}) or ""]
+        lines.append(f"  the judge over all {s.total} judged pairs:")
+        lines += [f"    {line}" for line in judged if line]
     if s.flattened:
         lines.append(f"note: {s.flattened} prompts have earlier turns that a string prompt cannot "
                      "hold (only the last user message was written); use --chat to keep them")

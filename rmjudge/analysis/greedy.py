@@ -18,7 +18,7 @@ import orjson
 
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.store import sidecar
-from rmjudge.protocol import PairOrderJob, to_letter
+from rmjudge.protocol import PairOrderJob, to_letter, usable
 from rmjudge.runspec import resolve
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Pair
@@ -90,7 +90,8 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             f"{table.path} was judged by the model with sha256 {want_sha[:12]}..., not "
             f"{engine.info.path} ({engine.info.sha256[:12]}...): pass the same --model (and "
             "--lora) as the scoring run, so the greedy row compares like with like")
-    suffix = resolve(js, engine.info).suffix
+    spec = resolve(js, engine.info)
+    js, suffix = spec.settings, spec.suffix  # an old store's unset values resolve as scoring does
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)
     done = failures = 0
@@ -112,8 +113,10 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             job.add_rollouts([g])
             smp = job.rollouts[0]
             failures += smp.verdict_source != "generated"
+            counts = usable(smp) or smp.verdict_source == "forced"  # protocol.py's rule
             rows.append([job.pair.id, job.order, smp.text, smp.prediction,
-                         to_letter(job.order, smp.prediction) or "error", smp.verdict_source,
+                         (to_letter(job.order, smp.prediction) if counts else None) or "error",
+                         smp.verdict_source,
                          smp.confidence, smp.tokens, smp.finish_reason, engine.info.sha256,
                          js.max_tokens])
         _write(table, target, rows)  # adds to what is stored, so a crash keeps earlier batches

@@ -1,16 +1,21 @@
 """`rmjudge eval`: accuracy and positional consistency of a judged table against gold labels.
 
 For every system, overall and per group (`source`/`subset` passthrough columns when present):
-accuracy in order (A, B) (`verdict_ab == label`), in order (B, A), pooled over both orders, and
-positional consistency (correct in both orders: the paper's strict rule). Each figure carries a
+accuracy in order (A, B) (`verdict_ab == label`), in order (B, A), accuracy (both orders pooled,
+the paper's), and positional consistency (correct in both orders: the paper's strict rule); for
+the combined verdict, the combined-verdict agreement (agree / tie / disagree) and the accuracy
+with ties = 0.5. The names and definitions are analysis/counts.py's. Each figure carries a
 seeded bootstrap 95% interval over pairs.
 
 Systems, all from the same run where the stored samples allow it:
-- `first`: the first rollout of each order (one temperature-T sample);
-- `majority`: plain majority vote of the rollouts (ties go to the anchor, as `--no-reflect`);
+- `first`: the first rollout of each order (one temperature-T sample; a cut one has no
+  verdict, a forced one counts);
+- `majority`: plain majority vote of the rollouts, by the protocol's rule (ties go to the
+  anchor, as `--no-reflect`: the usable rollouts vote, forced verdicts only when none is);
 - `reflectrm`: the two-stage verdict of each order (`verdict_ab`/`verdict_ba`); when a pair
   took the unanimity shortcut, the three agree by construction;
-- `final`: the verdict combining both orders (with the run's `--on-inconsistent` policy);
+- `final`: the verdict combining both orders (with the run's `--on-inconsistent` policy),
+  scored as combined-verdict agreement, not as accuracy;
 - `greedy`: one greedy rollout per order, when `--greedy-baseline` stored one (`greedy.py`).
 Pairs whose verdict is missing (parse failure, error, dropped) count as wrong.
 """
@@ -21,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmjudge.analysis.counts import item_accuracy, item_consistency
+from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, item_accuracy,
+                                     item_consistency, rollout_counts_line, sample_counts)
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.sql import quote_ident
 
@@ -32,7 +38,8 @@ SYSTEMS = {
     "reflectrm": "ReflectRM two-stage",
     "final": "ReflectRM, both orders combined",
 }
-METRICS = ("acc", "acc_ab", "acc_ba", "consistency")
+METRICS = ("acc", "acc_ab", "acc_ba", "consistency")  # per-order systems
+FINAL_METRICS = ("agree", "tie", "disagree", "ties_half")  # the combined verdict
 
 
 @dataclass(frozen=True)
@@ -98,24 +105,40 @@ def stat(values: np.ndarray, es: EvalSettings, key: str) -> Stat:
     return Stat(float(v.mean()), lo, hi, int(v.size))
 
 
+# a generation's own verdict, not cut at the token limit; a forced verdict (protocol.py)
+OWN_VERDICT = "(verdict_source = 'generated' AND finish_reason IS DISTINCT FROM 'length')"
+FORCED_VERDICT = "(verdict_source = 'forced')"
+
+
 def letters_sql(table: JudgedTable) -> str:
-    """Per pair: the letter each baseline gives in each order, from `samples` (and `greedy`)."""
+    """Per pair: the letter each baseline gives in each order, from `samples` (and `greedy`),
+    with the protocol's rule: the usable rollouts vote, the forced ones only when none is
+    usable (a single rollout: its own verdict, else its forced one)."""
     parts = []
     if table.has_samples:
         parts.append("""
         roll AS (
           SELECT pair_id, "order",
-                 max(prediction) FILTER (WHERE idx = 0) AS first_pred,
-                 count(*) FILTER (WHERE prediction = 1) AS n1,
-                 count(*) FILTER (WHERE prediction = 2) AS n2,
+                 max(prediction) FILTER (WHERE idx = 0 AND ({OWN} OR {FORCED})) AS first_pred,
+                 count(*) FILTER (WHERE {OWN}) AS n_own,
+                 count(*) FILTER (WHERE {OWN} AND prediction = 1) AS o1,
+                 count(*) FILTER (WHERE {OWN} AND prediction = 2) AS o2,
+                 count(*) FILTER (WHERE {FORCED} AND prediction = 1) AS f1,
+                 count(*) FILTER (WHERE {FORCED} AND prediction = 2) AS f2,
                  max(prediction) FILTER (WHERE is_anchor) AS anchor_pred
           FROM samples WHERE stage = 'rollout' GROUP BY ALL),
+        pool AS (
+          SELECT pair_id, "order", first_pred, anchor_pred,
+                 CASE WHEN n_own > 0 THEN o1 ELSE f1 END AS n1,
+                 CASE WHEN n_own > 0 THEN o2 ELSE f2 END AS n2
+          FROM roll),
         base AS (
           SELECT pair_id, "order", first_pred,
                  CASE WHEN n1 > n2 THEN 1 WHEN n2 > n1 THEN 2 ELSE anchor_pred END AS maj_pred
-          FROM roll)""")
+          FROM pool)""".format(OWN=OWN_VERDICT, FORCED=FORCED_VERDICT))
     if table.has_greedy:
-        parts.append("""g AS (SELECT pair_id, "order", any_value(prediction) AS greedy_pred
+        parts.append(f"""g AS (SELECT pair_id, "order", any_value(prediction) FILTER (WHERE
+                         {OWN_VERDICT} OR {FORCED_VERDICT}) AS greedy_pred
                        FROM greedy GROUP BY ALL)""")
     return ("WITH " + ",".join(parts)) if parts else ""
 
@@ -159,11 +182,12 @@ class EvalResult:
     metrics: dict[str, dict[str, dict[str, Stat]]]  # system -> group key -> metric -> Stat
     notes: list[str]
     settings: dict
+    rollout_counts: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
             "table": self.path, "pairs": self.n_pairs, "labelled": self.n_labelled,
-            "both_orders": self.both_orders,
+            "both_orders": self.both_orders, "rollout_counts": self.rollout_counts,
             "groups": [{"key": k, "title": t, "n": n} for k, t, n in self.groups],
             "systems": [{"key": s, "name": SYSTEMS[s], "metrics": {
                 g: {m: st.as_dict() for m, st in ms.items()} for g, ms in self.metrics[s].items()}}
@@ -205,14 +229,20 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
     for s in systems:
         metrics[s] = {}
         if s == "final":
-            c_final = (f["verdict"] == label).astype(float)
+            agree = (f["verdict"] == label).astype(float)
+            tie = (f["verdict"] == "tie").astype(float)
+            disagree = (np.isin(f["verdict"], ["A", "B"]) & (f["verdict"] != label)).astype(float)
         else:
             col = {"reflectrm": "verdict_{}"}.get(s, s + "_{}")
             c_ab = (f[col.format("ab")] == label).astype(float)
             c_ba = (f[col.format("ba")] == label).astype(float)
         for key, _, m in masks:
             if s == "final":
-                metrics[s][key] = {"acc": stat(c_final[m], es, f"{s}/{key}/acc")}
+                metrics[s][key] = {
+                    "agree": stat(agree[m], es, f"{s}/{key}/acc"),
+                    "tie": stat(tie[m], es, f"{s}/{key}/tie"),
+                    "disagree": stat(disagree[m], es, f"{s}/{key}/disagree"),
+                    "ties_half": stat(agree[m] + 0.5 * tie[m], es, f"{s}/{key}/ties_half")}
                 continue
             has_ba = m & (f["verdict_ba"] != None)  # noqa: E711
             st = {
@@ -227,7 +257,9 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
             metrics[s][key] = st
 
     notes = []
+    counts: dict = {}
     if table.has_samples:
+        counts = sample_counts(table.one)
         sc = table.one("""SELECT count(*) FILTER (WHERE shortcut_ab) + count(*) FILTER (WHERE shortcut_ba),
                           count(verdict_ab) + count(verdict_ba) FROM pairs WHERE label IN ('A','B')""")
         if sc[1]:
@@ -253,6 +285,7 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
         notes=notes, settings={"resamples": es.resamples, "seed": es.seed, "level": es.level,
                                "group_by": groups, "groups_per_column": n_groups,
                                "judge": table.meta.get("settings")},
+        rollout_counts=counts,
     )
 
 
@@ -301,12 +334,26 @@ def _render(res: EvalResult, shown: list) -> tuple[str, int]:
         lines.append("")
 
     level = int(round(100 * res.settings["level"]))
-    table(f"Accuracy, % (both orders pooled; overall with {level}% bootstrap interval)", "acc",
-          res.systems)
     per_order = [s for s in res.systems if s != "final"]
+    pooled = ("both orders pooled" if res.both_orders
+              else "order (A, B) only, so pooled = single-order accuracy")
+    table(f"{ACCURACY.capitalize()}, % ({pooled}; overall with {level}% bootstrap interval)",
+          "acc", per_order)
     if res.both_orders:
-        table("Positional consistency, % (correct in both orders)", "consistency", per_order)
+        table(f"{CONSISTENCY.capitalize()}, % (correct in both orders)", "consistency", per_order)
     ov = "overall"
+    if "final" in res.systems:
+        fm = res.metrics["final"][ov]
+        policy = (res.settings.get("judge") or {}).get("on_inconsistent")
+        how = SYSTEMS["final"] + (f", --on-inconsistent {policy}" if policy else "")
+        lines.append(f"{AGREEMENT.capitalize()}, overall ({how}; {level}% interval):")
+        lines.append("  " + ", ".join(
+            f"{k} {_pct(fm[k].value)} [{_pct(fm[k].lo)}, {_pct(fm[k].hi)}]"
+            for k in ("agree", "tie", "disagree")))
+        th = fm["ties_half"]
+        lines.append(f"  {TIES_HALF} {_pct(th.value)} [{_pct(th.lo)}, {_pct(th.hi)}] "
+                     "(comparable with reward-bench)")
+        lines.append("")
     lines.append(f"Per order, overall ({level}% interval):")
     for s in per_order:
         m = res.metrics[s][ov]
@@ -317,6 +364,9 @@ def _render(res: EvalResult, shown: list) -> tuple[str, int]:
     hidden = len(res.groups) - len(shown)
     if hidden > 0:
         lines.append(f"  ({hidden} smaller groups not shown; --max-groups N or --json for all)")
+    counts = rollout_counts_line(res.rollout_counts)
+    if counts:
+        lines.append(counts)
     for n in res.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines), widest

@@ -20,7 +20,9 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from rmjudge.analysis.counts import pair_counts
+from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
+                                     agreement_text, metrics, metrics_lines, pair_counts,
+                                     rollout_counts_line, sample_counts)
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.sql import quote_ident
 
@@ -66,10 +68,11 @@ ent AS (
 
 
 def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) -> dict:
-    """The per-group figures: accuracy, consistency, slot-1 rate, flips, parse failures,
-    entropy, ECE, on the pairs matching `where`."""
+    """The per-group figures: the named metrics (analysis/counts.py), slot-1 rate, flips,
+    parse failures and rollout counts, entropy, ECE, on the pairs matching `where`."""
     p = params or []
     c = pair_counts(t.one, where, p)
+    m = metrics(c)
     ab_dec, ab_1, ba_dec, ba_1 = t.one(f"""
         SELECT count(*) FILTER (WHERE verdict_ab IN ('A','B')),
                count(*) FILTER (WHERE verdict_ab = 'A'),
@@ -78,8 +81,9 @@ def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) ->
         FROM pairs WHERE {where}""", p)
     out = {
         "pairs": c["pairs"], "labelled": c["labelled"],
-        "accuracy": _ratio(c["correct"], c["labelled"]),
-        "consistency": _ratio(c["consistent_correct"], c["both_orders_labelled"]),
+        "accuracy": m["accuracy"], "consistency": m["positional_consistency"],
+        "agreement": m["agreement"], "accuracy_ties_half": m["accuracy_ties_half"], "metrics": m,
+        "rollout_counts": None,
         "slot1_ab": _ratio(ab_1, ab_dec),
         "slot1_ba": _ratio(ba_1, ba_dec), "slot1": _ratio(ab_1 + ba_1, ab_dec + ba_dec),
         "flip_rate": _ratio(c["inconsistent"], c["both_orders"]), "parse_failure": None, "forced": None,
@@ -92,6 +96,7 @@ def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) ->
             FROM samples WHERE pair_id IN (SELECT id FROM pairs WHERE {where})""", p)
         out["parse_failure"] = _ratio(failed, gens)
         out["forced"] = _ratio(forced, gens)
+        out["rollout_counts"] = sample_counts(t.one, where, p)
         out["entropy"] = t.one(f"""WITH {ENTROPY_CTE} SELECT avg(h) FROM ent
                                    WHERE pair_id IN (SELECT id FROM pairs WHERE {where})""", p)[0]
     out["ece"] = calibration(t, where, p)["ece"]
@@ -231,7 +236,8 @@ def build_report(t: JudgedTable, group_by: list[str] | None = None,
         notes.append("no samples table: parse failures, rollout position bias and vote entropy "
                      "need it (keep x.samples.parquet next to the export)")
     if overview["labelled"] == 0:
-        notes.append("no gold labels: accuracy, consistency and calibration are not available")
+        notes.append("no gold labels: accuracy, positional consistency, combined-verdict "
+                     "agreement and calibration are not available")
     return ReportData(t.path, overview, position, length, length_summary, parse_stats(t),
                       entropy_stats(t), cal, groups, groups_cols, hidden, notes)
 
@@ -245,9 +251,9 @@ def render_text(r: ReportData, html_path: str | None = None) -> str:
     o, p, ls = r.overview, r.position, r.length_summary
     lines = [f"{r.path}: {o['pairs']} pairs, {o['labelled']} labelled; verdicts "
              + ", ".join(f"{k} {v}" for k, v in o["verdicts"].items())]
+    lines += [f"  {line}" for line in metrics_lines(o["metrics"])]
     if o["labelled"]:
-        lines.append(f"  accuracy {pct(o['accuracy'])}, positional consistency "
-                     f"{pct(o['consistency'])}, ECE {_f(r.calibration['ece'])}")
+        lines.append(f"  ECE {_f(r.calibration['ece'])}")
     lines.append(f"  position: slot 1 wins {pct(p['slot1_ab'])} in (A,B), {pct(p['slot1_ba'])} in "
                  f"(B,A), {pct(p['slot1'])} pooled (labels: A better in {pct(p['label_a'])}); "
                  f"orders flip on {pct(p['flip_rate'])} of pairs")
@@ -259,6 +265,9 @@ def render_text(r: ReportData, html_path: str | None = None) -> str:
         none = sum(x["none"] for x in r.parse)
         lines.append(f"  generations {n}: {pct((forced + none) / n)} did not parse "
                      f"({forced} forced verdicts, {none} without a verdict)")
+    counts = rollout_counts_line(o["rollout_counts"] or {})
+    if counts:
+        lines.append(f"  {counts}")
     if r.entropy["mean"] is not None:
         lines.append(f"  mean vote entropy of rollouts {r.entropy['mean']:.2f} bits")
     if r.groups:
@@ -269,6 +278,10 @@ def render_text(r: ReportData, html_path: str | None = None) -> str:
     if html_path:
         lines.append(f"report -> {html_path}")
     return "\n".join(lines)
+
+
+def _upper(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _f(x: float | None, d: int = 3) -> str:
@@ -365,7 +378,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
                 axes[1].text(i, 100 * b["accuracy"] + 1.5, f"n={b['n']}", ha="center", fontsize=7)
             axes[1].set_ylim(0, 105)
             axes[1].set_ylabel("accuracy of the order's verdict, %")
-            axes[1].set_title("Accuracy by vote entropy")
+            axes[1].set_title("Per-order accuracy by vote entropy")
             axes[1].tick_params(axis="x", labelsize=8)
         else:
             axes[1].axis("off")
@@ -385,7 +398,7 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
         ax.set_xlim(0.48, 1.02)
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("winner's vote share max(p_a, 1 - p_a)")
-        ax.set_ylabel("accuracy")
+        ax.set_ylabel("winner is the gold label, share")
         ax.set_title("Reliability diagram")
         ax.legend(fontsize=8, loc="lower right")
         ax = axes[1]
@@ -396,8 +409,8 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
                         mark, label=f"order ({o[0].upper()},{o[1].upper()})")
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("per-order confidence (lowest-10% token log-prob)")
-        ax.set_ylabel("accuracy")
-        ax.set_title("Accuracy by confidence")
+        ax.set_ylabel("accuracy of the order's verdict")
+        ax.set_title("Per-order accuracy by confidence")
         if cal["orders"]:
             ax.legend(fontsize=8)
         save("calibration", fig)
@@ -438,7 +451,8 @@ def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
 def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
     o, p, ls = r.overview, r.position, r.length_summary
     kpis = [("pairs", str(o["pairs"])), ("labelled", str(o["labelled"])),
-            ("accuracy", pct(o["accuracy"])), ("positional consistency", pct(o["consistency"])),
+            (ACCURACY, pct(o["accuracy"])), (CONSISTENCY, pct(o["consistency"])),
+            (TIES_HALF, pct(o["accuracy_ties_half"])),
             ("slot 1 wins (pooled)", pct(p["slot1"])), ("orders flip", pct(p["flip_rate"])),
             ("did not parse", pct(o["parse_failure"])), ("ECE", _f(r.calibration["ece"]))]
     parts = [
@@ -452,6 +466,15 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
                                       for k, v in kpis) + "</div>",
         "<p>Verdicts: " + html.escape(", ".join(f"{k} {v}" for k, v in o["verdicts"].items())) + "</p>",
     ]
+    if o["labelled"]:
+        parts.append(f"<p>{html.escape(AGREEMENT)}: {html.escape(agreement_text(o['agreement']))}"
+                     "</p>")
+        parts.append(_table(["metric", "definition"],
+                            [[k, METRIC_HELP[k]] for k in (ACCURACY, CONSISTENCY, AGREEMENT,
+                                                           TIES_HALF)], "kv"))
+    counts = rollout_counts_line(o["rollout_counts"] or {})
+    if counts:
+        parts.append(f"<p>{html.escape(_upper(counts))}.</p>")
     for n in r.notes:
         parts.append(f"<p class='note'>{html.escape(n)}</p>")
     parts += [
@@ -487,7 +510,7 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
                   f"often that side is the gold label; ECE {_f(r.calibration['ece'])} over "
                   f"{r.calibration['n']} pairs.</p>",
                   _img(figs, "calibration", "calibration"),
-                  _table(["vote share", "pairs", "mean share", "accuracy"],
+                  _table(["vote share", "pairs", "mean share", "winner is the gold label"],
                          [[f"{b['lo']:.1f}-{b['hi']:.1f}", b["n"], _f(b["confidence"]),
                            _f(b["accuracy"])] for b in r.calibration["bins"]])]
     if r.groups:
@@ -495,9 +518,10 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
         if r.hidden_groups:
             parts.append(f"<p class='note'>{r.hidden_groups} smaller groups not shown.</p>")
         parts.append(_table(
-            ["group", "pairs", "accuracy", "consistency", "slot 1 wins", "orders flip",
+            ["group", "pairs", ACCURACY, CONSISTENCY, AGREEMENT, "slot 1 wins", "orders flip",
              "did not parse", "vote entropy", "ECE"],
             [[f"{g['column']}={g['value']}", g["pairs"], pct(g["accuracy"]), pct(g["consistency"]),
+              agreement_text(g["agreement"]) if g["labelled"] else "-",
               pct(g["slot1"]), pct(g["flip_rate"]), pct(g["parse_failure"]), _f(g["entropy"], 2),
               _f(g["ece"])] for g in r.groups]))
     s = o.get("settings")

@@ -38,7 +38,8 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
             max_groups: int | None, resamples: int, bootstrap_seed: int, output: str | None,
             **kw) -> None:
     """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
-    labels: accuracy per order, positional consistency and final-verdict accuracy, overall and
+    labels: accuracy (both orders pooled) and per order, positional consistency and the
+    combined-verdict agreement (ties apart; accuracy with ties = 0.5), overall and
     per source/subset, with bootstrap intervals, next to the first-rollout and majority-vote
     baselines of the same run. When human labels were imported (`rmjudge review import`), the
     judge's agreement with them follows (accuracy, kappa, intervals).

@@ -18,7 +18,8 @@ def combine_options(options: list[Callable]) -> Callable:
 
 def settings_options(cls) -> Callable:
     """One click option per field of a settings dataclass, from the field's metadata (its
-    help, and `flag`, `short`, `metavar`, `choices`, `cli`): the dataclass is the one place a
+    help, and `flag`, `switch` ("--x/--no-x" for a field whose default None means "resolved
+    later"), `short`, `metavar`, `choices`, `cli`): the dataclass is the one place a
     setting, its default and its help are declared."""
     from dataclasses import MISSING, fields
 
@@ -26,6 +27,9 @@ def settings_options(cls) -> Callable:
     for f in fields(cls):
         meta = f.metadata
         if meta.get("cli", True) is False:
+            continue
+        if "switch" in meta:  # --x/--no-x; unset (None) leaves the choice to the run spec
+            opts.append(click.option(meta["switch"], f.name, default=None, help=meta["help"]))
             continue
         if "flag" in meta:  # a switch that turns a default-True field off
             opts.append(click.option(meta["flag"], f"no_{f.name}", is_flag=True,

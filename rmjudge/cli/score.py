@@ -151,6 +151,25 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
     return int(i), int(n)
 
 
+def judgment_lines(s, total: int) -> list[str]:
+    """The summary's lines about the judgment: rollout counts, the named metrics
+    (rmjudge.analysis.counts), and the run spec's resolved defaults in words."""
+    from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
+
+    lines = []
+    counts = rollout_counts_line(s.rollout_counts)
+    if counts:
+        lines.append(f"  {counts}")
+    if s.both_orders:
+        lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
+    lines += [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
+    if s.labelled and s.labelled < 0.95 * total:
+        lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
+                     "label (ties, or values the label mapping leaves unlabelled)")
+    lines += [f"  {note}" for note in s.notes]
+    return lines
+
+
 def render_summary(s) -> str:
     lines = [
         f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
@@ -162,19 +181,7 @@ def render_summary(s) -> str:
     total = sum(s.verdicts.values())
     if total:
         lines.append("  verdicts: " + ", ".join(f"{k} {v}" for k, v in s.verdicts.items()))
-    if s.generations:
-        lines.append(f"  generations {s.generations}: parse failures {s.parse_failures} "
-                     f"({s.parse_failures / s.generations:.1%}), forced verdicts {s.forced}")
-    if s.both_orders:
-        lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
-    if s.accuracy is not None:
-        lines.append(f"  accuracy {s.accuracy:.1%} on {s.labelled} labelled pairs")
-        if s.labelled < 0.95 * total:
-            lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
-                         "label (ties, or values the label mapping leaves unlabelled)")
-    if s.positional_consistency is not None:
-        lines.append(f"  positional consistency (correct in both orders) "
-                     f"{s.positional_consistency:.1%}")
+    lines += judgment_lines(s, total)
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/pair, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")

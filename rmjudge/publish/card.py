@@ -4,8 +4,10 @@ YAML front matter (license when known, task_categories, tags, size_categories,
 source_datasets for a Hub source, configs/data_files naming the one `train` split), then: the
 source dataset and, for a Hub dataset, the revision asked for and the commit it resolved to
 (recorded by the run), the judge model (file name and sha256) and settings, the filter
-settings and counts (kept / swapped / labelled / dropped per reason), the judge's accuracy and
-positional consistency against the gold labels when the pairs had some, and the columns.
+settings and counts (kept / swapped / labelled / dropped per reason), the judge's named metrics
+(analysis/counts.py: accuracy, positional consistency, combined-verdict agreement, accuracy with
+ties = 0.5) and rollout counts (cut at the token limit, unparsed, forced) against the gold labels
+when the pairs had some, and the columns.
 
 Local paths are written as file names only (the card is meant to be published); the sha256
 sums and the input fingerprint identify the files.
@@ -35,7 +37,8 @@ COLUMN_TEXT = {
     "label": "true for the response the judge prefers, false for the other",
     "judge_vote_share": "share of the judge's final votes (averaged over both orders) for the "
                         "pair's chosen response",
-    "judge_consistent": "the judge gave the same winner in both orders (null: one order)",
+    "judge_consistent": "the judge gave the same winner in both orders (null: one order); "
+                        "order agreement, not the positional consistency metric",
     "judge_verdict_ab": "the judge's verdict with the responses in their input order, relative "
                         "to the pair's chosen response (chosen, rejected, error)",
     "judge_verdict_ba": "the same with the responses swapped",
@@ -224,18 +227,35 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
 
     ev = record.get("eval")
     if ev:
+        from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP,
+                                             TIES_HALF, rollout_counts_line)
+
         level = int(round(100 * ev.get("level", 0.95)))
+        pooled = ("both orders pooled, the paper's" if ev.get("both_orders")
+                  else "order (A, B) only, so pooled = single-order accuracy")
         lines += ["## Judge quality against the gold labels", "",
                   f"Over all {ev['labelled']} labelled pairs of the judged table (before "
                   f"filtering), in %, with {level}% bootstrap intervals:", "",
                   "| figure | value |", "|---|---:|",
-                  f"| accuracy, both orders combined | {_pct(ev.get('accuracy'))} |",
-                  f"| accuracy per order, pooled | {_pct(ev.get('accuracy_reflectrm'))} |",
-                  f"| accuracy, responses in input order | {_pct(ev.get('accuracy_ab'))} |"]
+                  f"| {ACCURACY} ({pooled}) | {_pct(ev.get('accuracy'))} |",
+                  f"| accuracy in order (A, B), responses in input order | "
+                  f"{_pct(ev.get('accuracy_ab'))} |"]
         if ev.get("both_orders"):
-            lines += [f"| accuracy, responses swapped | {_pct(ev.get('accuracy_ba'))} |",
-                      f"| positional consistency (right in both orders) | "
+            lines += [f"| accuracy in order (B, A), responses swapped | "
+                      f"{_pct(ev.get('accuracy_ba'))} |",
+                      f"| {CONSISTENCY} (right in both orders, the paper's) | "
                       f"{_pct(ev.get('consistency'))} |"]
+        ag = ev.get("agreement") or {}
+        for k in ("agree", "tie", "disagree"):
+            if k in ag:
+                lines.append(f"| {AGREEMENT}: {k} | {_pct(ag[k])} |")
+        if ev.get("accuracy_ties_half"):
+            lines.append(f"| {TIES_HALF}, comparable with reward-bench | "
+                         f"{_pct(ev['accuracy_ties_half'])} |")
+        lines += ["", "; ".join(f"{k}: {v}" for k, v in METRIC_HELP.items()) + "."]
+        counts = rollout_counts_line(ev.get("rollout_counts") or {})
+        if counts:
+            lines += ["", f"Judge rollouts: {counts}."]
         lines.append("")
 
     lines += ["## Columns", "", "| column | type | meaning |", "|---|---|---|"]

@@ -59,22 +59,25 @@ def _json_value(v: Any) -> Any:
 
 
 def _eval_figures(table) -> dict | None:
-    """Accuracy and positional consistency of the judge over every labelled pair of the table
-    (before filtering), with 95% bootstrap intervals; None without gold labels."""
+    """The judge's named metrics (analysis/counts.py) over every labelled pair of the table
+    (before filtering), with 95% bootstrap intervals, and its rollout counts; None without
+    gold labels."""
     from rmjudge.analysis.metrics import EvalSettings, evaluate
 
     if table.count_labelled() == 0:
         return None
     res = evaluate(table, EvalSettings(resamples=1000, seed=0))
     ov = "overall"
+    refl, final = res.metrics["reflectrm"][ov], res.metrics["final"][ov]
     out = {"pairs": res.n_pairs, "labelled": res.n_labelled, "both_orders": res.both_orders,
            "level": res.settings["level"],
-           "accuracy": res.metrics["final"][ov]["acc"].as_dict(),
-           "accuracy_reflectrm": res.metrics["reflectrm"][ov]["acc"].as_dict(),
-           "accuracy_ab": res.metrics["reflectrm"][ov]["acc_ab"].as_dict(),
-           "accuracy_ba": res.metrics["reflectrm"][ov]["acc_ba"].as_dict(),
-           "consistency": (res.metrics["reflectrm"][ov]["consistency"].as_dict()
-                           if res.both_orders else None)}
+           "accuracy": refl["acc"].as_dict(),  # both orders pooled (the paper's)
+           "accuracy_ab": refl["acc_ab"].as_dict(),
+           "accuracy_ba": refl["acc_ba"].as_dict(),
+           "consistency": refl["consistency"].as_dict() if res.both_orders else None,
+           "agreement": {k: final[k].as_dict() for k in ("agree", "tie", "disagree")},
+           "accuracy_ties_half": final["ties_half"].as_dict(),
+           "rollout_counts": res.rollout_counts or None}
     return out
 
 
