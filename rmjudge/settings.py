@@ -11,6 +11,12 @@ Orders = Literal["both", "ab"]
 Inconsistent = Literal["tie", "drop", "confident"]
 
 
+# Seeds the run store records (as JSON, signed or unsigned 64-bit). `rmjudge.seeds.derive_seed`
+# hashes any integer, so this is the whole range a run can use and record.
+SEED_MIN = -(2**63)
+SEED_MAX = 2**64 - 1
+
+
 class SettingsError(UserError, ValueError):
     """A setting is out of range; the message names the option and the allowed values."""
 
@@ -63,6 +69,9 @@ class JudgeSettings:
             raise SettingsError("confidence fraction must be in (0, 1]")
         if self.adaptive < 0 or (self.adaptive and self.adaptive >= self.samples):
             raise SettingsError("--adaptive K needs 1 <= K < --samples")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise SettingsError(f"--seed must be a whole number from {SEED_MIN} to {SEED_MAX} "
+                                f"(a 64-bit integer), got {self.seed}")
 
     @property
     def order_list(self) -> tuple[str, ...]:

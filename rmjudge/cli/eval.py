@@ -52,6 +52,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     engine = None
     path = table
+    check_not_being_written(table)
     if not is_judged(table):
         from rmjudge.pipeline import default_output
 
@@ -79,3 +80,25 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
         if max_groups is None and sys.stdout.isatty():
             width = shutil.get_terminal_size().columns
         click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
+
+
+def check_not_being_written(table: str) -> None:
+    """A TABLE that does not exist yet because a running `score` is still judging into it (the
+    lock of its run store is held) is "busy" (exit 3), not "not found": a Parquet/JSONL export
+    appears only when that run ends."""
+    import os
+
+    from rmjudge.errors import UserError
+    from rmjudge.store import StoreBusyError, check_not_busy, store_path
+
+    if os.path.exists(table):
+        return
+    for p in dict.fromkeys((table, store_path(table))):
+        try:
+            check_not_busy(p)
+        except StoreBusyError:
+            raise StoreBusyError(
+                f"{table} is not there yet: a running rmjudge job is writing it (it holds the "
+                f"lock {p}.lock); wait for it to finish, then run `rmjudge eval` again") from None
+        except UserError:  # a lock file that cannot be opened proves nothing
+            pass

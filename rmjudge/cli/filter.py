@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
+from rmjudge.cli.common import fail, rewrite_failed
+from rmjudge.errors import DiskError
 
 
 def default_output(table: str, fmt: str) -> str:
@@ -94,6 +95,8 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
             write_record(out, build_record(t, summary, fs))
     except TableError as exc:
         fail(str(exc))
+    except DiskError as exc:
+        raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
     click.echo(render(summary), err=True)

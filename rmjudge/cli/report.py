@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
+from rmjudge.cli.common import fail, rewrite_failed
+from rmjudge.errors import DiskError
 
 
 def default_output(table: str) -> str:
@@ -43,6 +44,8 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
         fail(str(exc))
     except ImportError as exc:
         fail(str(exc))
+    except DiskError as exc:
+        raise rewrite_failed(exc, "report", out) from None
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
     if as_json:
