@@ -332,3 +332,119 @@ def test_progress_on_an_80_column_terminal(tmp_path):
     final = screens[-1].splitlines()
     bar = next(ln for ln in final if "4/4 rows" in ln)
     assert "━" in bar and re.search(r"0:00:\d\d ETA 0:00:00", bar), bar
+
+
+# -- 8. chat templates that cannot render -----------------------------------------------------
+
+def gguf_with_template(src: str, dst: Path, template: str) -> str:
+    """A copy of the GGUF `src` whose tokenizer.chat_template is `template`, padded with spaces
+    to the original's length so every offset after it stays valid (a byte patch)."""
+    import struct
+
+    with open(src, "rb") as f:
+        head = f.read(16 << 20)
+    key = b"tokenizer.chat_template"
+    at = head.find(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+    kind, n = struct.unpack("<IQ", head[at:at + 12])
+    new = template.encode()
+    assert kind == 8 and len(new) <= n, (kind, n)  # a string at least as long
+    shutil.copyfile(src, dst)
+    with open(dst, "r+b") as f:
+        f.seek(at + 12)
+        f.write(new.ljust(n, b" "))
+    return str(dst)
+
+
+BAD_TEMPLATES = {
+    "syntax": ("{% for m in messages %}{{ m.content }", "has a syntax error (line 1: "
+               "unexpected '}')"),
+    "sandbox": ("{{ ''.__class__.__mro__ }}", "does something rmjudge's template sandbox blocks "
+                "(access to attribute '__class__' of 'str' object is unsafe)"),
+}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", list(BAD_TEMPLATES))
+def test_a_gguf_chat_template_that_cannot_render_is_one_error_line(tmp_path, model_path, kind):
+    template, why = BAD_TEMPLATES[kind]
+    gguf = gguf_with_template(model_path, tmp_path / "judge.gguf", template)
+    expected = (f"Error: the chat template of {gguf} (GGUF key tokenizer.chat_template) {why}; "
+                "rmjudge cannot build prompts with it: use another GGUF of this judge, or "
+                "replace the template (gguf-new-metadata IN.gguf OUT.gguf --chat-template-file "
+                "FILE.jinja)\n")
+    r = rmjudge("score", PAIRS, "--dry-run", "--model", gguf)
+    assert (r.returncode, r.stderr) == (EXIT_USER, expected)
+    out = tmp_path / "o.duckdb"
+    r = rmjudge("score", PAIRS, "-o", out, "--model", gguf, "--samples", 1, "--max-tokens", 8,
+                "--threads", 1)
+    assert r.returncode == EXIT_USER
+    assert r.stderr.splitlines()[-1] + "\n" == expected and "Traceback" not in r.stderr
+    assert not out.exists()  # refused as the model loads, before the store is made
+
+
+@pytest.mark.parametrize("kind", list(BAD_TEMPLATES))
+def test_a_chat_template_file_that_cannot_render_is_refused_before_the_server(tmp_path, kind):
+    template, why = BAD_TEMPLATES[kind]
+    path = tmp_path / "judge.jinja"
+    path.write_text(template)
+    # port 9 (discard) is never contacted: the file is checked first
+    r = rmjudge("score", PAIRS, "-o", tmp_path / "o.duckdb", "--server", "http://127.0.0.1:9/v1",
+                "--chat-template", path)
+    assert r.returncode == EXIT_USER
+    assert r.stderr == (f"Error: --chat-template {path} {why}; fix the file, or leave "
+                        "--chat-template out to use the server's template\n")
+
+
+def test_template_failures_at_render_time_name_the_source():
+    from rmjudge.engine.chat import ChatTemplate, TemplateError
+    from rmjudge.errors import UserError
+
+    t = ChatTemplate("{% if messages[0]['content'] == 'boom' %}{{ 1 / 0 }}{% endif %}ok",
+                     origin="the chat template of j.gguf", fix="use another GGUF")
+    assert t.render([{"role": "user", "content": "fine"}]) == "ok"
+    with pytest.raises(TemplateError) as exc:
+        t.render([{"role": "user", "content": "boom"}])
+    assert isinstance(exc.value, UserError)
+    assert str(exc.value) == ("the chat template of j.gguf failed to render a prompt "
+                              "(ZeroDivisionError: division by zero); use another GGUF")
+    with pytest.raises(TemplateError, match="refused the prompt: no system role; use another"):
+        ChatTemplate("{{ raise_exception('no system role') }}", origin="the chat template of "
+                     "j.gguf", fix="use another GGUF")
+
+
+# -- 15. the dry run's time estimate ----------------------------------------------------------
+
+def estimate(r: subprocess.CompletedProcess) -> tuple[str, float, float]:
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("estimated time:"))
+    spans = re.findall(r"(?:(\d+)h(\d\d)m|(\d+)m(\d\d)s)", line)[:2]
+    secs = [int(h or 0) * 3600 + int(m1 or 0) * 60 + int(m2 or 0) * 60 + int(s or 0)
+            for h, m1, m2, s in spans]
+    return line, secs[0], secs[1]
+
+
+@pytest.mark.model
+def test_dry_run_estimate_follows_the_current_max_tokens(tmp_path, model_path, monkeypatch):
+    from rmjudge.dryrun import record_throughput, throughput_key
+    from rmjudge.models import file_sha256
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no other run's figures
+
+    key = throughput_key(file_sha256(model_path), "cpu1")
+    # a finished run at --max-tokens 8: 100 generations of 8 tokens in 30 s, prompts included
+    record_throughput(key, generated_tokens=800, generations=100, seconds=30.0, max_tokens=8)
+    base = ["score", PAIRS, "--dry-run", "--model", model_path, "--threads", 1, "--samples", 4]
+    r8 = rmjudge(*base, "--max-tokens", 8)
+    assert r8.returncode == 0, r8.stderr
+    line, lo8, hi8 = estimate(r8)
+    # 5 pairs x 2 orders: 40 generations if unanimous, 70 with self-reflection, 0.3 s each
+    assert (lo8, hi8) == (12, 21) and "(8 tokens per generation at --max-tokens 8)" in line
+    r256 = rmjudge(*base, "--max-tokens", 256)
+    line, lo, hi = estimate(r256)
+    assert "no run at --max-tokens 256 measured yet" in line and "--max-tokens 8" in line
+    assert lo == lo8 and hi == 32 * hi8  # up to 256/8 times as long per generation
+    # once a run at 256 is recorded, its own figure is used
+    record_throughput(key, generated_tokens=6000, generations=100, seconds=200.0, max_tokens=256)
+    line, lo, hi = estimate(rmjudge(*base, "--max-tokens", 256))
+    assert (lo, hi) == (80, 140) and "(60 tokens per generation at --max-tokens 256)" in line
+    line, lo, hi = estimate(rmjudge(*base, "--max-tokens", 8))
+    assert (lo, hi) == (12, 21)
