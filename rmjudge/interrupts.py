@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-_state = {"depth": 0, "pending": False, "stopping": False, "installed": False}
+_state = {"depth": 0, "pending": False, "stopping": False, "installed": False,
+          "deferred_since": None}
 _C_CALLBACKS: set = set()  # code objects of the Python functions C code calls back
 REDELIVER_SECONDS = 0.05
+IMPORT_WAIT_SECONDS = 2.0
 
 
 def c_callback(func: Callable) -> Callable:
@@ -39,20 +42,32 @@ def c_callback(func: Callable) -> Callable:
 def _unsafe_to_raise(frame) -> bool:
     """Whether a KeyboardInterrupt raised in `frame` would be lost or turned into another
     error: inside a C callback (ctypes drops it), or inside an import (a C extension's
-    initialization, e.g. DuckDB's, turns it into an ImportError)."""
+    initialization, e.g. DuckDB's, turns it into an ImportError). An import is waited for at
+    most IMPORT_WAIT_SECONDS, in case a whole program runs inside one (`import my_job`)."""
+    in_import = False
     while frame is not None:
         code = frame.f_code
-        if code in _C_CALLBACKS or code.co_filename.startswith("<frozen importlib"):
+        if code in _C_CALLBACKS:
             return True
+        in_import = in_import or code.co_filename.startswith("<frozen importlib")
         frame = frame.f_back
-    return False
+    if not in_import:
+        return False
+    now = time.monotonic()
+    since = _state["deferred_since"] = _state["deferred_since"] or now
+    return now - since < IMPORT_WAIT_SECONDS
 
 
 def _redeliver(signum: int) -> None:
-    """Deliver `signum` to the main thread again shortly (from a timer thread)."""
+    """Deliver `signum` to the main thread again shortly (from a timer thread), unless the
+    handlers are gone by then (the run ended)."""
     import _thread
 
-    t = threading.Timer(REDELIVER_SECONDS, _thread.interrupt_main, args=(signum,))
+    def again() -> None:
+        if _state["installed"]:
+            _thread.interrupt_main(signum)
+
+    t = threading.Timer(REDELIVER_SECONDS, again)
     t.daemon = True
     t.start()
 
@@ -63,6 +78,7 @@ def _handler(signum, frame) -> None:
     if _unsafe_to_raise(frame):
         _redeliver(signum)
         return
+    _state["deferred_since"] = None
     if _state["depth"]:
         _state["pending"] = True
         return
@@ -98,7 +114,7 @@ def graceful() -> Iterator[None]:
         yield
         return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    _state.update(depth=0, pending=False, stopping=False, installed=True)
+    _state.update(depth=0, pending=False, stopping=False, installed=True, deferred_since=None)
     for s in old:
         signal.signal(s, _handler)
     try:
@@ -106,4 +122,5 @@ def graceful() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        _state.update(depth=0, pending=False, stopping=False, installed=False)
+        _state.update(depth=0, pending=False, stopping=False, installed=False,
+                      deferred_since=None)

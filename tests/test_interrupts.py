@@ -65,6 +65,35 @@ def test_without_the_mark_ctypes_drops_the_interrupt():
     assert "Exception ignored on calling ctypes callback function" in r.stderr
 
 
+JOB_RUN_AT_IMPORT = """
+import os, signal, time
+from rmjudge.interrupts import graceful
+
+with graceful():
+    t0 = time.monotonic()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        while time.monotonic() - t0 < 20:
+            pass
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - t0:.1f} s")
+"""
+
+
+def test_a_program_that_runs_inside_an_import_is_still_interrupted(tmp_path):
+    """Signals inside an import wait for it to finish, but not forever."""
+    from rmjudge.interrupts import IMPORT_WAIT_SECONDS
+
+    (tmp_path / "job.py").write_text(JOB_RUN_AT_IMPORT)
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = [{str(ROOT)!r}, "
+                        f"{str(tmp_path)!r}]; import job"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.startswith("interrupted after "), (r.stdout, r.stderr)
+    waited = float(r.stdout.split()[2])
+    assert IMPORT_WAIT_SECONDS <= waited < IMPORT_WAIT_SECONDS + 3
+
+
 def test_graceful_nests_and_restores_the_handlers():
     from rmjudge.interrupts import graceful
 

@@ -164,6 +164,10 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
 ERROR_KINDS_SHOWN = 5
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str]:
     """The summary's error rows: one line per kind, most frequent first, with a few row
     numbers; at most ERROR_KINDS_SHOWN kinds, so any number of bad rows prints a few lines."""
@@ -172,11 +176,12 @@ def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str
     for kind, n in kinds[:ERROR_KINDS_SHOWN]:
         shown = rows.get(kind, [])
         where = ", ".join(map(str, shown)) + (", ..." if n > len(shown) else "")
-        out.append(f"    {kind}: {n} row{'s' if n != 1 else ''}"
-                   + (f" ({'rows' if n != 1 else 'row'} {where})" if shown else ""))
+        out.append(f"    {kind}: {_count(n, 'row')}"
+                   + (f" ({'row' if n == 1 else 'rows'} {where})" if shown else ""))
     rest = kinds[ERROR_KINDS_SHOWN:]
     if rest:
-        out.append(f"    and {len(rest)} more kinds: {sum(n for _, n in rest)} rows")
+        out.append(f"    and {_count(len(rest), 'more kind')}: "
+                   f"{_count(sum(n for _, n in rest), 'row')}")
     return out
 
 
