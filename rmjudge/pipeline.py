@@ -260,6 +260,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     last_commit = time.monotonic()
     counts = _Counts()
     try:
+        deliver_pending()  # a signal held while the store was opened and the run recorded
         for item in judge.run(pairs()):
             if isinstance(item, Failure):
                 add_error(RowFailure(item.pair.row_number,

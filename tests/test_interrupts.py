@@ -144,3 +144,36 @@ def test_ctrl_c_in_the_first_second_of_a_run_ends_it_with_130(tmp_path, model_pa
         finally:
             con.close()
         assert statuses <= {"interrupted"}, statuses
+
+
+def test_a_signal_held_while_the_run_is_recorded_stops_it_before_any_generation(tmp_path,
+                                                                                monkeypatch):
+    """Ctrl-C while the store records the run (a critical section) is delivered as judging
+    starts, not after the first pair is judged (which can take minutes)."""
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.interrupts import critical
+    from rmjudge.pipeline import Interrupted, score
+    from rmjudge.settings import JudgeSettings
+    from rmjudge.store import Store
+    from test_score import length_judge
+
+    start_run = Store.start_run
+
+    def start_run_then_ctrl_c(self, info):
+        run_id = start_run(self, info)
+        with critical():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, inside the section: the signal is held
+        return run_id
+
+    monkeypatch.setattr(Store, "start_run", start_run_then_ctrl_c)
+    engine = ScriptedEngine(length_judge)
+    out = str(tmp_path / "o.duckdb")
+    with pytest.raises(Interrupted, match="0 judged pairs are saved"):
+        score(PAIRS, engine, JudgeSettings(samples=2), output=out)
+    assert engine.calls == []
+    con = duckdb.connect(out, read_only=True)
+    try:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    finally:
+        con.close()
