@@ -72,6 +72,26 @@ def rewrite_failed(exc: DiskError, command: str, output: str) -> DiskError:
     return DiskError(f"{head}; {fix}", path=exc.path, reason=exc.reason)
 
 
+def check_not_being_written(table: str, command: str) -> None:
+    """A TABLE that does not exist yet because a running `score` is still judging into it (the
+    lock of its run store is held) is "busy" (exit 3), not "not found": a Parquet/JSONL export
+    appears only when that run ends."""
+    from rmjudge.store import StoreBusyError, check_not_busy, store_path
+
+    if os.path.exists(table):
+        return
+    for p in dict.fromkeys((table, store_path(table))):
+        try:
+            check_not_busy(p)
+        except StoreBusyError:
+            raise StoreBusyError(
+                f"{table} is not there yet: a running rmjudge job is writing it (it holds the "
+                f"lock {p}.lock); wait for it to finish, then run `rmjudge {command}` again"
+            ) from None
+        except UserError:  # a lock file that cannot be opened proves nothing
+            pass
+
+
 class ProgressLine:
     """Progress on stderr: one self-overwriting line on a terminal; in a log file (a batch job,
     `nohup`, a pipe) a plain timestamped line every `log_interval` seconds instead, so a long

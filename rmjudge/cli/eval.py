@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from rmjudge.cli.common import check_not_being_written
 from rmjudge.cli.options import engine_options, judge_options
 from rmjudge.cli.score import judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
@@ -52,7 +53,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     engine = None
     path = table
-    check_not_being_written(table)
+    check_not_being_written(table, "eval")
     if not is_judged(table):
         from rmjudge.pipeline import default_output
 
@@ -81,24 +82,3 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
             width = shutil.get_terminal_size().columns
         click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
 
-
-def check_not_being_written(table: str) -> None:
-    """A TABLE that does not exist yet because a running `score` is still judging into it (the
-    lock of its run store is held) is "busy" (exit 3), not "not found": a Parquet/JSONL export
-    appears only when that run ends."""
-    import os
-
-    from rmjudge.errors import UserError
-    from rmjudge.store import StoreBusyError, check_not_busy, store_path
-
-    if os.path.exists(table):
-        return
-    for p in dict.fromkeys((table, store_path(table))):
-        try:
-            check_not_busy(p)
-        except StoreBusyError:
-            raise StoreBusyError(
-                f"{table} is not there yet: a running rmjudge job is writing it (it holds the "
-                f"lock {p}.lock); wait for it to finish, then run `rmjudge eval` again") from None
-        except UserError:  # a lock file that cannot be opened proves nothing
-            pass

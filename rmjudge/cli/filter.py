@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail, rewrite_failed
+from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
 from rmjudge.errors import DiskError
 
 
@@ -89,6 +89,7 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
     except ValueError as exc:
         fail(str(exc))
     out = output or default_output(table, fmt)
+    check_not_being_written(table, "filter")
     try:
         with open_judged(table) as t:
             summary = filter_table(t, out, fs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail, rewrite_failed
+from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
 from rmjudge.errors import DiskError
 
 
@@ -37,6 +37,7 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
     from rmjudge.analysis.tables import TableError, open_judged
 
     out = output or default_output(table)
+    check_not_being_written(table, "report")
     try:
         with open_judged(table) as t:
             data = write_report(t, out, list(group_by) or None)

@@ -39,7 +39,8 @@ run_options = combine_options([
 @engine_options
 @server_options
 @run_options
-@click.option("--strict", is_flag=True, help="Exit 2 when any row lands in errors.")
+@click.option("--strict", is_flag=True,
+              help=f"Exit {EXIT_STRICT} when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
