@@ -138,7 +138,8 @@ def test_ctrl_c_in_the_first_second_of_a_run_ends_it_with_130(tmp_path, model_pa
     if os.path.exists(out):  # a run that had started is recorded as interrupted
         con = duckdb.connect(out, read_only=True)
         try:
-            tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+            tables = {r[0] for r in
+                      con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
             statuses = ({r[0] for r in con.execute("SELECT status FROM runs").fetchall()}
                         if "runs" in tables else set())
         finally:
