@@ -2,9 +2,12 @@
 
 Streams the input through the same reader and mapper as a real run (so the same rows would
 land in `errors`), counts the prompt tokens of every pair, and estimates generations and time.
-The time estimate uses the throughput measured by earlier real runs of the same model on this
-machine (kept in ~/.cache/rmjudge/throughput.json); without one it says so. Memory stays flat
-in the input size: nothing per pair is kept but its id (for duplicate detection).
+The time estimate uses what earlier real runs of the same model measured on this machine (kept in
+~/.cache/rmjudge/throughput.json): seconds per generation, prompt evaluation included, for each
+`--max-tokens` a run used, since the budget caps every generation. Without a run at the current
+`--max-tokens`, the time per generation is bounded from the runs at other budgets and the
+estimate is a wider range that says so; without any, it says so. Memory stays flat in the input
+size: nothing per pair is kept but its id (for duplicate detection).
 """
 
 from __future__ import annotations
@@ -26,17 +29,61 @@ def throughput_key(sha256: str, device: str) -> str:
     return f"{sha256}:{device}"
 
 
-def record_throughput(key: str, generated_tokens: int, generations: int, seconds: float) -> None:
-    """Remember seconds per generated token and tokens per generation of a finished run."""
-    if generated_tokens < 100 or seconds <= 0:
+def record_throughput(key: str, generated_tokens: int, generations: int, seconds: float,
+                      max_tokens: int) -> None:
+    """Remember what a finished run measured: seconds per generated token (the latest run's),
+    and per `max_tokens` budget the seconds and tokens per generation
+    (`{"budgets": {"256": {"seconds_per_generation": 2.1, "tokens_per_generation": 41.5}}}`)."""
+    if generated_tokens < 100 or seconds <= 0 or generations <= 0:
         return
-    cache.update(THROUGHPUT_CACHE, key, {
-        "seconds_per_token": seconds / generated_tokens,
-        "tokens_per_generation": generated_tokens / max(1, generations)})
+    budgets = {str(m): {"seconds_per_generation": s, "tokens_per_generation": t}
+               for m, (s, t) in measured_budgets(measured_throughput(key)).items()}
+    budgets[str(max_tokens)] = {"seconds_per_generation": seconds / generations,
+                                "tokens_per_generation": generated_tokens / generations}
+    cache.update(THROUGHPUT_CACHE, key, {"seconds_per_token": seconds / generated_tokens,
+                                         "budgets": budgets})
 
 
 def measured_throughput(key: str) -> dict | None:
-    return cache.load(THROUGHPUT_CACHE).get(key)
+    entry = cache.load(THROUGHPUT_CACHE).get(key)
+    return entry if isinstance(entry, dict) else None
+
+
+def measured_budgets(entry: dict | None) -> dict[int, tuple[float, float]]:
+    """{max_tokens: (seconds per generation, tokens per generation)} of a throughput record;
+    empty for a record of an older version, which kept figures without their budget."""
+    budgets = (entry or {}).get("budgets")
+    out: dict[int, tuple[float, float]] = {}
+    if not isinstance(budgets, dict):
+        return out
+    for m, v in budgets.items():
+        try:
+            m, s, t = int(m), float(v["seconds_per_generation"]), float(v["tokens_per_generation"])
+        except (TypeError, ValueError, KeyError):
+            continue
+        if m > 0 and s > 0 and t > 0:
+            out[m] = (s, t)
+    return out
+
+
+def seconds_per_generation(measured: dict[int, tuple[float, float]], max_tokens: int
+                           ) -> tuple[float, float] | None:
+    """(low, high) seconds per generation at `max_tokens`; exact (low == high) when a run used
+    this budget, None when no run was measured.
+
+    From a run at budget m, with s(m) seconds per generation (its prompt evaluation plus its
+    generated tokens): a generation that took L tokens there takes min(L, M) under budget M,
+    between min(1, M/m) and max(1, M/m) times min(L, m), so
+    s(m) * min(1, M/m) <= s(M) <= s(m) * max(1, M/m). Every measured budget bounds it; the
+    tightest bounds are kept."""
+    if not measured:
+        return None
+    if max_tokens in measured:
+        s = measured[max_tokens][0]
+        return s, s
+    lo = max(s * min(1.0, max_tokens / m) for m, (s, _) in measured.items())
+    hi = min(s * max(1.0, max_tokens / m) for m, (s, _) in measured.items())
+    return min(lo, hi), max(lo, hi)
 
 
 @dataclass
@@ -62,23 +109,36 @@ class DryRunReport:
             + (f" ({self.too_long} too long for the context of {self.context})" if self.too_long else ""),
         ]
         for e in self.error_examples:
-            lines.append(f"  {e}")
+            lines.append(f"  {e[:300]}{'...' if len(e) > 300 else ''}")
         if self.pairs:
             lines.append(f"prompt tokens per pair and order: mean {self.prompt_tokens / self.pairs:.0f}, "
                          f"max {self.max_prompt_tokens}")
             lines.append(f"generations: {self.generations_min} (every pair unanimous) to "
                          f"{self.generations_max} (full self-reflection)")
-        if self.throughput and self.pairs:
-            spt = self.throughput["seconds_per_token"]
-            tpg = self.throughput["tokens_per_generation"]
-            lo = self.generations_min * tpg * spt
-            hi = self.generations_max * tpg * spt
-            lines.append(f"estimated time: {_hms(lo)} to {_hms(hi)} at the measured "
-                         f"{1 / spt:.0f} generated tok/s ({tpg:.0f} tokens per generation)")
-        elif self.pairs:
-            lines.append("estimated time: unknown; no measured throughput for this model here "
-                         "yet (a short real run, e.g. --limit 5, measures it)")
+        if self.pairs:
+            lines.append(self._estimate())
         return "\n".join(lines)
+
+    def _estimate(self) -> str:
+        """The time line: generations x seconds per generation at this --max-tokens."""
+        measured = measured_budgets(self.throughput)
+        span = seconds_per_generation(measured, self.max_tokens)
+        if span is None:
+            return ("estimated time: unknown; no measured throughput for this model here yet "
+                    "(a short real run, e.g. --limit 5, measures it)")
+        lo, hi = self.generations_min * span[0], self.generations_max * span[1]
+        spt = (self.throughput or {}).get("seconds_per_token")
+        rate = f" at the measured {1 / spt:.0f} generated tok/s" \
+            if isinstance(spt, (int, float)) and spt > 0 else ""
+        if self.max_tokens in measured:
+            tpg = measured[self.max_tokens][1]
+            return (f"estimated time: {_hms(lo)} to {_hms(hi)}{rate} ({tpg:.0f} tokens per "
+                    f"generation at --max-tokens {self.max_tokens})")
+        runs = ", ".join(map(str, sorted(measured)))
+        return (f"estimated time: {_hms(lo)} to {_hms(hi)}{rate}; no run at --max-tokens "
+                f"{self.max_tokens} measured yet, so this range is bounded from runs at "
+                f"--max-tokens {runs} (a short run with this --max-tokens, e.g. --limit 5, "
+                "narrows it)")
 
 
 def _hms(seconds: float) -> str:

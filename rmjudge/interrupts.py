@@ -5,21 +5,80 @@ its next `deliver_pending()` (after it has noted what the write stored), so a tr
 never cut in half and the run's counts stay true. After the first signal, further ones are ignored
 while the run saves what it has and records its status. SIGTERM (a batch system's time limit,
 `docker stop`) is treated like Ctrl-C. Only the main thread installs handlers.
+
+Python runs a signal handler in whatever Python code the main thread executes next, and while
+llama.cpp loads a model or creates a context that is its log callback (a ctypes callback,
+`c_callback`). An exception raised there is printed ("Exception ignored on calling ctypes
+callback function") and dropped by ctypes, so the Ctrl-C would be lost, and after it every
+later one too (the run would think it is already stopping). A C extension that is being
+imported (DuckDB's) turns it into an ImportError. A signal that arrives inside a C callback or
+an import is therefore sent again a moment later, until it lands in ordinary Python code.
+`graceful()` nests (the CLI holds it from before the model loads; `score()` holds it too).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
-_state = {"depth": 0, "pending": False, "stopping": False}
+_state = {"depth": 0, "pending": False, "stopping": False, "installed": False,
+          "deferred_since": None}
+_C_CALLBACKS: set = set()  # code objects of the Python functions C code calls back
+REDELIVER_SECONDS = 0.05
+IMPORT_WAIT_SECONDS = 2.0
+
+
+def c_callback(func: Callable) -> Callable:
+    """Mark `func` as called from C (a ctypes callback, e.g. llama.cpp's log callback): a
+    signal that arrives while it runs is delivered after it returns, not inside it, where
+    ctypes would drop the KeyboardInterrupt. Returns `func`."""
+    _C_CALLBACKS.add(func.__code__)
+    return func
+
+
+def _unsafe_to_raise(frame) -> bool:
+    """Whether a KeyboardInterrupt raised in `frame` would be lost or turned into another
+    error: inside a C callback (ctypes drops it), or inside an import (a C extension's
+    initialization, e.g. DuckDB's, turns it into an ImportError). An import is waited for at
+    most IMPORT_WAIT_SECONDS, in case a whole program runs inside one (`import my_job`)."""
+    in_import = False
+    while frame is not None:
+        code = frame.f_code
+        if code in _C_CALLBACKS:
+            return True
+        in_import = in_import or code.co_filename.startswith("<frozen importlib")
+        frame = frame.f_back
+    if not in_import:
+        return False
+    now = time.monotonic()
+    since = _state["deferred_since"] = _state["deferred_since"] or now
+    return now - since < IMPORT_WAIT_SECONDS
+
+
+def _redeliver(signum: int) -> None:
+    """Deliver `signum` to the main thread again shortly (from a timer thread), unless the
+    handlers are gone by then (the run ended)."""
+    import _thread
+
+    def again() -> None:
+        if _state["installed"]:
+            _thread.interrupt_main(signum)
+
+    t = threading.Timer(REDELIVER_SECONDS, again)
+    t.daemon = True
+    t.start()
 
 
 def _handler(signum, frame) -> None:
     if _state["stopping"]:
         return
+    if _unsafe_to_raise(frame):
+        _redeliver(signum)
+        return
+    _state["deferred_since"] = None
     if _state["depth"]:
         _state["pending"] = True
         return
@@ -49,12 +108,13 @@ def deliver_pending() -> None:
 
 @contextmanager
 def graceful() -> Iterator[None]:
-    """Install the handlers for the duration of a run (no-op outside the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
+    """Install the handlers for the duration of a run (no-op outside the main thread, and
+    inside an outer `graceful()`, whose handlers and state stay)."""
+    if threading.current_thread() is not threading.main_thread() or _state["installed"]:
         yield
         return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    _state.update(depth=0, pending=False, stopping=False)
+    _state.update(depth=0, pending=False, stopping=False, installed=True, deferred_since=None)
     for s in old:
         signal.signal(s, _handler)
     try:
@@ -62,4 +122,5 @@ def graceful() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        _state.update(depth=0, pending=False, stopping=False)
+        _state.update(depth=0, pending=False, stopping=False, installed=False,
+                      deferred_since=None)

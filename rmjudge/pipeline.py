@@ -8,6 +8,7 @@ an earlier run of the same output already judged, commits results in small chunk
 from __future__ import annotations
 
 import os
+import re
 import time
 from itertools import chain
 from dataclasses import dataclass, field
@@ -127,7 +128,8 @@ class Summary:
     generations: int
     generated_tokens: int
     wall_seconds: float
-    error_reasons: dict[str, int]
+    error_reasons: dict[str, int]  # kind of error (`error_kind`) -> rows of this run
+    error_rows: dict[str, list[int]] = field(default_factory=dict)  # kind -> first row numbers
     metrics: dict = field(default_factory=dict)  # rmjudge.analysis.counts.metrics
     rollout_counts: dict = field(default_factory=dict)  # rmjudge.analysis.counts.sample_counts
     notes: list[str] = field(default_factory=list)  # the run spec's resolved defaults, in words
@@ -147,12 +149,23 @@ def verdict_settings(js: JudgeSettings, info) -> dict:
     return resolve(js, info).verdict_settings()
 
 
-def _reason_kind(reason: str) -> str:
-    """A short bucket of an error reason, for the one-line summary."""
-    r = reason.split(";")[0]
-    if r.startswith("line ") and " is " in r:
-        r = r.split(" is ", 1)[1]
-    return r.split("(")[0].strip()[:60]
+_ROW_PREFIX = re.compile(r"^row \d+:? |^(?:.* )?line \d+ ")
+_QUOTED_OR_NUMBER = re.compile(r"('[^']*'|\"[^\"]*\")|\d+")
+ERROR_ROW_EXAMPLES = 3  # row numbers kept per kind of error, for the summary
+
+
+def error_kind(reason: str) -> str:
+    """The kind of an error row's reason, for the summary: without its row or line number,
+    its fix (after ';'), its details (in parentheses), the offending value or id, and with
+    other numbers as N, so 3,000 rows with the same fault are one kind."""
+    r, before = reason.split(";")[0], None
+    while r != before:  # details in parentheses, innermost first
+        before, r = r, re.sub(r"\s*\([^()]*\)", "", r)
+    r = _ROW_PREFIX.sub("", r.split(" (")[0].strip(), count=1)
+    r = re.sub(r"^duplicate id .*", "duplicate id", r)
+    r = re.sub(r" holds .*", " holds a value that cannot be used", r)
+    r = _QUOTED_OR_NUMBER.sub(lambda m: m.group(1) or "N", r)
+    return (r[:100] + "...") if len(r) > 100 else (r or "unreadable row")
 
 
 def score(
@@ -224,6 +237,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     prog = Progress()
     pending_errors: list[dict] = []
     error_reasons: dict[str, int] = {}
+    error_rows: dict[str, list[int]] = {}
     stream = rows if first is None else _chain(first, rows)
     intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
                     rejudge_changed=rejudge_changed)
@@ -239,8 +253,11 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     def add_error(f: RowFailure) -> None:
         pending_errors.append(f.as_error())
         prog.errors += 1
-        k = _reason_kind(f.reason)
+        k = error_kind(f.reason)
         error_reasons[k] = error_reasons.get(k, 0) + 1
+        examples = error_rows.setdefault(k, [])
+        if len(examples) < ERROR_ROW_EXAMPLES:
+            examples.append(f.row_number)
 
     def pairs() -> Iterator[Pair]:
         for item in intake:
@@ -258,6 +275,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     last_commit = time.monotonic()
     counts = _Counts()
     try:
+        deliver_pending()  # a signal held while the store was opened and the run recorded
         for item in judge.run(pairs()):
             if isinstance(item, Failure):
                 replaced(item.pair)
@@ -311,9 +329,10 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         from rmjudge.engine.vocab import device_name
 
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
-                          counts.generations, prog.elapsed)
+                          counts.generations, prog.elapsed, spec.settings.max_tokens)
     summary = counts.summary(store, out, files, prog, error_reasons)
     summary.notes = spec.defaults_note()
+    summary.error_rows = error_rows
     return summary
 
 

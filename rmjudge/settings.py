@@ -13,6 +13,12 @@ Ablation = Literal["none", "random-anchor", "random-group"]
 ABLATIONS = ("none", "random-anchor", "random-group")
 
 
+# Seeds the run store records (as JSON, signed or unsigned 64-bit). `rmjudge.seeds.derive_seed`
+# hashes any integer, so this is the whole range a run can use and record.
+SEED_MIN = -(2**63)
+SEED_MAX = 2**64 - 1
+
+
 class SettingsError(UserError, ValueError):
     """A setting is out of range; the message names the option and the allowed values."""
 
@@ -76,6 +82,9 @@ class JudgeSettings:
             raise SettingsError("confidence fraction must be in (0, 1]")
         if self.adaptive < 0 or (self.adaptive and self.adaptive >= self.samples):
             raise SettingsError("--adaptive K needs 1 <= K < --samples")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise SettingsError(f"--seed must be a whole number from {SEED_MIN} to {SEED_MAX} "
+                                f"(a 64-bit integer), got {self.seed}")
 
     @property
     def order_list(self) -> tuple[str, ...]:

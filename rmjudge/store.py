@@ -230,7 +230,8 @@ def disk_error(path: str, exc: BaseException) -> DiskError | None:
                "file too large": "File too large", "read-only file system": "Read-only file system",
                "permission denied": "Permission denied"}.get(hint, _first_line(exc))
     return DiskError(f"cannot write {path}: {why}; free space or choose a writable -o, then "
-                     "rerun the same command to resume (the results committed so far are kept)")
+                     "rerun the same command to resume (the results committed so far are kept)",
+                     path=path, reason=why)
 
 
 def is_duckdb_file(path: str) -> bool:

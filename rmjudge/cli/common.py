@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import NoReturn
 
 import click
 
-from rmjudge.errors import EXIT_INTERRUPTED, EXIT_USER, UserError
+from rmjudge.errors import EXIT_INTERRUPTED, EXIT_USER, DiskError, UserError
 
 
 def fail(message: str, code: int = EXIT_USER) -> NoReturn:
@@ -24,19 +25,71 @@ def report_user_error(exc: UserError) -> NoReturn:
     sys.exit(exc.exit_code)
 
 
+def _usage_exit(exc: click.UsageError) -> None:
+    """A usage error (unknown option, bad value, missing argument) exits 1 like every other
+    user error; exit 2 is kept for `--strict` (rmjudge.errors.EXIT_CODES)."""
+    exc.exit_code = EXIT_USER
+
+
 class UserErrorGroup(click.Group):
     """A click group that turns every `UserError` of its commands into one `Error:` line and
-    the documented exit code (rmjudge.errors), once for all commands."""
+    the documented exit code (rmjudge.errors), once for all commands; Click's usage errors
+    keep Click's message and exit 1."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:  # the group's own options
+            _usage_exit(exc)
+            raise
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand's options and arguments
+            _usage_exit(exc)
+            raise
         except UserError as exc:
             report_user_error(exc)
         except KeyboardInterrupt:  # outside a run (a run turns it into `Interrupted`)
             err = UserError("interrupted")
             err.exit_code = EXIT_INTERRUPTED
             report_user_error(err)
+
+
+def rewrite_failed(exc: DiskError, command: str, output: str) -> DiskError:
+    """A disk error of a command that writes its whole output anew (`filter`, `report`): the
+    store's advice to "rerun to resume" is wrong for it, so say what is true."""
+    if exc.path is None:
+        return exc
+    head = f"cannot write {exc.path}: {exc.reason}"
+    if os.path.abspath(exc.path) == os.path.abspath(output):
+        fix = (f"nothing was written ({output} is as it was); free space or choose another -o, "
+               f"then run `rmjudge {command}` again (it writes the whole file anew)")
+    else:  # a file written after the output, e.g. filter's record of it
+        fix = (f"{output} was written but {exc.path} was not: free space, delete {output}, "
+               f"then run `rmjudge {command}` again")
+    return DiskError(f"{head}; {fix}", path=exc.path, reason=exc.reason)
+
+
+def check_not_being_written(table: str, command: str) -> None:
+    """A TABLE that does not exist yet because a running `score` is still judging into it (the
+    lock of its run store is held) is "busy" (exit 3), not "not found": a Parquet/JSONL export
+    appears only when that run ends."""
+    from rmjudge.store import StoreBusyError, check_not_busy, store_path
+
+    if os.path.exists(table):
+        return
+    for p in dict.fromkeys((table, store_path(table))):
+        try:
+            check_not_busy(p)
+        except StoreBusyError:
+            raise StoreBusyError(
+                f"{table} is not there yet: a running rmjudge job is writing it (it holds the "
+                f"lock {p}.lock); wait for it to finish, then run `rmjudge {command}` again"
+            ) from None
+        except UserError:  # a lock file that cannot be opened proves nothing
+            pass
 
 
 class ProgressLine:
@@ -71,6 +124,13 @@ class ProgressLine:
             sys.stderr.write(f"{time.strftime('%H:%M:%S')} {line}\n")
         sys.stderr.flush()
 
+    def note(self, line: str) -> None:
+        """A line of its own, never glued to a progress line."""
+        if self.enabled and self.tty:
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
     def close(self) -> None:
         if self.enabled and self.tty:
             sys.stderr.write("\n")
@@ -78,38 +138,84 @@ class ProgressLine:
 
 
 class TerminalProgress:
-    """Progress on a terminal with rich: rows done of total, rate, elapsed, ETA and the run's
-    health (tok/s, parse failures, flips, errors). Redrawn by rich's own thread several times a
-    second, so the clock moves even while a batch is in flight."""
+    """Progress on a terminal with rich, on two lines: a bar with rows done of total, elapsed
+    time and ETA; under it the run's health (pairs/s, tok/s, parse failures, flips, errors),
+    cut to the terminal's width so the bar line keeps its place at any width. Until the first
+    pair is done, the second line shows the engine's live work (prompt tokens evaluated,
+    tokens generated, tok/s) from `activity`, so a slow first pair still shows signs of life.
+    Redrawn by rich's own thread several times a second, so the clock moves even while a batch
+    is in flight. `note` prints a line above the display."""
 
-    def __init__(self, total: int | None):
+    def __init__(self, total: int | None, activity=None, console=None):
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
                                    TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+        from rich.text import Text
 
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("rows"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("{task.fields[health]}"),
-            console=Console(stderr=True), refresh_per_second=4, transient=False)
-        self.task = self.progress.add_task("judging", total=total, health="starting")
+        status_line = self.status_line
+
+        class TwoLines(Progress):
+            def get_renderables(self):
+                yield self.make_tasks_table(self.tasks)
+                yield Text("  " + status_line(), no_wrap=True, overflow="ellipsis")
+
+        self.activity = activity
+        self.last = None  # the pipeline's Progress, from the latest callback
+        self.started = time.monotonic()
+        self.progress = TwoLines(
+            SpinnerColumn(), TextColumn("judging"), BarColumn(bar_width=None),
+            MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn(), TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True), refresh_per_second=4, transient=False)
+        self.task = self.progress.add_task("judging", total=total)
         self.progress.start()
 
-    def __call__(self, p) -> None:
+    def status_line(self) -> str:
+        p = self.last
+        if p is None or not (p.done or p.errors or p.skipped):
+            return self._live_work()
         el = max(p.elapsed, 1e-9)
         pf = p.parse_failures / p.generations if p.generations else 0.0
-        health = (f"{p.done / el:.2f} pairs/s {p.generated_tokens / el:.0f} tok/s | parse fail "
-                  f"{pf:.0%} | flips {p.flips} | errors {p.errors}")
-        self.progress.update(self.task, completed=p.done + p.errors + p.skipped, health=health)
+        return (f"{p.done / el:.2f} pairs/s | {p.generated_tokens / el:.0f} tok/s | parse fail "
+                f"{pf:.0%} | flips {p.flips} | errors {p.errors}")
+
+    def _live_work(self) -> str:
+        if self.activity is None:
+            return "judging the first pairs ..."
+        prompt, generated = self.activity()
+        el = max(time.monotonic() - self.started, 1e-9)
+        return (f"first pairs in progress: {prompt:,} prompt tokens evaluated, {generated:,} "
+                f"generated ({generated / el:.0f} tok/s)")
+
+    def __call__(self, p) -> None:
+        self.last = p
+        self.progress.update(self.task, completed=p.done + p.errors + p.skipped)
+
+    def note(self, line: str) -> None:
+        """A line above the progress display, on its own line."""
+        from rich.text import Text
+
+        self.progress.console.print(Text(line), soft_wrap=True)
 
     def close(self) -> None:
         self.progress.stop()
 
 
-def make_progress(enabled: bool, total: int | None = None):
+def engine_activity(engine):
+    """(prompt tokens evaluated, tokens generated) by `engine` so far, including the tokens of
+    generations still running where the engine counts them (the llama.cpp engine's decode
+    rows), for the progress display's live line."""
+    def activity() -> tuple[int, int]:
+        generated = max(getattr(engine, "decode_rows", 0) or 0, engine.generated_tokens)
+        return getattr(engine, "prompt_tokens_evaluated", 0) or 0, generated
+
+    return activity
+
+
+def make_progress(enabled: bool, total: int | None = None, activity=None):
     """The progress display for this stderr: rich on a terminal, timestamped lines in a log."""
     if enabled and sys.stderr.isatty():
-        return TerminalProgress(total)
+        return TerminalProgress(total, activity)
     return ProgressLine(enabled, total, tty=False)
 
 

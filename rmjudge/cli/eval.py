@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from rmjudge.cli.common import check_not_being_written
 from rmjudge.cli.options import engine_options, judge_options
 from rmjudge.cli.score import input_source, judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
@@ -55,6 +56,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     engine = None
     table = input_source(table, kw)
     path = table
+    check_not_being_written(table, "eval")
     if not is_judged(table):
         from rmjudge.pipeline import default_output
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
+from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
+from rmjudge.errors import DiskError
 
 
 def default_output(table: str, fmt: str) -> str:
@@ -92,12 +93,15 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
     except ValueError as exc:
         fail(str(exc))
     out = output or default_output(table, fmt)
+    check_not_being_written(table, "filter")
     try:
         with open_judged(table) as t:
             summary = filter_table(t, out, fs)
             write_record(out, build_record(t, summary, fs))
     except TableError as exc:
         fail(str(exc))
+    except DiskError as exc:
+        raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
     click.echo(render(summary), err=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
+from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
+from rmjudge.errors import DiskError
 
 
 def default_output(table: str) -> str:
@@ -36,6 +37,7 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
     from rmjudge.analysis.tables import TableError, open_judged
 
     out = output or default_output(table)
+    check_not_being_written(table, "report")
     try:
         with open_judged(table) as t:
             data = write_report(t, out, list(group_by) or None)
@@ -43,6 +45,8 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
         fail(str(exc))
     except ImportError as exc:
         fail(str(exc))
+    except DiskError as exc:
+        raise rewrite_failed(exc, "report", out) from None
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
     if as_json:

@@ -6,12 +6,13 @@ import sys
 
 import click
 
-from rmjudge.cli.common import make_progress, status
+from rmjudge.cli.common import engine_activity, make_progress, status
 from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
 from rmjudge.errors import EXIT_STRICT, UserError
+from rmjudge.interrupts import graceful
 
 
 run_options = combine_options([
@@ -53,7 +54,8 @@ def input_source(source: str, kw: dict) -> str:
 @engine_options
 @server_options
 @run_options
-@click.option("--strict", is_flag=True, help="Exit 2 when any row lands in errors.")
+@click.option("--strict", is_flag=True,
+              help=f"Exit {EXIT_STRICT} when any row lands in errors.")
 @click.option("--dry-run", is_flag=True,
               help="Validate the input and estimate the work; load only the tokenizer.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
@@ -69,7 +71,9 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
         js, es, run = parse_run_options(kw)
         if run["server"] is not None:
             raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
-        click.echo(run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"]).render())
+        with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
+            report = run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"])
+        click.echo(report.render())
         return
     summary = judge_input(source, output, kw, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
@@ -105,7 +109,15 @@ def parse_run_options(kw: dict):
 
 def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, engine=None):
     """Judge `source` into `output` as `rmjudge score` does (for `score` and for `eval` on
-    unjudged input); prints progress and the summary to stderr. Returns the Summary."""
+    unjudged input); prints progress and the summary to stderr. Returns the Summary.
+
+    Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
+    loads, so one that arrives while llama.cpp loads it is not lost."""
+    with graceful():
+        return _judge_input(source, output, kw, quiet, engine)
+
+
+def _judge_input(source: str, output: str | None, kw: dict, quiet: bool, engine):
     from rmjudge.engine import load_engine
     from rmjudge.io.readers import count_rows, detect_format
     from rmjudge.models import resolve_model
@@ -124,16 +136,33 @@ def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, 
         status(f"rmjudge: {engine.describe()}", quiet)
     elif engine is None:
         status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
-        engine = load_engine(es)
+        try:
+            engine = load_engine(es)
+        except KeyboardInterrupt:
+            from rmjudge.pipeline import Interrupted
+
+            raise Interrupted("interrupted while the judge was loading, before any pair was "
+                              "judged; rerun the same command to start") from None
     limit = run["limit"]
     total = None if quiet else count_rows(source)
-    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total)
+    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total,
+                             activity=engine_activity(engine))
+
+    def announce(line: str) -> None:  # above the progress display, never inside it
+        if not quiet:
+            progress.note(f"rmjudge: {line}")
+
     try:
         summary = score(source, engine, js, output=output, mapper=run["mapper"],
                         overwrite=run["overwrite"], limit=limit, shard=run["shard"],
                         commit_every=run["commit_every"], on_progress=progress,
                         rejudge_changed=run["rejudge_changed"],
-                        announce=lambda line: status(f"rmjudge: {line}", quiet))
+                        announce=announce)
+    except KeyboardInterrupt:  # before the run's own handling began, or after it ended
+        from rmjudge.pipeline import Interrupted
+
+        raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
+                          "resume") from None
     finally:
         progress.close()
     if not quiet:
@@ -170,14 +199,37 @@ def judgment_lines(s, total: int) -> list[str]:
     return lines
 
 
+ERROR_KINDS_SHOWN = 5
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str]:
+    """The summary's error rows: one line per kind, most frequent first, with a few row
+    numbers; at most ERROR_KINDS_SHOWN kinds, so any number of bad rows prints a few lines."""
+    kinds = sorted(reasons.items(), key=lambda x: (-x[1], x[0]))
+    out = ["  error rows (details and raw text in the errors table):"]
+    for kind, n in kinds[:ERROR_KINDS_SHOWN]:
+        shown = rows.get(kind, [])
+        where = ", ".join(map(str, shown)) + (", ..." if n > len(shown) else "")
+        out.append(f"    {kind}: {_count(n, 'row')}"
+                   + (f" ({'row' if n == 1 else 'rows'} {where})" if shown else ""))
+    rest = kinds[ERROR_KINDS_SHOWN:]
+    if rest:
+        out.append(f"    and {_count(len(rest), 'more kind')}: "
+                   f"{_count(sum(n for _, n in rest), 'row')}")
+    return out
+
+
 def render_summary(s) -> str:
     lines = [
         f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
         f"errors {s.errors} in {s.wall_seconds:.1f}s -> {', '.join(s.files)}"
     ]
     if s.error_reasons:
-        kinds = "; ".join(f"{n} x {k}" for k, n in sorted(s.error_reasons.items(), key=lambda x: -x[1]))
-        lines.append(f"  error rows: {kinds} (see the errors table)")
+        lines += error_lines(s.error_reasons, s.error_rows)
     total = sum(s.verdicts.values())
     if total:
         lines.append("  verdicts: " + ", ".join(f"{k} {v}" for k, v in s.verdicts.items()))

@@ -12,29 +12,61 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rmjudge.errors import UserError
 from rmjudge.types import Message
 
+# The conversation every judge prompt has: one user turn (rmjudge.prompts). A template that
+# cannot render it cannot build any prompt, so it is refused when it is loaded.
+_PROBE = ({"role": "user", "content": "Which response is better?"},)
 
-class TemplateError(Exception):
-    """The model's chat template failed to render."""
+
+class TemplateError(UserError):
+    """A chat template cannot be used: a syntax error, an operation the sandbox blocks, or a
+    failure while rendering. The message names the template's source (`origin`) and the fix."""
 
 
 class ChatTemplate:
-    def __init__(self, template: str | None, bos: str = "", eos: str = ""):
+    """`origin` names where the template came from and `fix` what to do when it fails, for
+    the one-line error (e.g. "the chat template of judge.gguf" / "use another GGUF")."""
+
+    def __init__(self, template: str | None, bos: str = "", eos: str = "", *,
+                 origin: str = "the chat template",
+                 fix: str = "fix the template or give a working one"):
         self.source = template
         self.bos = bos
         self.eos = eos
+        self.origin = origin
+        self.fix = fix
         self._template = None
         if template:
+            import jinja2
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 
             def raise_exception(message):
-                raise TemplateError(f"the model's chat template failed: {message}")
+                raise TemplateError(f"{origin} refused the prompt: {message}; {fix}")
 
             env.globals["raise_exception"] = raise_exception
-            self._template = env.from_string(template)
+            try:
+                self._template = env.from_string(template)
+            except jinja2.TemplateSyntaxError as exc:
+                what = " ".join(str(exc.message).split()).rstrip(".")
+                raise TemplateError(f"{origin} has a syntax error (line {exc.lineno}: {what}); "
+                                    f"{fix}") from None
+            except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
+                raise self._failure(exc) from None
+            self.segments(_PROBE)
+
+    def _failure(self, exc: Exception) -> TemplateError:
+        from jinja2.exceptions import SecurityError
+
+        what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+        if isinstance(exc, SecurityError):
+            return TemplateError(f"{self.origin} does something rmjudge's template sandbox "
+                                 f"blocks ({what}); {self.fix}")
+        return TemplateError(f"{self.origin} failed to render a prompt "
+                             f"({type(exc).__name__}: {what}); {self.fix}")
 
     def render(self, messages: Sequence[Message], assistant_prefix: str = "") -> str:
         return "".join(t for t, _ in self.segments(messages, assistant_prefix))
@@ -50,8 +82,13 @@ class ChatTemplate:
                            ("\n\n", True)]
             pieces.append(("Assistant: ", True))
         else:
-            text = self._template.render(messages=list(messages), add_generation_prompt=True,
-                                         bos_token=self.bos, eos_token=self.eos)
+            try:
+                text = self._template.render(messages=list(messages), add_generation_prompt=True,
+                                             bos_token=self.bos, eos_token=self.eos)
+            except TemplateError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
+                raise self._failure(exc) from None
             pieces = _split_contents(text, [m["content"] for m in messages])
         if assistant_prefix:
             pieces.append((assistant_prefix, False))

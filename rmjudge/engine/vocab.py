@@ -10,10 +10,12 @@ import ctypes
 import functools
 import math
 import os
+import sys
 import time
 
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.interrupts import c_callback
 from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
 from rmjudge.prompts import suffix_for_model
 from rmjudge.settings import EngineSettings
@@ -40,16 +42,18 @@ _LOG_CB = None
 
 
 def _silence_logs(llama_cpp) -> None:
-    """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set."""
+    """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set (then
+    they go to stderr). Either way the callback is rmjudge's, marked as called from C, so a
+    Ctrl-C that arrives while llama.cpp logs is not lost (rmjudge.interrupts)."""
     global _LOG_CB
-    if os.environ.get("RMJUDGE_DEBUG"):
-        return
+    debug = bool(os.environ.get("RMJUDGE_DEBUG"))
 
-    @llama_cpp.llama_log_callback
-    def _quiet(level, text, user_data):  # pragma: no cover - called from C
-        return None
+    @c_callback
+    def _log(level, text, user_data):  # pragma: no cover - called from C
+        if debug and text:
+            sys.stderr.write(text.decode("utf-8", errors="replace"))
 
-    _LOG_CB = _quiet
+    _LOG_CB = llama_cpp.llama_log_callback(_log)
     llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
 
 
@@ -156,7 +160,12 @@ class Tokenizer:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.bos = self.piece(llama_cpp.llama_vocab_bos(self.vocab), special=True)
         self.eos = self.piece(llama_cpp.llama_vocab_eos(self.vocab), special=True)
-        self.template = ChatTemplate(info.chat_template, self.bos, self.eos)
+        self.template = ChatTemplate(
+            info.chat_template, self.bos, self.eos,
+            origin=f"the chat template of {info.path} (GGUF key tokenizer.chat_template)",
+            fix="rmjudge cannot build prompts with it: use another GGUF of this judge, or "
+                "replace the template (gguf-new-metadata IN.gguf OUT.gguf --chat-template-file "
+                "FILE.jinja)")
 
     def render(self, messages, assistant_prefix: str) -> str:
         try:

@@ -1,0 +1,180 @@
+"""Ctrl-C at any moment of a run, including while llama.cpp loads the model and calls back into
+Python (its log callback), ends the run the documented way: exit 130, one `Error:` line, no
+"Exception ignored" from ctypes, and a store that a rerun resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rmjudge.errors import EXIT_INTERRUPTED
+
+ROOT = Path(__file__).parent.parent
+PAIRS = str(Path(__file__).parent / "data" / "pandalm_5.jsonl")
+
+# A C function (libc's qsort) calling back into Python many times, like llama.cpp's log
+# callback while a model loads; SIGINT arrives while the callback runs.
+QSORT = """
+import ctypes, os, signal, sys, time
+from rmjudge.interrupts import c_callback, graceful
+
+libc = ctypes.CDLL(None)
+CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+calls = [0]
+
+def compare(a, b):
+    calls[0] += 1
+    if calls[0] == 1000:
+        os.kill(os.getpid(), signal.SIGINT)
+    return a[0] - b[0]
+
+if sys.argv[1] == "marked":
+    c_callback(compare)
+n = 20000
+values = (ctypes.c_int * n)(*range(n, 0, -1))
+with graceful():
+    try:
+        libc.qsort(values, n, ctypes.sizeof(ctypes.c_int), CMP(compare))
+        time.sleep(3)
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted after sorting: {list(values[:3])}", flush=True)
+"""
+
+
+def test_a_signal_inside_a_c_callback_is_delivered_after_it_returns():
+    r = subprocess.run([sys.executable, "-c", QSORT, "marked"], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert r.stdout == "interrupted after sorting: [1, 2, 3]\n", (r.stdout, r.stderr)
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_without_the_mark_ctypes_drops_the_interrupt():
+    """What the mark prevents: the KeyboardInterrupt raised in the callback is printed and
+    dropped by ctypes, and the run, thinking it is already stopping, goes on."""
+    r = subprocess.run([sys.executable, "-c", QSORT, "unmarked"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.stdout == "not interrupted\n"
+    assert "Exception ignored on calling ctypes callback function" in r.stderr
+
+
+JOB_RUN_AT_IMPORT = """
+import os, signal, time
+from rmjudge.interrupts import graceful
+
+with graceful():
+    t0 = time.monotonic()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        while time.monotonic() - t0 < 20:
+            pass
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - t0:.1f} s")
+"""
+
+
+def test_a_program_that_runs_inside_an_import_is_still_interrupted(tmp_path):
+    """Signals inside an import wait for it to finish, but not forever."""
+    from rmjudge.interrupts import IMPORT_WAIT_SECONDS
+
+    (tmp_path / "job.py").write_text(JOB_RUN_AT_IMPORT)
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = [{str(ROOT)!r}, "
+                        f"{str(tmp_path)!r}]; import job"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.startswith("interrupted after "), (r.stdout, r.stderr)
+    waited = float(r.stdout.split()[2])
+    assert IMPORT_WAIT_SECONDS <= waited < IMPORT_WAIT_SECONDS + 3
+
+
+def test_graceful_nests_and_restores_the_handlers():
+    from rmjudge.interrupts import graceful
+
+    before = signal.getsignal(signal.SIGINT)
+    with graceful():
+        outer = signal.getsignal(signal.SIGINT)
+        with graceful():
+            assert signal.getsignal(signal.SIGINT) is outer
+        assert signal.getsignal(signal.SIGINT) is outer  # the inner one left it installed
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.parametrize("after,delay", [("loading the judge", 0.0),
+                                         ("input read as", 0.0), ("input read as", 0.1),
+                                         ("input read as", 0.3), ("input read as", 0.5),
+                                         ("input read as", 0.8)])
+def test_ctrl_c_in_the_first_second_of_a_run_ends_it_with_130(tmp_path, model_path, after,
+                                                              delay):
+    """SIGINT `delay` seconds after a line of the run: while the model loads, while the store
+    opens, while llama.cpp sets up its context (its log callback runs: before the fix, the
+    Ctrl-C was dropped there and the run finished with exit 0), or as judging starts."""
+    out = str(tmp_path / "o.duckdb")
+    args = [sys.executable, "-m", "rmjudge", "score", PAIRS, "-o", out, "--samples", "1",
+            "--max-tokens", "8", "--threads", "1", "--model", model_path]
+    p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    seen = ""
+    while True:
+        line = p.stderr.readline()
+        seen += line
+        assert line, seen
+        if line.startswith(f"rmjudge: {after}"):
+            break
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    err = seen + p.communicate(timeout=120)[1]
+    assert p.returncode == EXIT_INTERRUPTED, err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("Error: interrupted") and "rerun the same command" in last, err
+    if os.path.exists(out):  # a run that had started is recorded as interrupted
+        con = duckdb.connect(out, read_only=True)
+        try:
+            tables = {r[0] for r in
+                      con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+            statuses = ({r[0] for r in con.execute("SELECT status FROM runs").fetchall()}
+                        if "runs" in tables else set())
+        finally:
+            con.close()
+        assert statuses <= {"interrupted"}, statuses
+
+
+def test_a_signal_held_while_the_run_is_recorded_stops_it_before_any_generation(tmp_path,
+                                                                                monkeypatch):
+    """Ctrl-C while the store records the run (a critical section) is delivered as judging
+    starts, not after the first pair is judged (which can take minutes)."""
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.interrupts import critical
+    from rmjudge.pipeline import Interrupted, score
+    from rmjudge.settings import JudgeSettings
+    from rmjudge.store import Store
+    from test_score import length_judge
+
+    start_run = Store.start_run
+
+    def start_run_then_ctrl_c(self, info):
+        run_id = start_run(self, info)
+        with critical():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, inside the section: the signal is held
+        return run_id
+
+    monkeypatch.setattr(Store, "start_run", start_run_then_ctrl_c)
+    engine = ScriptedEngine(length_judge)
+    out = str(tmp_path / "o.duckdb")
+    with pytest.raises(Interrupted, match="0 judged pairs are saved"):
+        score(PAIRS, engine, JudgeSettings(samples=2), output=out)
+    assert engine.calls == []
+    con = duckdb.connect(out, read_only=True)
+    try:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    finally:
+        con.close()
