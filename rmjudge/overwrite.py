@@ -113,6 +113,10 @@ def check_file_target(path: str, command: str, *, overwrite: bool,
                              f"choose another {flag}")
     if overwrite or (recognize is not None and recognize(path)):
         return
+    if recognize is None:
+        raise OverwriteError(f"{path} exists and `{command}` replaces a file only with "
+                             f"--overwrite; it is left untouched: choose another {flag}, or "
+                             "pass --overwrite to replace it")
     why = f" ({mark})" if mark else ""
     raise OverwriteError(f"{path} exists and was not written by `{command}`{why}; it is left "
                          f"untouched: choose another {flag}, or pass --overwrite to replace it")
@@ -156,10 +160,11 @@ def check_folder_target(folder: str, command: str, *, overwrite: bool,
     except OSError as exc:
         raise OverwriteError(f"cannot read the folder {folder}: {exc.strerror}") from None
     if not empty:
-        raise OverwriteError(f"{folder} already holds files that `{command}` did not write; "
-                             "they are left untouched: choose a new or empty folder, or pass "
-                             "--overwrite to write into it (files of the same name are "
-                             "replaced, the others kept)")
+        whose = (f"files that `{command}` did not write" if recognize is not None else
+                 f"files, and `{command}` writes only into a new or empty folder")
+        raise OverwriteError(f"{folder} already holds {whose}; they are left untouched: choose "
+                             "a new or empty folder, or pass --overwrite to write into it "
+                             "(files of the same name are replaced, the others kept)")
 
 
 def temp_folder_beside(folder: str) -> str:
