@@ -56,6 +56,7 @@ def _refused(cli: str, args: list[str], protected: Path) -> str:
     assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr
     assert "Traceback" not in r.output
     assert _digest(protected) == before, f"{protected} was changed"
+    assert str(protected) in lines[0], f"the refusal must name {protected}: {lines[0]}"
     return lines[0]
 
 
@@ -101,8 +102,8 @@ def _as_input(cmd: str, w: Path, t: Path):
         "report": ("rmjudge", ["report", judged, "-o", judged], judged),
         "push --dry-run": ("rmjudge", ["push", export, "org/name", "--dry-run", export], export),
         "merge": ("rmjudge", ["merge", judged, "-o", judged], judged),
-        "ray-score": ("rmjudge", ["ray-score", pairs, "-o", pairs, "--model", MISSING_MODEL],
-                      pairs),
+        "ray-score": ("rmjudge", ["ray-score", f"{judged}:pairs", "-o", judged, "--model",
+                                  MISSING_MODEL], judged),
         "build-data": ("train", ["build-data", pairs, "-o", pairs, "--model", MISSING_MODEL],
                        pairs),
         "sft": ("train", ["sft", pairs, "-o", pairs, "--model", MISSING_MODEL], pairs),
