@@ -127,7 +127,7 @@ def write_marker(folder: str, command: str) -> None:
     from rmjudge import __version__
     from rmjudge.store import write_file
 
-    os.makedirs(folder, exist_ok=True)
+    _make_dirs(folder, folder)
     write_file(os.path.join(folder, MARKER),
                orjson.dumps({"command": command, "version": __version__}) + b"\n")
 
@@ -167,13 +167,23 @@ def check_folder_target(folder: str, command: str, *, overwrite: bool,
                              "(files of the same name are replaced, the others kept)")
 
 
+def _make_dirs(path: str, target: str) -> None:
+    """`os.makedirs`, with a failure (full disk, no permission) as one error naming `target`."""
+    from rmjudge.store import disk_error
+
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise disk_error(target, exc) or OverwriteError(
+            f"cannot create the folder {path}: {exc.strerror}") from None
+
+
 def temp_folder_beside(folder: str) -> str:
     """A new, empty, hidden folder beside `folder` to build it in."""
     folder = os.path.abspath(folder)
     head, tail = os.path.split(folder.rstrip(os.sep))
-    os.makedirs(head, exist_ok=True)
     tmp = os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
-    os.makedirs(tmp)
+    _make_dirs(tmp, folder)
     return tmp
 
 
@@ -181,22 +191,28 @@ def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
     """Move the files built in `tmp` into `folder` (a new folder is renamed into place whole);
     without `overwrite`, a file that appeared in `folder` since the check is never replaced.
     `tmp` is removed in every case."""
+    from rmjudge.store import disk_error
+
     try:
         if not os.path.exists(folder):
             try:
                 os.rename(tmp, folder)
                 return
             except OSError:
-                os.makedirs(folder, exist_ok=True)
+                _make_dirs(folder, folder)
         for root, _dirs, files in os.walk(tmp):
             rel = os.path.relpath(root, tmp)
             dest_dir = os.path.normpath(os.path.join(folder, rel))
-            os.makedirs(dest_dir, exist_ok=True)
+            _make_dirs(dest_dir, folder)
             for name in files:
                 src, dest = os.path.join(root, name), os.path.join(dest_dir, name)
                 if os.path.lexists(dest) and not overwrite:
-                    raise OverwriteError(f"{dest} appeared while `{folder}` was being written; "
+                    raise OverwriteError(f"{dest} appeared while {folder} was being written; "
                                          "it is left untouched: choose another folder")
-                os.replace(src, dest)
+                try:
+                    os.replace(src, dest)
+                except OSError as exc:
+                    raise disk_error(dest, exc) or OverwriteError(
+                        f"cannot move {src} to {dest}: {exc.strerror}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

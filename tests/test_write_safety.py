@@ -337,3 +337,25 @@ def test_verify_refuses_an_empty_reference_folder(world, tmp_path):
     assert r.exit_code == 1
     assert r.stderr == (f"Error: {tmp_path} is not a Hugging Face model folder (no config.json): "
                         "pass the folder that save_pretrained wrote\n")
+
+
+# -- folders built beside their target ----------------------------------------------------------
+
+def test_a_folder_is_moved_in_without_replacing_a_file_that_appeared(tmp_path):
+    from rmjudge.overwrite import OverwriteError, install_folder, temp_folder_beside
+
+    out = tmp_path / "model"
+    tmp = temp_folder_beside(str(out))
+    Path(tmp, "config.json").write_text("new")
+    install_folder(tmp, str(out), overwrite=False)  # a new folder: renamed into place
+    assert (out / "config.json").read_text() == "new" and not Path(tmp).exists()
+    tmp = temp_folder_beside(str(out))
+    Path(tmp, "config.json").write_text("newer")
+    with pytest.raises(OverwriteError, match="appeared while"):
+        install_folder(tmp, str(out), overwrite=False)
+    assert (out / "config.json").read_text() == "new" and not Path(tmp).exists()
+    tmp = temp_folder_beside(str(out))
+    Path(tmp, "config.json").write_text("newer")
+    install_folder(tmp, str(out), overwrite=True)
+    assert (out / "config.json").read_text() == "newer"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
