@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 import click
 
 from rmjudge import __version__
-from rmjudge.cli.common import UserErrorGroup
+from rmjudge.extras import ExtrasGroup
 
 from quantize.config import (DEFAULT_QUANT, LORA_OUT_TYPES, MERGE_DTYPES, OUT_TYPES,
                              QUANT_TYPES, ConvertConfig, ExportError, LoraExportConfig,
@@ -37,7 +37,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-@click.group(cls=UserErrorGroup)
+@click.group(cls=ExtrasGroup)
 @click.version_option(__version__, prog_name="rmjudge-export")
 def main() -> None:
     """Export a trained judge for `rmjudge score`: merge, convert to GGUF, quantize, verify."""
@@ -47,11 +47,13 @@ def main() -> None:
 @click.argument("gguf_file", metavar="MODEL.gguf")
 @click.argument("out_dir")
 @click.option("--dtype", type=click.Choice(MERGE_DTYPES), default="float32", show_default=True)
-def unpack(gguf_file: str, out_dir: str, dtype: str) -> None:
+@click.option("--overwrite", is_flag=True, help="Write into a folder that already holds "
+              "files (files of the same name are replaced); an input is never replaced.")
+def unpack(gguf_file: str, out_dir: str, dtype: str, overwrite: bool) -> None:
     """Write a GGUF model (e.g. the embedded judge) as a Hugging Face folder."""
     from quantize.hfio import unpack_gguf
 
-    out = _run(unpack_gguf, lambda: UnpackConfig(gguf_file, out_dir, dtype))
+    out = _run(unpack_gguf, lambda: UnpackConfig(gguf_file, out_dir, dtype, overwrite))
     click.echo(f"wrote {out}")
 
 
@@ -61,11 +63,13 @@ def unpack(gguf_file: str, out_dir: str, dtype: str) -> None:
 @click.option("-o", "--out", "out_dir", required=True, help="Output folder.")
 @click.option("--dtype", type=click.Choice(MERGE_DTYPES), default="bfloat16", show_default=True,
               help="Precision the base is reloaded and saved in (never 4-bit).")
-def merge(base: str, adapter: str, out_dir: str, dtype: str) -> None:
+@click.option("--overwrite", is_flag=True, help="Write into a folder that already holds "
+              "files (files of the same name are replaced); an input is never replaced.")
+def merge(base: str, adapter: str, out_dir: str, dtype: str, overwrite: bool) -> None:
     """Merge a (Q)LoRA adapter into its base; save a Hugging Face folder."""
     from quantize.merge import merge as run
 
-    r = _run(run, lambda: MergeConfig(base, adapter, out_dir, dtype))
+    r = _run(run, lambda: MergeConfig(base, adapter, out_dir, dtype, overwrite))
     click.echo(f"merged {r.modules} LoRA modules into {r.parameters:,} parameters ({r.dtype}) "
                f"-> {r.out_dir}")
 
@@ -77,12 +81,15 @@ def merge(base: str, adapter: str, out_dir: str, dtype: str) -> None:
 @click.option("--pre-tokenizer", default=None,
               help="llama.cpp pre-tokenizer name (detected from tokenizer.json if omitted).")
 @click.option("--name", default=None, help="general.name in the GGUF (default: folder name).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file; an input "
+              "is never replaced.")
 def convert(model_dir: str, out: str, outtype: str, pre_tokenizer: str | None,
-            name: str | None) -> None:
+            name: str | None, overwrite: bool) -> None:
     """Convert a Hugging Face llama/qwen2/qwen3 folder to GGUF."""
     from quantize.convert import convert as run
 
-    r = _run(run, lambda: ConvertConfig(model_dir, out, outtype, pre_tokenizer, name))
+    r = _run(run, lambda: ConvertConfig(model_dir, out, outtype, pre_tokenizer, name,
+                                                overwrite))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.type_counts.items()))
     click.echo(f"{r.path}: {r.architecture}, {r.tensors} tensors ({types}), {_mib(r.bytes)}, "
                f"pre-tokenizer {r.pre_tokenizer}, chat template "
@@ -96,11 +103,13 @@ def convert(model_dir: str, out: str, outtype: str, pre_tokenizer: str | None,
 @click.option("--type", "qtype", type=click.Choice(QUANT_TYPES, case_sensitive=False),
               default=DEFAULT_QUANT, show_default=True)
 @click.option("--threads", type=int, default=0, help="Quantizer threads (0: all cores).")
-def quantize(src: str, out: str, qtype: str, threads: int) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file; an input "
+              "is never replaced.")
+def quantize(src: str, out: str, qtype: str, threads: int, overwrite: bool) -> None:
     """Quantize an f32/f16/bf16 GGUF with llama.cpp; report size, bpw and fallbacks."""
     from quantize.quant import quantize as run
 
-    r = _run(run, lambda: QuantizeConfig(src, out, qtype, threads))
+    r = _run(run, lambda: QuantizeConfig(src, out, qtype, threads, overwrite))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.out.type_counts.items()))
     own = "" if r.llama_fallbacks is None else f" (llama.cpp counts {r.llama_fallbacks})"
     click.echo(f"{r.qtype}: {_mib(r.src.file_bytes)} ({r.src.bpw:.2f} bpw) -> "
@@ -116,11 +125,13 @@ def quantize(src: str, out: str, qtype: str, threads: int) -> None:
 @click.option("-o", "--out", required=True, help="Output GGUF LoRA file.")
 @click.option("--outtype", type=click.Choice(LORA_OUT_TYPES), default="f32",
               show_default=True)
-def lora(adapter: str, base: str | None, out: str, outtype: str) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file; an input "
+              "is never replaced.")
+def lora(adapter: str, base: str | None, out: str, outtype: str, overwrite: bool) -> None:
     """Export a PEFT LoRA adapter as a llama.cpp GGUF LoRA (rmjudge score --lora)."""
     from quantize.lora import export_lora
 
-    r = _run(export_lora, lambda: LoraExportConfig(adapter, out, base, outtype))
+    r = _run(export_lora, lambda: LoraExportConfig(adapter, out, base, outtype, overwrite))
     click.echo(f"{r.path}: {r.architecture} LoRA, {r.modules} matrices, rank {r.rank}, "
                f"alpha {r.alpha:g}, {_mib(r.bytes)}")
 

@@ -22,6 +22,69 @@ class ExportError(UserError):
     """An export step cannot proceed; the message says how to fix the input or options."""
 
 
+def _need_model_file(path: str, what: str) -> None:
+    """A GGUF model llama.cpp opens: the check `rmjudge score --model` makes
+    (`rmjudge.engine.vocab.check_model_file`), so a non-GGUF or truncated file is one error."""
+    from rmjudge.engine.vocab import check_model_file
+    from rmjudge.models import ModelError
+
+    _need_file(path, what)
+    try:
+        check_model_file(path)
+    except ModelError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _need_gguf(path: str, what: str) -> None:
+    """A GGUF file (magic checked; a LoRA adapter is not a model llama.cpp opens alone)."""
+    from rmjudge.models import ModelError, check_gguf
+
+    _need_file(path, what)
+    try:
+        check_gguf(path, what)
+    except ModelError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _need_model(path: str, what: str) -> None:
+    """A Hugging Face model folder (it has config.json) or a GGUF model."""
+    from rmjudge.models import ModelError, check_hf_folder
+
+    if Path(path).is_file():
+        _need_model_file(path, what)
+        return
+    try:
+        check_hf_folder(path, what)
+    except ModelError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _file_output(out: str, command: str, inputs: tuple[str | None, ...],
+                 overwrite: bool) -> None:
+    """A GGUF output: never an input; an existing file only with --overwrite (no record is
+    kept beside a GGUF, so none counts as this command's own: rmjudge.overwrite)."""
+    from rmjudge.overwrite import OverwriteError, check_file_target, check_not_input
+
+    try:
+        check_not_input([out], None, inputs)
+        check_file_target(out, f"rmjudge-export {command}", overwrite=overwrite)
+    except OverwriteError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _folder_output(out_dir: str, command: str, inputs: tuple[str | None, ...],
+                   overwrite: bool) -> None:
+    """A Hugging Face folder output: never an input; a folder that holds files only with
+    --overwrite (rmjudge.overwrite)."""
+    from rmjudge.overwrite import OverwriteError, check_folder_target, check_not_input
+
+    try:
+        check_not_input([out_dir], None, inputs)
+        check_folder_target(out_dir, f"rmjudge-export {command}", overwrite=overwrite)
+    except OverwriteError as exc:
+        raise ExportError(str(exc)) from None
+
+
 def _need_dir(path: str, what: str) -> None:
     p = Path(path)
     if not p.exists():
@@ -60,10 +123,14 @@ class UnpackConfig:
     gguf: str = field(metadata={"help": "GGUF model to turn into a Hugging Face folder"})
     out_dir: str = field(metadata={"help": "output folder (safetensors, config, tokenizer)"})
     dtype: str = field(default="float32", metadata={"help": "dtype of the saved weights"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write into an existing folder that holds files (same names are replaced)"})
 
     def __post_init__(self) -> None:
         _need_file(self.gguf, "GGUF model")
         _need_choice(self.dtype, MERGE_DTYPES, "--dtype")
+        _folder_output(self.out_dir, "unpack", (self.gguf,), self.overwrite)
+        _need_model_file(self.gguf, "GGUF model")
 
 
 @dataclass(frozen=True)
@@ -73,12 +140,16 @@ class MergeConfig:
     out_dir: str = field(metadata={"help": "output folder for the merged model"})
     dtype: str = field(default="bfloat16", metadata={
         "help": "dtype the base is reloaded in and the merged weights are saved in (never 4-bit)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "write into an existing folder that holds files (same names are replaced)"})
 
     def __post_init__(self) -> None:
         if not Path(self.base).exists():
             raise ExportError(f"base model not found: {self.base}")
         _need_adapter(self.adapter)
         _need_choice(self.dtype, MERGE_DTYPES, "--dtype")
+        _folder_output(self.out_dir, "merge", (self.base, self.adapter), self.overwrite)
+        _need_model(self.base, "base model")
 
 
 @dataclass(frozen=True)
@@ -89,10 +160,12 @@ class ConvertConfig:
     pre_tokenizer: str | None = field(default=None, metadata={
         "help": "llama.cpp pre-tokenizer name (tokenizer.ggml.pre); detected when omitted"})
     name: str | None = field(default=None, metadata={"help": "general.name (default: folder)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
 
     def __post_init__(self) -> None:
         _need_dir(self.model_dir, "model folder")
         _need_choice(self.out_type, OUT_TYPES, "--outtype")
+        check_convert_output(self)
 
 
 @dataclass(frozen=True)
@@ -101,13 +174,14 @@ class QuantizeConfig:
     out: str = field(metadata={"help": "output GGUF file"})
     qtype: str = field(default=DEFAULT_QUANT, metadata={"help": "llama.cpp quantization type"})
     threads: int = field(default=0, metadata={"help": "quantizer threads (0: all cores)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
 
     def __post_init__(self) -> None:
         _need_file(self.src, "input GGUF")
         _need_choice(self.qtype.upper(), QUANT_TYPES, "--type")
         _need_threads(self.threads)
-        if Path(self.src).resolve() == Path(self.out).resolve():
-            raise ExportError("the quantized output must not overwrite its input")
+        check_quantize_output(self)
+        _need_model_file(self.src, "input GGUF")
 
 
 @dataclass(frozen=True)
@@ -119,12 +193,14 @@ class LoraExportConfig:
                 "GGUF is also checked to hold every adapted matrix); default: the adapter's "
                 "base_model_name_or_path when that exists locally"})
     out_type: str = field(default="f32", metadata={"help": "f32, f16 or bf16"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
 
     def __post_init__(self) -> None:
         _need_adapter(self.adapter)
         if self.base is not None and not Path(self.base).exists():
             raise ExportError(f"base model not found: {self.base}")
         _need_choice(self.out_type, LORA_OUT_TYPES, "--outtype of a LoRA")
+        check_lora_output(self)
 
 
 @dataclass(frozen=True)
@@ -141,15 +217,31 @@ class VerifyConfig:
 
     def __post_init__(self) -> None:
         _need_dir(self.hf_dir, "reference model folder")
+        _need_model(self.hf_dir, "reference model folder")
         for g in self.ggufs:
-            _need_file(g, "GGUF file")
+            _need_model_file(g, "GGUF file")
         if (self.base_gguf is None) != (self.lora is None):
             raise ExportError("--base-gguf and --lora go together: the LoRA is applied to that "
                               "base at run time")
         if self.base_gguf:
-            _need_file(self.base_gguf, "base GGUF")
-            _need_file(self.lora, "GGUF LoRA")
+            _need_model_file(self.base_gguf, "base GGUF")
+            _need_gguf(self.lora, "GGUF LoRA")
         if not self.ggufs and not self.lora:
             raise ExportError("nothing to verify: pass --gguf FILE (repeatable) and/or "
                               "--base-gguf BASE --lora ADAPTER")
         _need_threads(self.threads)
+
+
+def check_convert_output(cfg: ConvertConfig) -> None:
+    """Refuse convert's -o before anything loads (and again just before the move)."""
+    _file_output(cfg.out, "convert", (cfg.model_dir,), cfg.overwrite)
+
+
+def check_quantize_output(cfg: QuantizeConfig) -> None:
+    """Refuse quantize's -o before anything loads (and again just before the move)."""
+    _file_output(cfg.out, "quantize", (cfg.src,), cfg.overwrite)
+
+
+def check_lora_output(cfg: LoraExportConfig) -> None:
+    """Refuse lora's -o before anything loads (and again just before the move)."""
+    _file_output(cfg.out, "lora", (cfg.adapter, cfg.base), cfg.overwrite)

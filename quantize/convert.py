@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from quantize.config import ConvertConfig, ExportError
+from quantize.config import ConvertConfig, ExportError, check_convert_output
 from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, \
     reorder_rows_for_rope, write_hparams
 from quantize.hfio import HFFolder, text_config
 from quantize.vocab import write_vocab
+from rmjudge.store import write_produced
 
 
 @dataclass
@@ -120,43 +121,48 @@ def convert(cfg: ConvertConfig) -> ConvertResult:
 
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
-    writer = gguf.GGUFWriter(str(tmp), family.arch_name)
-    try:
-        writer.add_type(gguf.GGUFType.MODEL)
-        writer.add_name(cfg.name or Path(cfg.model_dir).resolve().name)
-        write_hparams(writer, family, folder.config)
-        writer.add_file_type(_file_type(cfg.out_type))
-        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        vocab = write_vocab(writer, cfg.model_dir, dims.vocab_size, cfg.pre_tokenizer)
+    made: dict[str, Any] = {}
 
-        types: dict[str, Any] = {}
-        fallbacks = 0
-        for hf_name, gname in plan:
-            shape = folder.shape(hf_name)
-            qtype = tensor_type(cfg.out_type, shape)
-            if cfg.out_type == "q8_0" and len(shape) > 1 and qtype != gguf.GGMLQuantizationType.Q8_0:
-                fallbacks += 1
-            types[gname] = qtype
-            writer.add_tensor_info(gname, shape, np.dtype(np.float32), nbytes(shape, qtype),
-                                   raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        by_hf = {h: g for h, g in plan}
-        for hf_name, tensor in folder.tensors([h for h, _ in plan]):
-            gname = by_hf[hf_name]
-            data = to_numpy(tensor)
-            heads = qk_heads(family, gname, dims)
-            if heads is not None:
-                data = reorder_rows_for_rope(data, heads)
-            writer.write_tensor_data(encode(data, types[gname]))
-        writer.close()
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(out)
+    def produce(tmp: str) -> None:
+        writer = gguf.GGUFWriter(tmp, family.arch_name)
+        try:
+            writer.add_type(gguf.GGUFType.MODEL)
+            writer.add_name(cfg.name or Path(cfg.model_dir).resolve().name)
+            write_hparams(writer, family, folder.config)
+            writer.add_file_type(_file_type(cfg.out_type))
+            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+            vocab = write_vocab(writer, cfg.model_dir, dims.vocab_size, cfg.pre_tokenizer)
+
+            types: dict[str, Any] = {}
+            fallbacks = 0
+            for hf_name, gname in plan:
+                shape = folder.shape(hf_name)
+                qtype = tensor_type(cfg.out_type, shape)
+                if (cfg.out_type == "q8_0" and len(shape) > 1
+                        and qtype != gguf.GGMLQuantizationType.Q8_0):
+                    fallbacks += 1
+                types[gname] = qtype
+                writer.add_tensor_info(gname, shape, np.dtype(np.float32), nbytes(shape, qtype),
+                                       raw_dtype=qtype)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            by_hf = {h: g for h, g in plan}
+            for hf_name, tensor in folder.tensors([h for h, _ in plan]):
+                gname = by_hf[hf_name]
+                data = to_numpy(tensor)
+                heads = qk_heads(family, gname, dims)
+                if heads is not None:
+                    data = reorder_rows_for_rope(data, heads)
+                writer.write_tensor_data(encode(data, types[gname]))
+            writer.close()
+        except BaseException:
+            writer.close()
+            raise
+        made.update(types=types, fallbacks=fallbacks, vocab=vocab)
+
+    write_produced(str(out), produce, check=lambda: check_convert_output(cfg))
+    types, fallbacks, vocab = made["types"], made["fallbacks"], made["vocab"]
     counts: dict[str, int] = {}
     for t in types.values():
         counts[t.name] = counts.get(t.name, 0) + 1

@@ -185,9 +185,19 @@ def _pre_from_json(spec: str):
 
 def unpack_gguf(cfg: UnpackConfig) -> Path:
     """Write `cfg.gguf` as a Hugging Face folder; returns the folder."""
+    from rmjudge.overwrite import check_folder_target, install_folder, temp_folder_beside
+
     model, tokenizer = load_causal_lm(cfg.gguf, cfg.dtype)
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
-    tokenizer.save_pretrained(str(out))
+    tmp = temp_folder_beside(str(out))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        check_folder_target(str(out), "rmjudge-export unpack", overwrite=cfg.overwrite)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    install_folder(tmp, str(out), overwrite=cfg.overwrite)
     return out

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from quantize.config import ExportError, LoraExportConfig
+from quantize.config import ExportError, LoraExportConfig, check_lora_output
 from quantize.convert import encode, nbytes, to_numpy
 from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, reorder_rows_for_rope
 from quantize.hfio import read_config, text_config
+from rmjudge.store import write_produced
 
 _PREFIX = "base_model.model."
 
@@ -156,7 +157,6 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
 
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
     qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
              "bf16": gguf.GGMLQuantizationType.BF16}[cfg.out_type]
     arrays: list[tuple[str, np.ndarray]] = []
@@ -200,26 +200,27 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
     if not arrays:
         raise ExportError(f"{adapter_dir} has no LoRA matrices for modules llama.cpp knows")
 
-    writer = gguf.GGUFWriter(str(tmp), family.arch_name)
-    try:
-        writer.add_type(gguf.GGUFType.ADAPTER)
-        writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha_out)
-        writer.add_name(adapter_dir.resolve().name)
-        for name, arr in arrays:
-            writer.add_tensor_info(name, arr.shape, np.dtype(np.float32),
-                                   nbytes(arr.shape, qtype), raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        for name, arr in arrays:
-            writer.write_tensor_data(encode(arr, qtype))
-        writer.close()
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(out)
+    def produce(tmp: str) -> None:
+        writer = gguf.GGUFWriter(tmp, family.arch_name)
+        try:
+            writer.add_type(gguf.GGUFType.ADAPTER)
+            writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+            writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha_out)
+            writer.add_name(adapter_dir.resolve().name)
+            for name, arr in arrays:
+                writer.add_tensor_info(name, arr.shape, np.dtype(np.float32),
+                                       nbytes(arr.shape, qtype), raw_dtype=qtype)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            for name, arr in arrays:
+                writer.write_tensor_data(encode(arr, qtype))
+            writer.close()
+        except BaseException:
+            writer.close()
+            raise
+
+    write_produced(str(out), produce, check=lambda: check_lora_output(cfg))
     return LoraResult(path=str(out), architecture=family.arch_name, alpha=alpha_out,
                       rank=max_rank, modules=len(arrays) // 2, bytes=out.stat().st_size)
 

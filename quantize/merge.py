@@ -9,11 +9,13 @@ the chat template, ready for `convert`.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from quantize.config import ExportError, MergeConfig
 from quantize.hfio import load_causal_lm
+from rmjudge.overwrite import check_folder_target, install_folder, temp_folder_beside
 
 
 @dataclass
@@ -42,10 +44,16 @@ def merge(cfg: MergeConfig) -> MergeResult:
     if getattr(merged.config, "quantization_config", None) is not None:
         del merged.config.quantization_config
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(str(out), safe_serialization=True)
-    if (Path(cfg.adapter) / "tokenizer_config.json").exists():
-        tokenizer = AutoTokenizer.from_pretrained(cfg.adapter)
-    tokenizer.save_pretrained(str(out))
+    tmp = temp_folder_beside(str(out))
+    try:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        if (Path(cfg.adapter) / "tokenizer_config.json").exists():
+            tokenizer = AutoTokenizer.from_pretrained(cfg.adapter)
+        tokenizer.save_pretrained(tmp)
+        check_folder_target(str(out), "rmjudge-export merge", overwrite=cfg.overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    install_folder(tmp, str(out), overwrite=cfg.overwrite)
     return MergeResult(out_dir=str(out), dtype=cfg.dtype, modules=modules,
                        parameters=sum(p.numel() for p in merged.parameters()))

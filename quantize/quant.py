@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantize.config import ExportError, QuantizeConfig
+from quantize.config import ExportError, QuantizeConfig, check_quantize_output
+from rmjudge.store import write_produced
 
 # the type each requested file type is built around (K-quant mixes also use other K types)
 _BASE_TYPE = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q6_K": "Q6_K", "Q5_K_M": "Q5_K", "Q4_K_M": "Q4_K"}
@@ -140,23 +141,27 @@ def quantize(cfg: QuantizeConfig) -> QuantResult:
                           "quantize from the f16/bf16/f32 GGUF that `convert` writes")
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = _ftype(llama_cpp, qtype)
     params.nthread = cfg.threads or (os.cpu_count() or 1)
     llama_cpp.llama_backend_init()
     t0 = time.perf_counter()
-    with _LogCapture(llama_cpp) as log:
-        rc = llama_cpp.llama_model_quantize(str(cfg.src).encode(), str(tmp).encode(),
-                                            ctypes.byref(params))
+    lines: list[str] = []
+
+    def produce(tmp: str) -> None:
+        with _LogCapture(llama_cpp) as log:
+            rc = llama_cpp.llama_model_quantize(str(cfg.src).encode(), tmp.encode(),
+                                                ctypes.byref(params))
+        lines.extend(log.lines)
+        if rc != 0:
+            tail = "".join(log.lines[-5:]).strip()
+            raise ExportError(f"llama.cpp could not quantize {cfg.src} to {qtype} (code {rc}): "
+                              f"{tail}")
+
+    write_produced(str(out), produce, check=lambda: check_quantize_output(cfg))
     seconds = time.perf_counter() - t0
-    if rc != 0:
-        tmp.unlink(missing_ok=True)
-        tail = "".join(log.lines[-5:]).strip()
-        raise ExportError(f"llama.cpp could not quantize {cfg.src} to {qtype} (code {rc}): {tail}")
-    tmp.replace(out)
     fallbacks, matrices = count_fallbacks(str(out), qtype)
-    text = "".join(log.lines)
+    text = "".join(lines)
     m = re.search(r"(\d+) of (\d+) tensor\(s\) required fallback", text)
     return QuantResult(qtype=qtype, src=src, out=gguf_stats(str(out)), fallbacks=fallbacks,
                        matrices=matrices, llama_fallbacks=int(m.group(1)) if m else None,

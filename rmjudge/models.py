@@ -68,6 +68,19 @@ def check_gguf(path: str, what: str = "model") -> str:
     return str(p)
 
 
+def check_hf_folder(path: str, what: str = "model folder") -> str:
+    """Raise ModelError unless `path` is a Hugging Face model folder (it has config.json)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelError(f"{what} not found: {path}")
+    if not p.is_dir():
+        raise ModelError(f"{what} must be a Hugging Face folder, got a file: {path}")
+    if not (p / "config.json").is_file():
+        raise ModelError(f"{path} is not a Hugging Face model folder (no config.json): pass "
+                         "the folder that save_pretrained wrote")
+    return str(p)
+
+
 def file_sha256(path: str) -> str:
     """sha256 of a file, cached by (path, size, mtime) so large models hash once."""
     st = os.stat(path)

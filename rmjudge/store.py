@@ -1074,6 +1074,13 @@ def _hold_export_lock(path: str) -> "_Lock | None":
         return None
 
 
+def write_produced(path: str, produce, check=None) -> None:
+    """Write a whole file with `produce(tmp)` (a temporary file beside `path`, e.g. a GGUF or
+    Parquet writer), moved into place so a reader never sees it half-written (see
+    `_write_beside` for `check`)."""
+    _write_beside(path, produce, check)
+
+
 def write_file(path: str, data: bytes, check=None) -> None:
     """Write a whole file so a reader never sees it half-written (see `_write_beside`)."""
     def produce(tmp: str) -> None:

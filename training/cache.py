@@ -33,6 +33,23 @@ class CachedRollouts:
     error: str | None = None  # the item could not be sampled (e.g. too long for the context)
 
 
+def check_cache_file(path: str | os.PathLike) -> None:
+    """Refuse, before any rollout is generated, a cache path that holds something else than a
+    rollout cache (it is appended to, never replaced)."""
+    p = Path(path)
+    if p.is_dir():
+        raise CacheError(f"--cache {path} is a folder; give a file name")
+    if not p.exists() or p.stat().st_size == 0:
+        return
+    try:
+        with open(p, "rb") as f:
+            head = f.readline()
+        orjson.loads(head)["meta"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        raise CacheError(f"{path} is not a rollout cache (no meta line); it is left untouched: "
+                         "give another --cache path") from None
+
+
 class RolloutCache:
     def __init__(self, path: str | os.PathLike, meta: dict[str, Any]):
         self.path = Path(path)

@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 
 from rmjudge import __version__
-from rmjudge.cli.common import UserErrorGroup
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.errors import UserError
+from rmjudge.extras import TRAIN, ExtrasGroup, require
 
 from rmjudge.io.mapping import parse_map
 from rmjudge.io.readers import InputError
@@ -29,7 +29,7 @@ from rmjudge.models import ModelError
 from rmjudge.settings import SettingsError
 
 from training.cache import CacheError
-from training.data import DataConfig, DataError, build_data, stats_path
+from training.data import DataConfig, DataError, build_data, check_outputs, stats_path
 from training.grpo import GRPOSettings, TrainError
 from training.hf import ModelLoadError
 from training.sft import SFTError, SFTSettings
@@ -51,7 +51,7 @@ def _say(quiet: bool, text: str) -> None:
         click.echo(text, err=True)
 
 
-@click.group(cls=UserErrorGroup)
+@click.group(cls=ExtrasGroup)
 @click.version_option(__version__, prog_name="rmjudge-train")
 def main() -> None:
     """Train a ReflectRM judge: rollouts -> unified Pref + Refl data -> GRPO QLoRA adapter."""
@@ -100,6 +100,7 @@ def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, serv
     from training.hf import ModelSource, load_base, load_tokenizer, materialize, model_suffix
 
     src = ModelSource.parse(gguf or model)
+    require("the transformers backend", "train", TRAIN)
     base = materialize(src)
     hf_model = load_base(base, quantization="none")
     hf_model.eval()
@@ -159,11 +160,13 @@ def format_stats(st: dict) -> str:
 @click.option("--threads", type=int, default=None, help="llama.cpp CPU threads.")
 @click.option("--lora", default=None, help="A GGUF LoRA adapter applied to the GGUF --model "
               "(e.g. a warm-start adapter from `rmjudge-export lora`).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing -o (and its stats file) "
+              "that build-data did not write; an input is never replaced.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @server_options
 def build_data_cmd(source, output, model, gguf_file, backend, samples, temperature, max_tokens,
                    ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, lora,
-                   quiet, **kw):
+                   overwrite, quiet, **kw):
     """Sample rollouts from the base model and write unified Pref + Refl training data
     (in-process, or through an OpenAI-compatible server with --server URL)."""
     from training.rollouts import SamplingSettings
@@ -177,6 +180,8 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
             raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
         sampling = SamplingSettings(samples=samples, temperature=temperature,
                                     max_tokens=max_tokens, seed=seed)
+        gguf = str(Path(model) / gguf_file) if model and gguf_file else None
+        check_outputs(source, output, cache, inputs=(model, gguf, lora), overwrite=overwrite)
         src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
                                     server, lora)
         _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
@@ -186,7 +191,8 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
             done[0] += n
             _say(quiet, f"  {done[0]} items")
 
-        stats = build_data(source, output, src, config, cache_path=cache, progress=progress)
+        stats = build_data(source, output, src, config, cache_path=cache, progress=progress,
+                           overwrite=overwrite)
     except USER_ERRORS as exc:
         _fail(exc)
     click.echo(format_stats(stats.as_dict()))
@@ -229,10 +235,12 @@ def settings_options(cls, required=_REQUIRED):
 @settings_options(GRPOSettings)
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,
               help="Continue from a checkpoint: --resume (latest in -o) or --resume DIR.")
+@click.option("--overwrite", is_flag=True, help="Write into an -o folder that holds files "
+              "another command wrote (files of the same name are replaced).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def grpo_cmd(resume, quiet, **kw):
+def grpo_cmd(resume, overwrite, quiet, **kw):
     """GRPO + QLoRA on the unified data; saves checkpoints, the adapter and a greedy eval."""
-    from training.grpo import train
+    from training.grpo import check_output, train
 
     def progress(rec: dict) -> None:
         keys = ("reward", "reward_pref", "reward_refl", "parse_failure_rate", "kl", "loss")
@@ -242,7 +250,9 @@ def grpo_cmd(resume, quiet, **kw):
 
     try:
         settings = GRPOSettings(**kw)
-        summary = train(settings, resume=resume, progress=progress)
+        check_output(settings, overwrite)
+        require("rmjudge-train grpo", "train", TRAIN + ("trl",))
+        summary = train(settings, resume=resume, progress=progress, overwrite=overwrite)
     except USER_ERRORS as exc:
         _fail(exc)
     click.echo(f"adapter: {summary['adapter']}  ({summary['steps']} steps, "
@@ -261,12 +271,14 @@ def grpo_cmd(resume, quiet, **kw):
               show_default=True, help="Rollouts: llama.cpp for a GGUF, transformers otherwise.")
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,
               help="Continue from a checkpoint: --resume (latest in -o) or --resume DIR.")
+@click.option("--overwrite", is_flag=True, help="Write into an -o folder that holds files "
+              "another command wrote (files of the same name are replaced).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def sft_cmd(backend, resume, quiet, **kw):
+def sft_cmd(backend, resume, overwrite, quiet, **kw):
     """Format warm-start: supervised targets (base analyses + gold verdicts, both tasks, both
     orders) so a weak base learns to write parseable verdicts before build-data and GRPO."""
     from training.rollouts import SamplingSettings
-    from training.sft import run
+    from training.sft import check_output, run
 
     def progress(rec: dict) -> None:
         if isinstance(rec.get("loss"), (int, float)):
@@ -274,6 +286,8 @@ def sft_cmd(backend, resume, quiet, **kw):
 
     try:
         settings = SFTSettings(**kw)
+        check_output(settings, overwrite)
+        require("rmjudge-train sft", "train", TRAIN)
         sampling = SamplingSettings(samples=settings.samples,
                                     temperature=settings.rollout_temperature,
                                     max_tokens=settings.rollout_max_tokens, seed=settings.seed)
@@ -281,7 +295,7 @@ def sft_cmd(backend, resume, quiet, **kw):
                                     settings.parallel, settings.threads)
         _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
         summary = run(settings, src, resume=resume, progress=progress,
-                      say=lambda t: _say(quiet, t))
+                      say=lambda t: _say(quiet, t), overwrite=overwrite)
     except USER_ERRORS as exc:
         _fail(exc)
     click.echo(f"model: {summary['model']}  ({summary['steps']} steps, "
@@ -318,6 +332,7 @@ def eval_cmd(model, gguf_file, adapter, data, max_tokens, limit, quantization, b
     try:
         examples = read_examples(data)[:limit] if limit else read_examples(data)
         src = ModelSource.parse(model, gguf_file)
+        require("rmjudge-train eval", "train", TRAIN)
         base = materialize(src)
         m = load_base(base, quantization)
         if adapter:

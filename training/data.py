@@ -280,29 +280,100 @@ def build_examples(pairs: Iterable[tuple[Item, CachedRollouts]], suffix: str, co
     return mix(pref, refl, config.ratio, config.seed, stats)
 
 
+BUILD_DATA = "rmjudge-train build-data"
+OUTPUT_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet")
+
+
 def stats_path(output: str | Path) -> Path:
     """`train.jsonl` -> `train.stats.json`, beside the output."""
     p = Path(output)
     return p.with_name(p.name.rsplit(".", 1)[0] + ".stats.json")
 
 
-def write_examples(examples: list[dict[str, Any]], output: str | Path) -> None:
-    """JSONL or Parquet, by the output's extension."""
+def check_output_name(output: str | Path) -> None:
+    """Refuse an output name that is neither JSONL nor Parquet (before anything is loaded)."""
+    if Path(output).suffix not in OUTPUT_SUFFIXES:
+        raise DataError(f"output {output}: use a .jsonl or .parquet file name")
+
+
+def _read_stats(path: str | Path) -> dict | None:
+    try:
+        rec = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return rec if isinstance(rec, dict) and "rollout_settings" in rec else None
+
+
+def is_own_stats(path: str) -> bool:
+    """True when `path` holds build-data stats (what `stats_path` names)."""
+    return _read_stats(path) is not None
+
+
+def is_own_output(path: str) -> bool:
+    """True when the stats file beside `path` records `path`'s current sha256 (build-data
+    wrote it and nothing changed it since)."""
+    from rmjudge.publish.record import file_sha256
+
+    rec = _read_stats(stats_path(path))
+    return bool(rec) and rec.get("output_sha256") == file_sha256(path)
+
+
+def check_outputs(source: str, output: str | Path, cache_path: str | Path | None,
+                  inputs: tuple[str | None, ...] = (), overwrite: bool = False) -> None:
+    """Everything about build-data's outputs (training file, stats, rollout cache) that can be
+    refused before a model loads (rmjudge.overwrite): a bad extension, an input (`source`
+    and `inputs`: model, adapter) named as an output, two outputs that are one file, and an
+    existing file build-data did not write (unless `overwrite`)."""
+    from rmjudge.overwrite import check_distinct, check_file_target, check_not_input
+
+    from training.cache import check_cache_file
+
+    output = str(output)
+    check_output_name(output)
+    cache = str(cache_path) if cache_path is not None else default_cache_path(output)
+    stats = str(stats_path(output))
+    check_not_input([output, stats, cache], source, inputs)
+    check_distinct({"-o": output, "the stats file": stats, "--cache": cache})
+    check_file_target(output, BUILD_DATA, overwrite=overwrite, recognize=is_own_output,
+                      mark=f"no stats file {Path(stats).name} beside it with its sha256")
+    check_file_target(stats, BUILD_DATA, overwrite=overwrite, recognize=is_own_stats,
+                      mark="not build-data stats", flag="-o (its stats file)")
+    check_cache_file(cache)
+
+
+def default_cache_path(output: str | Path) -> str:
+    return str(output) + ".rollouts.jsonl"
+
+
+def write_examples(examples: list[dict[str, Any]], output: str | Path,
+                   stats: dict[str, Any] | None = None, check=None) -> None:
+    """JSONL or Parquet, by the output's extension, written through the store's writer
+    (`check` runs again just before the file is moved into place); with `stats`, the stats
+    file, recording the output's sha256, is written next."""
+    from rmjudge.publish.record import file_sha256
+    from rmjudge.store import write_file, write_produced
+
+    check_output_name(output)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    if out.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    digest: list[str] = []
 
-        pq.write_table(pa.Table.from_pylist(examples), tmp)
-    elif out.suffix in (".jsonl", ".json", ".ndjson"):
-        with open(tmp, "wb") as f:
-            for e in examples:
-                f.write(orjson.dumps(e) + b"\n")
-    else:
-        raise DataError(f"output {output}: use a .jsonl or .parquet file name")
-    tmp.replace(out)
+    def produce(tmp: str) -> None:
+        if out.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(examples), tmp)
+        else:
+            with open(tmp, "wb") as f:
+                for e in examples:
+                    f.write(orjson.dumps(e) + b"\n")
+        digest.append(file_sha256(tmp))
+
+    write_produced(str(out), produce, check)
+    if stats is not None:
+        rec = {**stats, "written_by": BUILD_DATA, "output": out.name, "output_sha256": digest[0]}
+        write_file(str(stats_path(out)), orjson.dumps(rec, option=orjson.OPT_INDENT_2))
 
 
 def read_examples(path: str | Path) -> list[dict[str, Any]]:
@@ -324,22 +395,27 @@ def read_examples(path: str | Path) -> list[dict[str, Any]]:
 
 
 def build_data(source: str, output: str | Path, rollout_source: RolloutSource, config: DataConfig,
-               cache_path: str | Path | None = None, progress=None) -> Stats:
-    """The whole builder: read, sample (resumably), build, mix, write data and stats."""
+               cache_path: str | Path | None = None, progress=None,
+               overwrite: bool = False) -> Stats:
+    """The whole builder: read, sample (resumably), build, mix, write data and stats. The
+    outputs are checked first (`check_outputs`), and again just before they are replaced."""
+    check_outputs(source, output, cache_path, overwrite=overwrite)
     if cache_path is None:
-        cache_path = Path(str(output) + ".rollouts.jsonl")
+        cache_path = default_cache_path(output)
     stats = Stats(rollout_settings=rollout_source.fingerprint())
     cache = RolloutCache(cache_path, rollout_source.fingerprint())
     pairs = sample_all(read_items(source, config, stats), rollout_source, cache, config, stats,
                        progress)
     examples = build_examples(pairs, rollout_source.suffix, config, stats)
+
+    def check() -> None:
+        check_outputs(source, output, cache_path, overwrite=overwrite)
+
     if not examples:
         hint = ("every item was answered correctly by all its rollouts" if stats.items
                 else "no labelled item was read")
-        write_examples([], output)
-        stats_path(output).write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
+        write_examples([], output, stats.as_dict(), check)
         raise DataError(f"no training example was built: {hint}; stats in "
                         f"{stats_path(output)}")
-    write_examples(examples, output)
-    stats_path(output).write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
+    write_examples(examples, output, stats.as_dict(), check)
     return stats

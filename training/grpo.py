@@ -223,14 +223,32 @@ def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
     return EngineTokenizedGRPOTrainer
 
 
+GRPO = "rmjudge-train grpo"
+
+
+def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
+    """Refuse an output folder that is an input or holds files another command wrote
+    (training.outputs), before anything loads."""
+    from training.outputs import check_output_dir
+
+    gguf = str(Path(s.model) / s.gguf_file) if s.gguf_file else None
+    check_output_dir(s, GRPO, inputs=(s.data, s.model, gguf, s.init_adapter),
+                     overwrite=overwrite)
+
+
 def train(s: GRPOSettings, resume: str | None = None,
           progress: Callable[[dict], None] | None = None,
-          rollout_func: Callable | None = None) -> dict[str, Any]:
+          rollout_func: Callable | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Run GRPO (resuming when asked), save the adapter, evaluate greedily; a summary dict.
 
     `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
     an external generation server, or scripted completions in tests).
     """
+    from rmjudge.store import write_file
+
+    from training.outputs import claim_output_dir
+
+    check_output(s, overwrite)
     checkpoint = find_checkpoint(s.output_dir, resume)
     try:
         examples = read_examples(s.data)
@@ -238,6 +256,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         raise TrainError(str(exc)) from None
     train_ex, held = split(examples, s)
     check_split_size(s, len(examples), len(train_ex))
+    src = ModelSource.parse(s.model, s.gguf_file)
 
     import torch
     from peft import LoraConfig, prepare_model_for_kbit_training
@@ -247,12 +266,9 @@ def train(s: GRPOSettings, resume: str | None = None,
     from training.reward import verdict_reward
 
     out = Path(s.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "heldout.jsonl", "wb") as f:
-        for e in held:
-            f.write(orjson.dumps(e) + b"\n")
+    claim_output_dir(s, GRPO)
+    write_file(str(out / "heldout.jsonl"), b"".join(orjson.dumps(e) + b"\n" for e in held))
 
-    src = ModelSource.parse(s.model, s.gguf_file)
     base_dir = materialize(src)
     tokenizer = load_tokenizer(ModelSource(base_dir))
     model = load_base(base_dir, s.quantization)
@@ -318,7 +334,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # progress goes through `progress` and log.jsonl
-    (out / "settings.json").write_text(json.dumps(asdict(s), indent=2) + "\n")
+    write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
     adapter_dir = out / "adapter"
@@ -344,7 +360,8 @@ def train(s: GRPOSettings, resume: str | None = None,
         "eval": eval_res.as_dict() if eval_res else None,
         "adapter": str(adapter_dir),
     }
-    (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_file(str(out / "training.json"),
+               (json.dumps(summary, indent=2, default=str) + "\n").encode())
     return summary
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from rmjudge.errors import UserError
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +33,14 @@ class ModelLoadError(UserError):
     """The base model cannot be loaded as asked; the message says how to fix it."""
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # org/name (or a legacy bare name)
+
+
+def _load_failed(path: str, exc: OSError) -> ModelLoadError:
+    lines = str(exc).strip().splitlines()
+    return ModelLoadError(f"cannot load the model {path}: {lines[0] if lines else exc!r}")
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where the base model comes from: an HF directory/hub id, optionally a GGUF file in it."""
@@ -41,13 +50,24 @@ class ModelSource:
 
     @classmethod
     def parse(cls, model: str, gguf_file: str | None = None) -> "ModelSource":
-        if gguf_file is None and model.lower().endswith(".gguf"):
-            p = Path(model)
-            if not p.is_file():
-                raise ModelLoadError(f"GGUF file not found: {model}")
+        """Checked before anything loads: a GGUF file (`check_gguf`, as `rmjudge score`), a
+        Hugging Face folder (`check_hf_folder`), or a hub id (`org/name`)."""
+        from rmjudge.models import check_gguf, check_hf_folder
+
+        if gguf_file is not None:
+            if not (Path(model) / gguf_file).is_file():
+                raise ModelLoadError(f"--gguf-file {gguf_file} not found in {model}")
+            check_gguf(str(Path(model) / gguf_file))
+            return cls(model, gguf_file)
+        p = Path(model)
+        if p.is_file() or (not p.exists() and model.lower().endswith(".gguf")):
+            check_gguf(model)
             return cls(str(p.parent), p.name)
-        if gguf_file is not None and not (Path(model) / gguf_file).is_file():
-            raise ModelLoadError(f"--gguf-file {gguf_file} not found in {model}")
+        if p.exists():
+            check_hf_folder(model, "--model folder")
+        elif not HUB_ID.fullmatch(model):
+            raise ModelLoadError(f"model not found: {model} (give a Hugging Face folder, a "
+                                 "GGUF file or a hub id such as org/name)")
         return cls(model, gguf_file)
 
     @property
@@ -74,7 +94,10 @@ def load_tokenizer(src: ModelSource):
     from transformers import AutoTokenizer
 
     kw = {"gguf_file": src.gguf_file} if src.gguf_file else {}
-    tok = AutoTokenizer.from_pretrained(src.path, **kw)
+    try:
+        tok = AutoTokenizer.from_pretrained(src.path, **kw)
+    except OSError as exc:
+        raise _load_failed(src.name, exc) from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if not getattr(tok, "chat_template", None):
@@ -148,7 +171,10 @@ def load_base(path: str, quantization: str = "nf4", dtype: str = "auto",
             {"": torch.cuda.current_device()} if cuda else {"": "cpu"})
     elif device_map is not None:
         kw["device_map"] = device_map
-    model = AutoModelForCausalLM.from_pretrained(path, **kw)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+    except OSError as exc:
+        raise _load_failed(path, exc) from None
     if quantization == "none" and cuda and device_map is None:
         model = model.to("cuda")
     return model

@@ -230,22 +230,37 @@ def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
         raise SFTError(str(exc)) from None
 
 
+SFT = "rmjudge-train sft"
+
+
+def check_output(s: SFTSettings, overwrite: bool = False) -> None:
+    """Refuse an output folder that is an input or holds files another command wrote
+    (training.outputs), before anything loads."""
+    from training.outputs import check_output_dir
+
+    gguf = str(Path(s.model) / s.gguf_file) if s.model and s.gguf_file else None
+    check_output_dir(s, SFT, source=s.source, inputs=(s.model, gguf), overwrite=overwrite)
+
+
 def run(s: SFTSettings, rollout_source, resume: str | None = None,
         progress: Callable[[dict], None] | None = None,
-        say: Callable[[str], None] | None = None) -> dict[str, Any]:
+        say: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """The whole stage; returns the summary also written to OUTPUT_DIR/sft.json."""
+    from rmjudge.store import write_file
+
+    from training.outputs import claim_output_dir
+
     say = say or (lambda _: None)
+    check_output(s, overwrite)
     out = Path(s.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_dir(s, SFT)
     checkpoint = find_checkpoint(s.output_dir, resume)
     examples, stats, rows = build_examples(s, rollout_source)
     if not examples:
         raise SFTError(f"{s.source}: no warm-start example was built ({rows['rows_read']} rows "
                        f"read, {rows['rows_unlabelled']} unlabelled, {rows['rows_bad']} bad); "
                        "give labelled pairs (chosen/rejected or a label column)")
-    with open(out / "sft_data.jsonl", "wb") as f:
-        for e in examples:
-            f.write(orjson.dumps(e) + b"\n")
+    write_file(str(out / "sft_data.jsonl"), b"".join(orjson.dumps(e) + b"\n" for e in examples))
     if len(examples) < s.batch_size:
         raise SFTError(f"{s.source}: {len(examples)} warm-start examples, fewer than "
                        f"--batch-size {s.batch_size}, so no step would run; give more rows or "
@@ -308,7 +323,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
-    (out / "settings.json").write_text(json.dumps(asdict(s), indent=2) + "\n")
+    write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
 
@@ -337,5 +352,6 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
         "train_metrics": result.metrics, "check_before": before, "check_after": after,
     }
-    (out / "sft.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_file(str(out / "sft.json"),
+               (json.dumps(summary, indent=2, default=str) + "\n").encode())
     return summary

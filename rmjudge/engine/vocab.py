@@ -137,6 +137,16 @@ def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
     )
 
 
+def check_model_file(path: str, what: str = "model") -> str:
+    """The check `score --model` makes, for any command given a GGUF model: a GGUF file
+    (`check_gguf`) that llama.cpp opens (vocabulary only: a truncated or corrupt file is
+    refused without reading its weights). Raises ModelError naming the file."""
+    check_gguf(path, what=what)
+    llama_cpp = llama_backend()
+    llama_cpp.llama_model_free(load_model(path, vocab_only=True))
+    return path
+
+
 def read_model_info(path: str) -> ModelInfo:
     """Metadata of a GGUF file, loading only its vocabulary."""
     check_gguf(path)
