@@ -1,0 +1,243 @@
+"""The docs' commands parse: every `rmjudge`, `rmjudge-train` and `rmjudge-export` command line
+in README.md and docs/*.md (code blocks and inline code) is resolved to its click command and
+run through click's parser, without executing it. Placeholders (FILE, ORG/NAME, ...) are fine as
+values; an unknown option, a missing option value, an unknown subcommand, a surplus argument or a
+value outside a choice fails. Each docs page with measured figures names the rmjudge version
+they were measured on."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+
+from quantize.cli import main as export_main
+from rmjudge.cli import main as rmjudge_main
+from training.cli import main as train_main
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+PROGRAMS = {
+    "rmjudge": rmjudge_main,
+    "rmjudge-train": train_main,
+    "rmjudge-export": export_main,
+    "python -m rmjudge": rmjudge_main,
+    "python -m training": train_main,
+    "python -m quantize": export_main,
+}
+_PROGRAM = re.compile(r"(?:^|\s)(" + "|".join(re.escape(p) for p in sorted(PROGRAMS, key=len,
+                                                                          reverse=True))
+                      + r")(?=\s|$)")
+# shell operators that end one command line
+_SEPARATOR = re.compile(r"\s(?:&&|\|\||\||;)\s|\s*;\s*$|\)")
+_FENCE = re.compile(r"^```(\S*)\s*$")
+_INLINE = re.compile(r"`([^`\n]+)`")
+# a placeholder or elision stands for any number of values
+_ELISION = {"...", "…"}
+
+
+def _code(text: str) -> list[tuple[int, str, bool]]:
+    """(line number, command text, inline) for each shell line in a fenced block (continuations joined)
+    and each inline code span."""
+    out: list[tuple[int, str, bool]] = []
+    fence = None
+    pending, start = "", 0
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _FENCE.match(line.strip())
+        if m:
+            fence = None if fence is not None else m.group(1)
+            continue
+        if fence is not None:
+            if fence not in ("", "bash", "sh", "shell", "console"):
+                continue
+            stripped = line.strip()
+            if stripped.startswith("$ "):
+                stripped = stripped[2:]
+            if not pending:
+                start = n
+            if stripped.endswith("\\"):
+                pending += stripped[:-1] + " "
+                continue
+            out.append((start, pending + stripped, False))
+            pending = ""
+        else:
+            out.extend((n, m.group(1), True) for m in _INLINE.finditer(line))
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    """Drop a shell comment: a `#` that starts a word outside quotes."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def commands(text: str) -> list[tuple[int, str, list[str], bool]]:
+    """(line, program, args, inline) for every command line of the three programs in a markdown
+    text."""
+    found = []
+    for n, code, inline in _code(text):
+        code = _strip_comment(code)
+        for m in _PROGRAM.finditer(code):
+            rest = _SEPARATOR.split(code[m.end():], maxsplit=1)[0]
+            rest = re.split(r"\s[12]?>{1,2}\s*\S+", rest)[0]  # redirections
+            try:
+                args = shlex.split(rest)
+            except ValueError:  # an unbalanced quote: the span is prose, not a command
+                continue
+            found.append((n, m.group(1), args, inline))
+    return found
+
+
+def _choice_ok(param: click.Parameter, value: str) -> bool:
+    if not isinstance(param.type, click.Choice) or not value.islower() or "|" in value:
+        return True  # placeholders (upper case, `a|b|c`) stand for any value
+    return value in param.type.choices
+
+
+def check(program: str, args: list[str], inline: bool = False) -> None:
+    """Raise click.UsageError (or a subclass) when `args` would not parse."""
+    cmd: click.Command = PROGRAMS[program]
+    name = program
+    while isinstance(cmd, click.Group):
+        if not args or args[0] in ("--help", "-h", "--version"):
+            return
+        if args[0].startswith("-"):
+            raise click.NoSuchOption(args[0])
+        sub = cmd.get_command(click.Context(cmd), args[0])
+        if sub is None:
+            raise click.UsageError(f"no such command {args[0]!r} in {name}")
+        name, cmd, args = f"{name} {args[0]}", sub, args[1:]
+    if "--help" in args:
+        args = [a for a in args if a != "--help"]
+    # `[--opt VALUE]` in a synopsis is the option itself
+    args = [a.strip("[]") if a.startswith("[-") or a.endswith("]") else a for a in args]
+    args = [a for a in args if a]
+    ctx = click.Context(cmd, info_name=name, resilient_parsing=False)
+    try:
+        values, positional, order = cmd.make_parser(ctx).parse_args(args=list(args))
+    except click.BadOptionUsage:
+        if not (inline and args and args[-1].startswith("-")):
+            raise
+        # inline prose names an option without its value: `rmjudge score --model`
+        values, positional, order = cmd.make_parser(ctx).parse_args(args=[*args, "VALUE"])
+    for param in order:
+        value = values.get(param.name)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and not _choice_ok(param, v):
+                raise click.BadParameter(f"{v!r} is not one of {param.type.choices}",
+                                         param=param)
+    if any(a in _ELISION for a in positional + args):
+        return
+    if positional and not ctx.allow_extra_args:  # what the declared arguments left over
+        raise click.UsageError(f"{name}: unexpected extra argument(s) {positional}")
+
+
+def _cases():
+    for page in PAGES:
+        for n, program, args, inline in commands(page.read_text()):
+            yield pytest.param(program, args, inline, id=f"{page.relative_to(ROOT)}:{n}")
+
+
+CASES = list(_cases())
+
+
+def test_the_docs_hold_commands_of_each_program():
+    programs = {c.values[0].split()[-1] for c in CASES}
+    assert {"rmjudge", "rmjudge-train", "rmjudge-export"} <= programs, programs
+    assert len(CASES) > 100
+
+
+@pytest.mark.parametrize("program,args,inline", CASES)
+def test_docs_command_parses(program, args, inline):
+    try:
+        check(program, args, inline)
+    except click.ClickException as exc:
+        pytest.fail(f"{program} {shlex.join(args)}: {exc.format_message()}")
+
+
+# -- the check itself ------------------------------------------------------------------------
+
+SAMPLE = """\
+Score it:
+
+```bash
+HF_HUB_OFFLINE=1 rmjudge score pairs.jsonl -o out.duckdb --samples 2 \\
+  --max-tokens 16   # a comment
+rmjudge eval out.duckdb && rmjudge filter out.duckdb -o dpo.jsonl --format kto | head
+```
+
+```python
+rmjudge.score("not a command")
+```
+
+Then `rmjudge-train sft pairs.jsonl -o runs/warm` and `python -m quantize quantize SRC -o OUT`.
+"""
+
+
+def test_commands_are_extracted_from_blocks_inline_code_and_continuations():
+    got = [(program, args) for _, program, args, _ in commands(SAMPLE)]
+    assert got == [
+        ("rmjudge", ["score", "pairs.jsonl", "-o", "out.duckdb", "--samples", "2",
+                     "--max-tokens", "16"]),
+        ("rmjudge", ["eval", "out.duckdb"]),
+        ("rmjudge", ["filter", "out.duckdb", "-o", "dpo.jsonl", "--format", "kto"]),
+        ("rmjudge-train", ["sft", "pairs.jsonl", "-o", "runs/warm"]),
+        ("python -m quantize", ["quantize", "SRC", "-o", "OUT"]),
+    ]
+    for program, args in got:
+        check(program, args)
+
+
+@pytest.mark.parametrize("program,line", [
+    ("rmjudge", "score pairs.jsonl --no-such-option"),
+    ("rmjudge", "score pairs.jsonl --samples"),
+    ("rmjudge", "filter X.duckdb -o out.jsonl --format parquet-ish"),
+    ("rmjudge", "eval X.duckdb Y.duckdb"),
+    ("rmjudge", "no-such-command FILE"),
+    ("rmjudge", "--no-such-flag"),
+    ("rmjudge-train", "sft pairs.jsonl -o runs/warm --epochz 2"),
+    ("rmjudge-export", "quantize SRC -o OUT --type q4_k_m --bogus"),
+    ("rmjudge-export", "quantize SRC -o OUT --type q3_xs"),
+])
+def test_a_bad_command_fails_the_check(program, line):
+    with pytest.raises(click.UsageError):
+        check(program, shlex.split(line))
+
+
+def test_a_page_with_a_bad_option_fails():
+    page = "Run `rmjudge score pairs.jsonl --samplez 4`.\n"
+    ((_, program, args, inline),) = commands(page)
+    with pytest.raises(click.NoSuchOption):
+        check(program, args, inline)
+
+
+# -- versions of measured figures ------------------------------------------------------------
+
+_FIGURE = re.compile(r"\b(?:tok/s|pairs/s|rows/s|tokens/s)\b|\d+(?:\.\d+)?\s?(?:min|s)\b"
+                     r"|\d+(?:\.\d+)?%")
+_MEASURED_ON = re.compile(r"[Mm]easured on rmjudge \d+\.\d+")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if "|" in p.read_text()],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_with_measured_tables_name_their_version(page):
+    """A page whose tables hold measured figures (rates, times, percentages) says which rmjudge
+    version they were measured on."""
+    tables = "\n".join(line for line in page.read_text().splitlines()
+                       if line.lstrip().startswith("|"))
+    if not _FIGURE.search(tables):
+        return
+    assert _MEASURED_ON.search(page.read_text()), \
+        f"{page.name} has measured figures but no 'measured on rmjudge X.Y' line"
