@@ -55,8 +55,7 @@ def _code(text: str) -> list[tuple[int, str, bool]]:
             if fence not in ("", "bash", "sh", "shell", "console"):
                 continue
             stripped = line.strip()
-            if stripped.startswith("$ "):
-                stripped = stripped[2:]
+            stripped = stripped.removeprefix("$ ")
             if not pending:
                 start = n
             if stripped.endswith("\\"):
@@ -225,8 +224,9 @@ def test_a_page_with_a_bad_option_fails():
 
 # -- versions of measured figures ------------------------------------------------------------
 
-_FIGURE = re.compile(r"\b(?:tok/s|pairs/s|rows/s|tokens/s)\b|\d+(?:\.\d+)?\s?(?:min|s)\b"
-                     r"|\d+(?:\.\d+)?%")
+# a rate, a duration, a memory size, a percentage with decimals or a confidence interval
+_FIGURE = re.compile(r"tok/s|pairs/s|rows/s|\b\d+(?:\.\d+)? ?(?:s|min|MB|MiB|GB)\b"
+                     r"|\d+\.\d+%|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]")
 _MEASURED_ON = re.compile(r"[Mm]easured on rmjudge \d+\.\d+")
 
 
@@ -241,3 +241,35 @@ def test_pages_with_measured_tables_name_their_version(page):
         return
     assert _MEASURED_ON.search(page.read_text()), \
         f"{page.name} has measured figures but no 'measured on rmjudge X.Y' line"
+
+
+# -- install hints -----------------------------------------------------------------------------
+
+_INDEX_INSTALL = re.compile(r"pip install [^\n`]*rmjudge\[")
+
+
+def test_install_hints_say_one_thing():
+    """rmjudge is installed from its clone (`pip install '.[hub]'`), not from a package index:
+    no page, message or help text tells users to `pip install 'rmjudge[...]'`."""
+    sources = [*PAGES, *sorted((ROOT / "rmjudge").rglob("*.py")),
+               *sorted((ROOT / "training").rglob("*.py")),
+               *sorted((ROOT / "quantize").rglob("*.py"))]
+    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in sources
+             for m in _INDEX_INSTALL.finditer(path.read_text())]
+    assert not found, "\n".join(found)
+
+
+def test_the_install_hint_names_the_clone():
+    from rmjudge.extras import install_hint
+
+    assert install_hint("hub") == "pip install '.[hub]' in the rmjudge clone"
+
+
+def test_help_names_kto_and_every_input_form():
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(rmjudge_main, ["score", "--help"])
+    assert r.exit_code == 0 and "hf://datasets/" in r.output and "glob" in r.output \
+        and "folder" in r.output
+    r = CliRunner().invoke(rmjudge_main, ["--help"])
+    assert r.exit_code == 0 and "KTO" in r.output
