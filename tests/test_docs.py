@@ -228,19 +228,45 @@ def test_a_page_with_a_bad_option_fails():
 _FIGURE = re.compile(r"tok/s|pairs/s|rows/s|\b\d+(?:\.\d+)? ?(?:s|min|MB|MiB|GB)\b"
                      r"|\d+\.\d+%|\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]")
 _MEASURED_ON = re.compile(r"[Mm]easured on rmjudge \d+\.\d+")
+_LEAD = 25  # lines before a table where its "measured on rmjudge X.Y" is looked for
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if "|" in p.read_text()],
-                         ids=lambda p: str(p.relative_to(ROOT)))
-def test_pages_with_measured_tables_name_their_version(page):
-    """A page whose tables hold measured figures (rates, times, percentages) says which rmjudge
-    version they were measured on."""
-    tables = "\n".join(line for line in page.read_text().splitlines()
-                       if line.lstrip().startswith("|"))
-    if not _FIGURE.search(tables):
-        return
-    assert _MEASURED_ON.search(page.read_text()), \
-        f"{page.name} has measured figures but no 'measured on rmjudge X.Y' line"
+def unversioned(text: str) -> list[str]:
+    """What in a markdown page holds measured figures without the version they were measured
+    on: each table of figures needs "measured on rmjudge X.Y" in the lines before it, and a
+    page with figures in its prose needs one somewhere (code blocks are left out)."""
+    lines = text.splitlines()
+    missing, i = [], 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith("|"):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].lstrip().startswith("|"):
+            j += 1
+        if _FIGURE.search("\n".join(lines[i:j])) \
+                and not _MEASURED_ON.search("\n".join(lines[max(0, i - _LEAD):i])):
+            missing.append(f"line {i + 1}: table {lines[i][:60]!r}")
+        i = j
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    if _FIGURE.search(prose) and not _MEASURED_ON.search(text):
+        missing.append(f"prose figure {_FIGURE.search(prose).group(0)!r}")
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_measured_figures_name_their_version(page):
+    missing = unversioned(page.read_text())
+    assert not missing, (f"{page.name}: measured figures without 'measured on rmjudge X.Y' "
+                         "(and the command) before them:\n" + "\n".join(missing))
+
+
+def test_an_unversioned_table_of_figures_is_found():
+    table = "| threads | gen tok/s |\n|---|---|\n| 2 | 67.1 |\n"
+    assert unversioned("Two threads:\n\n" + table)
+    assert not unversioned("Measured on rmjudge 0.4.0 with `rmjudge score x.jsonl`:\n\n" + table)
+    assert not unversioned("| option | meaning |\n|---|---|\n| `--samples N` | rollouts |\n")
+    assert unversioned("It took 3.5 s.\n")
 
 
 # -- install hints -----------------------------------------------------------------------------
