@@ -269,6 +269,51 @@ def test_an_unversioned_table_of_figures_is_found():
     assert unversioned("It took 3.5 s.\n")
 
 
+# -- links ----------------------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_CODE_BLOCK = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = _CODE_BLOCK.sub("", page.read_text())
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", text, re.MULTILINE)}
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative links of a page whose file or section does not exist."""
+    bad = []
+    for m in _LINK.finditer(_CODE_BLOCK.sub("", page.read_text())):
+        link = m.group(1)
+        if re.match(r"[a-z]+:", link):
+            continue
+        path, _, fragment = link.partition("#")
+        target = (page.parent / path).resolve() if path else page.resolve()
+        if not target.exists():
+            bad.append(f"{link}: no such file")
+        elif fragment and target.suffix == ".md" and fragment not in _anchors(target):
+            bad.append(f"{link}: no such section")
+    return bad
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_reach_their_file_and_section(page):
+    assert not broken_links(page), f"{page.name}: " + ", ".join(broken_links(page))
+
+
+def test_a_link_to_a_moved_section_is_found(tmp_path):
+    (tmp_path / "a.md").write_text("# A\n\n## Inputs\n\nsee [b](b.md#gone) and [c](c.md)\n")
+    (tmp_path / "b.md").write_text("# B\n\n## Still here\n")
+    assert broken_links(tmp_path / "a.md") == ["b.md#gone: no such section", "c.md: no such file"]
+    (tmp_path / "a.md").write_text("[b](b.md#still-here) [self](#inputs)\n\n## Inputs\n")
+    assert broken_links(tmp_path / "a.md") == []
+
+
 # -- install hints -----------------------------------------------------------------------------
 
 _INDEX_INSTALL = re.compile(r"pip install [^\n`]*rmjudge\[")
