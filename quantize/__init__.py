@@ -11,7 +11,7 @@ Steps, each a module and a `rmjudge-export` subcommand:
 - `lora.export_lora` (lora): a PEFT LoRA as a llama.cpp GGUF LoRA, applied at run time;
 - `verify.verify` (verify): next-token logits of the Hugging Face model against llama.cpp's.
 
-Installed with `pip install 'rmjudge[export]'`; torch/transformers/peft are imported only
+Installed with `pip install '.[export]'`; torch/transformers/peft are imported only
 inside the functions that need them.
 """
 

@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 import click
 
 from rmjudge import __version__
-from rmjudge.extras import ExtrasGroup
+from rmjudge.cli.common import ExtrasGroup
 
 from quantize.config import (DEFAULT_QUANT, LORA_OUT_TYPES, MERGE_DTYPES, OUT_TYPES,
                              QUANT_TYPES, ConvertConfig, ExportError, LoraExportConfig,

@@ -1,16 +1,16 @@
-"""Optional dependencies (pip extras): one `Error:` line naming the install command when a
-command needs one that is missing, instead of a `ModuleNotFoundError` traceback.
+"""Optional dependencies (pip extras). rmjudge is installed from its clone (`pip install
+'.[hub]'` in the clone's root), not from a package index, and every message and page says so
+the one way `install_hint` writes it.
 
-`require` is called by a command before it loads anything; `missing_extra` turns an import
-failure met later (an extra's own dependency, say) into the same error, and `ExtrasGroup` does
-that for every command of a click group (rmjudge-train, rmjudge-export).
+A command that needs an extra calls `require` before it loads anything; `missing_extra` turns an
+import failure met later (an extra's own dependency, say) into the same one `Error:` line
+(`rmjudge.cli.common.ExtrasGroup` does that for every command of a click group).
 """
 
 from __future__ import annotations
 
 import importlib
 
-from rmjudge.cli.common import UserErrorGroup, report_user_error
 from rmjudge.errors import UserError
 
 # top-level module -> the extra that installs it
@@ -23,13 +23,17 @@ TRAIN = ("torch", "transformers", "peft")
 EXPORT = ("torch", "transformers", "gguf")
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs `extra` (`hub`, `model`, `server`, ...), as messages print it."""
+    return f"pip install '.[{extra}]' in the rmjudge clone"
+
+
 class MissingExtraError(UserError):
     """A module of an optional extra is not installed; the message gives the pip command."""
 
 
 def _message(module: str, extra: str, what: str) -> str:
-    return (f"{what} needs {module}, which is not installed: pip install 'rmjudge[{extra}]' "
-            f"(from a source checkout: pip install '.[{extra}]')")
+    return f"{what} needs {module}, which is not installed: {install_hint(extra)}"
 
 
 def require(what: str, extra: str, modules: tuple[str, ...]) -> None:
@@ -49,17 +53,3 @@ def missing_extra(exc: ImportError, what: str) -> MissingExtraError | None:
     if name not in EXTRA_OF:
         return None
     return MissingExtraError(_message(name, EXTRA_OF[name], what))
-
-
-class ExtrasGroup(UserErrorGroup):
-    """`UserErrorGroup` that also reports a missing extra as one `Error:` line (exit 1)."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except ImportError as exc:
-            sub = ctx.invoked_subcommand
-            err = missing_extra(exc, f"{ctx.info_name} {sub}" if sub else str(ctx.info_name))
-            if err is None:
-                raise
-            report_user_error(err)

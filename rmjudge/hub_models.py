@@ -9,7 +9,7 @@ Specs (`is_hub_spec`):
   (`-00001-of-00003.gguf`) every part is fetched and the first returned;
 - `hf:org/repo`: TAG defaults to Q4_K_M, as in llama.cpp, else the only GGUF in the repository.
 
-Files are downloaded once with `huggingface_hub` (`pip install 'rmjudge[hub]'`) into its cache
+Files are downloaded once with `huggingface_hub` (`pip install '.[hub]'`) into its cache
 (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`) and read from there
 afterwards; with `HF_HUB_OFFLINE=1` only the cache is used, and a file that is not in it is a
 `ModelError` naming the command that fetches it. `cached_ggufs()` lists the GGUF files in the
@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmjudge.extras import install_hint
 from rmjudge.models import ModelError
 
 PREFIX = "hf:"
@@ -84,7 +85,7 @@ def _hub():
     try:
         import huggingface_hub
     except ImportError:
-        raise ModelError("Hub models need huggingface_hub: pip install 'rmjudge[hub]'") from None
+        raise ModelError(f"Hub models need huggingface_hub: {install_hint('hub')}") from None
     return huggingface_hub
 
 

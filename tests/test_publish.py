@@ -470,7 +470,7 @@ def test_push_without_token_or_extra_is_one_error_line(tmp_path, judged, monkeyp
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 1 and r.output == (
             "Error: publishing a dataset needs the Hugging Face Hub client: "
-            "pip install 'rmjudge[hub]'\n")
+            "pip install '.[hub]' in the rmjudge clone\n")
     assert not (tmp_path / "x.parquet").exists()  # checked before any work
 
 

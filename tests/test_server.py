@@ -970,7 +970,7 @@ def test_hub_spec_needs_the_extra_and_a_local_file_wins(tmp_path, monkeypatch):
     from rmjudge.models import ModelError, resolve_model
 
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
-    with pytest.raises(ModelError, match=r"pip install 'rmjudge\[hub\]'"):
+    with pytest.raises(ModelError, match=r"pip install '\.\[hub\]' in the rmjudge clone"):
         resolve_model("hf:org/repo:Q4_K_M")
     # a local file that happens to be named like org/repo:TAG is that file
     monkeypatch.chdir(tmp_path)

@@ -21,7 +21,8 @@ import click
 from rmjudge import __version__
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.errors import UserError
-from rmjudge.extras import TRAIN, ExtrasGroup, require
+from rmjudge.cli.common import ExtrasGroup
+from rmjudge.extras import TRAIN, require
 
 from rmjudge.io.mapping import parse_map
 from rmjudge.io.readers import InputError

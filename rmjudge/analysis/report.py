@@ -24,6 +24,7 @@ from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HE
                                      agreement_text, metrics, metrics_lines, pair_counts,
                                      rollout_counts_line, sample_counts)
 from rmjudge.analysis.tables import JudgedTable
+from rmjudge.extras import install_hint
 from rmjudge.sql import quote_ident
 
 MAX_GROUPS_HTML = 25
@@ -297,8 +298,8 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("the HTML report draws with matplotlib: pip install "
-                          "'rmjudge[report]'") from None
+        raise ImportError("the HTML report draws with matplotlib: "
+                          f"{install_hint('report')}") from None
     figs: dict[str, bytes] = {}
 
     def save(name: str, fig) -> None:

@@ -16,7 +16,7 @@ COMMANDS = {
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
     "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
     "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),
-    "filter": ("filter", "Write a cleaned preference dataset (TRL DPO or RM) from a judged table."),
+    "filter": ("filter", "Write a cleaned TRL preference dataset (DPO, RM or KTO) from a judged table."),
     "push": ("push", "Upload a filtered dataset with its card to the Hugging Face Hub."),
     "compare": ("compare", "Compare judges of the same input: accuracy, paired gain, kappa, flips, jury."),
     "review": ("review", "Export doubtful pairs for human review; import the labels back."),

@@ -57,6 +57,23 @@ class UserErrorGroup(click.Group):
             report_user_error(err)
 
 
+class ExtrasGroup(UserErrorGroup):
+    """`UserErrorGroup` that also reports a missing optional extra (rmjudge.extras) as one
+    `Error:` line (exit 1): the groups of `rmjudge-train` and `rmjudge-export`."""
+
+    def invoke(self, ctx: click.Context):
+        from rmjudge.extras import missing_extra
+
+        try:
+            return super().invoke(ctx)
+        except ImportError as exc:
+            sub = ctx.invoked_subcommand
+            err = missing_extra(exc, f"{ctx.info_name} {sub}" if sub else str(ctx.info_name))
+            if err is None:
+                raise
+            report_user_error(err)
+
+
 def rewrite_failed(exc: DiskError, command: str, output: str) -> DiskError:
     """A disk error of a command that writes its whole output anew (`filter`, `report`): the
     store's advice to "rerun to resume" is wrong for it, so say what is true."""

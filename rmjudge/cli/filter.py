@@ -6,6 +6,7 @@ import click
 
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
 from rmjudge.errors import DiskError
+from rmjudge.extras import install_hint
 
 
 def default_output(table: str, fmt: str) -> str:
@@ -55,7 +56,7 @@ def default_output(table: str, fmt: str) -> str:
               " passthrough columns get their input types back (numbers, lists, structs).")
 @click.option("--push-to-hub", "repo_id", default=None, metavar="ORG/NAME",
               help="Then upload the dataset with a generated card to this Hugging Face dataset "
-              "repository (pip install 'rmjudge[hub]'; token from HF_TOKEN or `hf auth login`).")
+              "repository (" + install_hint("hub") + "; token from HF_TOKEN or `hf auth login`).")
 @click.option("--private", is_flag=True, help="--push-to-hub: create the repository private.")
 @click.option("--license", "license_", default=None, metavar="ID",
               help="--push-to-hub: the card's license (default: the source dataset's, when its "

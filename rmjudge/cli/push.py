@@ -40,6 +40,6 @@ def command(export: str, repo_id: str, private: bool, license_: str | None,
             dry_run: str | None) -> None:
     """Upload EXPORT, a dataset written by `rmjudge filter`, to the Hugging Face dataset
     repository ORG/NAME as its train split, with a generated dataset card (source, judge model
-    and sha256, settings, counts, eval figures). Needs pip install 'rmjudge[hub]' and a token
+    and sha256, settings, counts, eval figures). Needs pip install '.[hub]' (in the clone) and a token
     (HF_TOKEN or `hf auth login`)."""
     publish(export, repo_id, private=private, license_=license_, dry_run=dry_run)

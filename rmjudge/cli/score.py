@@ -61,8 +61,14 @@ def input_source(source: str, kw: dict) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
 def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet: bool,
             **kw) -> None:
-    """Judge preference pairs in INPUT (.jsonl, .parquet, .csv, file.duckdb:table, or - for
-    JSONL on stdin) with ReflectRM, both orders, into a resumable labelled table."""
+    """Judge preference pairs in INPUT with ReflectRM, both orders, into a resumable labelled
+    table.
+
+    INPUT is a file (.jsonl, .parquet, .csv, also .gz/.zst/.bz2/.xz), file.duckdb:table, a
+    folder of such files or a datasets.save_to_disk folder (DIR@split for one split of a
+    DatasetDict), a quoted glob ('shards/*.parquet'), hf://datasets/ORG/NAME[@REVISION] for a
+    Hub dataset (with --config/--split; needs the hub extra), or - for JSONL on stdin. Every
+    form: docs/inputs.md."""
     source = input_source(source, kw)
     if dry_run:
         from rmjudge.dryrun import dry_run as run_dry

@@ -11,13 +11,14 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.options import combine_options
+from rmjudge.extras import install_hint
 
 
 server_options = combine_options([
     click.option("--server", "server_url", default=None, metavar="URL",
                  help="Judge through an OpenAI-compatible server (llama-server, vLLM, SGLang), "
                  "e.g. http://127.0.0.1:8000/v1. API key: $RMJUDGE_API_KEY. "
-                 "pip install 'rmjudge[server]'."),
+                 f"{install_hint('server')}."),
     click.option("--server-model", default=None, metavar="NAME",
                  help="Model name on the server (default: the only one it serves)."),
     click.option("--server-concurrency", default=32, show_default=True, metavar="K",

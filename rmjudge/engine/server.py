@@ -58,6 +58,7 @@ from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
+from rmjudge.extras import install_hint
 from rmjudge.models import ModelError
 from rmjudge.prompts import suffix_for_model
 from rmjudge.settings import JudgeSettings, SettingsError
@@ -185,7 +186,7 @@ class ServerEngine:
         try:
             import httpx
         except ImportError:
-            raise ModelError("--server needs httpx: pip install 'rmjudge[server]'") from None
+            raise ModelError(f"--server needs httpx: {install_hint('server')}") from None
         self._httpx = httpx
         self.settings = settings
         # a query string (an API version, a gateway's key) goes with every request, after the
@@ -462,8 +463,8 @@ class ServerEngine:
         if self.template is None:
             raise ServerError(
                 f"no chat template for {self.model!r}: the server does not expose one; pass "
-                "--chat-template FILE, or --model the GGUF it serves (pip install "
-                "'rmjudge[hub]' to read the template of a Hub model name)")
+                f"--chat-template FILE, or --model the GGUF it serves ({install_hint('hub')} "
+                "to read the template of a Hub model name)")
         return "completions"
 
     async def _probe_chat(self) -> str:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, quote, unquote
 
+from rmjudge.extras import install_hint
 from rmjudge.io.readers import InputError, RawRow
 
 HUB_PREFIX = "hf://datasets/"
@@ -66,7 +67,7 @@ _HUB_RE = re.compile(r"hf://datasets/(?P<repo>[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?)"
                      re.DOTALL)
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 _QUERY_KEYS = ("config", "split")
-INSTALL_HINT = "pip install 'rmjudge[hub]'"
+INSTALL_HINT = install_hint("hub")
 
 
 @dataclass(frozen=True)

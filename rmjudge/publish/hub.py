@@ -22,10 +22,11 @@ import tempfile
 from dataclasses import dataclass
 
 from rmjudge.errors import UserError
+from rmjudge.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.publish.record import read_record, write_text
 
-INSTALL_HINT = "pip install 'rmjudge[hub]'"
+INSTALL_HINT = install_hint("hub")
 FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}
 _REPO_RE = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
