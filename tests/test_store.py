@@ -350,7 +350,7 @@ def rows_safe(out: str) -> int:
 
 
 def test_export_status_is_recorded_after_the_export(tmp_path, monkeypatch):
-    import rmjudge.store as store_mod
+    import rmjudge.store.run_store as store_mod  # where `Store.export` looks it up
 
     def broken_copy(*a, **k):
         raise KeyboardInterrupt
