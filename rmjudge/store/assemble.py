@@ -132,10 +132,11 @@ def import_batches(store: Store, batch_dir: str, runs: list[dict]) -> tuple[int,
             later = con.execute("""SELECT d.row_number, d.id, f.row_number, d.run_id
                 FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1
                 ORDER BY d.row_number""").fetchall()
-            con.executemany("INSERT INTO errors (row_number, id, reason, raw, run_id) "
-                            "VALUES (?, ?, ?, NULL, ?)",
-                            [[rn, pid, duplicate_reason(rn, pid, first), run_id]
-                             for rn, pid, first, run_id in later])
+            if later:
+                con.executemany("INSERT INTO errors (row_number, id, reason, raw, run_id) "
+                                "VALUES (?, ?, ?, NULL, ?)",
+                                [[rn, pid, duplicate_reason(rn, pid, first), run_id]
+                                 for rn, pid, first, run_id in later])
             dups = len(later)
         for r in runs:
             cols = [c for c, _ in RUN_COLUMNS if r.get(c) is not None]

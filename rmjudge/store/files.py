@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import filecmp
 import os
 import re
 import shutil
 import uuid
-from typing import Any
+from typing import Any, Iterable
 
 import orjson
 
@@ -430,3 +431,28 @@ def place_copy(src: str, dest: str) -> None:
         os.link(src, dest)
     except OSError:
         write_produced(dest, lambda tmp: shutil.copyfile(src, tmp))
+
+
+def write_once(path: str, chunks: Iterable[bytes]) -> bool:
+    """Write `chunks` to a file of this process's own beside `path`, then link it into place,
+    so an existing `path` is never replaced. True when `path` holds these bytes (written now,
+    or there already with the same bytes); False when it holds other bytes (left untouched).
+    I/O failures are raised as they are (OSError)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "xb") as f:
+        try:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    try:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return filecmp.cmp(tmp, path, shallow=False)
+        return True
+    finally:
+        os.unlink(tmp)
