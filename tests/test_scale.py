@@ -443,8 +443,8 @@ def test_ray_batches_record_a_repeated_id_with_intakes_reason(tmp_path):
         (batches / str(i)).mkdir(parents=True)
         with Store(store_file) as s:
             for t in ("pairs", "samples", "errors"):
-                write_query_file(s.con, f"SELECT * FROM {t}", str(batches / str(i) / f"{t}.parquet"),
-                                 "parquet")
+                write_query_file(s.con, f"SELECT * FROM {t}",
+                                 str(batches / str(i) / f"{t}.parquet"), "parquet")
     out = str(tmp_path / "all.duckdb")
     new = NewStore(out, {"samples": 1}, overwrite=False)
     counts = import_batches(new.store, str(batches), [])
@@ -452,5 +452,6 @@ def test_ray_batches_record_a_repeated_id_with_intakes_reason(tmp_path):
     assert counts == (4, 1, 1)
     assert rows(out, "SELECT row_number, id, reason FROM errors") == [
         (3, "it's", duplicate_reason(3, "it's", 2))]
-    assert "duplicate id \"it's\" (first seen on row 2)" in rows(out, "SELECT reason FROM errors")[0][0]
+    reason = rows(out, "SELECT reason FROM errors")[0][0]
+    assert "duplicate id \"it's\" (first seen on row 2)" in reason
     assert rows(out, "SELECT response_b FROM pairs WHERE id = 'it''s'") == [("short 9",)]

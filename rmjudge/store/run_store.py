@@ -241,9 +241,10 @@ class Store:
         return self.con.execute("SELECT count(*) FROM pairs").fetchone()[0]
 
     def summary_counts(self) -> dict[str, Any]:
-        """Counts over the whole store, for a run's summary: `pairs` (`analysis.counts.pair_counts`),
-        `rollouts` (`sample_counts`), `verdicts` ({verdict: pairs}), `generations`,
-        `parse_failures` and `forced` (samples), `errors` (error rows)."""
+        """Counts over the whole store, for a run's summary: `pairs`
+        (`analysis.counts.pair_counts`), `rollouts` (`sample_counts`), `verdicts`
+        ({verdict: pairs}), `generations`, `parse_failures` and `forced` (samples), `errors`
+        (error rows)."""
         from rmjudge.analysis.counts import pair_counts, sample_counts
 
         q = self.con.execute
@@ -253,7 +254,8 @@ class Store:
         return {
             "pairs": pair_counts(lambda sql, params: q(sql, params).fetchone()),
             "rollouts": sample_counts(lambda sql, params: q(sql, params).fetchone()),
-            "verdicts": dict(q("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 1").fetchall()),
+            "verdicts": dict(q("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 1")
+                             .fetchall()),
             "generations": gens, "parse_failures": pf, "forced": forced,
             "errors": q("SELECT count(*) FROM errors").fetchone()[0],
         }
