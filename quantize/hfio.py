@@ -195,9 +195,9 @@ def unpack_gguf(cfg: UnpackConfig) -> Path:
         tokenizer.save_pretrained(tmp)
         check_folder_target(str(out), "rmjudge-export unpack", overwrite=cfg.overwrite)
     except BaseException:
-        import shutil
+        from rmjudge.store import remove_tree
 
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     install_folder(tmp, str(out), overwrite=cfg.overwrite)
     return out

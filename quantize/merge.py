@@ -9,13 +9,13 @@ the chat template, ready for `convert`.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from quantize.config import ExportError, MergeConfig
 from quantize.hfio import load_causal_lm
 from rmjudge.overwrite import check_folder_target, install_folder, temp_folder_beside
+from rmjudge.store import remove_tree
 
 
 @dataclass
@@ -52,7 +52,7 @@ def merge(cfg: MergeConfig) -> MergeResult:
         tokenizer.save_pretrained(tmp)
         check_folder_target(str(out), "rmjudge-export merge", overwrite=cfg.overwrite)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     install_folder(tmp, str(out), overwrite=cfg.overwrite)
     return MergeResult(out_dir=str(out), dtype=cfg.dtype, modules=modules,

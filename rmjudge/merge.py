@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 import orjson
 
 from rmjudge.sql import quote_ident
-from rmjudge.store import NewStore, check_not_busy, describe_differences, is_rmjudge_store
+from rmjudge.store import (NewStore, check_not_busy, describe_differences, import_stores,
+                           is_rmjudge_store, missing_core_tables, not_a_store_message)
 
 SHOW = 5  # ids or row numbers named in a message before "and N more"
+SHARD_FIX = "pass the .duckdb files written by rmjudge score"
 
 
 class MergeError(UserError):
@@ -87,8 +89,7 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
         if not os.path.isfile(p):
             raise MergeError(f"shard file not found: {p}")
         if not is_rmjudge_store(p):
-            raise MergeError(f"{p} is not an rmjudge run store; pass the .duckdb files written "
-                             "by rmjudge score")
+            raise MergeError(not_a_store_message(p, SHARD_FIX))
         check_not_busy(p)
     if os.path.exists(output) and not overwrite:
         raise MergeError(f"{output} exists; use --overwrite to replace it or -o to write elsewhere")
@@ -124,10 +125,10 @@ def _check_settings(con, shards: list[str], aliases: list[str]) -> dict:
     for p, a in zip(shards, aliases):
         tables = {r[0] for r in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [a]).fetchall()}
-        missing = {"pairs", "samples", "errors", "runs", "meta"} - tables
+        missing = missing_core_tables(tables)
         if missing:
-            raise MergeError(f"{p} is not an rmjudge run store (no {', '.join(sorted(missing))} "
-                             "table); pass the .duckdb files written by rmjudge score")
+            raise MergeError(not_a_store_message(p, SHARD_FIX,
+                                                 f" (no {', '.join(sorted(missing))} table)"))
         row = con.execute(f"SELECT value FROM {quote_ident(a)}.meta WHERE key = 'settings'").fetchone()
         if row is None:
             raise MergeError(f"{p} has no recorded settings (no run started); drop it from the "
@@ -273,7 +274,7 @@ def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
     new = NewStore(output, settings, overwrite=overwrite)
     try:
         new.store.set_meta("merged_from", shards)
-        counts = new.store.import_stores(shards)
+        counts = import_stores(new.store, shards)
     except BaseException:
         new.discard()
         raise

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 import uuid
 from typing import Callable, Iterable
 
@@ -169,10 +168,10 @@ def check_folder_target(folder: str, command: str, *, overwrite: bool,
 
 def _make_dirs(path: str, target: str) -> None:
     """`os.makedirs`, with a failure (full disk, no permission) as one error naming `target`."""
-    from rmjudge.store import disk_error
+    from rmjudge.store import disk_error, make_dir
 
     try:
-        os.makedirs(path, exist_ok=True)
+        make_dir(path)
     except OSError as exc:
         raise disk_error(target, exc) or OverwriteError(
             f"cannot create the folder {path}: {exc.strerror}") from None
@@ -191,15 +190,13 @@ def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
     """Move the files built in `tmp` into `folder` (a new folder is renamed into place whole);
     without `overwrite`, a file that appeared in `folder` since the check is never replaced.
     `tmp` is removed in every case."""
-    from rmjudge.store import disk_error
+    from rmjudge.store import disk_error, place_dir, remove_tree, replace_file
 
     try:
         if not os.path.exists(folder):
-            try:
-                os.rename(tmp, folder)
+            if place_dir(tmp, folder):
                 return
-            except OSError:
-                _make_dirs(folder, folder)
+            _make_dirs(folder, folder)
         for root, _dirs, files in os.walk(tmp):
             rel = os.path.relpath(root, tmp)
             dest_dir = os.path.normpath(os.path.join(folder, rel))
@@ -210,9 +207,9 @@ def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
                     raise OverwriteError(f"{dest} appeared while {folder} was being written; "
                                          "it is left untouched: choose another folder")
                 try:
-                    os.replace(src, dest)
+                    replace_file(src, dest)
                 except OSError as exc:
                     raise disk_error(dest, exc) or OverwriteError(
                         f"cannot move {src} to {dest}: {exc.strerror}") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)

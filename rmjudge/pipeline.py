@@ -7,7 +7,6 @@ an earlier run of the same output already judged, commits results in small chunk
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from itertools import chain
@@ -19,13 +18,13 @@ from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import deliver_pending, graceful
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, input_identity
 from rmjudge.io.mapping import Mapper, check_labels
-from rmjudge.io.readers import RawRow, default_output_stem, read_rows, split_duckdb_source
+from rmjudge.io.readers import RawRow, default_output_stem, read_rows
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
 from rmjudge.runspec import resolve
 from rmjudge.settings import JudgeSettings
-from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, export_files,
-                           output_format, sidecar, store_path)
+from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, check_output,
+                           export_files, output_format, store_path)
 from rmjudge.types import Pair
 
 COMMIT_EVERY_PAIRS = 8
@@ -41,56 +40,6 @@ class Interrupted(UserError):
 def default_output(source: str) -> str:
     """`x.jsonl` -> `x.judged.duckdb` (hub ids, folders and globs: see `default_output_stem`)."""
     return f"{default_output_stem(source)}.judged.duckdb"
-
-
-def check_output(source: str, out: str) -> None:
-    """Everything about the output that can be refused before a model loads: the input itself,
-    a file rmjudge did not create, a store another run is writing."""
-    from rmjudge.store import check_exports_not_busy, check_not_busy, check_writable_target
-
-    check_output_is_not_input(source, out)
-    db = store_path(out)
-    check_exports_not_busy(out)  # named as given (a Parquet/JSONL output's store is hidden)
-    check_not_busy(db)
-    check_writable_target(db)
-    if output_format(out) != "duckdb" and not os.path.exists(db):
-        for f in (out, sidecar(out, "samples"), sidecar(out, "errors")):
-            if os.path.exists(f):
-                raise StoreError(f"{f} exists and no rmjudge run wrote it (its run store {db} "
-                                 "is missing); it is left untouched: remove it or choose "
-                                 "another -o")
-
-
-def check_output_is_not_input(source: str, out: str) -> None:
-    """Refuse an output (or a file it writes) that is the input itself, or that a folder or
-    glob input would read back on a rerun."""
-    if not out or out.endswith(os.sep) or os.path.isdir(out):
-        raise StoreError(f"-o {out!r} is not a file name; give one such as "
-                         f"{os.path.join(out or '.', 'judged.duckdb')}")
-    if source == "-":
-        return
-    if "://" not in source and (os.path.isdir(source) or any(c in source for c in "*?[")):
-        import fnmatch
-
-        written = [out, store_path(out)] + ([sidecar(out, "samples"), sidecar(out, "errors")]
-                                            if output_format(out) != "duckdb" else [])
-        for w in written:
-            real = os.path.realpath(w)
-            inside = (os.path.isdir(source)
-                      and real.startswith(os.path.realpath(source).rstrip(os.sep) + os.sep))
-            if inside or fnmatch.fnmatch(os.path.abspath(w), os.path.abspath(source)):
-                raise StoreError(f"the output {w} would be read back as input by {source} on the "
-                                 "next run; write it outside the input folder or glob")
-        return
-    duck = split_duckdb_source(source)
-    src = os.path.realpath(duck[0] if duck else source)
-    written = [out, store_path(out)]
-    if output_format(out) != "duckdb":
-        written += [sidecar(out, "samples"), sidecar(out, "errors")]
-    for w in written:
-        if os.path.realpath(w) == src:
-            raise StoreError(f"the output {out} would overwrite the input {source}; choose "
-                             "another -o")
 
 
 @dataclass
@@ -318,7 +267,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         saved = _save_what_is_done(store, batch, pending_errors, pending_drop)
         prog.committed += len(batch) if saved else 0
         _end_run(store, prog, engine, INTERRUPTED)
-        n = store.con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        n = store.pair_count()
         raise Interrupted(
             f"interrupted: {n} judged pairs are saved in {store.path}"
             + ("" if saved else " (the last few were lost)")
@@ -403,16 +352,12 @@ class _Counts:
 
     def summary(self, store: Store, out, files, prog: Progress, error_reasons) -> Summary:
         """Counts over the whole output (all runs), so a resumed run reports the full table."""
-        from rmjudge.analysis.counts import metrics, pair_counts, sample_counts
+        from rmjudge.analysis.counts import metrics
 
-        q = store.con.execute
-        c = pair_counts(lambda sql, params: q(sql, params).fetchone())
-        rollouts = sample_counts(lambda sql, params: q(sql, params).fetchone())
-        verdicts = dict(q("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 1").fetchall())
-        gens, pf, forced = q("""SELECT count(*), count(*) FILTER (WHERE verdict_source IS DISTINCT
-                                FROM 'generated'), count(*) FILTER (WHERE verdict_source = 'forced')
-                                FROM samples""").fetchone()
-        n_errors = q("SELECT count(*) FROM errors").fetchone()[0]
+        q = store.summary_counts()
+        c, rollouts, verdicts = q["pairs"], q["rollouts"], q["verdicts"]
+        gens, pf, forced, n_errors = (q["generations"], q["parse_failures"], q["forced"],
+                                      q["errors"])
         return Summary(
             output=out, files=files, rows_read=prog.rows_read, judged=prog.done,
             skipped=prog.skipped, errors=n_errors, labelled=c["labelled"],

@@ -30,10 +30,8 @@ from rmjudge.errors import UserError
 
 import io
 import os
-import shutil
 import tempfile
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -247,7 +245,7 @@ class _JudgeWorker:
         from rmjudge.io.intake import Intake, RowFailure
         from rmjudge.io.readers import RawRow
         from rmjudge.judge import Failure
-        from rmjudge.store import Store
+        from rmjudge.store import Store, write_batch
 
         final = os.path.join(self.batches, key)
         if os.path.isdir(final):  # another attempt finished it
@@ -268,20 +266,14 @@ class _JudgeWorker:
                                        item.pair.id).as_error())
             else:
                 results.append(item)
-        os.makedirs(self.batches, exist_ok=True)
-        tmp_dir = os.path.join(self.batches, f".tmp-{key}-{uuid.uuid4().hex[:8]}")
         with tempfile.TemporaryDirectory() as local:
             store = Store(os.path.join(local, "batch.duckdb"))
             try:
                 store.set_meta("settings", self.settings)
                 store.run_id = self.run_id
-                store.write_batch_files(results, errs, tmp_dir)
+                write_batch(store, results, errs, final)  # a concurrent attempt's wins
             finally:
                 store.close()
-        try:
-            os.rename(tmp_dir, final)
-        except OSError:  # a concurrent attempt won; keep its files
-            shutil.rmtree(tmp_dir, ignore_errors=True)
         return len(results), len(errs)
 
 
@@ -290,13 +282,6 @@ class _JudgeWorker:
 def _read_json(path: str) -> Any:
     with open(path, "rb") as f:
         return orjson.loads(f.read())
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(value, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
 
 
 def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
@@ -310,21 +295,22 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
     from rmjudge.pipeline import verdict_settings
-    from rmjudge.store import check_not_busy, describe_differences, is_rmjudge_store, output_format
+    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
+                               not_a_store_message, other_settings_message, output_format,
+                               remove_tree, write_json)
 
     if output_format(output) != "duckdb":
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
                           "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
     work = os.path.abspath(rs.work_dir or output + ".ray")
     if os.path.exists(output) and not is_rmjudge_store(output):
-        raise RayRunError(f"{output} exists and is not an rmjudge run store; it is left "
-                          "untouched: choose another -o")
+        raise RayRunError(not_a_store_message(output, LEAVE_FIX, exists=True))
     check_not_busy(output)
     if overwrite and os.path.isdir(work):
         if not os.path.exists(os.path.join(work, "settings.json")):
             raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
                               "is left untouched: pass another --work-dir")
-        shutil.rmtree(work)
+        remove_tree(work)
     started = time.monotonic()
     files = list_inputs(source)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
@@ -336,17 +322,15 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
-    os.makedirs(os.path.join(work, "batches"), exist_ok=True)
+    make_dir(os.path.join(work, "batches"))
     settings_path = os.path.join(work, "settings.json")
     if os.path.exists(settings_path):
         old = _read_json(settings_path)
         if old != settings:
-            raise RayRunError(
-                f"{work} holds batches made with other settings ({describe_differences(old, settings)}); "
-                "rerun with the same settings to resume, use -o to write elsewhere, or "
-                "--overwrite to start again")
+            raise RayRunError(other_settings_message(f"{work} holds batches", old, settings,
+                                                     RESUME_FIX))
     else:
-        _write_json(settings_path, settings)
+        write_json(settings_path, settings)
     if not ray.is_initialized():
         try:
             ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
@@ -362,7 +346,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
            "started": datetime.now(timezone.utc).isoformat(), "status": "running",
            "shard": f"ray:{rs.workers}"}
     runs.append(run)
-    _write_json(runs_path, runs)
+    write_json(runs_path, runs)
 
     done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
     gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
@@ -390,14 +374,14 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                 on_batch(row, n_batches, judged)
     except Exception as exc:
         run.update(status="failed", finished=datetime.now(timezone.utc).isoformat())
-        _write_json(runs_path, runs)
+        write_json(runs_path, runs)
         first = str(exc).strip().splitlines()
         raise RayRunError(f"the Ray run failed ({first[-1] if first else type(exc).__name__}); "
                           "rerun the same command to resume from the finished batches") from exc
     wall = time.monotonic() - started
     run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
                pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
-    _write_json(runs_path, runs)
+    write_json(runs_path, runs)
     pairs, errors, dups = assemble(work, output, settings, runs)
     return RaySummary(output=output, work_dir=work, files=len(files),
                       batches=n_batches + len(done), batches_done_before=len(done), judged=judged,
@@ -426,11 +410,11 @@ def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[
     """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`
     (built aside and moved into place by the store). Returns (pairs, errors, duplicates moved
     to errors)."""
-    from rmjudge.store import NewStore
+    from rmjudge.store import NewStore, import_batches
 
     new = NewStore(output, settings, overwrite=True)
     try:
-        counts = new.store.import_batches(os.path.join(work, "batches"), runs)
+        counts = import_batches(new.store, os.path.join(work, "batches"), runs)
     except BaseException:
         new.discard()
         raise

@@ -18,7 +18,7 @@ import pytest
 from analysis_fixture import FIXTURE, build
 from click.testing import CliRunner
 
-from rmjudge.analysis import outputs
+import rmjudge.store.files as store_files
 from rmjudge.analysis.report import GENERATOR
 from rmjudge.cli import main
 from rmjudge.errors import EXIT_BUSY, EXIT_USER
@@ -155,8 +155,8 @@ def test_filter_moves_a_temporary_file_from_the_target_folder(judged, tmp_path, 
         return move
 
     # a new file is linked into place (never replacing one), an existing one replaced
-    monkeypatch.setattr(outputs.os, "replace", spy(real_replace))
-    monkeypatch.setattr(outputs.os, "link", spy(real_link))
+    monkeypatch.setattr(store_files.os, "replace", spy(real_replace))
+    monkeypatch.setattr(store_files.os, "link", spy(real_link))
     out = tmp_path / "sub" / "clean.parquet"
     r = _run("filter", judged, "-o", str(out))
     assert r.exit_code == 0, r.output

@@ -423,3 +423,35 @@ def test_shard_spec_checks_ignore_other_run_labels():
         "the shards were cut with different counts (0/2, 0/3, 1/3)",
         "the last run in c did not finish (status running); rerun its rmjudge score command to "
         "complete it"]
+
+
+def test_ray_batches_record_a_repeated_id_with_intakes_reason(tmp_path):
+    """Assembling Ray batches gives a pair id seen again in a later batch the error row that
+    `rmjudge score` gives a duplicate id (intake's reason, quotes in the id included), and
+    keeps the first copy; no Ray needed: the batches are the Parquet files workers write."""
+    from test_store import row, write_jsonl
+
+    from rmjudge.io.intake import duplicate_reason
+    from rmjudge.store import NewStore, Store, import_batches, write_query_file
+
+    batches = tmp_path / "batches"
+    inputs = [[row(0), row(9, id="it's")], [row(1), row(2), row(8, id="it's")]]
+    for i, objs in enumerate(inputs):
+        store_file = str(tmp_path / f"b{i}.duckdb")
+        score(write_jsonl(tmp_path / f"in{i}.jsonl", objs), ScriptedEngine(length_judge),
+              settings(samples=1), output=store_file)
+        (batches / str(i)).mkdir(parents=True)
+        with Store(store_file) as s:
+            for t in ("pairs", "samples", "errors"):
+                write_query_file(s.con, f"SELECT * FROM {t}",
+                                 str(batches / str(i) / f"{t}.parquet"), "parquet")
+    out = str(tmp_path / "all.duckdb")
+    new = NewStore(out, {"samples": 1}, overwrite=False)
+    counts = import_batches(new.store, str(batches), [])
+    new.install()
+    assert counts == (4, 1, 1)
+    assert rows(out, "SELECT row_number, id, reason FROM errors") == [
+        (3, "it's", duplicate_reason(3, "it's", 2))]
+    reason = rows(out, "SELECT reason FROM errors")[0][0]
+    assert "duplicate id \"it's\" (first seen on row 2)" in reason
+    assert rows(out, "SELECT response_b FROM pairs WHERE id = 'it''s'") == [("short 9",)]

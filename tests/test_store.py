@@ -350,7 +350,7 @@ def rows_safe(out: str) -> int:
 
 
 def test_export_status_is_recorded_after_the_export(tmp_path, monkeypatch):
-    import rmjudge.store as store_mod
+    import rmjudge.store.run_store as store_mod  # where `Store.export` looks it up
 
     def broken_copy(*a, **k):
         raise KeyboardInterrupt
@@ -883,3 +883,32 @@ def test_a_judged_row_that_became_unjudgeable_leaves_no_stale_verdict(tmp_path, 
     assert rows(out, "SELECT row_number FROM pairs ORDER BY 1") == [(1,), (3,)]
     assert rows(out, "SELECT row_number FROM errors ORDER BY 1") == [(2,), (4,)]
     assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]
+
+
+def test_store_moves_never_replace_what_another_writer_placed(tmp_path):
+    """The store's folder move and write-once file keep what is there already (a concurrent
+    Ray attempt's batch, an intake file with other rows); a placed copy holds the source."""
+    from rmjudge.store import place_copy, place_dir, write_json, write_once
+
+    mine, theirs = tmp_path / ".tmp-b0", tmp_path / "b0"
+    mine.mkdir()
+    (mine / "pairs.parquet").write_bytes(b"mine")
+    theirs.mkdir()
+    (theirs / "pairs.parquet").write_bytes(b"theirs")
+    assert place_dir(str(mine), str(theirs)) is False
+    assert (theirs / "pairs.parquet").read_bytes() == b"theirs" and mine.exists()
+    assert place_dir(str(mine), str(tmp_path / "b1")) is True
+    assert (tmp_path / "b1" / "pairs.parquet").read_bytes() == b"mine" and not mine.exists()
+
+    f = tmp_path / "intake.jsonl"
+    assert write_once(str(f), [b"a\n", b"b\n"]) is True
+    assert write_once(str(f), [b"a\nb\n"]) is True  # the same bytes: kept
+    assert write_once(str(f), [b"other\n"]) is False
+    assert f.read_bytes() == b"a\nb\n"
+
+    place_copy(str(f), str(tmp_path / "copy.jsonl"))
+    assert (tmp_path / "copy.jsonl").read_bytes() == b"a\nb\n"
+    write_json(str(tmp_path / "runs.json"), [{"run_id": 1}])
+    assert orjson.loads((tmp_path / "runs.json").read_bytes()) == [{"run_id": 1}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "b0", "b1", "copy.jsonl", "intake.jsonl", "runs.json"]  # no temporaries left

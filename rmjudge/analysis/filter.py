@@ -247,8 +247,8 @@ def dataset_query(table: JudgedTable, fs: FilterSettings) -> str:
 
 def check_filter_output(table: str, output: str) -> None:
     """Refuse `output` unless it is new or an earlier filter output that nothing changed since
-    (its filter record's sha256 matches; rmjudge.analysis.outputs)."""
-    from rmjudge.analysis.outputs import guard_output
+    (its filter record's sha256 matches; rmjudge.store.outputs)."""
+    from rmjudge.store import guard_output
     from rmjudge.publish.record import is_filter_output, record_path
 
     guard_output(output, table, "filter", is_filter_output,

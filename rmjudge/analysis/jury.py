@@ -169,7 +169,7 @@ def is_jury_file(path: str) -> bool:
 def check_jury_output(tables: list[JudgedTable], output: str) -> None:
     """Refuse `output` unless it is new or an earlier jury table (`guard_output`), never one
     of the compared tables."""
-    from rmjudge.analysis.outputs import guard_output
+    from rmjudge.store import guard_output
 
     for t in tables:
         guard_output(output, t.path, "compare", is_jury_file,
@@ -205,7 +205,7 @@ def is_jury_store(path: str) -> bool:
 def check_jury_store_output(tables: list[JudgedTable], output: str) -> None:
     """A DuckDB jury: a new file or an earlier jury store, never a compared table or any
     other database."""
-    from rmjudge.analysis.outputs import OutputError
+    from rmjudge.store import OutputError
     from rmjudge.store import check_not_busy
 
     check_not_busy(output)
@@ -227,19 +227,19 @@ def _empty(columns: list[tuple[str, str]]) -> str:
 
 
 def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None:
-    """The jury as a run store: its rows go in as one Parquet batch (`Store.import_batches`)
+    """The jury as a run store: its rows go in as one Parquet batch (`rmjudge.store.import_batches`)
     of a store built beside `output` and moved into place (`NewStore`)."""
-    import shutil
     import tempfile
 
-    from rmjudge.store import ERROR_COLUMNS, SAMPLE_COLUMNS, NewStore, write_query_file
+    from rmjudge.store import (ERROR_COLUMNS, SAMPLE_COLUMNS, NewStore, import_batches, make_dir,
+                               remove_tree, write_query_file)
 
     con = tables[0].con
     folder = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.jury-",
                               dir=os.path.dirname(os.path.abspath(output)))
     try:
         batch = os.path.join(folder, "0")
-        os.makedirs(batch)
+        make_dir(batch)
         for name, q in (("pairs", query), ("samples", _empty(SAMPLE_COLUMNS)),
                         ("errors", _empty(ERROR_COLUMNS))):
             write_query_file(con, q, os.path.join(batch, f"{name}.parquet"), "parquet")
@@ -249,14 +249,14 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
         try:
             if isinstance(tables[0].meta.get("input"), dict):
                 new.store.set_meta("input", tables[0].meta["input"])
-            new.store.import_batches(folder, [])
+            import_batches(new.store, folder, [])
         except BaseException:
             new.discard()
             raise
         check_jury_store_output(tables, output)
         new.install()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
 
 
 def write_jury(tables: list[JudgedTable], output: str) -> int:

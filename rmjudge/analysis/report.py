@@ -547,8 +547,8 @@ def is_report_file(path: str) -> bool:
 
 
 def check_report_output(t: JudgedTable | str, output: str) -> None:
-    """Refuse `output` unless it is new or an earlier report (rmjudge.analysis.outputs)."""
-    from rmjudge.analysis.outputs import guard_output
+    """Refuse `output` unless it is new or an earlier report (rmjudge.store.outputs)."""
+    from rmjudge.store import guard_output
 
     table = t if isinstance(t, str) else t.path
     guard_output(output, table, "report", is_report_file, f"its head has no {GENERATOR}")

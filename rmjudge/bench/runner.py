@@ -17,7 +17,6 @@ in the store's errors table with their raw text; they are counted, never scored.
 from __future__ import annotations
 
 import errno
-import filecmp
 import os
 from typing import Any, Callable, Iterator
 
@@ -27,6 +26,7 @@ from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProb
 from rmjudge.bench.sources import read_published
 from rmjudge.errors import DiskError
 from rmjudge.io.intake import in_shard, raw_text
+from rmjudge.store import make_dir, write_once
 
 # Intake columns that hold the texts judged or the gold; every other column groups results.
 TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "response_a", "response_b", "label",
@@ -75,29 +75,13 @@ def prepare(bench: Benchmark, source: str, outdir: str) -> str:
         raise BenchError(f"-o {outdir} is a file; bench writes a folder of run stores, give a "
                          "folder name")
     path = intake_file(outdir, bench)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        os.makedirs(outdir, exist_ok=True)
-        with open(tmp, "xb") as f:
-            try:
-                for row in intake_rows(bench, source):
-                    f.write(orjson.dumps(row) + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        try:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                if not filecmp.cmp(tmp, path, shallow=False):
-                    raise BenchError(
-                        f"{path} exists and holds other rows than {bench.title} from {source} "
-                        "gives (another copy or version of the data, or a file bench did not "
-                        "write); it is left untouched: choose another -o folder") from None
-        finally:
-            os.unlink(tmp)
+        make_dir(outdir)
+        if not write_once(path, (orjson.dumps(row) + b"\n" for row in intake_rows(bench, source))):
+            raise BenchError(
+                f"{path} exists and holds other rows than {bench.title} from {source} "
+                "gives (another copy or version of the data, or a file bench did not "
+                "write); it is left untouched: choose another -o folder")
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS):
             raise DiskError(f"cannot write {exc.filename or path}: {exc.strerror}") from None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from rmjudge.errors import UserError
 from rmjudge.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.publish.record import read_record, write_text
+from rmjudge.store import make_dir, place_copy, remove_file, remove_tree
 
 INSTALL_HINT = install_hint("hub")
 FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}
@@ -92,18 +92,6 @@ def source_license(record: dict) -> str | None:
     return None
 
 
-def _place(src: str, dest: str) -> None:
-    """`dest` holds the bytes of `src`: a hard link where possible, else a copy."""
-    if os.path.exists(dest):
-        os.remove(dest)
-    try:
-        os.link(src, dest)
-    except OSError:
-        tmp = dest + ".tmp"
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-
-
 def _check_folder(folder: str) -> None:
     if os.path.isfile(folder):
         raise HubError(f"{folder} is a file; give a folder for the upload")
@@ -155,11 +143,11 @@ def prepare_folder(export: str, repo_id: str, folder: str,
     data_path = f"data/train.{ext}"
     license = license or source_license(record)
     readme = render_card(record, data_path, repo_id, license)
-    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    make_dir(os.path.join(folder, "data"))
     for stale in ("data/train.parquet", "data/train.jsonl"):
-        if stale != data_path and os.path.exists(os.path.join(folder, stale)):
-            os.remove(os.path.join(folder, stale))
-    _place(export, os.path.join(folder, data_path))
+        if stale != data_path:
+            remove_file(os.path.join(folder, stale))
+    place_copy(export, os.path.join(folder, data_path))
     write_text(os.path.join(folder, "README.md"), readme)
     return Prepared(folder, data_path, readme, rows, license)
 
@@ -215,5 +203,5 @@ def push(export: str, repo_id: str, *, private: bool = False, license: str | Non
             raise HubError(f"cannot push {export} to {repo_id}: {_first_line(exc)} (check the "
                            "repository id, the token's write access and the network)") from None
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     return str(getattr(url, "url", None) or url)

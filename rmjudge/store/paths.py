@@ -1,0 +1,56 @@
+"""Where a run's files go: the output's format from its name, the DuckDB store behind a
+Parquet/JSONL output, the sidecars an export writes, and the lock a writer of each takes."""
+
+from __future__ import annotations
+
+import os
+
+# -- file names -------------------------------------------------------------------------------
+
+def output_format(out: str) -> str:
+    """'duckdb' | 'parquet' | 'jsonl', from the output's name."""
+    lower = out.lower()
+    if lower.endswith(".parquet"):
+        return "parquet"
+    if lower.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "duckdb"
+
+
+def store_path(out: str) -> str:
+    """The DuckDB file that holds a run: the output itself, or for a Parquet/JSONL output a
+    hidden working file beside it (`.x.parquet.rmjudge.duckdb`), out of the way of
+    `load_dataset("parquet", data_dir=...)` and of globs over the export folder."""
+    if output_format(out) == "duckdb":
+        return out
+    head, tail = os.path.split(out)
+    new = os.path.join(head, f".{tail}.rmjudge.duckdb")
+    legacy = legacy_store_path(out)
+    return legacy if os.path.exists(legacy) and not os.path.exists(new) else new
+
+
+def legacy_store_path(out: str) -> str:
+    """Where versions up to 0.1.1 kept the working file of a Parquet/JSONL output."""
+    return out + ".work.duckdb"
+
+
+def sidecar(path: str, table: str) -> str:
+    """`x.parquet` -> `x.samples.parquet` (the names an export writes beside its pairs)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{table}{ext}"
+
+
+def export_files(out: str) -> list[str]:
+    """The files a run with output `out` writes besides its store: the export and its sidecars
+    (none for a DuckDB output, which is the store)."""
+    if output_format(out) == "duckdb":
+        return []
+    return [out, sidecar(out, "samples"), sidecar(out, "errors")]
+
+
+def export_lock(path: str) -> str:
+    """What a run writing the export file `path` locks: the run store a run with `-o path`
+    would use. So `-o a.parquet` (which writes `a.samples.parquet`) and `-o a.samples.parquet`
+    take one same lock, and the second of two such runs is refused."""
+    return store_path(path)
+
