@@ -263,9 +263,7 @@ class _JudgeWorker:
         results = []
         for item in self.judge.run(pairs):
             if isinstance(item, Failure):
-                errs.append(RowFailure(item.pair.row_number,
-                                       f"row {item.pair.row_number}: {item.reason}", None,
-                                       item.pair.id).as_error())
+                errs.append(RowFailure.unjudged(item.pair, item.reason).as_error())
             else:
                 results.append(item)
         os.makedirs(self.batches, exist_ok=True)
