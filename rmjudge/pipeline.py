@@ -14,7 +14,6 @@ from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import deliver_pending, graceful
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
@@ -22,7 +21,7 @@ from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, default_output_stem, split_duckdb_source
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
-from rmjudge.runspec import resolve
+from rmjudge.runspec import resolve, run_record
 from rmjudge.settings import JudgeSettings
 from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, export_files,
                            output_format, sidecar, store_path)
@@ -230,10 +229,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     store.check_input(identity)
     info = engine.info
     store.start_run({
-        "version": __version__, "model_path": info.path, "model_sha256": info.sha256,
-        "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-        "settings": settings, "input": source,
-        "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+        **run_record(info, settings, source, None if shard is None else f"{shard[0]}/{shard[1]}"),
         "schema": mapper.describe() if mapper.schema is not None else None,
     })
     prog = Progress()

@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge import __version__
 from rmjudge.extras import install_hint
+from rmjudge.runspec import run_record
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
@@ -56,16 +56,16 @@ class RayRunError(UserError):
 @dataclass(frozen=True)
 class RaySettings:
     address: str | None = field(default=None, metadata={
-        "help": "Ray cluster address (ray://host:10001 or auto); None starts a local instance."})
+        "help": "Ray cluster address (auto, ray://head:10001); default: a local Ray instance."})
     workers: int = field(default=2, metadata={"help": "Engines in the actor pool."})
     rows_per_batch: int = field(default=64, metadata={
-        "help": "Input rows per batch: the unit of work, of Parquet output and of resume."})
+        "help": "Input rows per batch: the unit of work, Parquet output and resume."})
     cpus_per_worker: float | None = field(default=None, metadata={
         "help": "CPUs Ray reserves per engine (default: --threads, else 1)."})
     gpus_per_worker: float | None = field(default=None, metadata={
         "help": "GPUs per engine (default: 1 with --device cuda, else 0)."})
     work_dir: str | None = field(default=None, metadata={
-        "help": "Where batch Parquet files go (default OUTPUT.ray); shared by all nodes."})
+        "help": "Batch Parquet files (default OUTPUT.ray); must be shared by all nodes."})
     max_restarts: int = field(default=3, metadata={"help": "Restarts of a dead worker."})
     max_task_retries: int = field(default=3, metadata={
         "help": "Retries of a batch whose worker died."})
@@ -354,11 +354,9 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                               "check --address (ray status on the head node)") from None
     runs_path = os.path.join(work, "runs.json")
     runs = _read_json(runs_path) if os.path.exists(runs_path) else []
-    run = {"run_id": len(runs) + 1, "version": __version__, "model_path": info.path,
-           "model_sha256": info.sha256, "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-           "settings": orjson.dumps(settings).decode(), "input": source,
-           "started": datetime.now(timezone.utc).isoformat(), "status": "running",
-           "shard": f"ray:{rs.workers}"}
+    run = {"run_id": len(runs) + 1,
+           **run_record(info, orjson.dumps(settings).decode(), source, f"ray:{rs.workers}"),
+           "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
     runs.append(run)
     _write_json(runs_path, runs)
 

@@ -148,3 +148,14 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None)
         forced=settings.forced if settings.forced is not None else demo)
     return RunSpec(resolved, model, suffix, context, demo,
                    defaulted_forced=settings.forced is None)
+
+
+def run_record(model: ModelInfo, settings, source: str, shard: str | None) -> dict:
+    """What the `runs` table records of a run: the rmjudge version, the model (and LoRA) with
+    their hashes, the verdict settings (`RunSpec.verdict_settings`, as the caller stores them),
+    the input and the shard ("I/N", "ray:N" or None)."""
+    from rmjudge import __version__
+
+    return {"version": __version__, "model_path": model.path, "model_sha256": model.sha256,
+            "lora_path": model.lora, "lora_sha256": model.lora_sha256, "settings": settings,
+            "input": source, "shard": shard}

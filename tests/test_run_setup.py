@@ -173,3 +173,52 @@ def test_train_cli_reports_user_errors_and_leaves_bugs_alone(tmp_path, monkeypat
     monkeypatch.setattr(tcli, "_rollout_source", lambda *a, **k: (None, "scripted"))
     r = CliRunner().invoke(tcli.main, ["build-data", src, "-o", out])
     assert isinstance(r.exception, ValueError) and "Error: an internal bug" not in r.output
+
+
+# -- one option generator ------------------------------------------------------------------------
+
+def _params(cmd) -> dict:
+    return {p.name: p for p in cmd.params}
+
+
+def test_ray_training_and_judge_options_come_from_their_dataclasses():
+    from rmjudge.cli.ray_score import command as ray_score
+    from rmjudge.ray_runner import RaySettings
+    from training.cli import main as train
+    from training.grpo import GRPOSettings
+    from training.sft import SFTSettings
+
+    for cls, cmd in ((RaySettings, ray_score), (GRPOSettings, train.commands["grpo"]),
+                     (SFTSettings, train.commands["sft"])):
+        params = _params(cmd)
+        for f in dataclasses.fields(cls):
+            p = params[f.name]
+            if f.metadata.get("argument"):
+                assert p.param_type_name == "argument"
+                continue
+            assert p.help == f.metadata["help"], (cls.__name__, f.name)
+            if f.default is dataclasses.MISSING:
+                assert p.required, (cls.__name__, f.name)
+            else:
+                assert p.default == f.default and not p.required, (cls.__name__, f.name)
+            if isinstance(f.default, bool):
+                assert p.secondary_opts == [f"--no-{f.name.replace('_', '-')}"]
+    assert _params(train.commands["grpo"])["output_dir"].opts == ["--output-dir", "-o"]
+    assert _params(ray_score)["cpus_per_worker"].type.name == "float"
+
+
+def test_map_is_declared_once():
+    from rmjudge.cli.ray_score import command as ray_score
+    from rmjudge.cli.score import command as score
+    from training.cli import main as train
+
+    maps = [_params(c)["mapping"] for c in (score, ray_score, train.commands["build-data"])]
+    assert len({(tuple(p.opts), p.help, p.metavar) for p in maps}) == 1
+
+
+def test_ray_settings_errors_reach_the_user_as_one_line(tmp_path):
+    from rmjudge.cli import main
+
+    r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
+                                  "--workers", "0"])
+    assert r.exit_code == 1 and "Error: --workers must be at least 1" in r.output, r.output

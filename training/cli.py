@@ -11,7 +11,6 @@ evaluate.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ import click
 from rmjudge import __version__
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.common import ExtrasGroup
+from rmjudge.cli.mapping_options import map_option
+from rmjudge.cli.options import settings_options
 from rmjudge.extras import TRAIN, require
 
 from rmjudge.io.mapping import parse_map
@@ -137,7 +138,7 @@ def format_stats(st: dict) -> str:
 @click.option("--ratio", default="4:1", show_default=True, help="Pref:Refl; 1:0 = RFT baseline.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Read at most N rows.")
-@click.option("--map", "mapping", default=None, help="Column mapping, as in `rmjudge score`.")
+@map_option
 @click.option("--cache", default=None, help="Rollout cache (default: OUTPUT.rollouts.jsonl).")
 @click.option("--chunk-items", default=16, show_default=True, help="Items per generate call.")
 @click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
@@ -182,36 +183,6 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
 
 # -- grpo ------------------------------------------------------------------------------------
 
-_REQUIRED = {"model", "data", "output_dir"}
-
-
-def settings_options(cls, required=_REQUIRED):
-    """One click option per field of the settings dataclass `cls`, help text from the field's
-    metadata; a field marked `argument` in its metadata is a positional argument."""
-
-    def decorate(func):
-        for f in reversed(dataclasses.fields(cls)):
-            name = "--" + f.name.replace("_", "-")
-            help_ = f.metadata.get("help", "")
-            typ_name = str(f.type).replace(" | None", "")
-            typ = {"int": int, "float": float}.get(typ_name, str)
-            if f.metadata.get("argument"):
-                func = click.argument(f.name)(func)
-            elif f.name == "output_dir":
-                func = click.option("-o", "--output-dir", required=True, help=help_)(func)
-            elif f.name in required:
-                func = click.option(name, required=True, help=help_)(func)
-            elif f.type in ("bool", bool):
-                func = click.option(f"{name}/--no-{name[2:]}", default=f.default,
-                                    show_default=True, help=help_)(func)
-            else:
-                func = click.option(name, type=typ, default=f.default,
-                                    show_default=f.default is not None, help=help_)(func)
-        return func
-
-    return decorate
-
-
 @main.command("grpo")
 @settings_options(GRPOSettings)
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,
@@ -244,7 +215,7 @@ def grpo_cmd(resume, overwrite, quiet, **kw):
 
 
 @main.command("sft")
-@settings_options(SFTSettings, required=set())
+@settings_options(SFTSettings)
 @click.option("--backend", type=click.Choice(["auto", "llama", "transformers"]), default="auto",
               show_default=True, help="Rollouts: llama.cpp for a GGUF, transformers otherwise.")
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,

@@ -7,7 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import engine_activity, make_progress, status
-from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings
+from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
@@ -16,8 +16,7 @@ from rmjudge.interrupts import graceful
 
 
 run_options = combine_options([
-    click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
-                 help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=."),
+    map_option,
     click.option("--limit", type=click.IntRange(min=1), default=None,
                  help="Read only the first N rows."),
     click.option("--shard", default=None, metavar="I/N",
