@@ -210,7 +210,7 @@ class _JudgeWorker:
     """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
 
     def __init__(self, factory: Callable, js: dict, mapping: dict, settings: dict, work_dir: str,
-                 run_id: int, labels=None):
+                 run_id: int, labels=None, n_ctx: int | None = None):
         from rmjudge.io.mapping import LabelOptions
         from rmjudge.judge import Judge
         from rmjudge.pipeline import verdict_settings
@@ -224,7 +224,7 @@ class _JudgeWorker:
             raise RayRunError(f"this node's engine differs from the driver's "
                               f"({describe_differences(settings, mine)}); install the same model "
                               "file on every node")
-        self.judge = Judge(self.engine, self.js)
+        self.judge = Judge(self.engine, self.js, n_ctx=n_ctx)
         self.mapper = (labels or LabelOptions()).mapper(mapping, self.js.seed)
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
@@ -374,7 +374,8 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
             fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
                                    "mapping": mapping or {}, "settings": settings,
                                    "labels": labels,
-                                   "work_dir": work, "run_id": run["run_id"]},
+                                   "work_dir": work, "run_id": run["run_id"],
+                                   "n_ctx": es.n_ctx},
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
     judged = tokens = n_batches = 0
     try:

@@ -222,3 +222,27 @@ def test_ray_settings_errors_reach_the_user_as_one_line(tmp_path):
     r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
                                   "--workers", "0"])
     assert r.exit_code == 1 and "Error: --workers must be at least 1" in r.output, r.output
+
+
+def test_bad_option_values_are_settings_errors_at_their_source():
+    from rmjudge.analysis.compare import CompareSettings
+    from rmjudge.analysis.filter import FilterSettings
+    from rmjudge.review.select import parse_selection
+
+    with pytest.raises(SettingsError, match="--resamples"):
+        CompareSettings(resamples=0)
+    with pytest.raises(SettingsError, match="--min-confidence"):
+        FilterSettings(min_confidence=2.0)
+    with pytest.raises(SettingsError, match="--select bogus"):
+        parse_selection("bogus")
+
+
+def test_commands_report_typed_errors_without_rewrapping(tmp_path):
+    from rmjudge.cli import main
+
+    runner = CliRunner()
+    r = runner.invoke(main, ["filter", str(tmp_path / "t.duckdb"), "--min-confidence", "2"])
+    assert r.exit_code == 1 and "Error: --min-confidence must be between 0 and 1" in r.output
+    r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
+                             "x=y"])
+    assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output

@@ -77,7 +77,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             try:
                 summary = judge(bench, src, engine, js, outdir, limit=limit, shard=shard_spec,
                                 commit_every=commit_every, on_progress=progress,
-                                announce=lambda line: status(f"rmjudge: {line}", quiet))
+                                announce=lambda line: status(f"rmjudge: {line}", quiet),
+                                n_ctx=es.n_ctx)
             finally:
                 progress.close()
             if not quiet:

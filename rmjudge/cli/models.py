@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
-
 
 @click.command("models")
 @click.option("--model", "model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
@@ -15,13 +13,10 @@ def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.models import ModelError, resolve_model
+    from rmjudge.models import resolve_model
 
-    try:
-        path = resolve_model(model)
-        info = read_model_info(path)
-    except ModelError as exc:
-        fail(str(exc))
+    path = resolve_model(model)
+    info = read_model_info(path)
     click.echo(f"path:           {info.path}")
     click.echo(f"sha256:         {info.sha256}")
     click.echo(f"architecture:   {info.architecture}")
