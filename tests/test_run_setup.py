@@ -246,3 +246,11 @@ def test_commands_report_typed_errors_without_rewrapping(tmp_path):
     r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
                              "x=y"])
     assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+
+def test_the_judge_model_option_is_declared_once():
+    from rmjudge.cli.models import command as models
+    from rmjudge.cli.score import command as score
+
+    a, b = _params(models)["model"], _params(score)["model"]
+    assert (a.opts, a.help, a.envvar, a.metavar) == (b.opts, b.help, b.envvar, b.metavar)

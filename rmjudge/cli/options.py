@@ -22,20 +22,21 @@ def _annotated_type(f) -> type | None:
     return {"int": int, "float": float}.get(name)
 
 
-def settings_options(cls) -> Callable:
+def settings_options(cls, only: tuple[str, ...] | None = None) -> Callable:
     """One click option per field of a settings dataclass (judge, engine, Ray, training), from
     the field's metadata (its help, and `flag`, `switch` ("--x/--no-x" for a field whose
     default None means "resolved later"), `short`, `metavar`, `choices`, `type`, `option`,
     `envvar`, `argument` (a positional argument), `cli`): the dataclass is the one place a
     setting, its default and its help are declared. A field without a default is a required
     option; a bool field with a default is "--x/--no-x"; an option's type is `type`, else its
-    default's, else its annotation's (int or float; text otherwise)."""
+    default's, else its annotation's (int or float; text otherwise). `only`: just these fields'
+    options (e.g. `--model` for a command that needs no other engine setting)."""
     from dataclasses import MISSING, fields
 
     opts = []
     for f in fields(cls):
         meta = f.metadata
-        if meta.get("cli", True) is False:
+        if meta.get("cli", True) is False or (only is not None and f.name not in only):
             continue
         if meta.get("argument"):
             opts.append(click.argument(f.name))
