@@ -254,3 +254,33 @@ def test_the_judge_model_option_is_declared_once():
 
     a, b = _params(models)["model"], _params(score)["model"]
     assert (a.opts, a.help, a.envvar, a.metavar) == (b.opts, b.help, b.envvar, b.metavar)
+
+
+def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
+    import importlib
+
+    import rmjudge.cli.server_options as so
+    import rmjudge.engine.server as server
+
+    @dataclasses.dataclass(frozen=True)
+    class Other(server.ServerSettings):
+        concurrency: int = 5
+        retries: int = 2
+        timeout: float = 9.0
+
+    monkeypatch.setattr(server, "ServerSettings", Other)
+    try:
+        fresh = importlib.reload(so)
+
+        @fresh.server_options
+        def cmd(**kw):
+            pass
+
+        import click
+
+        params = _params(click.command()(cmd))
+        assert (params["server_concurrency"].default, params["server_retries"].default,
+                params["server_timeout"].default) == (5, 2, 9.0)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(so)
