@@ -326,11 +326,10 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     started = time.monotonic()
     files = list_inputs(source)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.io.mapping import LabelOptions, check_labels
-        from rmjudge.io.readers import read_rows
+        from rmjudge.io.intake import checked_rows
+        from rmjudge.io.mapping import LabelOptions
 
-        check_labels((labels or LabelOptions()).mapper(mapping, js.seed), read_rows(files[0]),
-                     files[0])
+        checked_rows(files[0], (labels or LabelOptions()).mapper(mapping, js.seed))
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
