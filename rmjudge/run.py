@@ -1,11 +1,11 @@
-"""One run set-up under every front door: typed run options -> engine -> intake -> Judge -> store.
+"""One run set-up under every front door: typed options -> engine -> intake -> Judge -> store.
 
 `RunOptions` holds what a scoring run is given (the judge, engine and server settings, how rows
 become pairs, and the run's own options). `load_judge_engine` loads the engine the way every
-command does; `judge_input` owns a run's orchestration (input and output checks before the model
-loads, engine loading, row counting, `rmjudge.pipeline.score`). `rmjudge score`, `eval` on
-unjudged input, `bench` and the library share them; the CLI only parses options into
-`RunOptions` and prints what the hooks hand it.
+command does; `dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's
+orchestration (input and output checks before the model loads, engine loading, row counting,
+`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench` and the library
+share them; the CLI only parses options into `RunOptions` and prints what the hooks hand it.
 """
 
 from __future__ import annotations
@@ -83,6 +83,18 @@ def check_run_paths(source: str, output: str | None) -> None:
                             "INPUT.judged.duckdb")
     detect_format(source)
     check_output(source, output or default_output(source))
+
+
+def dry_run(source: str, opts: RunOptions):
+    """`score --dry-run`: the input validated and the work estimated with the tokenizer only
+    (rmjudge.dryrun); the in-process engine's work, so not with a server."""
+    from rmjudge.dryrun import dry_run as estimate
+    from rmjudge.interrupts import graceful
+
+    if opts.server is not None:
+        raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
+    with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
+        return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit)
 
 
 def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,

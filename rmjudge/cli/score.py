@@ -12,7 +12,6 @@ from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
 from rmjudge.errors import EXIT_STRICT, UserError
-from rmjudge.interrupts import graceful
 
 
 run_options = combine_options([
@@ -71,15 +70,9 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
     source = input_source(source, kw)
     opts = parse_run_options(kw)
     if dry_run:
-        from rmjudge.dryrun import dry_run as run_dry
-        from rmjudge.settings import SettingsError
+        from rmjudge import run
 
-        if opts.server is not None:
-            raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
-        with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
-            report = run_dry(source, opts.judge, opts.engine, mapper=opts.mapper,
-                             limit=opts.limit)
-        click.echo(report.render())
+        click.echo(run.dry_run(source, opts).render())
         return
     summary = judge_input(source, output, opts, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
