@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmjudge import cache
-from rmjudge.io.intake import Intake, RowFailure
-from rmjudge.io.mapping import Mapper, check_labels
-from rmjudge.io.readers import read_rows
+from rmjudge.io.intake import RowFailure, open_intake
+from rmjudge.io.mapping import Mapper
 from rmjudge.runspec import resolve
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -157,8 +156,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context)
     mapper = mapper or Mapper(mapping or {}, seed=js.seed)
-    rows = check_labels(mapper, read_rows(source), source, **({"max_rows": limit} if limit else {}))
-    intake = Intake(rows, mapper, limit=limit)
+    intake = open_intake(source, mapper, limit)
     orders = len(js.order_list)
 
     def error(msg: str) -> None:
@@ -176,8 +174,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
         n = engine.count_tokens([req])[0]
         if not spec.fits(n):
             rep.too_long += 1
-            error(f"row {pair.row_number}: {n} prompt tokens + {js.max_tokens} to generate exceed "
-                  f"the context of {context}")
+            error(f"row {pair.row_number}: {spec.too_long_reason(n)}")
             continue
         rep.pairs += 1
         rep.prompt_tokens += n

@@ -51,9 +51,12 @@ def _agree(jobs: list[PairOrderJob]) -> bool:
 
 
 class Judge:
-    def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None):
+    def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None,
+                 n_ctx: int | None = None):
+        """`n_ctx`: the per-sequence limit `--ctx-size` sets (rmjudge.runspec.resolve)."""
         self.engine = engine
-        spec = resolve(settings, engine.info)
+        spec = resolve(settings, engine.info, n_ctx)
+        self.spec = spec
         self.settings = spec.settings  # unset --max-tokens / --forced resolved for this model
         self.suffix = spec.suffix
         self.pairs_in_flight = pairs_in_flight or engine.preferred_pairs_in_flight(self.settings)

@@ -241,7 +241,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
         for item in Intake(read_rows(source), mapper):
             rn = item.row_number
             seen_rows.add(rn)
-            pid = item.id if not isinstance(item, RowFailure) or "duplicate id" in item.reason \
+            pid = item.id if not isinstance(item, RowFailure) or item.duplicate_of is not None \
                 else None
             if rn in recorded:
                 if pid is not None and recorded[rn] != pid:

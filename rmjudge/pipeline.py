@@ -11,17 +11,16 @@ import re
 import time
 from itertools import chain
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-from rmjudge import __version__
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import deliver_pending, graceful
-from rmjudge.io.intake import ChangedRows, Intake, RowFailure, input_identity
-from rmjudge.io.mapping import Mapper, check_labels
-from rmjudge.io.readers import RawRow, default_output_stem, read_rows
+from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
+from rmjudge.io.mapping import Mapper
+from rmjudge.io.readers import RawRow, default_output_stem
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
-from rmjudge.runspec import resolve
+from rmjudge.runspec import resolve, run_record
 from rmjudge.settings import JudgeSettings
 from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, check_output,
                            export_files, output_format, store_path)
@@ -82,6 +81,7 @@ class Summary:
     metrics: dict = field(default_factory=dict)  # rmjudge.analysis.counts.metrics
     rollout_counts: dict = field(default_factory=dict)  # rmjudge.analysis.counts.sample_counts
     notes: list[str] = field(default_factory=list)  # the run spec's resolved defaults, in words
+    engine: Any = field(default=None, repr=False, compare=False)  # the engine that judged
 
     @property
     def accuracy(self) -> float | None:
@@ -132,19 +132,20 @@ def score(
     on_progress: Callable[[Progress], None] | None = None,
     announce: Callable[[str], None] | None = None,
     rejudge_changed: bool = False,
+    n_ctx: int | None = None,
 ) -> Summary:
     """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
     `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
     before judging starts. A row judged by an earlier run that has changed since stops the run
     (`StoreError` naming the rows), or with `rejudge_changed` is judged again and its new verdict
-    replaces the old one."""
+    replaces the old one. `n_ctx`: the per-sequence limit `--ctx-size` sets (the run spec's).
+    """
     out = output or default_output(source)
     fmt = output_format(out)
     check_output(source, out)
     mapper = mapper or Mapper(mapping or {}, seed=js.seed)
     # Labels that need --label-values stop the run here, before any output is touched.
-    rows: Iterator[RawRow] = check_labels(mapper, read_rows(source), source,
-                                          **({"max_rows": limit} if limit else {}))
+    rows: Iterator[RawRow] = checked_rows(source, mapper, limit)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     ahead = [first] if first is not None else []
     while ahead and ahead[-1].obj is None and len(ahead) < 10_000:  # the first readable row
@@ -161,14 +162,14 @@ def score(
     try:
         with graceful():
             return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                          commit_every, on_progress, identity, rejudge_changed)
+                          commit_every, on_progress, identity, rejudge_changed, n_ctx)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
-    spec = resolve(js, engine.info)
+           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None) -> Summary:
+    spec = resolve(js, engine.info, n_ctx)
     settings = spec.verdict_settings()
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
@@ -177,10 +178,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     store.check_input(identity)
     info = engine.info
     store.start_run({
-        "version": __version__, "model_path": info.path, "model_sha256": info.sha256,
-        "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-        "settings": settings, "input": source,
-        "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+        **run_record(info, settings, source, None if shard is None else f"{shard[0]}/{shard[1]}"),
         "schema": mapper.describe() if mapper.schema is not None else None,
     })
     prog = Progress()
@@ -219,7 +217,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         prog.rows_read = intake.rows_read
         prog.skipped = intake.skipped
 
-    judge = Judge(engine, js)
+    judge = Judge(engine, js, n_ctx=n_ctx)
     batch: list[PairResult] = []
     last_commit = time.monotonic()
     counts = _Counts()
@@ -228,9 +226,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         for item in judge.run(pairs()):
             if isinstance(item, Failure):
                 replaced(item.pair)
-                add_error(RowFailure(item.pair.row_number,
-                                     f"row {item.pair.row_number}: {item.reason}", None,
-                                     item.pair.id))
+                add_error(RowFailure.unjudged(item.pair, item.reason))
             else:
                 replaced(item.pair)
                 batch.append(item)
@@ -257,7 +253,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         deliver_pending()
         files = [out] if fmt == "duckdb" else store.export(out, fmt)
     except BaseException as exc:
-        if not isinstance(exc, KeyboardInterrupt) and "interrupted" not in str(exc).lower():
+        if not isinstance(exc, (KeyboardInterrupt, Interrupted)):
             prog.committed += (len(batch) if _save_what_is_done(store, batch, pending_errors,
                                                                 pending_drop) else 0)
             _end_run(store, prog, engine, FAILED)

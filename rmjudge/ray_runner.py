@@ -39,8 +39,8 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge import __version__
 from rmjudge.extras import install_hint
+from rmjudge.runspec import run_record
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
@@ -54,16 +54,16 @@ class RayRunError(UserError):
 @dataclass(frozen=True)
 class RaySettings:
     address: str | None = field(default=None, metadata={
-        "help": "Ray cluster address (ray://host:10001 or auto); None starts a local instance."})
+        "help": "Ray cluster address (auto, ray://head:10001); default: a local Ray instance."})
     workers: int = field(default=2, metadata={"help": "Engines in the actor pool."})
     rows_per_batch: int = field(default=64, metadata={
-        "help": "Input rows per batch: the unit of work, of Parquet output and of resume."})
+        "help": "Input rows per batch: the unit of work, Parquet output and resume."})
     cpus_per_worker: float | None = field(default=None, metadata={
         "help": "CPUs Ray reserves per engine (default: --threads, else 1)."})
     gpus_per_worker: float | None = field(default=None, metadata={
         "help": "GPUs per engine (default: 1 with --device cuda, else 0)."})
     work_dir: str | None = field(default=None, metadata={
-        "help": "Where batch Parquet files go (default OUTPUT.ray); shared by all nodes."})
+        "help": "Batch Parquet files (default OUTPUT.ray); must be shared by all nodes."})
     max_restarts: int = field(default=3, metadata={"help": "Restarts of a dead worker."})
     max_task_retries: int = field(default=3, metadata={
         "help": "Retries of a batch whose worker died."})
@@ -208,7 +208,7 @@ class _JudgeWorker:
     """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
 
     def __init__(self, factory: Callable, js: dict, mapping: dict, settings: dict, work_dir: str,
-                 run_id: int, labels=None):
+                 run_id: int, labels=None, n_ctx: int | None = None):
         from rmjudge.io.mapping import LabelOptions
         from rmjudge.judge import Judge
         from rmjudge.pipeline import verdict_settings
@@ -222,7 +222,7 @@ class _JudgeWorker:
             raise RayRunError(f"this node's engine differs from the driver's "
                               f"({describe_differences(settings, mine)}); install the same model "
                               "file on every node")
-        self.judge = Judge(self.engine, self.js)
+        self.judge = Judge(self.engine, self.js, n_ctx=n_ctx)
         self.mapper = (labels or LabelOptions()).mapper(mapping, self.js.seed)
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
@@ -261,9 +261,7 @@ class _JudgeWorker:
         results = []
         for item in self.judge.run(pairs):
             if isinstance(item, Failure):
-                errs.append(RowFailure(item.pair.row_number,
-                                       f"row {item.pair.row_number}: {item.reason}", None,
-                                       item.pair.id).as_error())
+                errs.append(RowFailure.unjudged(item.pair, item.reason).as_error())
             else:
                 results.append(item)
         with tempfile.TemporaryDirectory() as local:
@@ -314,11 +312,10 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     started = time.monotonic()
     files = list_inputs(source)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.io.mapping import LabelOptions, check_labels
-        from rmjudge.io.readers import read_rows
+        from rmjudge.io.intake import checked_rows
+        from rmjudge.io.mapping import LabelOptions
 
-        check_labels((labels or LabelOptions()).mapper(mapping, js.seed), read_rows(files[0]),
-                     files[0])
+        checked_rows(files[0], (labels or LabelOptions()).mapper(mapping, js.seed))
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
@@ -340,11 +337,9 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                               "check --address (ray status on the head node)") from None
     runs_path = os.path.join(work, "runs.json")
     runs = _read_json(runs_path) if os.path.exists(runs_path) else []
-    run = {"run_id": len(runs) + 1, "version": __version__, "model_path": info.path,
-           "model_sha256": info.sha256, "lora_path": info.lora, "lora_sha256": info.lora_sha256,
-           "settings": orjson.dumps(settings).decode(), "input": source,
-           "started": datetime.now(timezone.utc).isoformat(), "status": "running",
-           "shard": f"ray:{rs.workers}"}
+    run = {"run_id": len(runs) + 1,
+           **run_record(info, orjson.dumps(settings).decode(), source, f"ray:{rs.workers}"),
+           "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
     runs.append(run)
     write_json(runs_path, runs)
 
@@ -362,7 +357,8 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
             fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
                                    "mapping": mapping or {}, "settings": settings,
                                    "labels": labels,
-                                   "work_dir": work, "run_id": run["run_id"]},
+                                   "work_dir": work, "run_id": run["run_id"],
+                                   "n_ctx": es.n_ctx},
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
     judged = tokens = n_batches = 0
     try:

@@ -70,10 +70,8 @@ class RunSpec:
     def fits(self, prompt_tokens: int) -> bool:
         return self.tokens_needed(prompt_tokens) <= self.context
 
-    def too_long_reason(self, prompt_tokens: int) -> str:
-        return (f"the pair needs {prompt_tokens} prompt tokens + {self.settings.max_tokens} to "
-                f"generate, more than the model's context of {self.context}; shorten the "
-                "responses or lower --max-tokens")
+    def too_long_reason(self, prompt_tokens: int | str) -> str:
+        return too_long_reason(prompt_tokens, self.settings.max_tokens, self.context)
 
     def verdict_settings(self) -> dict:
         """What decides verdicts: a rerun on the same output must match these exactly."""
@@ -89,6 +87,26 @@ class RunSpec:
             if self.model.prompt_encoding:
                 d["prompt_encoding"] = self.model.prompt_encoding
         return d
+
+
+def prompt_suffix(model: ModelInfo, given: str | None = None) -> str:
+    """The text appended to every prompt: `given` (`--prompt-suffix`) when set, else the model
+    family's (rmjudge.prompts.suffix_for_model, read into `ModelInfo.prompt_suffix`)."""
+    return model.prompt_suffix if given is None else given
+
+
+def context_limit(n_ctx: int | None, n_ctx_train: int) -> int:
+    """Tokens one sequence may hold: `n_ctx` (`--ctx-size`) when given, at most the model's
+    training context (when the model reports one)."""
+    return n_ctx_train if not n_ctx else min(n_ctx, n_ctx_train or n_ctx)
+
+
+def too_long_reason(prompt_tokens: int | str, max_tokens: int, context: int) -> str:
+    """Why a pair cannot be judged: its prompt (`prompt_tokens`, a count or words such as "at
+    least N") and `max_tokens` do not fit a sequence's `context`."""
+    return (f"the pair needs {prompt_tokens} prompt tokens + {max_tokens} to generate, more "
+            f"than the model's context of {context}; shorten the responses or lower "
+            "--max-tokens")
 
 
 def is_demo_model(model: ModelInfo) -> bool:
@@ -120,8 +138,8 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None)
     """The spec for judging with `settings` on `model` (`n_ctx`: a per-sequence limit below the
     model's training context, as `--ctx-size` sets). Unset `max_tokens` and `forced` take the
     model's defaults (module docstring)."""
-    suffix = model.prompt_suffix if settings.prompt_suffix is None else settings.prompt_suffix
-    context = model.n_ctx_train if not n_ctx else min(n_ctx, model.n_ctx_train or n_ctx)
+    suffix = prompt_suffix(model, settings.prompt_suffix)
+    context = context_limit(n_ctx, model.n_ctx_train)
     demo = is_demo_model(model)
     resolved = replace(
         settings,
@@ -130,3 +148,14 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None)
         forced=settings.forced if settings.forced is not None else demo)
     return RunSpec(resolved, model, suffix, context, demo,
                    defaulted_forced=settings.forced is None)
+
+
+def run_record(model: ModelInfo, settings, source: str, shard: str | None) -> dict:
+    """What the `runs` table records of a run: the rmjudge version, the model (and LoRA) with
+    their hashes, the verdict settings (`RunSpec.verdict_settings`, as the caller stores them),
+    the input and the shard ("I/N", "ray:N" or None)."""
+    from rmjudge import __version__
+
+    return {"version": __version__, "model_path": model.path, "model_sha256": model.sha256,
+            "lora_path": model.lora, "lora_sha256": model.lora_sha256, "settings": settings,
+            "input": source, "shard": shard}

@@ -11,7 +11,6 @@ evaluate.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,31 +19,16 @@ import click
 
 from rmjudge import __version__
 from rmjudge.cli.server_options import server_options, server_settings
-from rmjudge.errors import UserError
 from rmjudge.cli.common import ExtrasGroup
+from rmjudge.cli.mapping_options import map_option
+from rmjudge.cli.options import settings_options
 from rmjudge.extras import TRAIN, require
 
 from rmjudge.io.mapping import parse_map
-from rmjudge.io.readers import InputError
-from rmjudge.models import ModelError
-from rmjudge.settings import SettingsError
 
-from training.cache import CacheError
 from training.data import DataConfig, DataError, build_data, check_outputs, stats_path
-from training.grpo import GRPOSettings, TrainError
-from training.hf import ModelLoadError
-from training.sft import SFTError, SFTSettings
-
-USER_ERRORS = (DataError, TrainError, ModelLoadError, CacheError, InputError, ModelError,
-               SettingsError, SFTError, ValueError)
-
-
-def _fail(exc: Exception) -> None:
-    """A user error (one of USER_ERRORS): one `Error:` line and exit 1, as every rmjudge
-    command reports it (rmjudge.cli.common.UserErrorGroup)."""
-    if isinstance(exc, UserError):
-        raise exc
-    raise UserError(str(exc)) from None
+from training.grpo import GRPOSettings
+from training.sft import SFTSettings
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -154,7 +138,7 @@ def format_stats(st: dict) -> str:
 @click.option("--ratio", default="4:1", show_default=True, help="Pref:Refl; 1:0 = RFT baseline.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Read at most N rows.")
-@click.option("--map", "mapping", default=None, help="Column mapping, as in `rmjudge score`.")
+@map_option
 @click.option("--cache", default=None, help="Rollout cache (default: OUTPUT.rollouts.jsonl).")
 @click.option("--chunk-items", default=16, show_default=True, help="Items per generate call.")
 @click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
@@ -174,63 +158,30 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
 
     server = server_settings(kw)
 
-    try:
-        config = DataConfig(ratio=ratio, seed=seed, limit=limit, mapping=parse_map(mapping),
-                            chunk_items=chunk_items)
-        if samples < 2:
-            raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
-        sampling = SamplingSettings(samples=samples, temperature=temperature,
-                                    max_tokens=max_tokens, seed=seed)
-        gguf = str(Path(model) / gguf_file) if model and gguf_file else None
-        check_outputs(source, output, cache, inputs=(model, gguf, lora), overwrite=overwrite)
-        src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
-                                    server, lora)
-        _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
-        done = [0]
+    config = DataConfig(ratio=ratio, seed=seed, limit=limit, mapping=parse_map(mapping),
+                        chunk_items=chunk_items)
+    if samples < 2:
+        raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
+    sampling = SamplingSettings(samples=samples, temperature=temperature,
+                                max_tokens=max_tokens, seed=seed)
+    gguf = str(Path(model) / gguf_file) if model and gguf_file else None
+    check_outputs(source, output, cache, inputs=(model, gguf, lora), overwrite=overwrite)
+    src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
+                                server, lora)
+    _say(quiet, f"rollouts: {samples} per item, temperature {temperature}, {desc}")
+    done = [0]
 
-        def progress(n: int) -> None:
-            done[0] += n
-            _say(quiet, f"  {done[0]} items")
+    def progress(n: int) -> None:
+        done[0] += n
+        _say(quiet, f"  {done[0]} items")
 
-        stats = build_data(source, output, src, config, cache_path=cache, progress=progress,
-                           overwrite=overwrite)
-    except USER_ERRORS as exc:
-        _fail(exc)
+    stats = build_data(source, output, src, config, cache_path=cache, progress=progress,
+                       overwrite=overwrite)
     click.echo(format_stats(stats.as_dict()))
     click.echo(f"wrote {output} and {stats_path(output)}")
 
 
 # -- grpo ------------------------------------------------------------------------------------
-
-_REQUIRED = {"model", "data", "output_dir"}
-
-
-def settings_options(cls, required=_REQUIRED):
-    """One click option per field of the settings dataclass `cls`, help text from the field's
-    metadata; a field marked `argument` in its metadata is a positional argument."""
-
-    def decorate(func):
-        for f in reversed(dataclasses.fields(cls)):
-            name = "--" + f.name.replace("_", "-")
-            help_ = f.metadata.get("help", "")
-            typ_name = str(f.type).replace(" | None", "")
-            typ = {"int": int, "float": float}.get(typ_name, str)
-            if f.metadata.get("argument"):
-                func = click.argument(f.name)(func)
-            elif f.name == "output_dir":
-                func = click.option("-o", "--output-dir", required=True, help=help_)(func)
-            elif f.name in required:
-                func = click.option(name, required=True, help=help_)(func)
-            elif f.type in ("bool", bool):
-                func = click.option(f"{name}/--no-{name[2:]}", default=f.default,
-                                    show_default=True, help=help_)(func)
-            else:
-                func = click.option(name, type=typ, default=f.default,
-                                    show_default=f.default is not None, help=help_)(func)
-        return func
-
-    return decorate
-
 
 @main.command("grpo")
 @settings_options(GRPOSettings)
@@ -249,13 +200,10 @@ def grpo_cmd(resume, overwrite, quiet, **kw):
         if parts:
             _say(quiet, f"step {rec['step']}: " + ", ".join(parts))
 
-    try:
-        settings = GRPOSettings(**kw)
-        check_output(settings, overwrite)
-        require("rmjudge-train grpo", "train", TRAIN + ("trl",))
-        summary = train(settings, resume=resume, progress=progress, overwrite=overwrite)
-    except USER_ERRORS as exc:
-        _fail(exc)
+    settings = GRPOSettings(**kw)
+    check_output(settings, overwrite)
+    require("rmjudge-train grpo", "train", TRAIN + ("trl",))
+    summary = train(settings, resume=resume, progress=progress, overwrite=overwrite)
     click.echo(f"adapter: {summary['adapter']}  ({summary['steps']} steps, "
                f"{summary['train_examples']} training examples)")
     if summary["eval"]:
@@ -267,7 +215,7 @@ def grpo_cmd(resume, overwrite, quiet, **kw):
 
 
 @main.command("sft")
-@settings_options(SFTSettings, required=set())
+@settings_options(SFTSettings)
 @click.option("--backend", type=click.Choice(["auto", "llama", "transformers"]), default="auto",
               show_default=True, help="Rollouts: llama.cpp for a GGUF, transformers otherwise.")
 @click.option("--resume", is_flag=False, flag_value="latest", default=None,
@@ -285,20 +233,17 @@ def sft_cmd(backend, resume, overwrite, quiet, **kw):
         if isinstance(rec.get("loss"), (int, float)):
             _say(quiet, f"step {rec['step']}: loss {rec['loss']:.4g}")
 
-    try:
-        settings = SFTSettings(**kw)
-        check_output(settings, overwrite)
-        require("rmjudge-train sft", "train", TRAIN)
-        sampling = SamplingSettings(samples=settings.samples,
-                                    temperature=settings.rollout_temperature,
-                                    max_tokens=settings.rollout_max_tokens, seed=settings.seed)
-        src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
-                                    settings.parallel, settings.threads)
-        _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
-        summary = run(settings, src, resume=resume, progress=progress,
-                      say=lambda t: _say(quiet, t), overwrite=overwrite)
-    except USER_ERRORS as exc:
-        _fail(exc)
+    settings = SFTSettings(**kw)
+    check_output(settings, overwrite)
+    require("rmjudge-train sft", "train", TRAIN)
+    sampling = SamplingSettings(samples=settings.samples,
+                                temperature=settings.rollout_temperature,
+                                max_tokens=settings.rollout_max_tokens, seed=settings.seed)
+    src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
+                                settings.parallel, settings.threads)
+    _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
+    summary = run(settings, src, resume=resume, progress=progress,
+                  say=lambda t: _say(quiet, t), overwrite=overwrite)
     click.echo(f"model: {summary['model']}  ({summary['steps']} steps, "
                f"{summary['train_examples']} examples, loss {summary['first_loss']} -> "
                f"{summary['last_loss']})")
@@ -330,20 +275,17 @@ def eval_cmd(model, gguf_file, adapter, data, max_tokens, limit, quantization, b
     from training.evaluate import evaluate
     from training.hf import ModelSource, load_base, load_tokenizer, materialize
 
-    try:
-        examples = read_examples(data)[:limit] if limit else read_examples(data)
-        src = ModelSource.parse(model, gguf_file)
-        require("rmjudge-train eval", "train", TRAIN)
-        base = materialize(src)
-        m = load_base(base, quantization)
-        if adapter:
-            from peft import PeftModel
+    examples = read_examples(data)[:limit] if limit else read_examples(data)
+    src = ModelSource.parse(model, gguf_file)
+    require("rmjudge-train eval", "train", TRAIN)
+    base = materialize(src)
+    m = load_base(base, quantization)
+    if adapter:
+        from peft import PeftModel
 
-            m = PeftModel.from_pretrained(m, adapter)
-        m.eval()
-        res = evaluate(m, load_tokenizer(ModelSource(base)), examples, max_tokens, batch)
-    except USER_ERRORS as exc:
-        _fail(exc)
+        m = PeftModel.from_pretrained(m, adapter)
+    m.eval()
+    res = evaluate(m, load_tokenizer(ModelSource(base)), examples, max_tokens, batch)
     click.echo(json.dumps(res.as_dict(), indent=2))
 
 

@@ -31,9 +31,8 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from rmjudge.io.intake import Intake, RowFailure
-from rmjudge.io.mapping import Mapper, check_labels
-from rmjudge.io.readers import read_rows
+from rmjudge.io.intake import RowFailure, open_intake
+from rmjudge.io.mapping import Mapper
 from rmjudge.prompts import extract_analysis, parse_verdict, pref_messages, refl_messages
 from rmjudge.seeds import derive_seed
 
@@ -133,9 +132,7 @@ def assign_slots(pair, seed: int) -> Item | None:
 def read_items(source: str, config: DataConfig, stats: Stats) -> Iterator[Item]:
     """Labelled items of `source` (rows that cannot be used are counted, not fatal)."""
     mapper = Mapper(config.mapping, config.seed)
-    rows = check_labels(mapper, read_rows(source), source,
-                        **({"max_rows": config.limit} if config.limit else {}))
-    intake = Intake(rows, mapper, limit=config.limit)
+    intake = open_intake(source, mapper, config.limit)
     for pair in intake:  # duplicate ids would share one cache entry: the intake drops them
         stats.rows_read = intake.rows_read
         if isinstance(pair, RowFailure):

@@ -46,7 +46,8 @@ class GRPOSettings:
 
     model: str = field(metadata={"help": "Base model: HF directory or hub id, or a .gguf file."})
     data: str = field(metadata={"help": "Training file from `rmjudge-train build-data`."})
-    output_dir: str = field(metadata={"help": "Checkpoints, logs and the final adapter."})
+    output_dir: str = field(metadata={"help": "Checkpoints, logs and the final adapter.",
+                                      "short": "-o"})
     gguf_file: str | None = field(default=None, metadata={
         "help": "GGUF file name inside --model (dequantized by transformers, cached as HF)."})
     epochs: float = field(default=3.0, metadata={"help": "Passes over the training split [paper]."})

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rmjudge.prompts import ASSISTANT_PREFIX, STOP, pref_messages
+from rmjudge.runspec import prompt_suffix
 from rmjudge.seeds import derive_seed
 from rmjudge.types import GenRequest, Message
 
@@ -58,7 +59,7 @@ class EngineRollouts:
     def __init__(self, engine, sampling: SamplingSettings, suffix: str | None = None):
         self.engine = engine
         self.s = sampling
-        self.suffix = engine.info.prompt_suffix if suffix is None else suffix
+        self.suffix = prompt_suffix(engine.info, suffix)
 
     def fingerprint(self) -> dict[str, Any]:
         info = self.engine.info

@@ -47,7 +47,8 @@ class SFTSettings:
 
     source: str = field(metadata={"help": "Labelled pairs (any input `rmjudge score` reads).",
                                   "argument": True})
-    output_dir: str = field(metadata={"help": "Rollouts, checkpoints, logs, model/ and adapter/."})
+    output_dir: str = field(metadata={"help": "Rollouts, checkpoints, logs, model/ and adapter/.",
+                                      "short": "-o"})
     model: str | None = field(default=None, metadata={
         "help": "Base model: a .gguf file (default: the embedded model) or an HF directory."})
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside --model."})

@@ -41,6 +41,7 @@ import numpy as np
 from rmjudge.analysis.counts import item_accuracy
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.errors import UserError
+from rmjudge.settings import SettingsError
 from rmjudge.sql import quote_ident
 
 RESAMPLES = 10000
@@ -60,9 +61,9 @@ class CompareSettings:
 
     def __post_init__(self) -> None:
         if self.resamples < 1:
-            raise ValueError("--resamples must be at least 1")
+            raise SettingsError("--resamples must be at least 1")
         if not 0.5 <= self.level < 1.0:
-            raise ValueError("--level must be in [0.5, 1)")
+            raise SettingsError("--level must be in [0.5, 1)")
 
 
 # -- the statistics ---------------------------------------------------------------------------

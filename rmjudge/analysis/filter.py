@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable, TableError, table_format
 from rmjudge.analysis.typed import typed_columns
+from rmjudge.settings import SettingsError
 from rmjudge.sql import quote_ident
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
@@ -84,16 +85,17 @@ class FilterSettings:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_confidence <= 1.0:
-            raise ValueError("--min-confidence must be between 0 and 1 (0.5 keeps every winner)")
+            raise SettingsError("--min-confidence must be between 0 and 1 (0.5 keeps every "
+                                "winner)")
         if not 0.5 <= self.relabel_min <= 1.0:
-            raise ValueError("--relabel-min must be between 0.5 and 1")
+            raise SettingsError("--relabel-min must be between 0.5 and 1")
         if self.prefer not in ("judge", "human"):
-            raise ValueError("--prefer must be judge or human")
+            raise SettingsError("--prefer must be judge or human")
         if self.format not in FORMATS:
-            raise ValueError("--format must be dpo, rm or kto")
+            raise SettingsError("--format must be dpo, rm or kto")
         if self.chat and self.format == "rm":
-            raise ValueError("--chat applies to --format dpo and kto (rm rows are always "
-                             "conversations)")
+            raise SettingsError("--chat applies to --format dpo and kto (rm rows are always "
+                                "conversations)")
 
 
 @dataclass

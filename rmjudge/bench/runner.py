@@ -92,9 +92,9 @@ def prepare(bench: Benchmark, source: str, outdir: str) -> str:
 def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
           limit: int | None = None, shard: tuple[int, int] | None = None,
           commit_every: int | None = None, on_progress: Callable | None = None,
-          announce: Callable[[str], None] | None = None):
+          announce: Callable[[str], None] | None = None, n_ctx: int | None = None):
     """Judge the benchmark into `outdir/NAME.duckdb` with the score pipeline (resumes what an
-    earlier run of the same settings left); the pipeline's `Summary`."""
+    earlier run of the same settings left); the pipeline's `Summary`. `n_ctx`: `--ctx-size`."""
     from rmjudge.io.mapping import Mapper
     from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
 
@@ -102,7 +102,7 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     return score(path, engine, js, output=store_file(outdir, bench),
                  mapper=Mapper({}, seed=js.seed), limit=limit, shard=shard,
                  commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
-                 announce=announce)
+                 announce=announce, n_ctx=n_ctx)
 
 
 def require_results(bench: Benchmark, outdir: str, intake: bool = False) -> None:

@@ -44,8 +44,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     from rmjudge.bench.base import BenchError
     from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
                                       stored_judge)
-    from rmjudge.cli.score import parse_shard, render_summary
-    from rmjudge.settings import SettingsError
+    from rmjudge.cli.score import render_summary
+    from rmjudge.run import load_judge_engine, parse_shard
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
@@ -58,11 +58,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             raise BenchError(f"{bench.title} has no Hub default; give --data {name}=PATH "
                              f"({bench.layout})")
         plan.append((bench, src))
-    try:
-        js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
-        shard_spec = parse_shard(shard)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
+    shard_spec = parse_shard(shard)
     if score_only:  # nothing is written where there is nothing to score
         for bench, _ in plan:
             require_results(bench, outdir)
@@ -72,7 +69,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     if not score_only:
         from rmjudge.bench.runner import judge
 
-        engine = load(es, server, quiet)
+        engine = load_judge_engine(es, server, lambda line: status(line, quiet))
         judge_name = describe_judge(engine.info)
         for bench, src in plan:
             status(f"rmjudge: judging {bench.title} into {store_file(outdir, bench)}", quiet)
@@ -80,7 +77,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             try:
                 summary = judge(bench, src, engine, js, outdir, limit=limit, shard=shard_spec,
                                 commit_every=commit_every, on_progress=progress,
-                                announce=lambda line: status(f"rmjudge: {line}", quiet))
+                                announce=lambda line: status(f"rmjudge: {line}", quiet),
+                                n_ctx=es.n_ctx)
             finally:
                 progress.close()
             if not quiet:
@@ -113,18 +111,6 @@ def parse_data(specs: tuple[str, ...]) -> dict[str, str]:
                                 f"{', '.join(BENCHMARKS)})")
         out[get(name.strip()).name] = path.strip()
     return out
-
-
-def load(es, server, quiet: bool):
-    from rmjudge.engine import load_engine
-    from rmjudge.models import resolve_model
-
-    if server is not None:
-        engine = load_engine(es, server=server)
-        status(f"rmjudge: {engine.describe()}", quiet)
-        return engine
-    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
-    return load_engine(es)
 
 
 def describe_judge(info) -> str:

@@ -41,10 +41,7 @@ def command(tables: tuple[str, ...], resamples: int, seed: int, level: float, ma
         fail("--jury needs -o JURY.duckdb (or .parquet, .jsonl): the table to write")
     if output and not jury:
         fail("-o goes with --jury")
-    try:
-        cs = CompareSettings(resamples=resamples, seed=seed, level=level)
-    except ValueError as exc:
-        fail(str(exc))
+    cs = CompareSettings(resamples=resamples, seed=seed, level=level)
     with ExitStack() as stack:
         opened = [stack.enter_context(open_judged(t)) for t in tables]
         result = compare(opened, cs)

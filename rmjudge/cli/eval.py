@@ -60,17 +60,17 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     if not is_judged(table):
         from rmjudge.pipeline import default_output
 
-        summary = judge_input(table, output, dict(kw))
+        summary = judge_input(table, output, parse_run_options(dict(kw)))
         engine = summary.engine
         path = output or default_output(table)
     with open_judged(path) as t:
         if greedy_baseline:
             from rmjudge.analysis.greedy import run_greedy
-            from rmjudge.engine import load_engine
+            from rmjudge.run import load_judge_engine
 
             if engine is None:
-                js, es, run = parse_run_options(dict(kw))
-                engine = load_engine(es, server=run["server"])
+                opts = parse_run_options(dict(kw))
+                engine = load_judge_engine(opts.engine, opts.server)
             g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
                 f"greedy baseline: {done}/{total} pair-orders", err=True))
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "

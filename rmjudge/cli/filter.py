@@ -72,7 +72,7 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
     (Parquet or JSONL, loadable with datasets.load_dataset), and say how many were kept,
     swapped, labelled and dropped, and why."""
     from rmjudge.analysis.filter import FilterSettings, empty_warning, filter_table, render
-    from rmjudge.analysis.tables import TableError, open_judged
+    from rmjudge.analysis.tables import open_judged
     from rmjudge.publish.record import build_record, write_record
 
     if (private or license_ or dry_run) and not repo_id:
@@ -85,22 +85,17 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
         if not dry_run:
             resolve_token()
 
-    try:
-        fs = FilterSettings(
-            min_confidence=min_confidence, consistent_only=not allow_inconsistent,
-            relabel=relabel, relabel_min=relabel_min, label_unlabelled=unlabelled == "label",
-            format=fmt, chat=chat, evidence=evidence, prefer=prefer,
-            keep_columns=tuple(c.strip() for c in keep_columns.split(",") if c.strip()))
-    except ValueError as exc:
-        fail(str(exc))
+    fs = FilterSettings(
+        min_confidence=min_confidence, consistent_only=not allow_inconsistent,
+        relabel=relabel, relabel_min=relabel_min, label_unlabelled=unlabelled == "label",
+        format=fmt, chat=chat, evidence=evidence, prefer=prefer,
+        keep_columns=tuple(c.strip() for c in keep_columns.split(",") if c.strip()))
     out = output or default_output(table, fmt)
     check_not_being_written(table, "filter")
     try:
         with open_judged(table) as t:
             summary = filter_table(t, out, fs)
             write_record(out, build_record(t, summary, fs))
-    except TableError as exc:
-        fail(str(exc))
     except DiskError as exc:
         raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:

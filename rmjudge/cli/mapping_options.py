@@ -1,6 +1,8 @@
-"""Click options that say how to read gold labels: `--label-values` and `--label`.
+"""Click options that say how to read the input: `--map` (columns), `--label-values` and
+`--label` (gold labels).
 
-`label_options` adds them to a command; `label_settings(kw)` pops and parses them into a
+`map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
+label options to a command; `label_settings(kw)` pops and parses them into a
 `LabelOptions` (a malformed value raises a UserError), and `build_mapper` makes the Mapper.
 """
 
@@ -17,6 +19,11 @@ LABEL_VALUES_HELP = (
     "unlabelled). See docs/datasets.md.")
 LABEL_HELP = ("Which label to read when the input has several: better (default) or safer for "
               "PKU-SafeRLHF; otherwise the label column's name.")
+
+
+map_option = click.option(
+    "--map", "mapping", default=None, metavar="KEY=COL,...",
+    help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=.")
 
 
 def label_options(f: Callable) -> Callable:

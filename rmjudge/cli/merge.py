@@ -22,17 +22,11 @@ def command(shards: tuple[str, ...], output: str, source: str | None, mapping: s
     """Merge run stores of `rmjudge score --shard I/N` (e.g. out-*.duckdb) into one, after
     checking that they agree on settings and model and hold every pair exactly once."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.merge import MergeError, merge
+    from rmjudge.merge import merge
 
-    try:
-        cols = parse_map(mapping)
-    except ValueError as exc:
-        fail(str(exc))
-    try:
-        report = merge(list(shards), output, input=source, mapping=cols, overwrite=overwrite,
-                       allow_incomplete=allow_incomplete)
-    except MergeError as exc:
-        fail(str(exc))
+    cols = parse_map(mapping)
+    report = merge(list(shards), output, input=source, mapping=cols, overwrite=overwrite,
+                   allow_incomplete=allow_incomplete)
     click.echo(render(report), err=True)
     if report.output is None:
         fail("nothing written; fix the problems above or pass --allow-incomplete")

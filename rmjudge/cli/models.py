@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
+from rmjudge.cli.options import settings_options
+from rmjudge.settings import EngineSettings
 
 
 @click.command("models")
-@click.option("--model", "model", envvar="RMJUDGE_MODEL", default=None, metavar="PATH.gguf",
-              help="GGUF judge model, or hf:org/repo/file.gguf / org/repo:Q4_K_M from the Hub "
-              "(default: RMJUDGE_MODEL, else the embedded SmolLM2-135M).")
+@settings_options(EngineSettings, only=("model",))
 def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.models import ModelError, resolve_model
+    from rmjudge.models import resolve_model
 
-    try:
-        path = resolve_model(model)
-        info = read_model_info(path)
-    except ModelError as exc:
-        fail(str(exc))
+    path = resolve_model(model)
+    info = read_model_info(path)
     click.echo(f"path:           {info.path}")
     click.echo(f"sha256:         {info.sha256}")
     click.echo(f"architecture:   {info.architecture}")

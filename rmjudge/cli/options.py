@@ -16,17 +16,30 @@ def combine_options(options: list[Callable]) -> Callable:
     return deco
 
 
-def settings_options(cls) -> Callable:
-    """One click option per field of a settings dataclass, from the field's metadata (its
-    help, and `flag`, `switch` ("--x/--no-x" for a field whose default None means "resolved
-    later"), `short`, `metavar`, `choices`, `cli`): the dataclass is the one place a
-    setting, its default and its help are declared."""
+def _annotated_type(f) -> type | None:
+    """int or float from a field's annotation ("int | None"), else None (text)."""
+    name = str(f.type).replace(" | None", "").replace("Optional[", "").rstrip("]").strip()
+    return {"int": int, "float": float}.get(name)
+
+
+def settings_options(cls, only: tuple[str, ...] | None = None) -> Callable:
+    """One click option per field of a settings dataclass (judge, engine, Ray, training), from
+    the field's metadata (its help, and `flag`, `switch` ("--x/--no-x" for a field whose
+    default None means "resolved later"), `short`, `metavar`, `choices`, `type`, `option`,
+    `envvar`, `argument` (a positional argument), `cli`): the dataclass is the one place a
+    setting, its default and its help are declared. A field without a default is a required
+    option; a bool field with a default is "--x/--no-x"; an option's type is `type`, else its
+    default's, else its annotation's (int or float; text otherwise). `only`: just these fields'
+    options (e.g. `--model` for a command that needs no other engine setting)."""
     from dataclasses import MISSING, fields
 
     opts = []
     for f in fields(cls):
         meta = f.metadata
-        if meta.get("cli", True) is False:
+        if meta.get("cli", True) is False or (only is not None and f.name not in only):
+            continue
+        if meta.get("argument"):
+            opts.append(click.argument(f.name))
             continue
         if "switch" in meta:  # --x/--no-x; unset (None) leaves the choice to the run spec
             opts.append(click.option(meta["switch"], f.name, default=None, help=meta["help"]))
@@ -35,16 +48,25 @@ def settings_options(cls) -> Callable:
             opts.append(click.option(meta["flag"], f"no_{f.name}", is_flag=True,
                                      help=meta["help"]))
             continue
-        names = [meta.get("option", f"--{f.name.replace('_', '-')}")] + (
-            [meta["short"]] if "short" in meta else [])
-        kw: dict = {"default": None if f.default is MISSING else f.default, "help": meta["help"],
+        name = meta.get("option", f"--{f.name.replace('_', '-')}")
+        names = [name] + ([meta["short"]] if "short" in meta else [])
+        if f.default is MISSING and f.default_factory is MISSING:
+            opts.append(click.option(*names, f.name, required=True, help=meta.get("help", "")))
+            continue
+        if isinstance(f.default, bool):
+            opts.append(click.option(f"{name}/--no-{name[2:]}", f.name, default=f.default,
+                                     show_default=True, help=meta.get("help", "")))
+            continue
+        kw: dict = {"default": f.default, "help": meta.get("help", ""),
                     "show_default": f.default is not None}
         if "choices" in meta:
             kw["type"] = click.Choice(list(meta["choices"]))
         elif "type" in meta:
             kw["type"] = meta["type"]
-        elif f.default is not None and f.default is not MISSING:
+        elif f.default is not None:
             kw["type"] = type(f.default)
+        elif _annotated_type(f) is not None:
+            kw["type"] = _annotated_type(f)
         for key in ("metavar", "envvar"):
             if key in meta:
                 kw[key] = meta[key]

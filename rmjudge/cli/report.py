@@ -34,15 +34,13 @@ def command(table: str, output: str | None, group_by: tuple[str, ...], as_json: 
     import orjson
 
     from rmjudge.analysis.report import render_text, write_report
-    from rmjudge.analysis.tables import TableError, open_judged
+    from rmjudge.analysis.tables import open_judged
 
     out = output or default_output(table)
     check_not_being_written(table, "report")
     try:
         with open_judged(table) as t:
             data = write_report(t, out, list(group_by) or None)
-    except TableError as exc:
-        fail(str(exc))
     except ImportError as exc:
         fail(str(exc))
     except DiskError as exc:

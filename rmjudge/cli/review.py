@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from rmjudge.cli.common import fail
-
 
 @click.group("review")
 def command() -> None:
@@ -44,10 +42,7 @@ def export_command(table: str, out_dir: str, selects: tuple[str, ...], fmts: tup
     from rmjudge.review.export import check_argilla, export_review, push_argilla, render
     from rmjudge.review.select import parse_selection
 
-    try:
-        selections = list(dict.fromkeys(parse_selection(s) for s in selects))
-    except ValueError as exc:
-        fail(str(exc))
+    selections = list(dict.fromkeys(parse_selection(s) for s in selects))
     formats = list(dict.fromkeys(fmts or ("csv",)))
     if push_name:
         check_argilla()  # before any work

@@ -7,17 +7,15 @@ import sys
 import click
 
 from rmjudge.cli.common import engine_activity, make_progress, status
-from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings
+from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
 from rmjudge.errors import EXIT_STRICT, UserError
-from rmjudge.interrupts import graceful
 
 
 run_options = combine_options([
-    click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
-                 help="Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=."),
+    map_option,
     click.option("--limit", type=click.IntRange(min=1), default=None,
                  help="Read only the first N rows."),
     click.option("--shard", default=None, metavar="I/N",
@@ -70,18 +68,13 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
     Hub dataset (with --config/--split; needs the hub extra), or - for JSONL on stdin. Every
     form: docs/inputs.md."""
     source = input_source(source, kw)
+    opts = parse_run_options(kw)
     if dry_run:
-        from rmjudge.dryrun import dry_run as run_dry
-        from rmjudge.settings import SettingsError
+        from rmjudge import run
 
-        js, es, run = parse_run_options(kw)
-        if run["server"] is not None:
-            raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
-        with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
-            report = run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"])
-        click.echo(report.render())
+        click.echo(run.dry_run(source, opts).render())
         return
-    summary = judge_input(source, output, kw, quiet=quiet)
+    summary = judge_input(source, output, opts, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:
         raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
                         f"{summary.errors} of them in the errors table of "
@@ -92,98 +85,35 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
 
 
 def parse_run_options(kw: dict):
-    """(JudgeSettings, EngineSettings, run options) from the options of `judge_options`,
-    `engine_options` and `run_options`; bad values raise SettingsError."""
+    """The `RunOptions` (rmjudge.run) of the options of `judge_options`, `engine_options`,
+    `server_options` and `run_options` (popped from kw); bad values raise SettingsError."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.settings import SettingsError
+    from rmjudge.run import RunOptions, parse_shard
 
-    try:
-        js = judge_settings(kw)
-        es = engine_settings(kw)
-        labels = label_settings(kw)
-        mapping = parse_map(kw.pop("mapping"))
-        run = {"mapper": build_mapper(mapping, js.seed, labels), "mapping": mapping,
-               "limit": kw.pop("limit"),
-               "shard": parse_shard(kw.pop("shard")), "commit_every": kw.pop("commit_every"),
-               "overwrite": kw.pop("overwrite"),
-               "rejudge_changed": kw.pop("rejudge_changed"),
-               "server": server_settings(kw)}
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-    return js, es, run
+    js = judge_settings(kw)
+    es = engine_settings(kw)
+    labels = label_settings(kw)
+    mapping = parse_map(kw.pop("mapping"))
+    return RunOptions(js, es, build_mapper(mapping, js.seed, labels), mapping,
+                      limit=kw.pop("limit"), shard=parse_shard(kw.pop("shard")),
+                      commit_every=kw.pop("commit_every"), overwrite=kw.pop("overwrite"),
+                      rejudge_changed=kw.pop("rejudge_changed"), server=server_settings(kw))
 
 
-def judge_input(source: str, output: str | None, kw: dict, quiet: bool = False, engine=None):
-    """Judge `source` into `output` as `rmjudge score` does (for `score` and for `eval` on
-    unjudged input); prints progress and the summary to stderr. Returns the Summary.
+def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):
+    """Judge `source` into `output` (rmjudge.run.judge_input) with progress and the summary on
+    stderr. Returns the Summary."""
+    from rmjudge import run
 
-    Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
-    loads, so one that arrives while llama.cpp loads it is not lost."""
-    with graceful():
-        return _judge_input(source, output, kw, quiet, engine)
+    def progress(total, engine):
+        return make_progress(True, total, activity=engine_activity(engine))
 
-
-def _judge_input(source: str, output: str | None, kw: dict, quiet: bool, engine):
-    from rmjudge.engine import load_engine
-    from rmjudge.io.readers import count_rows, detect_format
-    from rmjudge.models import resolve_model
-    from rmjudge.pipeline import check_output, default_output, score
-
-    js, es, run = parse_run_options(kw)
-    if output is not None and not output.strip():
-        from rmjudge.settings import SettingsError
-
-        raise SettingsError("-o is empty; give an output file name, or leave -o out for "
-                            "INPUT.judged.duckdb")
-    detect_format(source)  # a missing or unreadable input fails before the model loads
-    check_output(source, output or default_output(source))  # so does an unusable output
-    if engine is None and run["server"] is not None:
-        engine = load_engine(es, server=run["server"])
-        status(f"rmjudge: {engine.describe()}", quiet)
-    elif engine is None:
-        status(f"rmjudge: loading the judge {resolve_model(es.model)} ...", quiet)
-        try:
-            engine = load_engine(es)
-        except KeyboardInterrupt:
-            from rmjudge.pipeline import Interrupted
-
-            raise Interrupted("interrupted while the judge was loading, before any pair was "
-                              "judged; rerun the same command to start") from None
-    limit = run["limit"]
-    total = None if quiet else count_rows(source)
-    progress = make_progress(not quiet, min(total, limit) if total is not None and limit else total,
-                             activity=engine_activity(engine))
-
-    def announce(line: str) -> None:  # above the progress display, never inside it
-        if not quiet:
-            progress.note(f"rmjudge: {line}")
-
-    try:
-        summary = score(source, engine, js, output=output, mapper=run["mapper"],
-                        overwrite=run["overwrite"], limit=limit, shard=run["shard"],
-                        commit_every=run["commit_every"], on_progress=progress,
-                        rejudge_changed=run["rejudge_changed"],
-                        announce=announce)
-    except KeyboardInterrupt:  # before the run's own handling began, or after it ended
-        from rmjudge.pipeline import Interrupted
-
-        raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
-                          "resume") from None
-    finally:
-        progress.close()
+    summary = run.judge_input(source, output, opts, engine=engine,
+                              status=lambda line: status(line, quiet),
+                              progress=None if quiet else progress)
     if not quiet:
         click.echo(render_summary(summary), err=True)
-    summary.engine = engine
     return summary
-
-
-def parse_shard(spec: str | None) -> tuple[int, int] | None:
-    if spec is None:
-        return None
-    i, sep, n = spec.partition("/")
-    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
-        raise ValueError(f"--shard must look like I/N with 0 <= I < N, got {spec!r}")
-    return int(i), int(n)
 
 
 def judgment_lines(s, total: int) -> list[str]:

@@ -14,6 +14,15 @@ from rmjudge.cli.options import combine_options
 from rmjudge.extras import install_hint
 
 
+def server_default(name: str):
+    """A `ServerSettings` field's default: the dataclass is where it is written."""
+    from dataclasses import fields
+
+    from rmjudge.engine.server import ServerSettings
+
+    return next(f.default for f in fields(ServerSettings) if f.name == name)
+
+
 server_options = combine_options([
     click.option("--server", "server_url", default=None, metavar="URL",
                  help="Judge through an OpenAI-compatible server (llama-server, vLLM, SGLang), "
@@ -21,11 +30,14 @@ server_options = combine_options([
                  f"{install_hint('server')}."),
     click.option("--server-model", default=None, metavar="NAME",
                  help="Model name on the server (default: the only one it serves)."),
-    click.option("--server-concurrency", default=32, show_default=True, metavar="K",
+    click.option("--server-concurrency", default=server_default("concurrency"), show_default=True,
+                 metavar="K",
                  help="HTTP requests in flight."),
-    click.option("--server-retries", default=6, show_default=True, metavar="N",
+    click.option("--server-retries", default=server_default("retries"), show_default=True,
+                 metavar="N",
                  help="Retries of a request on 429/5xx/connection errors (exponential backoff)."),
-    click.option("--server-timeout", default=600.0, show_default=True, metavar="SECONDS",
+    click.option("--server-timeout", default=server_default("timeout"), show_default=True,
+                 metavar="SECONDS",
                  help="Wait for one response at most this long."),
     click.option("--chat-template", default=None, metavar="FILE",
                  help="Jinja chat template, when the server does not expose its own "

@@ -39,13 +39,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rmjudge.engine.vocab import (FORCE_MARGIN, Tokenizer, common_prefix, context_limit,
+from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit,
                                   count_tokens, default_threads, device_name, force_plan,
                                   forced_probs, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
 from rmjudge.engine.base import RequestSource
 from rmjudge.engine.prefix_cache import PrefixCache
 from rmjudge.models import ModelError, check_gguf, resolve_model
+from rmjudge.runspec import FORCE_MARGIN, too_long_reason
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
 
@@ -275,8 +276,7 @@ class LlamaEngine:
         return groups, per_req
 
     def _too_long(self, n: str, req: GenRequest) -> str:
-        return (f"the pair needs {n} prompt tokens + {req.max_tokens} to generate, more than the "
-                f"model's context of {self.n_seq_ctx}; shorten the responses or lower --max-tokens")
+        return too_long_reason(n, req.max_tokens, self.n_seq_ctx)
 
     def _prompt_or_error(self, req: GenRequest) -> tuple[list[int], str | None]:
         """The prompt's tokens, or an error when it cannot fit the context. A prompt whose

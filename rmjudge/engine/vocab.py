@@ -18,10 +18,10 @@ from rmjudge.engine.chat import ChatTemplate, TemplateError
 from rmjudge.interrupts import c_callback
 from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
 from rmjudge.prompts import suffix_for_model
+from rmjudge.runspec import context_limit as spec_context_limit
 from rmjudge.settings import EngineSettings
 from rmjudge.types import GenRequest
 
-FORCE_MARGIN = 24  # KV cells kept for a forced-verdict continuation
 
 _BACKEND_READY = False
 
@@ -279,8 +279,8 @@ class ModelVocab:
 
 
 def context_limit(settings: EngineSettings, info: ModelInfo) -> int:
-    """Tokens one sequence may hold: --ctx-size, at most the model's training context."""
-    return min(settings.n_ctx or info.n_ctx_train, info.n_ctx_train)
+    """Tokens one sequence may hold (the run spec's rule, rmjudge.runspec.context_limit)."""
+    return spec_context_limit(settings.n_ctx, info.n_ctx_train)
 
 
 def uses_gpu(settings: EngineSettings) -> bool:

@@ -43,6 +43,12 @@ class RowFailure:
     reason: str
     raw: str | None = None
     id: str | None = None
+    duplicate_of: int | None = None  # a duplicate id: the row that gave it first
+
+    @classmethod
+    def unjudged(cls, pair: Pair, reason: str) -> "RowFailure":
+        """A pair the judge could not judge (`rmjudge.judge.Failure`), as an error row."""
+        return cls(pair.row_number, f"row {pair.row_number}: {reason}", None, pair.id)
 
     def as_error(self) -> dict:
         """The row of the store's `errors` table."""
@@ -70,6 +76,20 @@ def raw_text(obj: dict | str | bytes) -> str:
 def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
     return (f"row {row_number}: duplicate id {pid!r} (first seen on row {first_row}); give each "
             "pair a unique id")
+
+
+def checked_rows(source: str, mapper: Mapper, limit: int | None = None) -> Iterator[RawRow]:
+    """The raw rows of `source`; labels that need `--label-values` stop here, before anything
+    is judged (`check_labels` over the first rows, at most `limit`)."""
+    from rmjudge.io.mapping import check_labels
+    from rmjudge.io.readers import read_rows
+
+    return check_labels(mapper, read_rows(source), source, **({"max_rows": limit} if limit else {}))
+
+
+def open_intake(source: str, mapper: Mapper, limit: int | None = None) -> "Intake":
+    """`source` as pairs and row failures: `checked_rows` through an `Intake`."""
+    return Intake(checked_rows(source, mapper, limit), mapper, limit=limit)
 
 
 def input_identity(source: str, first: RawRow | None) -> dict | None:
@@ -187,7 +207,7 @@ class Intake:
             if pair.id in seen:
                 self.failures += 1
                 yield RowFailure(rn, duplicate_reason(rn, pair.id, seen[pair.id]),
-                                 raw_text(raw.obj), pair.id)
+                                 raw_text(raw.obj), pair.id, duplicate_of=seen[pair.id])
                 continue
             seen[pair.id] = rn
             old, same = self._stored_version(pair, raw.obj) if self.judged else (None, False)

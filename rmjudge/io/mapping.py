@@ -28,6 +28,7 @@ from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, LabelVa
                                letter_label, listing, parse_label_values, show_value)
 from rmjudge.io.messages import RowError
 from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
+from rmjudge.settings import SettingsError
 from rmjudge.types import Message, Pair
 
 __all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
@@ -39,7 +40,8 @@ LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging
 
 
 def parse_map(spec: str | None) -> dict[str, str]:
-    """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}."""
+    """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}; a malformed
+    spec raises SettingsError."""
     out: dict[str, str] = {}
     if not spec:
         return out
@@ -49,12 +51,12 @@ def parse_map(spec: str | None) -> dict[str, str]:
         key, sep, col = part.partition("=")
         key, col = key.strip(), col.strip()
         if not sep or not col:
-            raise ValueError(f"--map entry {part!r} must look like key=column")
+            raise SettingsError(f"--map entry {part!r} must look like key=column")
         if key not in MAP_KEYS:
-            raise ValueError(f"--map key {key!r} is not one of {', '.join(MAP_KEYS)}")
+            raise SettingsError(f"--map key {key!r} is not one of {', '.join(MAP_KEYS)}")
         out[key] = col
     if ("a" in out or "b" in out) and ("chosen" in out or "rejected" in out):
-        raise ValueError("--map takes either a=/b= (with label=) or chosen=/rejected=, not both")
+        raise SettingsError("--map takes either a=/b= (with label=) or chosen=/rejected=, not both")
     return out
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from rmjudge.analysis.jury import JURY_MARK
 from rmjudge.analysis.tables import JudgedTable, TableError
+from rmjudge.settings import SettingsError
 from rmjudge.sql import quote_ident
 
 RULES = ("flipped", "low-confidence", "disagree-with-gold", "jury-split")
@@ -47,10 +48,11 @@ def parse_selection(text: str) -> Selection:
         except ValueError:
             n = -1
         if n < 1:
-            raise ValueError(f"--select {text}: random:N needs a whole number N of at least 1")
+            raise SettingsError(f"--select {text}: random:N needs a whole number N of at least "
+                                "1")
         return Selection("random", n)
-    raise ValueError(f"--select {text}: choose flipped, low-confidence, disagree-with-gold, "
-                     "jury-split or random:N")
+    raise SettingsError(f"--select {text}: choose flipped, low-confidence, disagree-with-gold, "
+                        "jury-split or random:N")
 
 
 def slot_key(response_a: str | None, response_b: str | None) -> str:

@@ -1,0 +1,145 @@
+"""One run set-up under every front door: typed options -> engine -> intake -> Judge -> store.
+
+`RunOptions` holds what a scoring run is given (the judge, engine and server settings, how rows
+become pairs, and the run's own options). `load_judge_engine` loads the engine the way every
+command does; `dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's
+orchestration (input and output checks before the model loads, engine loading, row counting,
+`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench` and the library
+share them; the CLI only parses options into `RunOptions` and prints what the hooks hand it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from rmjudge.io.mapping import Mapper
+from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
+
+if TYPE_CHECKING:
+    from rmjudge.engine.server import ServerSettings
+    from rmjudge.pipeline import Summary
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a scoring run is given besides its input and output."""
+
+    judge: JudgeSettings
+    engine: EngineSettings
+    mapper: Mapper
+    mapping: dict
+    limit: int | None = None
+    shard: tuple[int, int] | None = None
+    commit_every: int = 8
+    overwrite: bool = False
+    rejudge_changed: bool = False
+    server: "ServerSettings | None" = None
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """`--shard I/N` as (I, N); a malformed one raises SettingsError."""
+    if spec is None:
+        return None
+    i, sep, n = spec.partition("/")
+    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
+        raise SettingsError(f"--shard must look like I/N with 0 <= I < N, got {spec!r}")
+    return int(i), int(n)
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
+def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None,
+                      status: Callable[[str], None] = _quiet):
+    """The judge's engine: the server's when `server` is given, else the local model. `status`
+    hears one line about it ("rmjudge: ..."). Ctrl-C while the model loads becomes
+    `Interrupted`."""
+    from rmjudge.engine import load_engine
+    from rmjudge.models import resolve_model
+
+    if server is not None:
+        engine = load_engine(es, server=server)
+        status(f"rmjudge: {engine.describe()}")
+        return engine
+    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...")
+    try:
+        return load_engine(es)
+    except KeyboardInterrupt:
+        from rmjudge.pipeline import Interrupted
+
+        raise Interrupted("interrupted while the judge was loading, before any pair was "
+                          "judged; rerun the same command to start") from None
+
+
+def check_run_paths(source: str, output: str | None) -> None:
+    """A missing or unreadable input and an unusable output fail before any model loads."""
+    from rmjudge.io.readers import detect_format
+    from rmjudge.pipeline import check_output, default_output
+
+    if output is not None and not output.strip():
+        raise SettingsError("-o is empty; give an output file name, or leave -o out for "
+                            "INPUT.judged.duckdb")
+    detect_format(source)
+    check_output(source, output or default_output(source))
+
+
+def dry_run(source: str, opts: RunOptions):
+    """`score --dry-run`: the input validated and the work estimated with the tokenizer only
+    (rmjudge.dryrun); the in-process engine's work, so not with a server."""
+    from rmjudge.dryrun import dry_run as estimate
+    from rmjudge.interrupts import graceful
+
+    if opts.server is not None:
+        raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
+    with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
+        return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit)
+
+
+def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,
+                status: Callable[[str], None] = _quiet,
+                progress: Callable[[int | None, Any], Any] | None = None) -> "Summary":
+    """Judge `source` into `output` (as `rmjudge score` does). `engine`: one already loaded
+    (else `load_judge_engine`). `status` hears one-line notes; `progress(total, engine)`
+    (total: the input's rows, at most `--limit`) makes the progress display, which is called
+    with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
+    it the rows are not counted. Returns the Summary, with the engine that judged.
+
+    Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
+    loads, so one that arrives while llama.cpp loads it is not lost."""
+    from rmjudge.interrupts import graceful
+
+    with graceful():
+        return _judge_input(source, output, opts, engine, status, progress)
+
+
+def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> "Summary":
+    from rmjudge.io.readers import count_rows
+    from rmjudge.pipeline import Interrupted, score
+
+    check_run_paths(source, output)
+    if engine is None:
+        engine = load_judge_engine(opts.engine, opts.server, status)
+    display = None
+    if progress is not None:
+        total = count_rows(source)
+        if total is not None and opts.limit:
+            total = min(total, opts.limit)
+        display = progress(total, engine)
+    try:
+        summary = score(source, engine, opts.judge, output=output, mapper=opts.mapper,
+                        overwrite=opts.overwrite, limit=opts.limit, shard=opts.shard,
+                        commit_every=opts.commit_every, on_progress=display,
+                        rejudge_changed=opts.rejudge_changed,
+                        announce=(lambda line: display.note(f"rmjudge: {line}"))
+                        if display is not None else None,
+                        n_ctx=opts.engine.n_ctx)
+    except KeyboardInterrupt:  # before the run's own handling began, or after it ended
+        raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
+                          "resume") from None
+    finally:
+        if display is not None:
+            display.close()
+    summary.engine = engine
+    return summary

@@ -1,0 +1,286 @@
+"""One run set-up (rmjudge.run), one run spec (rmjudge.runspec) and typed errors end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from helpers import pref, refl
+
+from rmjudge.engine.fake import FAKE_INFO, ScriptedEngine, stage_of
+from rmjudge.io.intake import Intake, RowFailure
+from rmjudge.io.mapping import Mapper, parse_map
+from rmjudge.io.readers import RawRow
+from rmjudge.judge import Judge
+from rmjudge.pipeline import Summary
+from rmjudge.run import RunOptions, judge_input, parse_shard
+from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge import runspec
+
+
+def _respond(req, i):
+    return refl(1) if stage_of(req) == "reflection" else pref(1, -0.2, "fine")
+
+
+def _pairs(tmp_path, n: int = 3) -> str:
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i}",
+                                       "chosen": f"good {i}", "rejected": f"bad {i}"}) + "\n"
+                           for i in range(n)))
+    return str(src)
+
+
+def _opts(**kw) -> RunOptions:
+    js = JudgeSettings(samples=1, seed=0, forced=False, max_tokens=16)
+    return RunOptions(js, EngineSettings(), Mapper({}, seed=0), {}, **kw)
+
+
+# -- one run set-up ---------------------------------------------------------------------------
+
+def test_library_run_setup_judges_with_a_given_engine_and_returns_it(tmp_path):
+    engine = ScriptedEngine(_respond)
+    out = str(tmp_path / "out.duckdb")
+    lines: list[str] = []
+    made: list = []
+
+    class Display:
+        def __init__(self, total):
+            self.total, self.calls, self.notes, self.closed = total, 0, [], False
+
+        def __call__(self, prog):
+            self.calls += 1
+
+        def note(self, line):
+            self.notes.append(line)
+
+        def close(self):
+            self.closed = True
+
+    def progress(total, eng):
+        assert eng is engine
+        made.append(Display(total))
+        return made[-1]
+
+    summary = judge_input(_pairs(tmp_path), out, _opts(limit=2), engine=engine,
+                          status=lines.append, progress=progress)
+    assert summary.engine is engine
+    assert (summary.judged, summary.rows_read) == (2, 2)
+    assert made and made[0].total == 2 and made[0].closed and made[0].calls >= 1
+    assert lines == []  # no engine was loaded, so nothing was said about one
+    with duckdb.connect(out, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM pairs").fetchone()[0] == 2
+
+
+def test_the_summary_declares_the_engine_that_judged():
+    assert "engine" in {f.name for f in dataclasses.fields(Summary)}
+
+
+def test_run_setup_checks_the_output_before_any_engine_loads(tmp_path, monkeypatch):
+    import rmjudge.engine
+
+    def boom(*a, **k):
+        raise AssertionError("the engine must not load")
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", boom)
+    with pytest.raises(SettingsError, match="-o is empty"):
+        judge_input(_pairs(tmp_path), " ", _opts())
+
+
+def test_shard_and_map_errors_are_typed_settings_errors():
+    with pytest.raises(SettingsError, match="--shard must look like I/N"):
+        parse_shard("3/2")
+    with pytest.raises(SettingsError, match="--map key 'x'"):
+        parse_map("x=y")
+
+
+# -- one run spec ------------------------------------------------------------------------------
+
+def test_judge_resolves_the_spec_with_the_context_size():
+    js = JudgeSettings(samples=1, max_tokens=16)
+    assert Judge(ScriptedEngine(_respond), js, n_ctx=512).spec.context == 512
+    assert Judge(ScriptedEngine(_respond), js).spec.context == FAKE_INFO.n_ctx_train
+
+
+def test_one_context_rule_and_one_too_long_message():
+    from rmjudge.engine import llama, vocab
+
+    assert llama.FORCE_MARGIN is runspec.FORCE_MARGIN
+    assert not hasattr(vocab, "FORCE_MARGIN")
+    info = dataclasses.replace(FAKE_INFO, n_ctx_train=2048)
+    for n_ctx, want in ((None, 2048), (0, 2048), (512, 512), (9999, 2048)):
+        assert vocab.context_limit(EngineSettings(n_ctx=n_ctx), info) == want
+        assert runspec.resolve(JudgeSettings(), info, n_ctx).context == want
+    spec = runspec.resolve(JudgeSettings(max_tokens=256), info, 1024)
+    assert spec.too_long_reason(900) == runspec.too_long_reason(900, 256, 1024) == (
+        "the pair needs 900 prompt tokens + 256 to generate, more than the model's context of "
+        "1024; shorten the responses or lower --max-tokens")
+
+
+def test_training_rollouts_take_the_run_specs_suffix(monkeypatch):
+    from training import rollouts
+
+    engine = ScriptedEngine(_respond)
+    engine.info = dataclasses.replace(FAKE_INFO, prompt_suffix=" /think")
+    sampling = rollouts.SamplingSettings(samples=2)
+    assert rollouts.EngineRollouts(engine, sampling).suffix == " /think"
+    assert rollouts.EngineRollouts(engine, sampling, "").suffix == ""
+    calls = []
+    monkeypatch.setattr(rollouts, "prompt_suffix",
+                        lambda model, given=None: calls.append(given) or "S")
+    assert rollouts.EngineRollouts(engine, sampling).suffix == "S" and calls == [None]
+
+
+# -- typed errors, no message matching ---------------------------------------------------------
+
+def test_a_duplicate_id_is_marked_by_type_not_by_its_message():
+    rows = [RawRow(1, {"id": "x", "prompt": "p", "chosen": "a", "rejected": "b"}, None, None),
+            RawRow(2, {"id": "x", "prompt": "q", "chosen": "c", "rejected": "d"}, None, None)]
+    items = list(Intake(iter(rows), Mapper({}, seed=0)))
+    dup = items[1]
+    assert isinstance(dup, RowFailure) and dup.duplicate_of == 1 and dup.id == "x"
+    assert not isinstance(items[0], RowFailure)
+
+
+def test_an_engine_error_that_mentions_interruption_is_a_failure_not_an_interrupt(tmp_path):
+    from rmjudge.pipeline import score
+
+    def respond(req, i):
+        raise RuntimeError("connection interrupted by the peer")
+
+    out = str(tmp_path / "out.duckdb")
+    with pytest.raises(RuntimeError, match="connection interrupted"):
+        score(_pairs(tmp_path), ScriptedEngine(respond), JudgeSettings(samples=1, max_tokens=16),
+              output=out)
+    with duckdb.connect(out, read_only=True) as con:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("failed",)]
+
+
+def test_train_cli_reports_user_errors_and_leaves_bugs_alone(tmp_path, monkeypatch):
+    import training.cli as tcli
+
+    src = _pairs(tmp_path)
+    out = str(tmp_path / "train.jsonl")
+    r = CliRunner().invoke(tcli.main, ["build-data", src, "-o", out, "--map", "x=y"])
+    assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+    def bug(*a, **k):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(tcli, "build_data", bug)
+    monkeypatch.setattr(tcli, "_rollout_source", lambda *a, **k: (None, "scripted"))
+    r = CliRunner().invoke(tcli.main, ["build-data", src, "-o", out])
+    assert isinstance(r.exception, ValueError) and "Error: an internal bug" not in r.output
+
+
+# -- one option generator ------------------------------------------------------------------------
+
+def _params(cmd) -> dict:
+    return {p.name: p for p in cmd.params}
+
+
+def test_ray_training_and_judge_options_come_from_their_dataclasses():
+    from rmjudge.cli.ray_score import command as ray_score
+    from rmjudge.ray_runner import RaySettings
+    from training.cli import main as train
+    from training.grpo import GRPOSettings
+    from training.sft import SFTSettings
+
+    for cls, cmd in ((RaySettings, ray_score), (GRPOSettings, train.commands["grpo"]),
+                     (SFTSettings, train.commands["sft"])):
+        params = _params(cmd)
+        for f in dataclasses.fields(cls):
+            p = params[f.name]
+            if f.metadata.get("argument"):
+                assert p.param_type_name == "argument"
+                continue
+            assert p.help == f.metadata["help"], (cls.__name__, f.name)
+            if f.default is dataclasses.MISSING:
+                assert p.required, (cls.__name__, f.name)
+            else:
+                assert p.default == f.default and not p.required, (cls.__name__, f.name)
+            if isinstance(f.default, bool):
+                assert p.secondary_opts == [f"--no-{f.name.replace('_', '-')}"]
+    assert _params(train.commands["grpo"])["output_dir"].opts == ["--output-dir", "-o"]
+    assert _params(ray_score)["cpus_per_worker"].type.name == "float"
+
+
+def test_map_is_declared_once():
+    from rmjudge.cli.ray_score import command as ray_score
+    from rmjudge.cli.score import command as score
+    from training.cli import main as train
+
+    maps = [_params(c)["mapping"] for c in (score, ray_score, train.commands["build-data"])]
+    assert len({(tuple(p.opts), p.help, p.metavar) for p in maps}) == 1
+
+
+def test_ray_settings_errors_reach_the_user_as_one_line(tmp_path):
+    from rmjudge.cli import main
+
+    r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
+                                  "--workers", "0"])
+    assert r.exit_code == 1 and "Error: --workers must be at least 1" in r.output, r.output
+
+
+def test_bad_option_values_are_settings_errors_at_their_source():
+    from rmjudge.analysis.compare import CompareSettings
+    from rmjudge.analysis.filter import FilterSettings
+    from rmjudge.review.select import parse_selection
+
+    with pytest.raises(SettingsError, match="--resamples"):
+        CompareSettings(resamples=0)
+    with pytest.raises(SettingsError, match="--min-confidence"):
+        FilterSettings(min_confidence=2.0)
+    with pytest.raises(SettingsError, match="--select bogus"):
+        parse_selection("bogus")
+
+
+def test_commands_report_typed_errors_without_rewrapping(tmp_path):
+    from rmjudge.cli import main
+
+    runner = CliRunner()
+    r = runner.invoke(main, ["filter", str(tmp_path / "t.duckdb"), "--min-confidence", "2"])
+    assert r.exit_code == 1 and "Error: --min-confidence must be between 0 and 1" in r.output
+    r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
+                             "x=y"])
+    assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+
+def test_the_judge_model_option_is_declared_once():
+    from rmjudge.cli.models import command as models
+    from rmjudge.cli.score import command as score
+
+    a, b = _params(models)["model"], _params(score)["model"]
+    assert (a.opts, a.help, a.envvar, a.metavar) == (b.opts, b.help, b.envvar, b.metavar)
+
+
+def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
+    import importlib
+
+    import rmjudge.cli.server_options as so
+    import rmjudge.engine.server as server
+
+    @dataclasses.dataclass(frozen=True)
+    class Other(server.ServerSettings):
+        concurrency: int = 5
+        retries: int = 2
+        timeout: float = 9.0
+
+    monkeypatch.setattr(server, "ServerSettings", Other)
+    try:
+        fresh = importlib.reload(so)
+
+        @fresh.server_options
+        def cmd(**kw):
+            pass
+
+        import click
+
+        params = _params(click.command()(cmd))
+        assert (params["server_concurrency"].default, params["server_retries"].default,
+                params["server_timeout"].default) == (5, 2, 9.0)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(so)
