@@ -49,7 +49,7 @@ def scripted_rollouts(prompts, trainer):
     tok = trainer.processing_class
     prompt_ids, completion_ids = [], []
     for i, p in enumerate(prompts):
-        task = "refl" if "## Critiques for Judgment" in p else "pref"
+        task = "refl" if "## The two critiques" in p else "pref"
         text = completion_text(task, "scripted analysis", 1 + i % 2)
         prompt_ids.append(tok(p).input_ids)
         completion_ids.append(tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])

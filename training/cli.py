@@ -232,7 +232,7 @@ def settings_options(cls, required=_REQUIRED):
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def grpo_cmd(resume, quiet, **kw):
     """GRPO + QLoRA on the unified data; saves checkpoints, the adapter and a greedy eval."""
-    from training.grpo import train
+    from training.grpo import format_length_report, train
 
     def progress(rec: dict) -> None:
         keys = ("reward", "reward_pref", "reward_refl", "parse_failure_rate", "kl", "loss")
@@ -242,11 +242,13 @@ def grpo_cmd(resume, quiet, **kw):
 
     try:
         settings = GRPOSettings(**kw)
-        summary = train(settings, resume=resume, progress=progress)
+        summary = train(settings, resume=resume, progress=progress,
+                        say=lambda t: _say(quiet, t))
     except USER_ERRORS as exc:
         _fail(exc)
     click.echo(f"adapter: {summary['adapter']}  ({summary['steps']} steps, "
                f"{summary['train_examples']} training examples)")
+    click.echo("prompt length filter: " + format_length_report(summary["prompt_length_filter"]))
     if summary["eval"]:
         click.echo("held-out eval: " + json.dumps(summary["eval"]))
     click.echo(f"summary: {Path(settings.output_dir) / 'training.json'}")
