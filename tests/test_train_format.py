@@ -185,10 +185,11 @@ def test_score_refuses_a_lora_of_another_prompt_format_before_judging(tmp_path, 
     out = tmp_path / "o.jsonl"
     r = CliRunner().invoke(main, ["score", PANDALM, "-o", str(out), "--lora", lora,
                                   "--model", model_path, "--samples", "2", "--max-tokens", "8"])
-    assert r.exit_code != 0, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
-    assert lora in lines[0] and "prompt format 2" in lines[0] and "retrain it" in lines[0]
+    assert r.exit_code == 1, r.output
+    errors = [ln for ln in r.output.splitlines() if "Error" in ln]
+    assert len(errors) == 1 and errors[0].startswith("Error: "), r.output
+    assert lora in errors[0] and "prompt format 2" in errors[0] and "retrain it" in errors[0]
+    assert "judging" not in r.output.replace(errors[0], "")  # refused before any pair
     assert not out.exists() and not list(tmp_path.glob("*.duckdb"))
 
 
@@ -280,3 +281,26 @@ def test_length_filter_leaves_data_that_fits_untouched():
     only_pref = _synthetic(8, 0, 0)
     kept, rep = filter_by_length(only_pref, _words, 5, True, 0)  # all too long, no crash
     assert kept == [] and rep["pref"]["too_long"] == 8 and rep["ratio_after"] == "0:0"
+
+
+def test_resuming_a_format_2_run_is_refused_with_one_error_line(tmp_path, model_path):
+    import duckdb
+
+    from rmjudge.cli import main
+
+    out = str(tmp_path / "o.duckdb")
+    args = ["score", PANDALM, "-o", out, "--model", model_path, "--limit", "1", "--samples", "2",
+            "--max-tokens", "8", "--orders", "ab"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    con = duckdb.connect(out)  # as rmjudge 0.4.0 (format 2) would have recorded it
+    old = orjson.loads(con.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
+    assert old["prompt_format"] == PROMPT_FORMAT
+    old["prompt_format"] = 2
+    con.execute("UPDATE meta SET value = ? WHERE key = 'settings'", [orjson.dumps(old).decode()])
+    con.close()
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1, r.output
+    errors = [ln for ln in r.output.splitlines() if "Error" in ln or "Traceback" in ln]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: {out} holds results made with "
+                                                      "other settings (prompt_format 2 -> 3)")
