@@ -133,7 +133,8 @@ def lora(adapter: str, base: str | None, out: str, outtype: str, overwrite: bool
 
     r = _run(export_lora, lambda: LoraExportConfig(adapter, out, base, outtype, overwrite))
     click.echo(f"{r.path}: {r.architecture} LoRA, {r.modules} matrices, rank {r.rank}, "
-               f"alpha {r.alpha:g}, {_mib(r.bytes)}")
+               f"alpha {r.alpha:g}, {_mib(r.bytes)}, prompt format "
+               f"{r.prompt_format if r.prompt_format is not None else 'not recorded'}")
 
 
 @main.command()

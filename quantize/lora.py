@@ -12,6 +12,9 @@ llama.cpp adds `scale * alpha / r * B @ A` to the matrix, r being read from each
 - For the llama architecture the rows of q/k are reordered for llama.cpp's RoPE layout in the
   base model (see `quantize.families`); a LoRA's delta B @ A lives in the same row space, so
   the rows of B for q_proj/k_proj get the same reordering (A is untouched).
+- The prompt format the adapter was trained on (`rmjudge.json` in the adapter folder, written
+  by `rmjudge-train`) is copied to the metadata key `rmjudge.prompt_format`; scoring with
+  `--lora` refuses an adapter of another format (rmjudge/adapter_format.py).
 - Not representable in this format, refused with a message: DoRA, LoRA biases, modules_to_save
   (full replacement weights), embedding LoRAs, and an lm_head LoRA on a model with tied
   embeddings. Merge such adapters instead (`merge`, then `convert`).
@@ -27,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rmjudge.adapter_format import GGUF_KEY, read_adapter_info
 
 from quantize.config import ExportError, LoraExportConfig, check_lora_output
 from quantize.convert import encode, nbytes, to_numpy
@@ -45,6 +50,7 @@ class LoraResult:
     rank: int
     modules: int
     bytes: int
+    prompt_format: int | None = None  # from the adapter folder's rmjudge.json; None: unrecorded
 
 
 def base_config(base: str) -> dict[str, Any]:
@@ -200,6 +206,8 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
     if not arrays:
         raise ExportError(f"{adapter_dir} has no LoRA matrices for modules llama.cpp knows")
 
+    prompt_format = read_adapter_info(adapter_dir)
+
     def produce(tmp: str) -> None:
         writer = gguf.GGUFWriter(tmp, family.arch_name)
         try:
@@ -207,6 +215,8 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
             writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
             writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha_out)
             writer.add_name(adapter_dir.resolve().name)
+            if prompt_format is not None:
+                writer.add_uint32(GGUF_KEY, prompt_format)
             for name, arr in arrays:
                 writer.add_tensor_info(name, arr.shape, np.dtype(np.float32),
                                        nbytes(arr.shape, qtype), raw_dtype=qtype)
@@ -222,7 +232,8 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
 
     write_produced(str(out), produce, check=lambda: check_lora_output(cfg))
     return LoraResult(path=str(out), architecture=family.arch_name, alpha=alpha_out,
-                      rank=max_rank, modules=len(arrays) // 2, bytes=out.stat().st_size)
+                      rank=max_rank, modules=len(arrays) // 2, bytes=out.stat().st_size,
+                      prompt_format=prompt_format)
 
 
 def _natural_key(s: str):

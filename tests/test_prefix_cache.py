@@ -16,10 +16,10 @@ def test_reflection_prompt_opens_with_the_rollout_prompt_up_to_its_task():
     pref = prompts.pref_messages(CONV, "Rayleigh scattering.", "It reflects the sea.", " /x")
     refl = prompts.refl_messages(CONV, "Rayleigh scattering.", "It reflects the sea.",
                                  "Critique one.", "Critique two.", " /x")
-    head = pref[0]["content"].split("## Task\n")[0]
+    head = pref[0]["content"].split("## Your task\n")[0]
     assert "It reflects the sea." in head and "Why is the sky blue?" in head
     assert refl[0]["content"].startswith(head)
-    assert refl[0]["content"][len(head):].startswith("## Critiques for Judgment\n")
+    assert refl[0]["content"][len(head):].startswith("## Your task\nBelow are two critiques")
     assert refl[0]["content"].endswith(" /x")
 
 

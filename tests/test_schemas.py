@@ -282,7 +282,7 @@ def longer_judge(req, i):
         return refl(1)
     body = req.messages[-1]["content"]
     r1 = first_slot_response(req)
-    r2 = body.split("### Response 2\n", 1)[1].split("\n\n## Task", 1)[0]
+    r2 = body.split("### Response 2\n", 1)[1].split("\n\n## Your task", 1)[0]
     return pref(1 if len(r1) >= len(r2) else 2, -0.2, f"analysis {i}")
 
 

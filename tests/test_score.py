@@ -23,7 +23,7 @@ def length_judge(req, i):
         return refl(1 if i % 2 == 0 else 2)
     body = req.messages[-1]["content"]
     r1 = first_slot_response(req)
-    r2 = body.split("### Response 2\n", 1)[1].split("\n\n## Task", 1)[0]
+    r2 = body.split("### Response 2\n", 1)[1].split("\n\n## Your task", 1)[0]
     pred = 1 if len(r1) >= len(r2) else 2
     if i % 3 == 2:
         pred = 3 - pred
@@ -135,20 +135,28 @@ def test_other_settings_on_the_same_output_are_refused(tmp_path):
     assert s.judged == 5
 
 
-def test_an_output_made_with_an_older_prompt_format_is_not_resumed(tmp_path):
-    # a run of rmjudge 0.3.0 recorded no prompt_format; its reflections were worded otherwise
+@pytest.mark.parametrize("old_format", [None, 2])
+def test_an_output_made_with_an_older_prompt_format_is_not_resumed(tmp_path, old_format):
+    # a run of rmjudge 0.3.0 recorded no prompt_format; 0.4.0 wrote format 2, whose
+    # reflection prompt was worded otherwise
     import duckdb
     import orjson
+
+    from rmjudge.prompts import PROMPT_FORMAT
 
     out = str(tmp_path / "o.duckdb")
     src = str(DATA / "pandalm_5.jsonl")
     score(src, ScriptedEngine(length_judge), settings(), output=out, limit=1)
     con = duckdb.connect(out)
     old = orjson.loads(con.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
-    del old["prompt_format"]
+    if old_format is None:
+        del old["prompt_format"]
+    else:
+        old["prompt_format"] = old_format
     con.execute("UPDATE meta SET value = ? WHERE key = 'settings'", [orjson.dumps(old).decode()])
     con.close()
-    with pytest.raises(StoreError, match=r"other settings \(prompt_format None -> 2\)"):
+    with pytest.raises(StoreError, match=rf"other settings \(prompt_format {old_format} -> "
+                                         rf"{PROMPT_FORMAT}\)"):
         score(src, ScriptedEngine(length_judge), settings(), output=out)
 
 

@@ -49,7 +49,7 @@ def scripted_rollouts(prompts, trainer):
     tok = trainer.processing_class
     prompt_ids, completion_ids = [], []
     for i, p in enumerate(prompts):
-        task = "refl" if "## Critiques for Judgment" in p else "pref"
+        task = "refl" if "## The two critiques" in p else "pref"
         text = completion_text(task, "scripted analysis", 1 + i % 2)
         prompt_ids.append(tok(p).input_ids)
         completion_ids.append(tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id])
@@ -90,6 +90,15 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     summary = train(settings, rollout_func=scripted_rollouts)
     run = tmp_path / "run"
     assert summary["steps"] == 2
+    # the adapter carries its data's prompt format on to `rmjudge-export lora`
+    from rmjudge.adapter_format import read_adapter_info
+    from rmjudge.prompts import PROMPT_FORMAT
+
+    assert summary["prompt_format"] == PROMPT_FORMAT
+    assert read_adapter_info(run / "adapter") == PROMPT_FORMAT
+    lengths = summary["prompt_length_filter"]
+    assert lengths["pref"]["too_long"] == lengths["refl"]["too_long"] == 0
+    assert lengths["pref"]["kept"] + lengths["refl"]["kept"] == summary["train_examples"]
     assert (run / "checkpoint-2" / "trainer_state.json").exists()
     logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "reward" in r]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from helpers import first_slot_response
 
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.prompts import completion_text, parse_verdict
+from rmjudge.prompts import PROMPT_FORMAT, completion_text, parse_verdict
 from training.cache import CacheError
 from training.data import DataConfig, DataError, Stats, build_data, mix, read_examples, stats_path
 from training.rollouts import EngineRollouts, SamplingSettings
@@ -75,7 +75,7 @@ def test_refl_pairs_a_correct_and_an_incorrect_analysis_with_the_right_label(tmp
     for e in refl:
         body = e["prompt"][-1]["content"]
         c1 = body.split("### Critique 1\n", 1)[1].split("\n\n### Critique 2", 1)[0]
-        c2 = body.split("### Critique 2\n", 1)[1].split("\n\n## Task", 1)[0]
+        c2 = body.split("### Critique 2\n", 1)[1].split("\n\n## Your verdict", 1)[0]
         good_idx, bad_idx = (0, 1) if e["label"] == 1 else (1, 0)
         # rollouts 0-1 were correct, 2-3 wrong (see PLAN)
         assert int([c1, c2][good_idx].rsplit(" ", 1)[1]) < 2
@@ -207,7 +207,8 @@ def test_grpo_with_fewer_training_examples_than_one_batch_is_an_error_before_any
     assert held == 3
     ex = [{"id": f"{s}#pref", "task": "pref", "source_id": s, "label": 1,
            "prompt": [{"role": "user", "content": f"q {s}"}], "conversation": [],
-           "responses": ["a", "b"], "suffix": "", "critique_rollouts": None} for s in ids]
+           "responses": ["a", "b"], "suffix": "", "critique_rollouts": None,
+           "prompt_format": PROMPT_FORMAT} for s in ids]
     write_examples(ex, tmp_path / "d.jsonl")
     out = tmp_path / "run"
     res = CliRunner().invoke(main, ["grpo", "--model", str(tmp_path / "no-such-model"), "--data",

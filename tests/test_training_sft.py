@@ -89,7 +89,7 @@ def test_refl_targets_label_the_critique_concluding_for_the_gold_response():
     for e in ex:
         body = e["prompt"][0]["content"]
         c1 = body.split("### Critique 1\n", 1)[1].split("\n\n### Critique 2", 1)[0]
-        c2 = body.split("### Critique 2\n", 1)[1].split("\n\n## Task", 1)[0]
+        c2 = body.split("### Critique 2\n", 1)[1].split("\n\n## Your verdict", 1)[0]
         good = [c1, c2][e["label"] - 1]
         bad = [c1, c2][2 - e["label"]]
         assert good.endswith("Overall, Response 1 is better.")

@@ -2,7 +2,7 @@
 
 A crash or `kill -9` during data building loses at most the chunk in flight; a rerun reads the
 cache and samples only the items it lacks. The first line records what produced the rollouts
-(model sha256, samples, temperature, max tokens, seed, prompt suffix): a rerun with different
+(model sha256, samples, temperature, max tokens, seed, prompt suffix, prompt format): a rerun with different
 rollout settings on the same cache is refused with the differences named, because mixing
 rollouts of two settings would make the data silently inconsistent. A torn last line (the
 process died mid-write) is ignored and that item is sampled again.

@@ -192,7 +192,7 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def grpo_cmd(resume, overwrite, quiet, **kw):
     """GRPO + QLoRA on the unified data; saves checkpoints, the adapter and a greedy eval."""
-    from training.grpo import check_output, train
+    from training.grpo import check_output, format_length_report, train
 
     def progress(rec: dict) -> None:
         keys = ("reward", "reward_pref", "reward_refl", "parse_failure_rate", "kl", "loss")
@@ -203,9 +203,11 @@ def grpo_cmd(resume, overwrite, quiet, **kw):
     settings = GRPOSettings(**kw)
     check_output(settings, overwrite)
     require("rmjudge-train grpo", "train", TRAIN + ("trl",))
-    summary = train(settings, resume=resume, progress=progress, overwrite=overwrite)
+    summary = train(settings, resume=resume, progress=progress, overwrite=overwrite,
+                    say=lambda t: _say(quiet, t))
     click.echo(f"adapter: {summary['adapter']}  ({summary['steps']} steps, "
                f"{summary['train_examples']} training examples)")
+    click.echo("prompt length filter: " + format_length_report(summary["prompt_length_filter"]))
     if summary["eval"]:
         click.echo("held-out eval: " + json.dumps(summary["eval"]))
     click.echo(f"summary: {Path(settings.output_dir) / 'training.json'}")

@@ -16,7 +16,10 @@ Pipeline, per labelled item of the input (any format `rmjudge score` reads):
 6. Pref : Refl mixed at the requested ratio (4:1 by default, 1:0 for the RFT baseline): all of
    the scarcer kind are kept and the other is subsampled to the ratio; the stats say which.
 
-Every random choice is seeded from (seed, item id), so the output is reproducible.
+Every random choice is seeded from (seed, item id), so the output is reproducible. Every example
+records the prompt format it was rendered in (`prompt_format`, `rmjudge.prompts.PROMPT_FORMAT`),
+and so do the stats file and the rollout cache: GRPO refuses data of another format, and the
+adapter it trains carries the format on to scoring.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import orjson
 
 from rmjudge.io.intake import RowFailure, open_intake
 from rmjudge.io.mapping import Mapper
-from rmjudge.prompts import extract_analysis, parse_verdict, pref_messages, refl_messages
+from rmjudge.prompts import (PROMPT_FORMAT, extract_analysis, parse_verdict, pref_messages,
+                             refl_messages)
 from rmjudge.seeds import derive_seed
 
 from training.cache import CachedRollouts, RolloutCache
@@ -113,6 +117,7 @@ class Stats:
     pref_label_1: int = 0
     refl_label_1: int = 0
     rollout_settings: dict[str, Any] = field(default_factory=dict)
+    prompt_format: int = PROMPT_FORMAT
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,7 +187,7 @@ def pref_example(item: Item, suffix: str) -> dict[str, Any]:
         "id": f"{item.id}#pref", "task": "pref", "source_id": item.id, "label": item.label,
         "prompt": list(pref_messages(item.conversation, item.r1, item.r2, suffix)),
         "conversation": list(item.conversation), "responses": [item.r1, item.r2],
-        "suffix": suffix, "critique_rollouts": None,
+        "suffix": suffix, "critique_rollouts": None, "prompt_format": PROMPT_FORMAT,
     }
 
 
@@ -208,7 +213,7 @@ def refl_example(out: Outcome, suffix: str, seed: int) -> dict[str, Any] | None:
         "id": f"{item.id}#refl", "task": "refl", "source_id": item.id, "label": label,
         "prompt": list(refl_messages(item.conversation, item.r1, item.r2, c1, c2, suffix)),
         "conversation": list(item.conversation), "responses": [item.r1, item.r2],
-        "suffix": suffix, "critique_rollouts": order,
+        "suffix": suffix, "critique_rollouts": order, "prompt_format": PROMPT_FORMAT,
     }
 
 
@@ -389,6 +394,30 @@ def read_examples(path: str | Path) -> list[dict[str, Any]]:
             raise DataError(f"{path} row {i} is not a training example (needs task pref|refl, "
                             "label 1|2 and prompt); rebuild it with `rmjudge-train build-data`")
     return rows
+
+
+def data_prompt_format(rows: list[dict[str, Any]], path: str | Path) -> int | None:
+    """The prompt format of training examples (None: data built before formats were recorded,
+    i.e. format 2 or older). Examples of two formats in one file are refused."""
+    found = {r.get("prompt_format") for r in rows}
+    if len(found) > 1:
+        named = ", ".join(str(f) for f in sorted(found, key=str))
+        raise DataError(f"{path} mixes examples of prompt formats {named}; rebuild it with "
+                        "`rmjudge-train build-data`")
+    return found.pop() if found else PROMPT_FORMAT
+
+
+def check_prompt_format(rows: list[dict[str, Any]], path: str | Path) -> int:
+    """The data's prompt format, which must be this rmjudge's: an adapter trained on other
+    prompts would be refused at scoring anyway."""
+    fmt = data_prompt_format(rows, path)
+    if fmt != PROMPT_FORMAT:
+        was = ("no prompt format (built before formats were recorded: format 2 or older)"
+               if fmt is None else f"prompt format {fmt}")
+        raise DataError(f"{path} holds prompts in {was}, but this rmjudge judges with prompt "
+                        f"format {PROMPT_FORMAT}; rebuild it with `rmjudge-train build-data` "
+                        "(with a new --cache: the rollouts were prompted in the old format)")
+    return fmt
 
 
 def build_data(source: str, output: str | Path, rollout_source: RolloutSource, config: DataConfig,

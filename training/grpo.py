@@ -28,9 +28,10 @@ from typing import Any, Callable
 
 import orjson
 
+from rmjudge.adapter_format import write_adapter_info
 from rmjudge.seeds import derive_seed
 
-from training.data import DataError, read_examples
+from training.data import DataError, Stats, check_prompt_format, mix, read_examples
 from training.hf import ModelSource, load_base, load_tokenizer, materialize, render_prompt
 
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -60,10 +61,17 @@ class GRPOSettings:
     max_completion_length: int = field(default=1024, metadata={
         "help": "Max generated tokens per completion [paper]."})
     max_prompt_tokens: int = field(default=4096, metadata={
-        "help": "Examples with longer prompts are left out (counted in training.json)."})
+        "help": "Examples with longer prompts are left out (counted per task in training.json)."})
+    keep_mix: bool = field(default=True, metadata={
+        "help": "After leaving out over-long prompts (mostly Refl: they carry two analyses), "
+                "subsample the other task so the Pref:Refl mix stays as the data had it."})
     learning_rate: float = field(default=1e-5, metadata={
         "help": "Adapter learning rate (the paper's 1e-6 is for full weights; LoRA wants more)."})
-    beta: float = field(default=0.04, metadata={"help": "KL coefficient (> 0: KL is computed)."})
+    beta: float = field(default=0.04, metadata={
+        "help": "KL coefficient (> 0: KL is computed) [ours: the paper gives none]."})
+    loss_type: str = field(default="dapo", metadata={
+        "help": "TRL's GRPO loss: dapo (token mean over the whole batch: no length bias), grpo "
+                "(per-sequence token mean), dr_grpo, bnpo, ... [ours: the paper names none]."})
     warmup_ratio: float = field(default=0.03, metadata={"help": "Linear warmup share."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
@@ -190,23 +198,75 @@ def jsonl_log_callback(path: Path, progress: Callable[[dict], None] | None):
     return JsonlLog()
 
 
-def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int):
-    """TRL dataset: the rendered prompt text plus the columns the reward reads; and the token
-    ids of each prompt text as the inference engine makes them (`training.tokens`)."""
+def _task_counts(examples: list[dict]) -> dict[str, int]:
+    return {t: sum(e["task"] == t for e in examples) for t in ("pref", "refl")}
+
+
+def _ratio(counts: dict[str, int]) -> str:
+    return (f"{counts['pref'] / counts['refl']:.2f}:1" if counts["refl"]
+            else f"{counts['pref']}:0")
+
+
+def filter_by_length(examples: list[dict], n_tokens: Callable[[dict], int],
+                     max_prompt_tokens: int, keep_mix: bool, seed: int
+                     ) -> tuple[list[dict], dict[str, Any]]:
+    """Leave out examples whose prompt has more than `max_prompt_tokens` tokens and, with
+    `keep_mix`, subsample the task that lost fewer so that the Pref:Refl mix stays as the input
+    had it (Refl prompts carry two analyses and are the ones mostly over the limit; without
+    this the real mix drifts above the configured 4:1). The subsampling is
+    `training.data.mix`, as build-data mixes. Returns the kept examples and the counts per
+    task: before, dropped as too long, dropped to keep the mix, kept."""
+    before = _task_counts(examples)
+    fit = [e for e in examples if n_tokens(e) <= max_prompt_tokens]
+    fitting = _task_counts(fit)
+    kept = fit
+    if keep_mix and before["pref"] and before["refl"] and fitting != before:
+        pref = [e for e in fit if e["task"] == "pref"]
+        refl = [e for e in fit if e["task"] == "refl"]
+        if pref and refl:
+            kept = mix(pref, refl, f"{before['pref']}:{before['refl']}", seed, Stats())
+    after = _task_counts(kept)
+    report = {
+        "max_prompt_tokens": max_prompt_tokens,
+        "keep_mix": keep_mix,
+        "ratio_before": _ratio(before),
+        "ratio_after": _ratio(after),
+        **{t: {"examples": before[t], "too_long": before[t] - fitting[t],
+               "dropped_for_mix": fitting[t] - after[t], "kept": after[t]}
+           for t in ("pref", "refl")},
+    }
+    return kept, report
+
+
+def format_length_report(r: dict[str, Any]) -> str:
+    """One line of the per-task counts `filter_by_length` returns."""
+    parts = [f"{t.capitalize()} kept {r[t]['kept']} of {r[t]['examples']} "
+             f"({r[t]['too_long']} over {r['max_prompt_tokens']} prompt tokens, "
+             f"{r[t]['dropped_for_mix']} left out to keep the mix)" for t in ("pref", "refl")]
+    return "; ".join(parts) + f"; Pref:Refl {r['ratio_before']} -> {r['ratio_after']}"
+
+
+def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int,
+                    keep_mix: bool = True, seed: int = 0):
+    """TRL dataset: the rendered prompt text plus the columns the reward reads, without the
+    over-long prompts (`filter_by_length`); the token ids of each prompt text as the inference
+    engine makes them (`training.tokens`); and the per-task counts of the length filter."""
     from datasets import Dataset
 
     from training.tokens import encode_prompt
 
-    rows, too_long, ids_by_text = [], 0, {}
-    for e in examples:
-        text = render_prompt(tokenizer, e["prompt"])
-        ids = encode_prompt(tokenizer, e["prompt"])
-        if len(ids) > max_prompt_tokens:
-            too_long += 1
+    ids_of = {e["id"]: encode_prompt(tokenizer, e["prompt"]) for e in examples}
+    kept, report = filter_by_length(examples, lambda e: len(ids_of[e["id"]]),
+                                    max_prompt_tokens, keep_mix, seed)
+    kept_ids = {e["id"] for e in kept}
+    rows, ids_by_text = [], {}
+    for e in examples:  # the data's order, whatever the subsampling drew
+        if e["id"] not in kept_ids:
             continue
-        ids_by_text[text] = ids
+        text = render_prompt(tokenizer, e["prompt"])
+        ids_by_text[text] = ids_of[e["id"]]
         rows.append({"prompt": text, "task": e["task"], "label": int(e["label"]), "id": e["id"]})
-    return Dataset.from_list(rows), too_long, ids_by_text
+    return Dataset.from_list(rows), report, ids_by_text
 
 
 def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
@@ -239,11 +299,13 @@ def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
 
 def train(s: GRPOSettings, resume: str | None = None,
           progress: Callable[[dict], None] | None = None,
-          rollout_func: Callable | None = None, overwrite: bool = False) -> dict[str, Any]:
+          rollout_func: Callable | None = None, overwrite: bool = False,
+          say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run GRPO (resuming when asked), save the adapter, evaluate greedily; a summary dict.
 
     `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
-    an external generation server, or scripted completions in tests).
+    an external generation server, or scripted completions in tests). `say` gets one-line
+    notes before training (the per-task counts of the prompt-length filter).
     """
     from rmjudge.store import write_file
 
@@ -253,6 +315,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     checkpoint = find_checkpoint(s.output_dir, resume)
     try:
         examples = read_examples(s.data)
+        prompt_format = check_prompt_format(examples, s.data)
     except DataError as exc:
         raise TrainError(str(exc)) from None
     train_ex, held = split(examples, s)
@@ -277,13 +340,17 @@ def train(s: GRPOSettings, resume: str | None = None,
     if s.quantization == "nf4":
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
-    dataset, too_long, ids_by_text = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens)
+    dataset, lengths, ids_by_text = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens,
+                                                    s.keep_mix, s.seed)
+    too_long = lengths["pref"]["too_long"] + lengths["refl"]["too_long"]
+    if say:
+        say(format_length_report(lengths))
     if len(dataset) < s.batch_size:
         raise TrainError(f"{s.data}: {too_long} of {len(train_ex)} training prompts are longer "
                          f"than --max-prompt-tokens {s.max_prompt_tokens}, leaving "
-                         f"{len(dataset)}, fewer than --batch-size {s.batch_size} (prompts per "
-                         "step), so no step would run; raise --max-prompt-tokens or lower "
-                         "--batch-size")
+                         f"{len(dataset)} ({format_length_report(lengths)}), fewer than "
+                         f"--batch-size {s.batch_size} (prompts per step), so no step would "
+                         "run; raise --max-prompt-tokens or lower --batch-size")
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
@@ -302,6 +369,12 @@ def train(s: GRPOSettings, resume: str | None = None,
         lr_scheduler_type="constant_with_warmup" if s.max_steps > 0 and s.max_steps < 20 else "cosine",
         warmup_steps=s.warmup_ratio,  # a float in [0, 1) is a share of the steps
         beta=s.beta,
+        # pinned, not inherited: TRL's default loss has changed between releases
+        loss_type=s.loss_type,
+        # No stop at `</Result>`: TRL's transformers generation takes no stop strings (it calls
+        # `generate` without the tokenizer that `stop_strings` needs, and masks a completion
+        # only after EOS), so a completion runs to EOS or max_completion_length. The reward
+        # reads it only up to the first `</Result>`, where inference stops (training.reward).
         logging_steps=s.logging_steps,
         save_strategy="steps",
         save_steps=s.save_steps,
@@ -341,6 +414,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     adapter_dir = out / "adapter"
     trainer.save_model(str(adapter_dir))
     tokenizer.save_pretrained(str(adapter_dir))
+    write_adapter_info(adapter_dir, prompt_format)  # `rmjudge-export lora` copies it
 
     trained = trainer.model
     trained.eval()
@@ -353,6 +427,8 @@ def train(s: GRPOSettings, resume: str | None = None,
         "examples": len(examples),
         "train_examples": len(dataset),
         "train_prompts_too_long": too_long,
+        "prompt_length_filter": lengths,
+        "prompt_format": prompt_format,
         "heldout_examples": len(held),
         "steps": trainer.state.global_step,
         "resumed_from": checkpoint,

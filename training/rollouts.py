@@ -7,7 +7,8 @@
 - `TransformersRollouts`: `model.generate` of a transformers model, when no GGUF is given.
 
 Both prompt exactly as `rmjudge score` does: `pref_messages` with the model family's suffix,
-generation starting after `ASSISTANT_PREFIX`, stopping at `</Result>`. No forced verdicts: a
+generation starting after `ASSISTANT_PREFIX`, stopping at `</Result>`. The fingerprint names
+the prompt format, so a cache of rollouts prompted in another format is refused. No forced verdicts: a
 rollout that does not parse stays a parse failure (it counts as incorrect downstream).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rmjudge.prompts import ASSISTANT_PREFIX, STOP, pref_messages
+from rmjudge.prompts import ASSISTANT_PREFIX, PROMPT_FORMAT, STOP, pref_messages
 from rmjudge.runspec import prompt_suffix
 from rmjudge.seeds import derive_seed
 from rmjudge.types import GenRequest, Message
@@ -66,7 +67,7 @@ class EngineRollouts:
         return {"model_sha256": info.sha256, "model": info.name, "samples": self.s.samples,
                 "temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
                 "seed": self.s.seed, "suffix": self.suffix, "backend": "llama.cpp",
-                **self._lora()}
+                "prompt_format": PROMPT_FORMAT, **self._lora()}
 
     def _lora(self) -> dict[str, Any]:
         """The LoRA adapter, when one is applied (older caches have no such key)."""
@@ -113,7 +114,8 @@ class TransformersRollouts:
     def fingerprint(self) -> dict[str, Any]:
         return {"model_sha256": None, "model": self.model_id, "samples": self.s.samples,
                 "temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
-                "seed": self.s.seed, "suffix": self.suffix, "backend": "transformers"}
+                "seed": self.s.seed, "suffix": self.suffix, "backend": "transformers",
+                "prompt_format": PROMPT_FORMAT}
 
     def rollouts(self, items: list[Item]) -> list[CachedRollouts]:
         from training.hf import sample_completions

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.errors import UserError
-from rmjudge.prompts import parse_verdict
+from rmjudge.adapter_format import write_adapter_info
+from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
 from training.sft_data import TASKS, SFTStats, sft_examples
 
@@ -332,6 +333,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     if s.method == "lora":
         model.save_pretrained(str(out / "adapter"))
         tokenizer.save_pretrained(str(out / "adapter"))
+        write_adapter_info(out / "adapter", PROMPT_FORMAT)  # targets built with these prompts
         model = model.merge_and_unload()
     model_dir = out / "model"
     model.save_pretrained(str(model_dir), safe_serialization=True)

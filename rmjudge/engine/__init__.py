@@ -31,6 +31,8 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
 
             server = replace(server, template_model=settings.model)
         return ServerEngine(server)
+    if settings.lora:
+        check_lora_settings(settings)
     if vocab_only:
         from rmjudge.engine.vocab import ModelVocab
 
@@ -42,3 +44,17 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
     from rmjudge.engine.llama import LlamaEngine
 
     return LlamaEngine(settings)
+
+
+def check_lora_settings(settings: EngineSettings) -> None:
+    """Refuse a LoRA adapter trained on another prompt format (ModelError, before any model is
+    loaded); print a one-line warning for one that records no format (rmjudge/adapter_format)."""
+    import sys
+
+    from rmjudge.adapter_format import check_lora
+    from rmjudge.models import check_gguf
+
+    warning = check_lora(check_gguf(settings.lora, what="LoRA adapter"))
+    if warning:
+        sys.stderr.write(warning + "\n")
+        sys.stderr.flush()

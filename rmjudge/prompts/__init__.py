@@ -25,9 +25,12 @@ ASSISTANT_PREFIX = ANALYSIS_OPEN + "\n"
 _NOUN = {"pref": "Response", "refl": "Critique"}
 
 # The prompts' format, recorded with a run's settings so that a rerun never mixes verdicts of
-# two formats in one output. 2: the reflection prompt opens with the response-preference
-# prompt's text (rmjudge 0.4.0).
-PROMPT_FORMAT = 2
+# two formats in one output; also written into training data, rollout caches and exported
+# adapters (`rmjudge.prompt_format`), so that a judge is used with the prompts it learned.
+# 2: the reflection prompt opens with the response-preference prompt's text (rmjudge 0.4.0).
+# 3: that shared opening is neutral (no task in the role line or headings) and the reflection
+# prompt states right after it that the two texts to compare are critiques.
+PROMPT_FORMAT = 3
 
 # Per-family prompt suffixes, keyed by a substring of the GGUF architecture or model name.
 # Qwen3 backbones get the no-thinking switch, as in the paper.
@@ -56,11 +59,10 @@ def render_conversation(messages: Sequence[Message]) -> str:
     return "\n\n".join(parts)
 
 
-def _instruction(task: Task) -> str:
+def _answer_format(task: Task) -> str:
+    """How to answer: the analysis block, then exactly one of the task's two verdicts."""
     noun = _NOUN[task]
-    what = "responses" if task == "pref" else "critiques (analyses of the two responses)"
     return (
-        f"Compare the two {what} above and decide which one is better. "
         f"First write your analysis inside {ANALYSIS_OPEN}...{ANALYSIS_CLOSE}. "
         f"Then give your verdict inside {RESULT_OPEN}...{RESULT_CLOSE} as exactly one of:\n"
         f"{noun} 1 is better than {noun} 2\n"
@@ -69,11 +71,12 @@ def _instruction(task: Task) -> str:
 
 
 def _pair_head(conversation: Sequence[Message], r1: str, r2: str) -> str:
-    """The opening both tasks share, word for word: role, conversation, the two responses."""
+    """The opening both tasks share, word for word: a neutral role line, the conversation and
+    the two responses. It names no task: each prompt states its own task after it."""
     return (
-        "You are an impartial judge of AI assistant responses.\n\n"
+        "You are an impartial judge.\n\n"
         f"## Context\n{render_conversation(conversation)}\n\n"
-        "## Responses for Judgment\n"
+        "## The two responses\n"
         f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
     )
 
@@ -82,7 +85,12 @@ def pref_messages(
     conversation: Sequence[Message], r1: str, r2: str, suffix: str = ""
 ) -> tuple[Message, ...]:
     """Response-preference prompt: which of two responses is better."""
-    body = f"{_pair_head(conversation, r1, r2)}## Task\n{_instruction('pref')}{suffix}"
+    body = (
+        f"{_pair_head(conversation, r1, r2)}"
+        "## Your task\n"
+        "Decide which of the two responses above is the better answer to the conversation. "
+        f"{_answer_format('pref')}{suffix}"
+    )
     return ({"role": "user", "content": body},)
 
 
@@ -93,14 +101,22 @@ def refl_messages(
 
     It opens with the response-preference prompt's text up to its task (`_pair_head`), so an
     engine that kept the rollout prompt's evaluated prefix (the llama.cpp engine's prefix
-    cache) evaluates only the critiques and the task; the N-1 reflections of one pair and
-    order share that prefix and the first critique when the anchor sits in slot 1.
+    cache) evaluates only the task, the critiques and the answer format; the N-1 reflections
+    of one pair and order share that prefix and the first critique when the anchor sits in
+    slot 1. Right after the shared head the prompt says plainly that the two texts to compare
+    are critiques of the responses, not the responses themselves.
     """
     body = (
         f"{_pair_head(conversation, r1, r2)}"
-        "## Critiques for Judgment\n"
+        "## Your task\n"
+        "Below are two critiques, each an analysis of the two responses above that ends in a "
+        "judgment of which response is better. Decide which critique is better: which one "
+        "analyses the two responses more accurately and reaches the right judgment. You are "
+        "judging the two critiques, not the responses.\n\n"
+        "## The two critiques\n"
         f"### Critique 1\n{c1}\n\n### Critique 2\n{c2}\n\n"
-        f"## Task\n{_instruction('refl')}{suffix}"
+        "## Your verdict\n"
+        f"Compare the two critiques above. {_answer_format('refl')}{suffix}"
     )
     return ({"role": "user", "content": body},)
 
