@@ -90,8 +90,9 @@ def write_adapter_info(adapter_dir: str | Path, prompt_format: int | None) -> No
     """Record the prompt format of an adapter's training data beside the PEFT adapter."""
     if prompt_format is None:
         return
-    Path(adapter_dir, ADAPTER_INFO_FILE).write_text(
-        json.dumps({"prompt_format": int(prompt_format)}) + "\n")
+    from rmjudge.store import write_json
+
+    write_json(str(Path(adapter_dir, ADAPTER_INFO_FILE)), {"prompt_format": int(prompt_format)})
 
 
 def read_adapter_info(adapter_dir: str | Path) -> int | None:
