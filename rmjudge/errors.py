@@ -67,3 +67,7 @@ class DiskError(UserError):
         super().__init__(message)
         self.path = path
         self.reason = reason
+
+
+class ModelError(UserError):
+    """The model cannot be used; the message says how to fix it."""

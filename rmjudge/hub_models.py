@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmjudge.extras import install_hint
-from rmjudge.models import ModelError
+from rmjudge.errors import ModelError
 
 PREFIX = "hf:"
 DEFAULT_TAG = "Q4_K_M"

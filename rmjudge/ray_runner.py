@@ -418,12 +418,5 @@ def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[
     return counts
 
 
-def settings_help() -> dict[str, str]:
-    """Option help texts, from the dataclass metadata (for the CLI)."""
-    from dataclasses import fields
-
-    return {f.name: f.metadata.get("help", "") for f in fields(RaySettings)}
-
-
 __all__ = ["RaySettings", "RaySummary", "RayRunError", "EngineFactory", "ray_score", "assemble",
            "list_inputs"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rmjudge.engine import vocab
+from rmjudge.engine import cpu_load
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat") or not hasattr(
     os, "sched_setaffinity"), reason="Linux only")
@@ -27,7 +27,7 @@ def test_another_process_spinning_counts_as_a_busy_core():
     cpu = max(os.sched_getaffinity(0))
     proc = _spinner(cpu)
     try:
-        assert vocab.busy_cores([cpu]) > 0.8
+        assert cpu_load.busy_cores([cpu]) > 0.8
     finally:
         proc.kill()
         proc.wait()
@@ -46,7 +46,7 @@ def test_this_process_own_work_is_not_counted():
     t.start()
     try:
         time.sleep(0.1)
-        assert vocab.busy_cores([cpu]) < 0.5
+        assert cpu_load.busy_cores([cpu]) < 0.5
     finally:
         t.join()
 
@@ -57,10 +57,10 @@ def test_default_threads_leaves_the_busy_cores_to_their_processes():
         pytest.skip("needs two CPUs")
     procs = [_spinner(c) for c in cpus[:-1]]  # all but one CPU busy
     try:
-        assert vocab.default_threads() == 1
+        assert cpu_load.default_threads() == 1
     finally:
         for p in procs:
             p.kill()
             p.wait()
     # jobs that ended a moment ago no longer count (the 1-minute load average still would)
-    assert vocab.default_threads() == len(cpus)
+    assert cpu_load.default_threads() == len(cpus)

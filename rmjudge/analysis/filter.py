@@ -46,10 +46,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from rmjudge.analysis.tables import JudgedTable, TableError, table_format
+from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.analysis.typed import typed_columns
 from rmjudge.settings import SettingsError
 from rmjudge.sql import quote_ident
+from rmjudge.store import output_format
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
 FORMATS = ("dpo", "rm", "kto")
@@ -261,7 +262,7 @@ def check_filter_output(table: str, output: str) -> None:
 def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = None) -> FilterSummary:
     """Decide every pair, write the kept ones to `output` (.parquet or .jsonl) and count."""
     fs = fs or FilterSettings()
-    fmt = table_format(output)
+    fmt = output_format(output)
     if fmt == "duckdb":
         raise TableError(f"cannot tell the format of {output}: name the output .parquet or "
                          ".jsonl")

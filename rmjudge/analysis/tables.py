@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from rmjudge.sql import quote_ident
+from rmjudge.sql import quote_ident, sql_literal
 from rmjudge.store import (GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, StoreBusyError,
                            check_not_busy, output_format, sidecar, store_path)
 
@@ -27,18 +27,10 @@ class TableError(UserError):
     """The path is not a judged table that can be read; the message says how to fix it."""
 
 
-def table_format(path: str) -> str:
-    return output_format(path)
-
-
-def _sql_str(s: str) -> str:
-    return s.replace("'", "''")
-
-
 def _reader(path: str, fmt: str) -> str:
     if fmt == "parquet":
-        return f"read_parquet('{_sql_str(path)}')"
-    return f"read_json_auto('{_sql_str(path)}', format='newline_delimited')"
+        return f"read_parquet({sql_literal(path)})"
+    return f"read_json_auto({sql_literal(path)}, format='newline_delimited')"
 
 
 @dataclass
@@ -109,7 +101,7 @@ class JudgedTable:
         self.con.execute(f"DROP VIEW IF EXISTS {name}")
         if self.fmt == "duckdb":
             self.con.execute("DETACH DATABASE IF EXISTS judged")
-            self.con.execute(f"ATTACH '{_sql_str(self.path)}' AS judged (READ_ONLY)")
+            self.con.execute(f"ATTACH {sql_literal(self.path)} AS judged (READ_ONLY)")
             for t in sorted(self.tables | {name}):
                 self.con.execute(f"DROP VIEW IF EXISTS {t}")
                 _typed_view(self.con, t, f"judged.{t}")
@@ -192,7 +184,7 @@ def open_judged(path: str) -> JudgedTable:
     if os.path.isdir(path):
         raise TableError(f"{path} is a directory; give the judged output file")
     _check_not_busy(path)
-    fmt = table_format(path)
+    fmt = output_format(path)
     con = duckdb.connect(":memory:")
     tables: set[str] = set()
     meta: dict = {}
@@ -200,7 +192,7 @@ def open_judged(path: str) -> JudgedTable:
     try:
         if fmt == "duckdb":
             try:
-                con.execute(f"ATTACH '{_sql_str(path)}' AS judged (READ_ONLY)")
+                con.execute(f"ATTACH {sql_literal(path)} AS judged (READ_ONLY)")
             except duckdb.Error as exc:
                 msg = str(exc).splitlines()[0]
                 if "lock" in msg.lower() or "different configuration" in msg.lower():
@@ -243,7 +235,7 @@ def open_judged(path: str) -> JudgedTable:
             work = store_path(path)
             if os.path.exists(work):
                 try:
-                    con.execute(f"ATTACH '{_sql_str(work)}' AS work (READ_ONLY)")
+                    con.execute(f"ATTACH {sql_literal(work)} AS work (READ_ONLY)")
                     import orjson
 
                     for k, v in con.execute("SELECT key, value FROM work.meta").fetchall():
@@ -268,14 +260,14 @@ def is_judged(path: str) -> bool:
 
     if path == "-" or split_duckdb_source(path) or path.lower().endswith(".csv"):
         return False
-    if table_format(path) == "duckdb":
+    if output_format(path) == "duckdb":
         return True
     if not os.path.exists(path):
         return False
     con = duckdb.connect(":memory:")
     try:
         cols = {r[0] for r in con.execute(
-            f"DESCRIBE SELECT * FROM {_reader(path, table_format(path))}").fetchall()}
+            f"DESCRIBE SELECT * FROM {_reader(path, output_format(path))}").fetchall()}
     except duckdb.Error:
         return False
     finally:

@@ -39,12 +39,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit,
-                                  count_tokens, default_threads, device_name, force_plan,
-                                  forced_probs, llama_backend, load_model, model_info,
-                                  read_model_info, uses_gpu)
 from rmjudge.engine.base import RequestSource
+from rmjudge.engine.cpu_load import default_threads
+from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.prefix_cache import PrefixCache
+from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count_tokens,
+                                  device_name, llama_backend, load_model, model_info,
+                                  read_model_info, uses_gpu)
 from rmjudge.models import ModelError, check_gguf, resolve_model
 from rmjudge.runspec import FORCE_MARGIN, too_long_reason
 from rmjudge.settings import EngineSettings, JudgeSettings
@@ -114,6 +115,18 @@ class _Group:
     seqs: list[_Seq]
     fed: int = 0  # prefix tokens evaluated so far (on the first sequence's slot)
     owner: int = -1
+
+
+@dataclass
+class _Schedule:
+    """What `steps` is serving: groups waiting for slots, groups evaluating their shared prefix,
+    and the sequences that feed or decode on their own."""
+
+    free_slots: list[int]  # lowest first
+    queue: deque[_Group] = field(default_factory=deque)
+    queued: int = 0  # sequences waiting in `queue`
+    prefilling: list[_Group] = field(default_factory=list)
+    live: list[_Seq] = field(default_factory=list)
 
 
 def _take(remaining: int, budget: int) -> int:
@@ -342,130 +355,159 @@ class LlamaEngine:
 
         The KV streams are sized for the longest sequence waiting when the context is made;
         a longer one waits until the running sequences are done, then the context is made
-        again, larger (with a quarter of headroom, so that this stays rare)."""
-        l = self.l
-        queue: deque[_Group] = deque()
-        queued = 0  # sequences waiting in `queue`
-        free_slots = list(range(self.parallel))  # lowest first
-        prefilling: list[_Group] = []
-        live: list[_Seq] = []
-        cap = self.settings.batch_size
+        again, larger (with a quarter of headroom, so that this stays rare).
+
+        A step runs the phases in this order: `_refill` (take requests), `_admit` (groups into
+        free slots), `_decode_step`, `_prefill` (prompt chunks; finished group prefixes copied
+        to their sequences), `_retire` (finished sequences free their slots and report)."""
+        run = _Schedule(free_slots=list(range(self.parallel)))
         try:
             while True:
-                while queued < self.parallel:  # refill; `done` calls make the source ready again
-                    requests = source.take()
-                    if not requests:
-                        break
-                    groups, per_req = self._plan(requests)
-                    for req, seqs in zip(requests, per_req):
-                        job = _Job(req, seqs, sum(s.error is None for s in seqs))
-                        for s in seqs:
-                            s.job = job
-                        if job.left == 0:  # nothing to run (errors only)
-                            source.done(req, self._generations(seqs))
-                    queue.extend(groups)
-                    queued += sum(len(g.seqs) for g in groups)
-                if not (queue or live or prefilling):
+                self._refill(source, run)
+                if not (run.queue or run.live or run.prefilling):
                     return
-                while queue and len(free_slots) >= len(queue[0].seqs):
-                    g = queue[0]
-                    need = max(s.need for s in g.seqs)
-                    if self.ctx is None or need > self.stream_size:
-                        if live or prefilling:
-                            break  # the context grows once the running sequences are done
-                        longest = max(s.need for q in queue for s in q.seqs)
-                        grown = self.stream_size + self.stream_size // 4 if self.ctx else 0
-                        self._ensure_context(max(longest, min(grown, self.n_seq_ctx)))
-                    queue.popleft()
-                    queued -= len(g.seqs)
-                    for s in g.seqs:
-                        s.slot = heapq.heappop(free_slots)
-                    g.owner = g.seqs[0].slot
-                    if g.prefix:
-                        g.fed = self._restore(g.owner, g.prefix, len(g.prefix))
-                        prefilling.append(g)
-                    else:
-                        for s in g.seqs:
-                            reused = self._restore(s.slot, s.feed, len(s.feed) - MIN_CHUNK)
-                            s.pos += reused
-                            s.feed = s.feed[reused:]
-                            s.phase = "feed"
-                            live.append(s)
-                decoding = sorted((s for s in live if s.phase == "decode"), key=lambda s: s.slot)
-                if decoding:
-                    self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
-                    self.decode_steps += 1
-                    self.decode_rows += len(decoding)
-                    for s in decoding:
-                        s.feed = []
-                        s.pos += 1
-                    self._sample(decoding)
-                # Prompt chunks within the budget; chunks of equal length share a call (slot
-                # order), which llama.cpp evaluates as one ubatch without re-cutting them.
-                budget = cap
-                work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
-                for g in prefilling:
-                    take = _take(len(g.prefix) - g.fed, budget)
-                    if take:
-                        work.append((take, g.owner, g.fed, g, None))
-                        budget -= take
-                for s in live:
-                    if s.phase in ("feed", "force") and s.feed:
-                        take = _take(len(s.feed), budget)
-                        if take:
-                            work.append((take, s.slot, s.pos, None, s))
-                            budget -= take
-                for length in sorted({w[0] for w in work}):
-                    items, sampled = [], []
-                    for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
-                                                        key=lambda w: w[1]):
-                        if g is not None:
-                            items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
-                            g.fed += take
-                        else:
-                            last = take == len(s.feed)
-                            items += [(s.feed[j], pos + j, slot, last and j == take - 1)
-                                      for j in range(take)]
-                            s.pos += take
-                            s.feed = s.feed[take:]
-                            if last:
-                                sampled.append(s)
-                    self._decode(items)
-                    self.prompt_tokens_evaluated += len(items)
-                    if sampled:
-                        self._sample(sampled)
-                still = []
-                for g in prefilling:
-                    if g.fed == len(g.prefix):
-                        self._save(g.owner, g.prefix)
-                        for s in g.seqs:  # copied before the next decode call evaluates anything
-                            if s.slot != g.owner:
-                                l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
-                            s.phase = "feed"
-                            live.append(s)
-                    else:
-                        still.append(g)
-                prefilling = still
-                keep = []
-                for s in live:
-                    if s.phase == "done":
-                        l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
-                        heapq.heappush(free_slots, s.slot)
-                        s.job.left -= 1
-                        if s.job.left == 0:
-                            source.done(s.job.req, self._generations(s.job.seqs))
-                    else:
-                        keep.append(s)
-                live = keep
+                self._admit(run)
+                self._decode_step(run)
+                self._prefill(run)
+                self._retire(source, run)
                 yield
         finally:
-            # a consumer that stops early (an error, Ctrl-C, a closed generator) leaves no
-            # sequence's cells behind for the next call
-            for s in live:
-                l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
-            for g in prefilling:
+            self._release(run)
+
+    def _refill(self, source: RequestSource, run: _Schedule) -> None:
+        """Take requests while fewer sequences wait than there are slots (`done` calls make the
+        source ready again); a request whose sequences all failed is reported at once."""
+        while run.queued < self.parallel:
+            requests = source.take()
+            if not requests:
+                break
+            groups, per_req = self._plan(requests)
+            for req, seqs in zip(requests, per_req):
+                job = _Job(req, seqs, sum(s.error is None for s in seqs))
+                for s in seqs:
+                    s.job = job
+                if job.left == 0:  # nothing to run (errors only)
+                    source.done(req, self._generations(seqs))
+            run.queue.extend(groups)
+            run.queued += sum(len(g.seqs) for g in groups)
+
+    def _admit(self, run: _Schedule) -> None:
+        """Give the queued groups, in order, their slots while enough are free; make the context
+        (again, larger) first when a group needs longer streams and nothing runs. A group with
+        a shared prefix starts prefilling it (from the prefix cache when it can); the sequences
+        of a group without one restore what they can of their own prompt and start feeding."""
+        while run.queue and len(run.free_slots) >= len(run.queue[0].seqs):
+            g = run.queue[0]
+            need = max(s.need for s in g.seqs)
+            if self.ctx is None or need > self.stream_size:
+                if run.live or run.prefilling:
+                    break  # the context grows once the running sequences are done
+                longest = max(s.need for q in run.queue for s in q.seqs)
+                grown = self.stream_size + self.stream_size // 4 if self.ctx else 0
+                self._ensure_context(max(longest, min(grown, self.n_seq_ctx)))
+            run.queue.popleft()
+            run.queued -= len(g.seqs)
+            for s in g.seqs:
+                s.slot = heapq.heappop(run.free_slots)
+            g.owner = g.seqs[0].slot
+            if g.prefix:
+                g.fed = self._restore(g.owner, g.prefix, len(g.prefix))
+                run.prefilling.append(g)
+            else:
                 for s in g.seqs:
-                    l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+                    reused = self._restore(s.slot, s.feed, len(s.feed) - MIN_CHUNK)
+                    s.pos += reused
+                    s.feed = s.feed[reused:]
+                    s.phase = "feed"
+                    run.live.append(s)
+
+    def _decode_step(self, run: _Schedule) -> None:
+        """One decode call with the next token of every decoding sequence (slot order), then
+        their next tokens sampled."""
+        decoding = sorted((s for s in run.live if s.phase == "decode"), key=lambda s: s.slot)
+        if not decoding:
+            return
+        self._decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
+        self.decode_steps += 1
+        self.decode_rows += len(decoding)
+        for s in decoding:
+            s.feed = []
+            s.pos += 1
+        self._sample(decoding)
+
+    def _prefill(self, run: _Schedule) -> None:
+        """Prompt chunks within `--batch-size` tokens: group prefixes first, then the sequences'
+        own prompts and forced-verdict continuations. Chunks of equal length share a call (slot
+        order), which llama.cpp evaluates as one ubatch without re-cutting them. A group whose
+        prefix is complete is saved in the prefix cache and copied to its sequences' streams."""
+        budget = self.settings.batch_size
+        work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
+        for g in run.prefilling:
+            take = _take(len(g.prefix) - g.fed, budget)
+            if take:
+                work.append((take, g.owner, g.fed, g, None))
+                budget -= take
+        for s in run.live:
+            if s.phase in ("feed", "force") and s.feed:
+                take = _take(len(s.feed), budget)
+                if take:
+                    work.append((take, s.slot, s.pos, None, s))
+                    budget -= take
+        for length in sorted({w[0] for w in work}):
+            items, sampled = [], []
+            for take, slot, pos, g, s in sorted((w for w in work if w[0] == length),
+                                                key=lambda w: w[1]):
+                if g is not None:
+                    items += [(g.prefix[pos + j], pos + j, slot, False) for j in range(take)]
+                    g.fed += take
+                else:
+                    last = take == len(s.feed)
+                    items += [(s.feed[j], pos + j, slot, last and j == take - 1)
+                              for j in range(take)]
+                    s.pos += take
+                    s.feed = s.feed[take:]
+                    if last:
+                        sampled.append(s)
+            self._decode(items)
+            self.prompt_tokens_evaluated += len(items)
+            if sampled:
+                self._sample(sampled)
+        still = []
+        for g in run.prefilling:
+            if g.fed == len(g.prefix):
+                self._save(g.owner, g.prefix)
+                for s in g.seqs:  # copied before the next decode call evaluates anything
+                    if s.slot != g.owner:
+                        self.l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
+                    s.phase = "feed"
+                    run.live.append(s)
+            else:
+                still.append(g)
+        run.prefilling = still
+
+    def _retire(self, source: RequestSource, run: _Schedule) -> None:
+        """Free the slots of finished sequences; a request whose last sequence finished is
+        reported to the source."""
+        keep = []
+        for s in run.live:
+            if s.phase == "done":
+                self.l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+                heapq.heappush(run.free_slots, s.slot)
+                s.job.left -= 1
+                if s.job.left == 0:
+                    source.done(s.job.req, self._generations(s.job.seqs))
+            else:
+                keep.append(s)
+        run.live = keep
+
+    def _release(self, run: _Schedule) -> None:
+        """A consumer that stops early (an error, Ctrl-C, a closed generator) leaves no
+        sequence's cells behind for the next call."""
+        for s in run.live:
+            self.l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+        for g in run.prefilling:
+            for s in g.seqs:
+                self.l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
 
     # -- prefix cache --------------------------------------------------------------------
     def _restore(self, slot: int, tokens: list[int], limit: int) -> int:

@@ -15,9 +15,11 @@ import math
 
 import numpy as np
 
-from rmjudge.engine.vocab import (Tokenizer, default_threads, force_plan, forced_probs,
-                                  llama_backend, model_info, plain_weight_buffers)
+from rmjudge.engine.cpu_load import default_threads
+from rmjudge.engine.forcing import force_plan, forced_probs
+from rmjudge.engine.vocab import Tokenizer, llama_backend, model_info, plain_weight_buffers
 from rmjudge.models import resolve_model
+from rmjudge.prompts import RESULT_OPEN
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
 
@@ -78,7 +80,7 @@ class NaiveEngine:
                 finish = "stop" if ch["finish_reason"] == "stop" else "length"
                 if finish == "stop" and req.stop and not any(text.endswith(s) for s in req.stop):
                     # create_completion strips the stop string; put it back if it was hit
-                    if "<Result>" in text:
+                    if RESULT_OPEN in text:
                         text += req.stop[0]
                 n_tok = r["usage"]["completion_tokens"]
                 if self.logprobs and ch.get("logprobs"):

@@ -1,20 +1,20 @@
 """llama.cpp models for rmjudge's engines: backend set-up, model loading and metadata
 (`ModelInfo`), the tokenizer (chat prompts with the data's text never parsed as control
-tokens), the forced-verdict arithmetic both engines share, and `ModelVocab`, a model loaded for
-tokenization only (what `load_engine(..., vocab_only=True)` returns)."""
+tokens), and `ModelVocab`, a model loaded for tokenization only (what
+`load_engine(..., vocab_only=True)` returns). The forced-verdict plan is in
+`rmjudge.engine.forcing`, the thread default in `rmjudge.engine.cpu_load`."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import functools
-import math
 import os
 import sys
-import time
 
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.engine.cpu_load import default_threads
 from rmjudge.interrupts import c_callback
 from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
 from rmjudge.prompts import suffix_for_model
@@ -300,96 +300,6 @@ def count_tokens(tok: Tokenizer, requests: list[GenRequest], limit: int) -> list
         bound = tok.min_prompt_tokens(r)
         out.append(bound if bound > limit else len(tok.prompt_tokens(r)))
     return out
-
-
-def force_plan(tok: "Tokenizer", force, text: str) -> tuple[list[int], tuple[int, int]] | None:
-    """Tokens to feed after `text` and the two choice tokens to read, for a forced verdict;
-    None when the text parses or the choices share their tokens. Tokenized as data (no
-    special tokens), like the generated text it continues."""
-    cont = force.continuation(text)
-    if cont is None:
-        return None
-    t1 = tok.encode(cont + force.choices[0], special=False)
-    t2 = tok.encode(cont + force.choices[1], special=False)
-    k = common_prefix([t1, t2])
-    if not 0 < k < min(len(t1), len(t2)):
-        return None
-    return t1[:k], (t1[k], t2[k])
-
-
-def forced_probs(a: float, b: float) -> tuple[tuple[float, float], float]:
-    """The two choices' probabilities renormalized over the pair, and the larger log-prob."""
-    m = max(a, b)
-    e1, e2 = math.exp(a - m), math.exp(b - m)
-    return (e1 / (e1 + e2), e2 / (e1 + e2)), m
-
-
-def default_threads() -> int:
-    """CPU threads when --threads is not given: the CPUs this process may use, less the cores
-    other processes keep busy right now (`busy_cores`, rounded), at least one.
-
-    llama.cpp's threads meet at a spinning barrier after every operation, so one thread that
-    loses its core to another process stalls all the others: on 2 cores with one competing
-    CPU-bound process, 2 threads kept 28% of their quiet throughput and 1 thread 95%, while on a
-    quiet machine 2 threads are 1.8x as fast as 1 (docs/engine.md). So every core when the
-    machine is quiet, and one thread fewer per busy core."""
-    cpus = _usable_cpus()
-    return max(1, len(cpus) - int(busy_cores(cpus) + 0.5))
-
-
-def _usable_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
-
-
-def _cpu_ticks(cpus: list[int]) -> tuple[int, int] | None:
-    """(busy, total) clock ticks of the given CPUs since boot, from /proc/stat (Linux)."""
-    try:
-        with open("/proc/stat") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    wanted = {f"cpu{c}" for c in cpus}
-    busy = total = 0
-    for line in lines:
-        fields = line.split()
-        if fields and fields[0] in wanted:
-            # user nice system idle iowait irq softirq steal (guest time is inside user)
-            ticks = [int(x) for x in fields[1:9]]
-            total += sum(ticks)
-            busy += sum(ticks) - ticks[3] - ticks[4]
-    return (busy, total) if total else None
-
-
-def busy_cores(cpus: list[int] | None = None, window: float = 0.3) -> float:
-    """How many of `cpus` other processes keep busy: their CPU time over the next `window`
-    seconds (this process's own time taken out), in cores.
-
-    A sample of now, not the 1-minute load average, which lags by about a minute: right after
-    another job ended it still reports a busy core (and the run would start with half the
-    threads), and right after one started it reports none. Where /proc/stat is missing (not
-    Linux) the load average is the fallback."""
-    cpus = _usable_cpus() if cpus is None else cpus
-    before, own_before, t0 = _cpu_ticks(cpus), _own_seconds(), time.monotonic()
-    if before is None:
-        try:
-            return float(os.getloadavg()[0])
-        except (AttributeError, OSError):
-            return 0.0
-    time.sleep(window)
-    after, own_after, t1 = _cpu_ticks(cpus), _own_seconds(), time.monotonic()
-    if after is None or after[1] <= before[1]:
-        return 0.0
-    share = (after[0] - before[0]) / (after[1] - before[1])  # busy fraction of these CPUs
-    own = (own_after - own_before) / max(t1 - t0, 1e-6)  # cores this process used
-    return max(0.0, share * len(cpus) - own)
-
-
-def _own_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def device_name(engine) -> str:

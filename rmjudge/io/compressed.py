@@ -35,7 +35,7 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from rmjudge.io.readers import InputError
+from rmjudge.io.rows import InputError
 
 MAGIC = {
     "gz": b"\x1f\x8b",

@@ -58,7 +58,7 @@ from typing import Any, Iterator
 from urllib.parse import parse_qsl, quote, unquote
 
 from rmjudge.extras import install_hint
-from rmjudge.io.readers import InputError, RawRow
+from rmjudge.io.rows import InputError, RawRow
 
 HUB_PREFIX = "hf://datasets/"
 HUB_FORM = "hf://datasets/ORG/NAME[@REVISION][?config=CONFIG&split=SPLIT]"

@@ -24,7 +24,8 @@ import os
 from typing import Iterator
 
 from rmjudge.io import compressed
-from rmjudge.io.readers import InputError, RawRow, count_file, file_format, read_file
+from rmjudge.io.files import count_file, file_format, read_file
+from rmjudge.io.rows import InputError, RawRow
 
 FOLDER_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".csv", ".tsv")
 GLOB_SUFFIXES = FOLDER_SUFFIXES + (".json",)

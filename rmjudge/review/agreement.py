@@ -4,7 +4,7 @@ A pair's human label is the label most of its reviewers gave (more than half); w
 has a majority (reviewers split) it is `tie`. Figures, on the human-labelled pairs of the table
 (docs/review.md):
 - `accuracy`: pairs labelled A or B; the share of the judge's orders whose verdict is the
-  human label, averaged over pairs (both orders pooled, as against gold; `compare.pair_correct`);
+  human label, averaged over pairs (both orders pooled, as against gold; `stats.pair_correct`);
 - `agreement`: all human-labelled pairs; the judge's combined verdict equals the human label
   (a human tie agrees only with a judge tie);
 - `kappa_orders`: Cohen's kappa per order (A/B items; human ties and orders without a verdict
@@ -12,12 +12,12 @@ has a majority (reviewers split) it is `tie`. Figures, on the human-labelled pai
   verdict over A, B and tie (pairs whose verdict is error/dropped left out);
 - beside them, on the same pairs: the judge's accuracy against gold, and the share of pairs
   where the human agrees with gold (both A or B).
-Intervals are percentile bootstraps over pairs (`compare.bootstrap_mean`).
+Intervals are percentile bootstraps over pairs (`stats.bootstrap_mean`).
 """
 
 from __future__ import annotations
 
-from rmjudge.analysis.compare import bootstrap_mean, cohen_kappa, order_items, pair_correct
+from rmjudge.analysis.stats import bootstrap_mean, cohen_kappa, order_items, pair_correct
 from rmjudge.analysis.tables import JudgedTable
 
 LETTERS = ("A", "B")
