@@ -99,7 +99,7 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
         _write(table, target, [])  # the (empty) greedy table exists after a call
     for start in range(0, len(todo), BATCH_REQUESTS):
         chunk = todo[start:start + BATCH_REQUESTS]
-        jobs = [PairOrderJob(p, o, js, suffix) for p, o in chunk]
+        jobs = [PairOrderJob(p, o, js, suffix, spec.style) for p, o in chunk]
         reqs = [dataclasses.replace(j.rollout_request(1), temperature=0.0, top_p=1.0, n=1)
                 for j in jobs]
         rows: list[list] = []
