@@ -241,3 +241,69 @@ def test_label_safer_judges_by_the_harmless_criterion(tmp_path, monkeypatch):
                                   "--samples", "2", "--limit", "1"])
     sent = [q.messages[0]["content"] for batch in engines[-1].calls for q in batch]
     assert r.exit_code == 0 and not any("## Criteria" in p for p in sent)
+
+
+@pytest.mark.parametrize("criteria", ["harmless", "Prefer answers in French.\nBe strict."])
+def test_the_dataset_card_names_the_criteria_and_the_template(tmp_path, criteria):
+    from analysis_fixture import build
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    f = tmp_path / "t.jinja"
+    template = GOOD_TEMPLATE.replace("Critique 1: {{ critique1 }}\nCritique 2: {{ critique2 }}",
+                                     "### Critique 1\n{{ critique1 }}\n\n### Critique 2\n"
+                                     "{{ critique2 }}")
+    f.write_text(template)
+    judged = build(tmp_path, criteria=criteria, prompt_template=str(f))
+    folder = tmp_path / "upload"
+    r = CliRunner().invoke(main, ["filter", judged, "-o", str(tmp_path / "dpo.parquet"),
+                                  "--push-to-hub", "my-org/x", "--dry-run", str(folder)])
+    assert r.exit_code == 0, r.output
+    text = (folder / "README.md").read_text()
+    if criteria == "harmless":
+        assert "- judging criteria (`--criteria` harmless, a built-in), in both prompts:" in text
+        assert f"  > {BUILTIN['harmless']}\n" in text
+    else:
+        assert "- judging criteria (`--criteria`), in both prompts:\n\n" \
+               "  > Prefer answers in French.\n  > Be strict.\n" in text
+    import hashlib
+
+    sha = hashlib.sha256(template.encode()).hexdigest()
+    assert f"- prompts worded by a `--prompt-template`, sha256 `{sha}`" in text
+
+
+def test_a_plain_run_has_no_criteria_lines_on_its_card(tmp_path):
+    from rmjudge.publish.card import criteria_lines
+
+    assert criteria_lines({"samples": 8, "prompt_format": 3}) == []
+
+
+def test_the_greedy_baseline_prompts_with_the_run_criteria_and_refuses_a_template(tmp_path):
+    from analysis_fixture import FIXTURE
+    from analysis_fixture import respond as scripted
+
+    from rmjudge.analysis.greedy import run_greedy
+    from rmjudge.analysis.tables import TableError, open_judged
+
+    out = str(tmp_path / "judged.duckdb")
+    run_engine = ScriptedEngine(scripted)
+    score(str(FIXTURE), run_engine, JudgeSettings(samples=2, seed=0, criteria="honest"),
+          output=out)
+    sampled = {(r.share_key[0], r.share_key[1]): r.messages for c in run_engine.calls for r in c
+               if r.share_key[2] == "rollout"}
+    greedy = ScriptedEngine(lambda req, i: scripted(req, 0))
+    with open_judged(out) as t:
+        run_greedy(t, greedy)
+    got = {(r.share_key[0], r.share_key[1]): r.messages for c in greedy.calls for r in c}
+    assert got == sampled and all(BUILTIN["honest"] in m[0]["content"] for m in got.values())
+
+    f = tmp_path / "t.jinja"
+    f.write_text(GOOD_TEMPLATE.replace("Critique 1: {{ critique1 }}\nCritique 2: {{ critique2 }}",
+                                       "### Critique 1\n{{ critique1 }}\n\n### Critique 2\n"
+                                       "{{ critique2 }}"))
+    out2 = str(tmp_path / "t.duckdb")
+    score(str(FIXTURE), ScriptedEngine(scripted), JudgeSettings(samples=2, prompt_template=str(f)),
+          output=out2)
+    with open_judged(out2) as t, pytest.raises(TableError, match="judged with a --prompt-template"):
+        run_greedy(t, ScriptedEngine(lambda req, i: scripted(req, 0)))

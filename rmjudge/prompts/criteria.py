@@ -71,3 +71,8 @@ def resolve_criteria(value: str | None) -> str | None:
 def label_criteria(label_choice: str | None) -> str | None:
     """The built-in criterion `--label label_choice` comes with, or None."""
     return LABEL_CRITERIA.get(label_choice or "")
+
+
+def builtin_name(text: str | None) -> str | None:
+    """The built-in whose text `text` is, or None."""
+    return next((name for name, t in BUILTIN.items() if t == text), None)
