@@ -307,3 +307,77 @@ def test_the_greedy_baseline_prompts_with_the_run_criteria_and_refuses_a_templat
           output=out2)
     with open_judged(out2) as t, pytest.raises(TableError, match="judged with a --prompt-template"):
         run_greedy(t, ScriptedEngine(lambda req, i: scripted(req, 0)))
+
+
+# -- training accepts the same criteria --------------------------------------------------------
+
+def training_engine():
+    from rmjudge.prompts import completion_text
+
+    def respond(req, i):
+        return completion_text("pref", f"analysis {i}", 1 + i % 2)  # mixed outcomes
+
+    return ScriptedEngine(respond)
+
+
+def test_build_data_prompts_and_records_the_criteria(tmp_path):
+    from training.cache import CacheError
+    from training.data import DataConfig, build_data, read_examples
+    from training.rollouts import EngineRollouts, SamplingSettings
+
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(orjson.dumps({"id": f"p{i}", "prompt": f"question {i}",
+                                         "chosen": f"GOOD {i}", "rejected": f"BAD {i}"}).decode()
+                           + "\n" for i in range(4)))
+    eng = training_engine()
+    rollouts = EngineRollouts(eng, SamplingSettings(samples=2, max_tokens=32,
+                                                    criteria=BUILTIN["harmless"]))
+    out = tmp_path / "train.jsonl"
+    build_data(str(src), out, rollouts, DataConfig(ratio="1:1"))
+    sent = [r.messages[0]["content"] for c in eng.calls for r in c]
+    assert sent and all(BUILTIN["harmless"] in p for p in sent)
+    ex = read_examples(out)
+    assert {e["task"] for e in ex} == {"pref", "refl"}
+    for e in ex:
+        assert e["criteria"] == BUILTIN["harmless"]
+        assert f"## Criteria\nJudge by these criteria:\n{BUILTIN['harmless']}\n\n" in \
+            e["prompt"][0]["content"]
+    # the rollout cache was prompted with these criteria: other criteria do not reuse it
+    plain = EngineRollouts(training_engine(), SamplingSettings(samples=2, max_tokens=32))
+    with pytest.raises(CacheError, match="criteria"):
+        build_data(str(src), tmp_path / "t2.jsonl", plain, DataConfig(ratio="1:1"),
+                   cache_path=str(out) + ".rollouts.jsonl")
+    # without criteria the data has no such field (as before)
+    build_data(str(src), tmp_path / "t3.jsonl", plain, DataConfig(ratio="1:1"))
+    assert all("criteria" not in e and "## Criteria" not in e["prompt"][0]["content"]
+               for e in read_examples(tmp_path / "t3.jsonl"))
+
+
+def test_sft_targets_and_the_held_out_swap_keep_the_criteria():
+    from training.cache import CachedRollouts
+    from training.evaluate import swapped_prompt
+    from training.rollouts import Item
+    from training.sft_data import SFTStats, sft_examples
+
+    item = Item("i1", CONV, "R-one", "R-two", 1)
+    ex = sft_examples(item, CachedRollouts(["some analysis."], ["stop"]), "", ("pref", "refl"),
+                      200, 0, SFTStats(), BUILTIN["honest"])
+    assert len(ex) == 4 and all(BUILTIN["honest"] in e["prompt"][0]["content"] for e in ex)
+    swapped = swapped_prompt({"responses": ["R-one", "R-two"], "conversation": list(CONV),
+                              "suffix": "", "criteria": BUILTIN["honest"]})
+    assert BUILTIN["honest"] in swapped[0]["content"]
+    assert swapped_prompt({"responses": ["R-one", "R-two"], "conversation": list(CONV),
+                           "suffix": " /no_think"})[0]["content"] == PLAIN_PREF.replace(
+        "R-one", "\0").replace("R-two", "R-one").replace("\0", "R-two")
+
+
+def test_build_data_refuses_an_unreadable_criteria_file_before_loading(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "training.cli", "build-data",
+                        str(DATA / "pandalm_5.jsonl"), "-o", str(tmp_path / "t.jsonl"),
+                        "--model", str(tmp_path / "missing.gguf"), "--criteria",
+                        f"@{tmp_path / 'nope.txt'}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == EXIT_USER
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"Error: --criteria @{tmp_path / 'nope.txt'}: cannot read "), r.stderr
+    assert "missing.gguf" not in r.stderr
