@@ -381,3 +381,14 @@ def test_build_data_refuses_an_unreadable_criteria_file_before_loading(tmp_path)
     assert r.stderr.strip().splitlines()[-1].startswith(
         f"Error: --criteria @{tmp_path / 'nope.txt'}: cannot read "), r.stderr
     assert "missing.gguf" not in r.stderr
+
+
+def test_the_documented_template_passes_the_check(tmp_path):
+    doc = (ROOT / "docs" / "scoring.md").read_text()
+    text = doc.split("```jinja\n", 1)[1].split("```", 1)[0]
+    f = tmp_path / "doc.jinja"
+    f.write_text(text)
+    for criteria in (None, "helpful"):
+        p, r = both(prompt_style(criteria, str(f)))
+        assert "Response 2: R-two" in p and "Critique 2: C-two" in r
+        assert (BUILTIN["helpful"] in p) == (criteria is not None)
