@@ -170,7 +170,7 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
             error(pair.reason)
             continue
         # Both orders hold the same text, so one tokenization counts for both.
-        req = PairOrderJob(pair, "ab", js, suffix).rollout_request(js.samples)
+        req = PairOrderJob(pair, "ab", js, suffix, spec.style).rollout_request(js.samples)
         n = engine.count_tokens([req])[0]
         if not spec.fits(n):
             rep.too_long += 1

@@ -63,7 +63,7 @@ class Judge:
 
     def _pair_task(self, pair: Pair) -> PairTask:
         s = self.settings
-        jobs = [PairOrderJob(pair, o, s, self.suffix) for o in s.order_list]
+        jobs = [PairOrderJob(pair, o, s, self.suffix, self.spec.style) for o in s.order_list]
         first = s.adaptive or s.samples
         gens = yield [j.rollout_request(first) for j in jobs]
         _check(gens)

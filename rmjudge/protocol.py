@@ -127,8 +127,10 @@ def _sample_from(gen: Generation, task: str, **kw) -> Sample:
 class PairOrderJob:
     """The two-stage run of one pair in one order."""
 
-    def __init__(self, pair: Pair, order: str, settings: JudgeSettings, suffix: str):
+    def __init__(self, pair: Pair, order: str, settings: JudgeSettings, suffix: str,
+                 style: prompts.PromptStyle = prompts.DEFAULT_STYLE):
         self.pair = pair
+        self.style = style
         self.order = order
         self.s = settings
         self.suffix = suffix
@@ -141,7 +143,8 @@ class PairOrderJob:
     # -- stage 1 -------------------------------------------------------------------------
     def rollout_request(self, n: int, start: int = 0) -> GenRequest:
         return GenRequest(
-            messages=prompts.pref_messages(self.pair.messages, self.r1, self.r2, self.suffix),
+            messages=prompts.pref_messages(self.pair.messages, self.r1, self.r2, self.suffix,
+                                           self.style),
             n=n,
             assistant_prefix=prompts.ASSISTANT_PREFIX,
             temperature=self.s.temperature,
@@ -208,7 +211,7 @@ class PairOrderJob:
             reqs.append(
                 GenRequest(
                     messages=prompts.refl_messages(
-                        self.pair.messages, self.r1, self.r2, c1, c2, self.suffix
+                        self.pair.messages, self.r1, self.r2, c1, c2, self.suffix, self.style
                     ),
                     n=1,
                     assistant_prefix=prompts.ASSISTANT_PREFIX,

@@ -73,6 +73,37 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
                           "judged; rerun the same command to start") from None
 
 
+def with_label_criteria(js: JudgeSettings, label_choice: str | None) -> JudgeSettings:
+    """`js` with the built-in criterion that `--label label_choice` comes with (`--label safer`:
+    harmless) when no --criteria is given (rmjudge.prompts.criteria)."""
+    from dataclasses import replace
+
+    from rmjudge.prompts.criteria import label_criteria
+
+    name = label_criteria(label_choice)
+    return replace(js, criteria=name) if name and js.criteria is None else js
+
+
+def criteria_note(js: JudgeSettings, label_choice: str | None) -> str | None:
+    """The status line naming the criteria a run judges by, or None without criteria."""
+    from rmjudge.prompts.criteria import BUILTIN, label_criteria
+
+    if js.criteria is None:
+        return None
+    if js.criteria == label_criteria(label_choice):
+        return (f"rmjudge: criteria: {js.criteria} (the built-in that --label {label_choice} "
+                "comes with; --criteria changes it)")
+    what = js.criteria if js.criteria in BUILTIN or js.criteria.startswith("@") else "given text"
+    return f"rmjudge: criteria: {what}"
+
+
+def check_prompting(js: JudgeSettings) -> None:
+    """A bad --criteria or --prompt-template fails here, before any model loads."""
+    from rmjudge.prompts import prompt_style
+
+    prompt_style(js.criteria, js.prompt_template)
+
+
 def check_run_paths(source: str, output: str | None) -> None:
     """A missing or unreadable input and an unusable output fail before any model loads."""
     from rmjudge.io.readers import detect_format
@@ -93,6 +124,7 @@ def dry_run(source: str, opts: RunOptions):
 
     if opts.server is not None:
         raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
+    check_prompting(opts.judge)
     with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
         return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit)
 
@@ -119,6 +151,10 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
     from rmjudge.pipeline import Interrupted, score
 
     check_run_paths(source, output)
+    check_prompting(opts.judge)
+    note = criteria_note(opts.judge, opts.mapper.label_choice)
+    if note:
+        status(note)
     if engine is None:
         engine = load_judge_engine(opts.engine, opts.server, status)
     display = None

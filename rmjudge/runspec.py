@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, replace
 
 from rmjudge.engine.base import ModelInfo
-from rmjudge.prompts import PROMPT_FORMAT
+from rmjudge.prompts import DEFAULT_STYLE, PROMPT_FORMAT, PromptStyle, prompt_style
 from rmjudge.settings import JudgeSettings
 
 # Tokens a sequence may need beyond its prompt and `max_tokens`: the forced-verdict
@@ -45,6 +45,7 @@ class RunSpec:
     context: int  # tokens one sequence may use (prompt + generation + FORCE_MARGIN)
     demo: bool = False  # the judge is the embedded demo model
     defaulted_forced: bool = False  # `forced` was resolved here, not given
+    style: PromptStyle = DEFAULT_STYLE  # --criteria (its text) and --prompt-template
 
     def defaults_note(self) -> list[str]:
         """What the summary says about the judge and the resolved defaults (empty for the
@@ -77,6 +78,9 @@ class RunSpec:
         """What decides verdicts: a rerun on the same output must match these exactly."""
         d = self.settings.as_dict()
         d["prompt_suffix"] = self.suffix
+        if self.style.template is not None:  # its text's hash: the file may move
+            d.pop("prompt_template", None)
+            d["prompt_template_sha256"] = self.style.template.sha256
         d["prompt_format"] = PROMPT_FORMAT
         d["model_sha256"] = self.model.sha256
         d["lora_sha256"] = self.model.lora_sha256
@@ -139,15 +143,17 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None)
     model's training context, as `--ctx-size` sets). Unset `max_tokens` and `forced` take the
     model's defaults (module docstring)."""
     suffix = prompt_suffix(model, settings.prompt_suffix)
+    style = prompt_style(settings.criteria, settings.prompt_template)
     context = context_limit(n_ctx, model.n_ctx_train)
     demo = is_demo_model(model)
     resolved = replace(
         settings,
         max_tokens=settings.max_tokens if settings.max_tokens is not None
         else (DEMO_MAX_TOKENS if demo else PAPER_MAX_TOKENS),
-        forced=settings.forced if settings.forced is not None else demo)
+        forced=settings.forced if settings.forced is not None else demo,
+        criteria=style.criteria)  # the text, recorded with the verdict settings
     return RunSpec(resolved, model, suffix, context, demo,
-                   defaulted_forced=settings.forced is None)
+                   defaulted_forced=settings.forced is None, style=style)
 
 
 def run_record(model: ModelInfo, settings, source: str, shard: str | None) -> dict:

@@ -60,6 +60,13 @@ class JudgeSettings:
                               "at random instead of the most confident), random-group (a random "
                               "winner group of the size self-reflection chose).",
                               choices=ABLATIONS)
+    criteria: str | None = _opt(None, "Judging criteria put into both prompts: a built-in "
+                                "(helpful, harmless, honest, instruction-following), @FILE or "
+                                "the text (default: none; harmless with --label safer).",
+                                metavar="NAME|@FILE|TEXT")
+    prompt_template: str | None = _opt(None, "A Jinja2 file worded as both prompts (task: "
+                                       "pref|refl); checked before the model loads. See "
+                                       "docs/scoring.md.", metavar="FILE")
     confidence_fraction: float = _opt(0.1, "Share of the lowest token log-probs averaged into a "
                                       "rollout's confidence.", cli=False)
 
@@ -94,6 +101,9 @@ class JudgeSettings:
         d = asdict(self)
         if d["ablation"] == "none":  # recorded only when chosen: earlier stores still resume
             del d["ablation"]
+        for key in ("criteria", "prompt_template"):  # likewise
+            if d[key] is None:
+                del d[key]
         return d
 
     @classmethod

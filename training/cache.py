@@ -72,6 +72,8 @@ class RolloutCache:
             raise CacheError(f"{self.path} is not a rollout cache (no meta line); "
                              "give another --cache path") from None
         diff = {k: (head.get(k), v) for k, v in self.meta.items() if head.get(k) != v}
+        if head.get("criteria") and "criteria" not in self.meta:  # prompted with criteria
+            diff["criteria"] = (head["criteria"], None)
         if diff:
             named = "; ".join(f"{k}: cached {a!r}, now {b!r}" for k, (a, b) in diff.items())
             raise CacheError(f"the rollout cache {self.path} was made with other settings "

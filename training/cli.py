@@ -145,13 +145,16 @@ def format_stats(st: dict) -> str:
 @click.option("--threads", type=int, default=None, help="llama.cpp CPU threads.")
 @click.option("--lora", default=None, help="A GGUF LoRA adapter applied to the GGUF --model "
               "(e.g. a warm-start adapter from `rmjudge-export lora`).")
+@click.option("--criteria", default=None, metavar="NAME|@FILE|TEXT",
+              help="Judging criteria in both prompts, as `rmjudge score --criteria`: a built-in "
+              "name, @FILE or the text (train the judge for that rubric).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing -o (and its stats file) "
               "that build-data did not write; an input is never replaced.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @server_options
 def build_data_cmd(source, output, model, gguf_file, backend, samples, temperature, max_tokens,
                    ratio, seed, limit, mapping, cache, chunk_items, parallel, threads, lora,
-                   overwrite, quiet, **kw):
+                   criteria, overwrite, quiet, **kw):
     """Sample rollouts from the base model and write unified Pref + Refl training data
     (in-process, or through an OpenAI-compatible server with --server URL)."""
     from training.rollouts import SamplingSettings
@@ -162,8 +165,11 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
                         chunk_items=chunk_items)
     if samples < 2:
         raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
+    from rmjudge.prompts.criteria import resolve_criteria
+
     sampling = SamplingSettings(samples=samples, temperature=temperature,
-                                max_tokens=max_tokens, seed=seed)
+                                max_tokens=max_tokens, seed=seed,
+                                criteria=resolve_criteria(criteria))
     gguf = str(Path(model) / gguf_file) if model and gguf_file else None
     check_outputs(source, output, cache, inputs=(model, gguf, lora), overwrite=overwrite)
     src, desc = _rollout_source(model, gguf_file, backend, sampling, parallel, threads,
@@ -235,12 +241,16 @@ def sft_cmd(backend, resume, overwrite, quiet, **kw):
         if isinstance(rec.get("loss"), (int, float)):
             _say(quiet, f"step {rec['step']}: loss {rec['loss']:.4g}")
 
+    from rmjudge.prompts.criteria import resolve_criteria
+
     settings = SFTSettings(**kw)
+    criteria = resolve_criteria(settings.criteria)  # a bad value fails before anything loads
     check_output(settings, overwrite)
     require("rmjudge-train sft", "train", TRAIN)
     sampling = SamplingSettings(samples=settings.samples,
                                 temperature=settings.rollout_temperature,
-                                max_tokens=settings.rollout_max_tokens, seed=settings.seed)
+                                max_tokens=settings.rollout_max_tokens, seed=settings.seed,
+                                criteria=criteria)
     src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
                                 settings.parallel, settings.threads)
     _say(quiet, f"rollouts: {settings.samples} per item, {desc}")

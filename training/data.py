@@ -17,7 +17,9 @@ Pipeline, per labelled item of the input (any format `rmjudge score` reads):
    the scarcer kind are kept and the other is subsampled to the ratio; the stats say which.
 
 Every random choice is seeded from (seed, item id), so the output is reproducible. Every example
-records the prompt format it was rendered in (`prompt_format`, `rmjudge.prompts.PROMPT_FORMAT`),
+records the prompt format it was rendered in (`prompt_format`, `rmjudge.prompts.PROMPT_FORMAT`)
+and, when the rollouts were prompted with judging criteria (`--criteria`), their text
+(`criteria`; both tasks' prompts carry it),
 and so do the stats file and the rollout cache: GRPO refuses data of another format, and the
 adapter it trains carries the format on to scoring.
 """
@@ -36,8 +38,8 @@ import orjson
 
 from rmjudge.io.intake import RowFailure, open_intake
 from rmjudge.io.mapping import Mapper
-from rmjudge.prompts import (PROMPT_FORMAT, extract_analysis, parse_verdict, pref_messages,
-                             refl_messages)
+from rmjudge.prompts import (PROMPT_FORMAT, PromptStyle, extract_analysis, parse_verdict,
+                             pref_messages, refl_messages)
 from rmjudge.seeds import derive_seed
 
 from training.cache import CachedRollouts, RolloutCache
@@ -182,16 +184,24 @@ def outcome_of(item: Item, rollouts: CachedRollouts) -> Outcome:
                    [extract_analysis(t) for t in rollouts.texts])
 
 
-def pref_example(item: Item, suffix: str) -> dict[str, Any]:
+def criteria_field(criteria: str | None) -> dict[str, Any]:
+    """An example's `criteria` (none without criteria: the data is as it was)."""
+    return {"criteria": criteria} if criteria else {}
+
+
+def pref_example(item: Item, suffix: str, criteria: str | None = None) -> dict[str, Any]:
     return {
         "id": f"{item.id}#pref", "task": "pref", "source_id": item.id, "label": item.label,
-        "prompt": list(pref_messages(item.conversation, item.r1, item.r2, suffix)),
+        "prompt": list(pref_messages(item.conversation, item.r1, item.r2, suffix,
+                                     PromptStyle(criteria))),
         "conversation": list(item.conversation), "responses": [item.r1, item.r2],
         "suffix": suffix, "critique_rollouts": None, "prompt_format": PROMPT_FORMAT,
+        **criteria_field(criteria),
     }
 
 
-def refl_example(out: Outcome, suffix: str, seed: int) -> dict[str, Any] | None:
+def refl_example(out: Outcome, suffix: str, seed: int,
+                 criteria: str | None = None) -> dict[str, Any] | None:
     """One Refl example from a mixed-outcome item, or None when no usable pair exists."""
     item = out.item
     ok = out.correct
@@ -211,9 +221,11 @@ def refl_example(out: Outcome, suffix: str, seed: int) -> dict[str, Any] | None:
         c1, c2, label, order = out.analyses[w], out.analyses[g], 2, [w, g]
     return {
         "id": f"{item.id}#refl", "task": "refl", "source_id": item.id, "label": label,
-        "prompt": list(refl_messages(item.conversation, item.r1, item.r2, c1, c2, suffix)),
+        "prompt": list(refl_messages(item.conversation, item.r1, item.r2, c1, c2, suffix,
+                                     PromptStyle(criteria))),
         "conversation": list(item.conversation), "responses": [item.r1, item.r2],
         "suffix": suffix, "critique_rollouts": order, "prompt_format": PROMPT_FORMAT,
+        **criteria_field(criteria),
     }
 
 
@@ -247,8 +259,9 @@ def mix(pref: list[dict], refl: list[dict], ratio: str, seed: int, stats: Stats)
 
 
 def build_examples(pairs: Iterable[tuple[Item, CachedRollouts]], suffix: str, config: DataConfig,
-                   stats: Stats) -> list[dict[str, Any]]:
-    """Pref and Refl examples from items and their rollouts, mixed at the ratio."""
+                   stats: Stats, criteria: str | None = None) -> list[dict[str, Any]]:
+    """Pref and Refl examples from items and their rollouts (prompted with `criteria`), mixed
+    at the ratio."""
     pref: list[dict] = []
     refl: list[dict] = []
     for item, rollouts in pairs:
@@ -264,12 +277,12 @@ def build_examples(pairs: Iterable[tuple[Item, CachedRollouts]], suffix: str, co
         if n_ok == len(out.predictions):
             stats.all_correct_dropped += 1
             continue
-        pref.append(pref_example(item, suffix))
+        pref.append(pref_example(item, suffix, criteria))
         if n_ok == 0:
             stats.all_incorrect += 1
             continue
         stats.mixed += 1
-        ex = refl_example(out, suffix, config.seed)
+        ex = refl_example(out, suffix, config.seed, criteria)
         if ex is None:
             stats.refl_unusable += 1
         else:
@@ -432,7 +445,8 @@ def build_data(source: str, output: str | Path, rollout_source: RolloutSource, c
     cache = RolloutCache(cache_path, rollout_source.fingerprint())
     pairs = sample_all(read_items(source, config, stats), rollout_source, cache, config, stats,
                        progress)
-    examples = build_examples(pairs, rollout_source.suffix, config, stats)
+    examples = build_examples(pairs, rollout_source.suffix, config, stats,
+                              getattr(rollout_source, "criteria", None))
 
     def check() -> None:
         check_outputs(source, output, cache_path, overwrite=overwrite)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rmjudge.analysis.counts import item_accuracy, item_consistency
-from rmjudge.prompts import parse_verdict, pref_messages
+from rmjudge.prompts import PromptStyle, parse_verdict, pref_messages
 
 from training.hf import greedy_completions
 
@@ -33,9 +33,11 @@ class EvalResult:
 
 
 def swapped_prompt(example: dict[str, Any]):
-    """The Pref prompt with the responses in the other slots (the suffix it was built with)."""
+    """The Pref prompt with the responses in the other slots (the suffix and criteria it was
+    built with)."""
     r1, r2 = example["responses"]
-    return pref_messages(tuple(example["conversation"]), r2, r1, example.get("suffix") or "")
+    return pref_messages(tuple(example["conversation"]), r2, r1, example.get("suffix") or "",
+                         PromptStyle(example.get("criteria")))
 
 
 def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,

@@ -337,6 +337,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     tokenizer = load_tokenizer(ModelSource(base_dir))
     model = load_base(base_dir, s.quantization)
     data_suffixes = sorted({e.get("suffix") or "" for e in examples})
+    data_criteria = sorted({e["criteria"] for e in examples if e.get("criteria")})
     if s.quantization == "nf4":
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
@@ -429,6 +430,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         "train_prompts_too_long": too_long,
         "prompt_length_filter": lengths,
         "prompt_format": prompt_format,
+        "criteria": data_criteria,
         "heldout_examples": len(held),
         "steps": trainer.state.global_step,
         "resumed_from": checkpoint,

@@ -7,8 +7,9 @@
 - `TransformersRollouts`: `model.generate` of a transformers model, when no GGUF is given.
 
 Both prompt exactly as `rmjudge score` does: `pref_messages` with the model family's suffix,
-generation starting after `ASSISTANT_PREFIX`, stopping at `</Result>`. The fingerprint names
-the prompt format, so a cache of rollouts prompted in another format is refused. No forced verdicts: a
+generation starting after `ASSISTANT_PREFIX`, stopping at `</Result>`, and with the judging
+criteria (`--criteria`, `SamplingSettings.criteria`) when given. The fingerprint names the
+criteria (when given) and the prompt format, so a cache of rollouts prompted in another format is refused. No forced verdicts: a
 rollout that does not parse stays a parse failure (it counts as incorrect downstream).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rmjudge.prompts import ASSISTANT_PREFIX, PROMPT_FORMAT, STOP, pref_messages
+from rmjudge.prompts import ASSISTANT_PREFIX, PROMPT_FORMAT, STOP, PromptStyle, pref_messages
 from rmjudge.runspec import prompt_suffix
 from rmjudge.seeds import derive_seed
 from rmjudge.types import GenRequest, Message
@@ -54,6 +55,11 @@ class SamplingSettings:
     temperature: float = 1.0
     max_tokens: int = 1024
     seed: int = 0
+    criteria: str | None = None  # the rubric text (rmjudge.prompts.criteria.resolve_criteria)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The criteria, when given (caches made without them have no such key)."""
+        return {"criteria": self.criteria} if self.criteria else {}
 
 
 class EngineRollouts:
@@ -67,7 +73,11 @@ class EngineRollouts:
         return {"model_sha256": info.sha256, "model": info.name, "samples": self.s.samples,
                 "temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
                 "seed": self.s.seed, "suffix": self.suffix, "backend": "llama.cpp",
-                "prompt_format": PROMPT_FORMAT, **self._lora()}
+                "prompt_format": PROMPT_FORMAT, **self._lora(), **self.s.fingerprint()}
+
+    @property
+    def criteria(self) -> str | None:
+        return self.s.criteria
 
     def _lora(self) -> dict[str, Any]:
         """The LoRA adapter, when one is applied (older caches have no such key)."""
@@ -79,7 +89,8 @@ class EngineRollouts:
 
     def request(self, item: Item) -> GenRequest:
         return GenRequest(
-            messages=pref_messages(item.conversation, item.r1, item.r2, self.suffix),
+            messages=pref_messages(item.conversation, item.r1, item.r2, self.suffix,
+                                   PromptStyle(self.s.criteria)),
             n=self.s.samples, assistant_prefix=ASSISTANT_PREFIX, temperature=self.s.temperature,
             seed=derive_seed(self.s.seed, item.id, "train-rollout"), max_tokens=self.s.max_tokens,
             stop=STOP,
@@ -115,7 +126,11 @@ class TransformersRollouts:
         return {"model_sha256": None, "model": self.model_id, "samples": self.s.samples,
                 "temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
                 "seed": self.s.seed, "suffix": self.suffix, "backend": "transformers",
-                "prompt_format": PROMPT_FORMAT}
+                "prompt_format": PROMPT_FORMAT, **self.s.fingerprint()}
+
+    @property
+    def criteria(self) -> str | None:
+        return self.s.criteria
 
     def rollouts(self, items: list[Item]) -> list[CachedRollouts]:
         from training.hf import sample_completions
@@ -123,7 +138,8 @@ class TransformersRollouts:
         out: list[CachedRollouts] = []
         for start in range(0, len(items), self.batch_items):
             chunk = items[start:start + self.batch_items]
-            prompts = [pref_messages(it.conversation, it.r1, it.r2, self.suffix) for it in chunk]
+            prompts = [pref_messages(it.conversation, it.r1, it.r2, self.suffix,
+                                     PromptStyle(self.s.criteria)) for it in chunk]
             seed = derive_seed(self.s.seed, chunk[0].id, "train-rollout") % (2**31)
             texts, finish = sample_completions(
                 self.model, self.tok, prompts, n=self.s.samples, temperature=self.s.temperature,

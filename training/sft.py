@@ -90,6 +90,10 @@ class SFTSettings:
     threads: int | None = field(default=None, metadata={
         "help": "CPU threads (llama.cpp rollouts and torch)."})
     seed: int = field(default=0, metadata={"help": "Seed of slots, targets, shuffling and init."})
+    criteria: str | None = field(default=None, metadata={
+        "help": "Judging criteria in both prompts, as `rmjudge score --criteria`: a built-in "
+                "name, @FILE or the text (train the judge for that rubric).",
+        "metavar": "NAME|@FILE|TEXT"})
 
     def __post_init__(self) -> None:
         for name in ("samples", "rollout_max_tokens", "max_analysis_chars", "max_length",
@@ -145,7 +149,8 @@ def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[
     for item, rollouts in sample_all(read_items(s.source, config, read_stats), rollout_source,
                                      cache, config, read_stats, progress):
         examples += sft_examples(item, rollouts, rollout_source.suffix, s.task_list,
-                                 s.max_analysis_chars, s.seed, stats)
+                                 s.max_analysis_chars, s.seed, stats,
+                                 getattr(rollout_source, "criteria", None))
     rows = {"rows_read": read_stats.rows_read, "rows_bad": read_stats.rows_bad,
             "rows_unlabelled": read_stats.rows_unlabelled,
             "items_from_cache": read_stats.items_from_cache}

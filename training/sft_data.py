@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rmjudge.prompts import (ANALYSIS_CLOSE, ANALYSIS_OPEN, RESULT_CLOSE, RESULT_OPEN,
-                             completion_text, extract_analysis, parse_verdict, pref_messages,
-                             refl_messages)
+                             DEFAULT_STYLE, PromptStyle, completion_text, extract_analysis,
+                             parse_verdict, pref_messages, refl_messages)
 from rmjudge.seeds import derive_seed
 
 from training.cache import CachedRollouts
@@ -109,7 +109,8 @@ def _example(item: Item, task: str, order: str, label: int, prompt, completion: 
 
 
 def pref_examples(item: Item, analyses: list[tuple[str, int | None]], suffix: str,
-                  rng: random.Random, stats: SFTStats) -> list[dict]:
+                  rng: random.Random, stats: SFTStats,
+                  style: PromptStyle = DEFAULT_STYLE) -> list[dict]:
     """Both slot orders of the item, each with the gold verdict."""
     fitting = [a for a, p in analyses if p in (None, item.label)]
     if fitting:
@@ -120,9 +121,9 @@ def pref_examples(item: Item, analyses: list[tuple[str, int | None]], suffix: st
         stats.analyses_short += 2
     conv = item.conversation
     return [
-        _example(item, "pref", "ab", item.label, pref_messages(conv, item.r1, item.r2, suffix),
+        _example(item, "pref", "ab", item.label, pref_messages(conv, item.r1, item.r2, suffix, style),
                  completion_text("pref", analysis, item.label)),
-        _example(item, "pref", "ba", 3 - item.label, pref_messages(conv, item.r2, item.r1, suffix),
+        _example(item, "pref", "ba", 3 - item.label, pref_messages(conv, item.r2, item.r1, suffix, style),
                  completion_text("pref", swap_slots(analysis), 3 - item.label)),
     ]
 
@@ -134,7 +135,8 @@ def _critique(analysis: str, parsed: int | None, concludes: int) -> str:
 
 
 def refl_examples(item: Item, analyses: list[tuple[str, int | None]], suffix: str,
-                  rng: random.Random, stats: SFTStats) -> list[dict]:
+                  rng: random.Random, stats: SFTStats,
+                  style: PromptStyle = DEFAULT_STYLE) -> list[dict]:
     """Both critique orders: a critique concluding for the gold response against one
     concluding for the other; the label is the former's slot."""
     gold, other = item.label, 3 - item.label
@@ -153,14 +155,18 @@ def refl_examples(item: Item, analyses: list[tuple[str, int | None]], suffix: st
         analysis = (f"Critique {k} concludes that Response {gold} is better, and the responses "
                     f"support that conclusion; Critique {j} prefers Response {other}.")
         out.append(_example(item, "refl", order, label,
-                            refl_messages(item.conversation, item.r1, item.r2, c1, c2, suffix),
+                            refl_messages(item.conversation, item.r1, item.r2, c1, c2, suffix,
+                                          style),
                             completion_text("refl", analysis, label)))
     return out
 
 
 def sft_examples(item: Item, rollouts: CachedRollouts, suffix: str, tasks: tuple[str, ...],
-                 max_chars: int, seed: int, stats: SFTStats) -> list[dict]:
-    """The warm-start examples of one item (2 per task: both orders)."""
+                 max_chars: int, seed: int, stats: SFTStats,
+                 criteria: str | None = None) -> list[dict]:
+    """The warm-start examples of one item (2 per task: both orders), prompted with
+    `criteria` (the judging criteria, when given)."""
+    style = PromptStyle(criteria)
     stats.items += 1
     if rollouts.error:
         stats.items_unsampled += 1
@@ -171,9 +177,9 @@ def sft_examples(item: Item, rollouts: CachedRollouts, suffix: str, tasks: tuple
     rng = random.Random(derive_seed(seed, item.id, "sft-target"))
     out: list[dict] = []
     if "pref" in tasks:
-        out += pref_examples(item, analyses, suffix, rng, stats)
+        out += pref_examples(item, analyses, suffix, rng, stats, style)
     if "refl" in tasks:
-        out += refl_examples(item, analyses, suffix, rng, stats)
+        out += refl_examples(item, analyses, suffix, rng, stats, style)
     for e in out:
         stats.pref_examples += e["task"] == "pref"
         stats.refl_examples += e["task"] == "refl"

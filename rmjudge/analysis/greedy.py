@@ -91,6 +91,12 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             f"{engine.info.path} ({engine.info.sha256[:12]}...): pass the same --model (and "
             "--lora) as the scoring run, so the greedy row compares like with like")
     spec = resolve(js, engine.info)
+    want_template = stored.get("prompt_template_sha256")
+    if want_template and want_template != spec.verdict_settings().get("prompt_template_sha256"):
+        raise TableError(
+            f"{table.path} was judged with a --prompt-template (sha256 {want_template[:12]}...), "
+            "which the table does not hold: the greedy baseline would be prompted otherwise "
+            "than the judge was; compare the judge with another run instead")
     js, suffix = spec.settings, spec.suffix  # an old store's unset values resolve as scoring does
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)
@@ -99,7 +105,7 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
         _write(table, target, [])  # the (empty) greedy table exists after a call
     for start in range(0, len(todo), BATCH_REQUESTS):
         chunk = todo[start:start + BATCH_REQUESTS]
-        jobs = [PairOrderJob(p, o, js, suffix) for p, o in chunk]
+        jobs = [PairOrderJob(p, o, js, suffix, spec.style) for p, o in chunk]
         reqs = [dataclasses.replace(j.rollout_request(1), temperature=0.0, top_p=1.0, n=1)
                 for j in jobs]
         rows: list[list] = []

@@ -32,11 +32,14 @@ def command(source: str, output: str, mapping: str | None, overwrite: bool, quie
     Rerun the same command to resume after a failure."""
     from rmjudge.io.mapping import parse_map
     from rmjudge.ray_runner import EngineFactory, ray_score
+    from rmjudge.run import check_prompting, with_label_criteria
 
     js = judge_settings(kw)
     es = engine_settings(kw)
     cols = parse_map(mapping)
     labels = label_settings(kw)
+    js = with_label_criteria(js, labels.choice)
+    check_prompting(js)
     server = server_settings(kw)
     rs = settings_from(RaySettings, kw)
 

@@ -88,11 +88,12 @@ def parse_run_options(kw: dict):
     """The `RunOptions` (rmjudge.run) of the options of `judge_options`, `engine_options`,
     `server_options` and `run_options` (popped from kw); bad values raise SettingsError."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.run import RunOptions, parse_shard
+    from rmjudge.run import RunOptions, parse_shard, with_label_criteria
 
     js = judge_settings(kw)
     es = engine_settings(kw)
     labels = label_settings(kw)
+    js = with_label_criteria(js, labels.choice)
     mapping = parse_map(kw.pop("mapping"))
     return RunOptions(js, es, build_mapper(mapping, js.seed, labels), mapping,
                       limit=kw.pop("limit"), shard=parse_shard(kw.pop("shard")),

@@ -20,6 +20,14 @@ from rmjudge.types import Message
 _PROBE = ({"role": "user", "content": "Which response is better?"},)
 
 
+def sandbox_environment():
+    """The Jinja2 environment untrusted templates render in (chat templates, `--prompt-template`):
+    immutable and sandboxed, with the whitespace handling of Hugging Face chat templates."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+
 class TemplateError(UserError):
     """A chat template cannot be used: a syntax error, an operation the sandbox blocks, or a
     failure while rendering. The message names the template's source (`origin`) and the fix."""
@@ -40,9 +48,8 @@ class ChatTemplate:
         self._template = None
         if template:
             import jinja2
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env = sandbox_environment()
 
             def raise_exception(message):
                 raise TemplateError(f"{origin} refused the prompt: {message}; {fix}")

@@ -8,9 +8,13 @@ judged at inference exactly as it was trained.
 from __future__ import annotations
 
 import re
-from typing import Literal, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from rmjudge.types import ForceSpec, Message
+
+if TYPE_CHECKING:
+    from rmjudge.prompts.template import PromptTemplate
 
 Task = Literal["pref", "refl"]
 
@@ -70,23 +74,57 @@ def _answer_format(task: Task) -> str:
     )
 
 
-def _pair_head(conversation: Sequence[Message], r1: str, r2: str) -> str:
-    """The opening both tasks share, word for word: a neutral role line, the conversation and
-    the two responses. It names no task: each prompt states its own task after it."""
+@dataclass(frozen=True)
+class PromptStyle:
+    """What a run changes in the wording of both prompts: `criteria` (`--criteria`, the rubric
+    text) and `template` (`--prompt-template`). The default style is the plain prompts."""
+
+    criteria: str | None = None
+    template: "PromptTemplate | None" = None
+
+
+DEFAULT_STYLE = PromptStyle()
+
+
+def criteria_block(criteria: str | None) -> str:
+    """The criteria slot: empty without criteria, so the prompts stay as they were."""
+    if not criteria:
+        return ""
+    return f"## Criteria\nJudge by these criteria:\n{criteria}\n\n"
+
+
+def _pair_head(conversation: Sequence[Message], r1: str, r2: str,
+               criteria: str | None = None) -> str:
+    """The opening both tasks share, word for word: a neutral role line, the conversation, the
+    two responses and the criteria, if any. It names no task: each prompt states its own task
+    after it."""
     return (
         "You are an impartial judge.\n\n"
         f"## Context\n{render_conversation(conversation)}\n\n"
         "## The two responses\n"
         f"### Response 1\n{r1}\n\n### Response 2\n{r2}\n\n"
+        f"{criteria_block(criteria)}"
     )
 
 
+def _from_template(style: PromptStyle, task: Task, conversation: Sequence[Message], r1: str,
+                   r2: str, c1: str, c2: str, suffix: str) -> tuple[Message, ...]:
+    body = style.template.render(  # type: ignore[union-attr]
+        task=task, context=render_conversation(conversation),
+        messages=[dict(m) for m in conversation], response1=r1, response2=r2, critique1=c1,
+        critique2=c2, criteria=style.criteria, answer_format=_answer_format(task))
+    return ({"role": "user", "content": body + suffix},)
+
+
 def pref_messages(
-    conversation: Sequence[Message], r1: str, r2: str, suffix: str = ""
+    conversation: Sequence[Message], r1: str, r2: str, suffix: str = "",
+    style: PromptStyle = DEFAULT_STYLE,
 ) -> tuple[Message, ...]:
     """Response-preference prompt: which of two responses is better."""
+    if style.template is not None:
+        return _from_template(style, "pref", conversation, r1, r2, "", "", suffix)
     body = (
-        f"{_pair_head(conversation, r1, r2)}"
+        f"{_pair_head(conversation, r1, r2, style.criteria)}"
         "## Your task\n"
         "Decide which of the two responses above is the better answer to the conversation. "
         f"{_answer_format('pref')}{suffix}"
@@ -95,7 +133,8 @@ def pref_messages(
 
 
 def refl_messages(
-    conversation: Sequence[Message], r1: str, r2: str, c1: str, c2: str, suffix: str = ""
+    conversation: Sequence[Message], r1: str, r2: str, c1: str, c2: str, suffix: str = "",
+    style: PromptStyle = DEFAULT_STYLE,
 ) -> tuple[Message, ...]:
     """Self-reflection prompt: which of two critiques (analyses) of (r1, r2) is better.
 
@@ -104,10 +143,13 @@ def refl_messages(
     cache) evaluates only the task, the critiques and the answer format; the N-1 reflections
     of one pair and order share that prefix and the first critique when the anchor sits in
     slot 1. Right after the shared head the prompt says plainly that the two texts to compare
-    are critiques of the responses, not the responses themselves.
+    are critiques of the responses, not the responses themselves. `style`: the criteria and
+    template of the run, the same for both prompts.
     """
+    if style.template is not None:
+        return _from_template(style, "refl", conversation, r1, r2, c1, c2, suffix)
     body = (
-        f"{_pair_head(conversation, r1, r2)}"
+        f"{_pair_head(conversation, r1, r2, style.criteria)}"
         "## Your task\n"
         "Below are two critiques, each an analysis of the two responses above that ends in a "
         "judgment of which response is better. Decide which critique is better: which one "
@@ -119,6 +161,45 @@ def refl_messages(
         f"Compare the two critiques above. {_answer_format('refl')}{suffix}"
     )
     return ({"role": "user", "content": body},)
+
+
+def verdict_lines(task: Task) -> tuple[str, str]:
+    """The two verdicts a task's answer ends in."""
+    noun = _NOUN[task]
+    return (f"{noun} 1 is better than {noun} 2", f"{noun} 2 is better than {noun} 1")
+
+
+def check_template(template: "PromptTemplate", criteria: str | None = None) -> None:
+    """Refuse a `--prompt-template` that lacks a slot or the verdict format in either task
+    (rmjudge.prompts.template): both prompts are rendered with marker values."""
+    from rmjudge.prompts.template import check_rendered
+
+    marks = {"context": "\u27e6CONVERSATION\u27e7", "response1": "\u27e6RESPONSE-1\u27e7",
+             "response2": "\u27e6RESPONSE-2\u27e7", "critique1": "\u27e6CRITIQUE-1\u27e7",
+             "critique2": "\u27e6CRITIQUE-2\u27e7", "criteria": "\u27e6CRITERIA\u27e7"}
+    style = PromptStyle(marks["criteria"] if criteria else None, template)
+    conv = ({"role": "user", "content": marks["context"]},)
+    slots = ["context", "response1", "response2"] + (["criteria"] if criteria else [])
+    pref = pref_messages(conv, marks["response1"], marks["response2"], "", style)
+    check_rendered(template, "pref", pref[0]["content"], {k: marks[k] for k in slots},
+                   verdict_lines("pref"))
+    refl = refl_messages(conv, marks["response1"], marks["response2"], marks["critique1"],
+                         marks["critique2"], "", style)
+    check_rendered(template, "refl", refl[0]["content"],
+                   {k: marks[k] for k in slots + ["critique1", "critique2"]},
+                   verdict_lines("refl"))
+
+
+def prompt_style(criteria: str | None = None, template: str | None = None) -> PromptStyle:
+    """The style of `--criteria` (a built-in name, @FILE or text) and `--prompt-template`
+    (a file), resolved and checked: a bad value raises a UserError before any model loads."""
+    from rmjudge.prompts.criteria import resolve_criteria
+    from rmjudge.prompts.template import load_template
+
+    text = resolve_criteria(criteria)
+    if template is None:
+        return PromptStyle(text)
+    return PromptStyle(text, load_template(template, lambda t: check_template(t, text)))
 
 
 _VERDICT = re.compile(

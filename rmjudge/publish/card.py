@@ -121,6 +121,25 @@ def _judges(record: dict) -> list[dict]:
     return list(out.values())
 
 
+def criteria_lines(settings: dict) -> list[str]:
+    """The card's lines on the judging criteria and the prompt template (docs/scoring.md,
+    "Criteria and prompt templates"), from the run's verdict settings; none for the plain
+    prompts."""
+    from rmjudge.prompts.criteria import builtin_name
+
+    lines = []
+    text = settings.get("criteria")
+    if text:
+        name = builtin_name(text)
+        lines.append("- judging criteria (`--criteria`"
+                     + (f" {name}, a built-in" if name else "") + "), in both prompts:")
+        lines += ["", *(f"  > {line}".rstrip() for line in str(text).splitlines()), ""]
+    sha = settings.get("prompt_template_sha256")
+    if sha:
+        lines.append(f"- prompts worded by a `--prompt-template`, sha256 `{sha}`")
+    return lines
+
+
 def metadata(record: dict, data_path: str, license: str | None, pretty_name: str) -> dict:
     """The card's YAML front matter as a dict."""
     fmt = record.get("format", "dpo")
@@ -205,6 +224,7 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
     encoding = (settings or {}).get("prompt_encoding")
     if encoding:  # judged through a server (docs/serving.md)
         lines.append(f"- prompts reached the judge's server as {encoding}")
+    lines += criteria_lines(settings or {})
     if settings:
         lines += ["", "Judge settings (`rmjudge score`):", "", "```json",
                   orjson.dumps(settings, option=orjson.OPT_INDENT_2).decode(), "```"]

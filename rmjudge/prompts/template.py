@@ -1,0 +1,102 @@
+"""`--prompt-template FILE`: the user's own wording of both judging prompts, as one Jinja2
+template rendered in the sandbox that chat templates render in (rmjudge.engine.chat).
+
+The template receives `task` ("pref": which response is better; "refl": which critique is
+better), `context` (the conversation as text), `messages` (the conversation as role/content
+dicts), `response1`, `response2`, `critique1`, `critique2` (empty for "pref"), `criteria`
+(the `--criteria` text, or none) and `answer_format` (the task's answer instructions with its
+two verdict lines). The model family's prompt suffix is appended to what it renders.
+
+`load_template` checks a template before any model loads: it compiles, renders both tasks with
+marker values, and each required slot's marker and both verdict lines of each task must appear
+in what it renders; any failure is one TemplateError naming the file, the slot and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+from rmjudge.errors import UserError
+
+FIX = "see docs/scoring.md, \"Criteria and prompt templates\""
+
+
+class PromptTemplateError(UserError):
+    """A `--prompt-template` cannot be used; the message names the file, the fault and the fix."""
+
+
+class PromptTemplate:
+    """A compiled `--prompt-template` (`text`: its source; `origin`: its file name)."""
+
+    def __init__(self, text: str, origin: str):
+        import jinja2
+
+        from rmjudge.engine.chat import sandbox_environment
+
+        self.text = text
+        self.origin = origin
+        self.sha256 = hashlib.sha256(text.encode()).hexdigest()
+        try:
+            self._template = sandbox_environment().from_string(text)
+        except jinja2.TemplateSyntaxError as exc:
+            what = " ".join(str(exc.message).split()).rstrip(".")
+            raise PromptTemplateError(f"--prompt-template {origin} has a syntax error (line "
+                                      f"{exc.lineno}: {what}); {FIX}") from None
+        except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: Exception) -> PromptTemplateError:
+        from jinja2.exceptions import SecurityError
+
+        what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+        if isinstance(exc, SecurityError):
+            return PromptTemplateError(f"--prompt-template {self.origin} does something the "
+                                       f"template sandbox blocks ({what}); {FIX}")
+        return PromptTemplateError(f"--prompt-template {self.origin} failed to render "
+                                   f"({type(exc).__name__}: {what}); {FIX}")
+
+    def render(self, **variables: Any) -> str:
+        try:
+            return self._template.render(**variables)
+        except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
+            raise self._failure(exc) from None
+
+
+def read_template(path: str) -> PromptTemplate:
+    """The compiled template in `path`; an unreadable file is a PromptTemplateError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PromptTemplateError(f"--prompt-template {path}: cannot read it ({reason}); give "
+                                  "a readable UTF-8 Jinja2 file") from None
+    if not text.strip():
+        raise PromptTemplateError(f"--prompt-template {path} is empty; {FIX}")
+    return PromptTemplate(text, path)
+
+
+def check_rendered(template: PromptTemplate, task: str, rendered: str,
+                   required: dict[str, str], verdicts: tuple[str, ...]) -> None:
+    """Refuse a template whose rendering of `task` lacks a slot (`required`: slot name ->
+    its marker value) or a verdict line."""
+    what = {"pref": "the response-preference prompt (task == \"pref\")",
+            "refl": "the reflection prompt (task == \"refl\")"}[task]
+    for slot, marker in required.items():
+        if marker not in rendered:
+            raise PromptTemplateError(
+                f"--prompt-template {template.origin}: {what} lacks the slot {{{{ {slot} }}}}; "
+                f"{FIX}")
+    for line in verdicts:
+        if line not in rendered:
+            raise PromptTemplateError(
+                f"--prompt-template {template.origin}: {what} lacks the verdict format (the "
+                f"line \"{line}\"; {{{{ answer_format }}}} gives it); {FIX}")
+
+
+def load_template(path: str, check: Callable[[PromptTemplate], None]) -> PromptTemplate:
+    """The template in `path`, checked by `check` (rmjudge.prompts.check_template)."""
+    template = read_template(path)
+    check(template)
+    return template
