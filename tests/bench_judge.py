@@ -16,7 +16,7 @@ from rmjudge.engine.fake import ScriptedEngine
 
 def second_slot_response(req) -> str:
     body = req.messages[-1]["content"]
-    return body.split("### Response 2\n", 1)[1].split("\n\n## Task", 1)[0]
+    return body.split("### Response 2\n", 1)[1].split("\n\n## ", 1)[0]  # the next section
 
 
 def action(req, order: str) -> str:
