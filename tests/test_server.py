@@ -390,7 +390,7 @@ def test_cli_server_errors_are_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
                         "--server-model", "x"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip() == (
-        "Error: --server-model and --chat-template need --server URL")
+        "Error: --server-model, --server-api and --chat-template need --server URL")
 
 
 # -- hostile servers and hostile data -----------------------------------------------------------

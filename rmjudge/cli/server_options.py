@@ -26,6 +26,10 @@ server_options = combine_options([
                  help="Retries of a request on 429/5xx/connection errors (exponential backoff)."),
     click.option("--server-timeout", default=600.0, show_default=True, metavar="SECONDS",
                  help="Wait for one response at most this long."),
+    click.option("--server-api", default="auto", show_default=True,
+                 type=click.Choice(["auto", "openai-chat"]),
+                 help="openai-chat: send only documented OpenAI chat parameters (hosted and "
+                 "strict APIs); auto: detect the server and use its extensions."),
     click.option("--chat-template", default=None, metavar="FILE",
                  help="Jinja chat template, when the server does not expose its own "
                  "(otherwise --model GGUF, else the Hub tokenizer of the served model)."),
@@ -37,14 +41,15 @@ def server_settings(kw: dict):
     url = kw.pop("server_url")
     model, k = kw.pop("server_model"), kw.pop("server_concurrency")
     retries, timeout = kw.pop("server_retries"), kw.pop("server_timeout")
-    template = kw.pop("chat_template")
+    template, api = kw.pop("chat_template"), kw.pop("server_api")
     if url is None:
-        if model or template:
+        if model or template or api != "auto":
             from rmjudge.settings import SettingsError
 
-            raise SettingsError("--server-model and --chat-template need --server URL")
+            raise SettingsError("--server-model, --server-api and --chat-template need "
+                                "--server URL")
         return None
     from rmjudge.engine.server import ServerSettings
 
     return ServerSettings(url=url, model=model, concurrency=k, retries=retries, timeout=timeout,
-                          chat_template=template)
+                          chat_template=template, api=api)

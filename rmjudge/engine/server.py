@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from rmjudge.engine import served_template
+from rmjudge.engine import openai_chat, served_template
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
@@ -102,6 +102,7 @@ class ServerSettings:
     backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
     top_logprobs: int = 20  # alternatives asked for when forcing a verdict
     prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
+    api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -116,6 +117,9 @@ class ServerSettings:
             raise SettingsError("--server-timeout must be positive")
         if self.top_logprobs < 2:
             raise SettingsError("top_logprobs must be at least 2")
+        if self.api not in openai_chat.APIS:
+            raise SettingsError(f"--server-api must be one of {', '.join(openai_chat.APIS)}, "
+                                f"got {self.api!r}")
 
 
 def public_url(url: str) -> str:
@@ -198,6 +202,7 @@ class ServerEngine:
         self._params = parse_qsl(parts.query, keep_blank_values=True)
         self.url = public_url(self.base)
         self._key = os.environ.get(API_KEY_ENV) or None
+        self.strict = settings.api == openai_chat.API
         self._generated = 0
         self.requests_sent = 0
         self.in_flight = 0
@@ -238,8 +243,10 @@ class ServerEngine:
         """One line for the user: which server, model, endpoint and template source."""
         where = ("/v1/completions, chat template from " + self.template_source
                  if self.endpoint == "completions" else
+                 "/v1/chat/completions, documented OpenAI parameters only" if self.strict else
                  "/v1/chat/completions (no text completions; the server renders the template)")
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
+                "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}, {self.settings.concurrency} requests in flight")
@@ -376,6 +383,8 @@ class ServerEngine:
         entry = next((m for m in models if m["id"] == want), {})
         owner = str(entry.get("owned_by", "")).lower()
         props: dict = {}
+        if self.strict:  # only the documented endpoints: /models and /chat/completions
+            return openai_chat.API, want, 0, props
         try:
             p = await self._get("/props", root=True, retry=False)
             props = p if isinstance(p, dict) else {}
@@ -434,6 +443,8 @@ class ServerEngine:
                                   f"{exc.strerror}") from None
             bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
             return ChatTemplate(text, bos, eos), s.chat_template, arch
+        if self.strict and gguf_template is None:
+            return None, "", arch  # the API renders its own template; no Hub lookup
         if gguf_template is not None:
             if not gguf_template.source:
                 raise ServerError(f"{template_model} has no chat template; pass "
@@ -446,6 +457,8 @@ class ServerEngine:
 
     async def _probe(self) -> str:
         """Check that completions (else chat completions) answer with log-probabilities."""
+        if self.strict:
+            return await self._probe_chat()
         body = self._completion_body("Hello", 1, 0.0, 1.0, 0, (), self.settings.top_logprobs)
         try:
             out = await self._request("POST", self.base + "/completions", body)
@@ -496,6 +509,8 @@ class ServerEngine:
             strings |= {t for t in (tok.piece(i, special=True) for i in tok.special_tokens())
                         if looks_like_control(t)}
         self.neutralize = Neutralizer(strings)
+        if self.strict:
+            return openai_chat.ENCODING
         if self.endpoint != "completions" or self.flavor not in TOKEN_ID_FLAVORS:
             return ENCODING_TEXT
         if tok is not None:
@@ -608,6 +623,9 @@ class ServerEngine:
         # strings in them (they are all the data's text)
         msgs = [{**m, "content": self.neutralize(m["content"])} for m in messages]
         assistant = self.neutralize(assistant)
+        if self.strict:  # the model writes its whole answer: no prefill of the assistant turn
+            return openai_chat.body(self.model, msgs, max_tokens, temperature, top_p, seed, stop,
+                                    top if top > 1 else None)
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
                                 "stream": False, "logprobs": True, "top_logprobs": top,
                                 **self._sampling(temperature, top_p, seed)}
@@ -725,6 +743,8 @@ class ServerEngine:
         if not isinstance(text, str):
             raise wire.ProtocolError(f"answered with a generated text that is not a string: "
                                      f"{str(text)[:80]}")
+        if self.strict:
+            text = openai_chat.strip_prefix(text, req.assistant_prefix)
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
         text = wire.restore_stop(text, finish, req.stop, ch)
         lps = wire.token_logprobs(ch.get("logprobs"))
@@ -754,6 +774,14 @@ class ServerEngine:
                      gen: Generation) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
+        if self.strict:
+            msgs = openai_chat.verdict_messages(list(req.messages), req.assistant_prefix, text,
+                                                cont)
+            found = openai_chat.choice_logprobs(await self._next_token(req, None, "", msgs),
+                                                (c1, c2))
+            if found is not None:
+                self._set_forced(gen, *found)
+            return
         head = os.path.commonprefix([c1, c2])
         lps = await self._next_token(req, prompt, text + cont)
         found = wire.choice_logprobs(lps, c1, c2)
@@ -763,17 +791,23 @@ class ServerEngine:
             found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
-        a, b = found
+        self._set_forced(gen, *found)
+
+    @staticmethod
+    def _set_forced(gen: Generation, a: float, b: float) -> None:
         m = max(a, b)
         e1, e2 = math.exp(a - m), math.exp(b - m)
         gen.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
         gen.forced_logprob = m
 
     async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                          tail: str) -> dict[str, float]:
+                          tail: str, messages: list | None = None) -> dict[str, float]:
         k = self.settings.top_logprobs
         try:
-            if prompt is not None:
+            if messages is not None:  # a verdict-only chat request (openai-chat)
+                body = self._chat_body(messages, "", 1, 0.0, 1.0, 0, (), k)
+                out = await self._request("POST", self.base + "/chat/completions", body)
+            elif prompt is not None:
                 body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
                                              (), k)
                 out = await self._request("POST", self.base + "/completions", body)
