@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from itertools import chain
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from rmjudge import __version__
@@ -130,6 +130,9 @@ class Summary:
     generated_tokens: int
     wall_seconds: float
     error_reasons: dict[str, int]
+    # through --server: this run's prompt tokens sent and tokens received (None in-process)
+    tokens_sent: int | None = None
+    tokens_received: int | None = None
 
     @property
     def accuracy(self) -> float | None:
@@ -290,7 +293,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
 
         record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
                           counts.generations, prog.elapsed)
-    return counts.summary(store, out, files, prog, error_reasons)
+    return replace(counts.summary(store, out, files, prog, error_reasons), **token_cost(engine))
 
 
 def input_reading(mapper: Mapper) -> dict:
@@ -322,10 +325,16 @@ def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
     try:
         store.finish_run(pairs_judged=prog.committed, errors=prog.errors,
                          generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
-                         status=status)
+                         status=status, **token_cost(engine))
     except Exception:
         if status == FINISHED:
             raise
+
+
+def token_cost(engine) -> dict[str, int]:
+    """tokens_sent/tokens_received of an engine that counts them (the server engine)."""
+    return {k: getattr(engine, k) for k in ("tokens_sent", "tokens_received")
+            if isinstance(getattr(engine, k, None), int)}
 
 
 def _chain(first: RawRow, rest: Iterator[RawRow]) -> Iterator[RawRow]:

@@ -180,6 +180,13 @@ def test_strict_api_judges_with_documented_parameters_only(stub, tmp_path):
     assert forced and all(min(abs(q - p), abs(q - (1 - p))) < 1e-6 for (q,) in forced)
     settings = json.loads(rows(str(out), "SELECT settings FROM runs")[0][0])
     assert "verdict-only" in settings["prompt_encoding"]
+    # cost: the usage of every answered request, in the runs table and the summary
+    sent = 50 * len(stub.bodies)
+    received = sum(len(stub.answer(b)["choices"][0]["logprobs"]["content"])
+                   for b in stub.bodies)
+    assert rows(str(out), "SELECT tokens_sent, tokens_received FROM runs") == [(sent, received)]
+    assert (f"server cost: {sent} prompt tokens sent, {received} tokens received"
+            in r.stdout + r.stderr)
 
 
 def test_the_api_key_never_reaches_an_output(stub, tmp_path):

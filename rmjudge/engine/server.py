@@ -205,6 +205,10 @@ class ServerEngine:
         self.strict = settings.api == openai_chat.API
         self._generated = 0
         self.requests_sent = 0
+        # cost: prompt tokens sent and tokens received over every answered request (samples,
+        # forced verdicts, priming, the start-up checks), from the servers' `usage`
+        self.tokens_sent = 0
+        self.tokens_received = 0
         self.in_flight = 0
         self.peak_in_flight = 0
         self._loop = _Loop()
@@ -322,6 +326,7 @@ class ServerEngine:
                                 raise wire.ProtocolError(
                                     f"answered {url[len(self.root):]} with JSON that is not an "
                                     f"object: {data[:80]!r}")
+                            self._count_usage(body, out)
                             return out
                     elif status in RETRY_STATUS and not wire.deterministic(status, data):
                         last = f"HTTP {status}: {wire.error_text(data)}"
@@ -334,6 +339,20 @@ class ServerEngine:
                 backoff = min(30.0, self.settings.backoff * 2 ** attempt) * random.uniform(0.5, 1.5)
                 await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
         raise _Unreachable(last, attempts)
+
+    def _count_usage(self, body: dict | None, out: dict) -> None:
+        """Add a completion's prompt and completion tokens to the run's cost: the server's
+        `usage`, else the token ids sent and the log-probabilities received."""
+        if body is None:
+            return
+        sent, received = wire.usage(out)
+        if sent is None and isinstance(body.get("prompt"), list):
+            sent = len(body["prompt"])
+        if received is None:
+            ch = wire.first_choice(out) or {}
+            received = len(wire.token_logprobs(ch.get("logprobs")) or [])
+        self.tokens_sent += sent or 0
+        self.tokens_received += received
 
     async def _fetch(self, method: str, url: str, body: dict | None, cap: int):
         async with self._client.stream(method, url, json=body) as resp:  # type: ignore
