@@ -1005,3 +1005,22 @@ def test_build_data_samples_rollouts_through_a_server(fake, template, tmp_path):
     assert r.exit_code == 0, r.output
     assert len(f.posts()) >= 3 * 2  # every item's rollouts went to the server
     assert out.exists() and out.read_text().strip()
+
+
+@pytest.mark.model
+def test_dry_run_estimates_a_server_run(model_path, tmp_path):
+    """`--dry-run --server` counts prompts with the served GGUF and estimates the requests and
+    tokens; it contacts no server (nothing listens at the URL)."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    base = [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "--dry-run",
+            "--server", url, "--samples", "2", "--max-tokens", "16", "--limit", "2"]
+    r = subprocess.run(base + ["--model", model_path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "2 pairs to judge" in r.stdout
+    # 2 pairs x 2 orders: 2 rollouts + 1 priming request, up to 1 reflection + 1 priming more
+    assert f"server requests to {url}: 12 to 20 " in r.stdout
+    assert "no measured throughput" not in r.stdout
+    assert "estimated prompt tokens sent: " in r.stdout and "tokens received: at most" in r.stdout
+    r = subprocess.run(base, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("Error: --dry-run with --server") and "--model" in r.stderr

@@ -51,9 +51,12 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
         from rmjudge.settings import SettingsError
 
         js, es, run = parse_run_options(kw)
-        if run["server"] is not None:
-            raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
-        click.echo(run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"]).render())
+        server = run["server"]
+        if server is not None and es.model is None:
+            raise SettingsError("--dry-run with --server counts prompt tokens with the served "
+                                "model's tokenizer: add --model FILE.gguf (the GGUF it serves)")
+        click.echo(run_dry(source, js, es, mapper=run["mapper"], limit=run["limit"],
+                           server=None if server is None else server.public).render())
         return
     summary = judge_input(source, output, kw, quiet=quiet)
     if summary.judged == 0 and summary.skipped == 0:

@@ -122,6 +122,12 @@ class ServerSettings:
                                 f"got {self.api!r}")
 
 
+    @property
+    def public(self) -> str:
+        """The URL as shown and recorded: no credentials, no query string."""
+        return public_url(self.url)
+
+
 def public_url(url: str) -> str:
     """The URL without user:password@ and without a query string (which may carry a key)."""
     p = urlsplit(url)
