@@ -46,7 +46,8 @@ class Fake:
     """A tiny OpenAI-compatible server: `complete(body) -> (status, json, headers)`."""
 
     def __init__(self, complete="ok", owned_by="vllm", props=None, chat=None, model_id="judge",
-                 tokenize=None):
+                 tokenize=None, loading=0):
+        self.loading = loading  # answer /v1/models this many times with 503 "Loading model"
         self.requests: list[tuple[str, dict, dict]] = []
         self.queries: list[str] = []
         self.complete = ok_completion if complete == "ok" else complete
@@ -79,7 +80,10 @@ class Fake:
             def do_GET(self):
                 path = self._route()
                 fake.requests.append((path, {}, dict(self.headers)))
-                if path == "/v1/models":
+                if path == "/v1/models" and fake.loading > 0:
+                    fake.loading -= 1
+                    self._send(503, {"error": {"message": "Loading model", "code": 503}})
+                elif path == "/v1/models":
                     self._send(200, {"data": [{"id": fake.model_id, "owned_by": fake.owned_by,
                                                "max_model_len": 4096}]})
                 elif path == "/props" and fake.props is not None:
@@ -307,6 +311,16 @@ def test_template_from_llama_server_props_and_one_bos(fake):
     # llama.cpp adds the BOS itself: the rendered BOS text is not sent twice
     assert not sent["prompt"].startswith("<s>") and sent["top_k"] == 0
     assert sent["repeat_penalty"] == 1.0 and sent["cache_prompt"] is True
+
+
+def test_a_server_still_loading_its_model_is_waited_for(fake, template):
+    """llama-server answers 503 "Loading model" until its model is loaded."""
+    f = fake(owned_by="llamacpp", loading=2)
+    with ServerEngine(settings(f.url, template)) as eng:
+        assert eng.flavor == "llama-server" and eng.model == "judge"
+    f = fake(loading=100)
+    with pytest.raises(ServerError, match="up but not ready .*Loading model.* after 3 attempts"):
+        ServerEngine(settings(f.url, template, retries=2))
 
 
 def test_no_template_anywhere_is_a_clear_error(fake):

@@ -372,6 +372,8 @@ class ServerEngine:
         try:
             listing = await self._get("/models", retry=False)
         except _Unreachable as exc:
+            if exc.reason.startswith("HTTP 503"):  # up, still loading its model: wait for it
+                return await self._discover_loaded()
             raise ServerError(f"cannot reach the server at {self.url} ({exc.reason}); start it, "
                               "or fix --server (for example http://127.0.0.1:8000/v1)") from None
         except _HTTPStatus as exc:
@@ -434,6 +436,19 @@ class ServerEngine:
         except (TypeError, ValueError):
             n_ctx = 0
         return flavor, want, n_ctx, props
+
+    async def _discover_loaded(self) -> tuple[str, str, int, dict]:
+        """`_discover` once a server that answered 503 (llama-server: "Loading model") is
+        ready: /models is retried with backoff first."""
+        try:
+            await self._get("/models")
+        except _Unreachable as exc:
+            raise ServerError(f"the server at {self.url} is up but not ready ({exc.reason}) "
+                              f"after {exc.attempts} attempts; wait for it to load its model "
+                              "and retry") from None
+        except _HTTPStatus:
+            pass  # answered otherwise: _discover says what
+        return await self._discover()
 
     def _find_template(self, props: dict) -> tuple[ChatTemplate | None, str, str]:
         """(template, where it came from, architecture) in the documented order."""
