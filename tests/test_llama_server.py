@@ -230,3 +230,29 @@ def test_server_killed_mid_run(model_path, tmp_path, server16):
     assert done.returncode == 0, done.stderr
     assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
     assert recompute_all(out) == 3
+
+
+def prompt_evaluated(url: str) -> int:
+    text = httpx.get(url[: -len("/v1")] + "/metrics", timeout=2).text
+    return int(float(re.search(r"^llamacpp:prompt_tokens_total\s+([0-9.e+]+)", text,
+                               re.M).group(1)))
+
+
+def test_share_prompt_evaluates_a_requests_prompt_once(server16, model_path):
+    """--server-share-prompt: N samples as one request with n: N; llama-server evaluates the
+    prompt once, where N requests on N slots evaluate it N times."""
+    url, _ = server16
+    from rmjudge.engine.server import ServerEngine, ServerSettings
+
+    # a prompt no earlier test has cached
+    msgs = prompts.pref_messages([{"role": "user", "content": "Name a fruit. " * 20}], "Apple.",
+                                 "Stone.")
+    r = req(messages=msgs, n=4, temperature=1.0, max_tokens=8, share_key="fruit")
+    with ServerEngine(ServerSettings(url=url, template_model=model_path, concurrency=8,
+                                     share_prompt=True)) as eng:
+        n = len(eng.payload(r))
+        before = prompt_evaluated(url)
+        gens = eng.generate([r])[0]
+        shared = prompt_evaluated(url) - before
+    assert len(gens) == 4 and all(g.n_tokens == 8 and len(g.token_logprobs) == 8 for g in gens)
+    assert shared <= n + 8  # once (not 4 times)

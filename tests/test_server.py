@@ -313,6 +313,36 @@ def test_template_from_llama_server_props_and_one_bos(fake):
     assert sent["repeat_penalty"] == 1.0 and sent["cache_prompt"] is True
 
 
+def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
+    """llama-server: one request with n: N instead of N requests on N slots."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}}
+
+    def n_choices(body):
+        status, out, headers = ok_completion(body, text="I cannot decide", finish="length")
+        n = body.get("n", 1)
+        out["choices"] = [{**out["choices"][0], "index": k} for k in reversed(range(n))]
+        out["usage"] = {"prompt_tokens": 10, "completion_tokens": 3}  # one choice's, as llama-server
+        return status, out, headers
+
+    f = fake(owned_by="llamacpp", props=props, complete=n_choices)
+    with ServerEngine(ServerSettings(url=f.url, share_prompt=True, backoff=0.01)) as eng:
+        assert eng.share_prompt and "as one request (n: N)" in eng.describe()
+        gens = eng.generate([req(n=4, force=prompts.force_spec("pref"))])[0]
+        received = eng.tokens_received
+    samples = [b for b in f.posts() if b["max_tokens"] == 16]
+    assert len(samples) == 1 and samples[0]["n"] == 4
+    assert not [b for b in f.posts() if b["max_tokens"] == 1 and "logprobs" not in b]  # no priming
+    assert len(gens) == 4 and all(g.forced_probs is not None and len(g.token_logprobs) == 3
+                                  for g in gens)
+    assert received >= 4 * 3  # every choice's tokens, not usage's one choice
+    # any other server: one request per sample, as before
+    f2 = fake(complete=n_choices)
+    with ServerEngine(settings(f2.url, template, share_prompt=True)) as eng:
+        assert not eng.share_prompt
+        eng.generate([req(n=2)])
+    assert all(b.get("n", 1) == 1 for b in f2.posts())
+
+
 def test_a_server_still_loading_its_model_is_waited_for(fake, template):
     """llama-server answers 503 "Loading model" until its model is loaded."""
     f = fake(owned_by="llamacpp", loading=2)
@@ -404,7 +434,8 @@ def test_cli_server_errors_are_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
                         "--server-model", "x"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip() == (
-        "Error: --server-model, --server-api and --chat-template need --server URL")
+        "Error: --server-model, --server-api, --server-share-prompt and --chat-template need "
+        "--server URL")
 
 
 # -- hostile servers and hostile data -----------------------------------------------------------

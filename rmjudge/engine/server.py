@@ -102,6 +102,7 @@ class ServerSettings:
     backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
     top_logprobs: int = 20  # alternatives asked for when forcing a verdict
     prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
+    share_prompt: bool = False  # llama-server: a request's samples as one request with n: N
     api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
 
     def __post_init__(self) -> None:
@@ -240,6 +241,10 @@ class ServerEngine:
         except BaseException:
             self.close()
             raise
+        # llama-server's slots each keep their own KV cache: N samples sent as N requests each
+        # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
+        self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
+                             and self.endpoint == "completions")
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -258,8 +263,9 @@ class ServerEngine:
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
+        shared = ", a request's samples as one request (n: N)" if self.share_prompt else ""
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
-                f"{sent}, {self.settings.concurrency} requests in flight")
+                f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def _open(self) -> None:
@@ -354,9 +360,11 @@ class ServerEngine:
         sent, received = wire.usage(out)
         if sent is None and isinstance(body.get("prompt"), list):
             sent = len(body["prompt"])
-        if received is None:
-            ch = wire.first_choice(out) or {}
-            received = len(wire.token_logprobs(ch.get("logprobs")) or [])
+        choices = out.get("choices") if isinstance(out.get("choices"), list) else []
+        counted = sum(len(wire.token_logprobs(c.get("logprobs")) or [])
+                      for c in choices if isinstance(c, dict))
+        # llama-server's usage counts one choice of an n: N request
+        received = max(received or 0, counted)
         self.tokens_sent += sent or 0
         self.tokens_received += received
 
@@ -735,7 +743,15 @@ class ServerEngine:
         async def one(i: int, s: int, prompt: str | list[int] | None) -> None:
             out[i][s] = await self._sample(requests[i], s, prompt)
 
+        async def shared(i: int, prompt: str | list[int]) -> None:
+            out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
+
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            if self.share_prompt:  # one request of n samples per prompt: no priming needed
+                firsts = [(i, p) for i, s, p in members if s == 0]
+                await asyncio.gather(*(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
+                                       for i, p in firsts))  # type: ignore[arg-type]
+                return
             if self.settings.prime and len(members) > 1 and self.endpoint == "completions":
                 prefix = _common_prefix([p for _, _, p in members])  # type: ignore[misc]
                 if prefix:
@@ -776,6 +792,32 @@ class ServerEngine:
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
+        return await self._read_choice(req, ch, prompt)
+
+    async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
+        """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
+        server evaluates the prompt once for all of them; seeded by sample 0's seed."""
+        body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
+                                     sample_seed(req.seed, 0), req.stop, 1)
+        body["n"] = n
+        try:
+            out = await self._request("POST", self.base + "/completions", body)
+        except _HTTPStatus as exc:
+            return [self._request_failed(exc) for _ in range(n)]
+        choices = out.get("choices")
+        if not isinstance(choices, list) or len(choices) != n or not all(
+                isinstance(c, dict) for c in choices):
+            raise wire.ProtocolError(f"answered a request for n={n} samples with "
+                                     f"{len(choices) if isinstance(choices, list) else 'no'} "
+                                     "choices")
+        choices = sorted(choices, key=lambda c: c.get("index") if isinstance(
+            c.get("index"), int) else 0)
+        return list(await asyncio.gather(*(self._read_choice(req, ch, prompt)
+                                           for ch in choices)))
+
+    async def _read_choice(self, req: GenRequest, ch: dict,
+                           prompt: str | list[int] | None) -> Generation:
+        """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
             message.get("content") if isinstance(message, dict) else None)
