@@ -97,13 +97,13 @@ class DryRunReport:
         sent_lo = round(mean * (lo + groups_lo))
         sent_hi = round((mean + self.max_tokens) * (hi + groups_hi) + mean * 2 * hi)
         return [
-            f"server requests to {self.server}: {lo + groups_lo} to {hi + groups_hi} "
-            f"(one per generation, one priming request per shared prompt), plus up to {2 * hi} "
-            "forced-verdict requests when generations do not parse",
-            f"estimated prompt tokens sent: {sent_lo} to {sent_hi}; tokens received: at most "
-            f"{hi * self.max_tokens + 2 * hi} ({self.max_tokens} per generation)",
-            "estimated time: unknown for a server (it depends on the server; a short real run, "
-            "e.g. --limit 5, shows its speed and cost)",
+            (f"server requests to {self.server}: {lo + groups_lo} to {hi + groups_hi} "
+             f"(one per generation, one priming request per shared prompt), plus up to {2 * hi} "
+             "forced-verdict requests when generations do not parse"),
+            (f"estimated prompt tokens sent: {sent_lo} to {sent_hi}; tokens received: at most "
+             f"{hi * self.max_tokens + 2 * hi} ({self.max_tokens} per generation)"),
+            ("estimated time: unknown for a server (it depends on the server; a short real run, "
+             "e.g. --limit 5, shows its speed and cost)"),
         ]
 
 

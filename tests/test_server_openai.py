@@ -25,8 +25,8 @@ KEY = "sk-test-9f3a7c1e55d2b08e4"
 # The documented OpenAI chat parameters the stub accepts (a subset of the API reference).
 ALLOWED = {"model", "messages", "max_tokens", "temperature", "top_p", "seed", "logprobs",
            "top_logprobs", "stop", "n", "stream"}
-ANSWERS = ["<Analysis>\nResponse 1 names a color.\n</Analysis>\n<Result>Response 1 is better "
-           "than Response 2",  # the stub cuts the stop string, as OpenAI does
+ANSWERS = [("<Analysis>\nResponse 1 names a color.\n</Analysis>\n<Result>Response 1 is better "
+            "than Response 2"),  # the stub cuts the stop string, as OpenAI does
            "<Analysis>\nBoth are short and I keep thinking"]  # no verdict: forced
 
 
@@ -38,6 +38,7 @@ class StrictStub:
         self.throttled = 0
         self.retry_after = retry_after
         self.calls = 0
+        self.lock = threading.Lock()
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,7 +94,7 @@ class StrictStub:
                                                "needs logprobs: true"}})
                     return
                 stub.chat_times.append(time.monotonic())
-                with threading.Lock():
+                with stub.lock:
                     stub.calls += 1
                     first = stub.calls == 1
                 if first:
@@ -212,10 +213,8 @@ def test_the_api_key_never_reaches_an_output(stub, tmp_path):
 
 def test_top_logprobs_are_capped_at_20(stub, tmp_path):
     from rmjudge import prompts
-    from rmjudge.engine.server import ServerEngine, ServerSettings
+    from rmjudge.engine.server import ServerEngine, ServerSettings, sample_seed
     from rmjudge.types import GenRequest
-
-    from rmjudge.engine.server import sample_seed
 
     msgs = prompts.pref_messages([{"role": "user", "content": "Name a color."}], "Red.", "Cat.")
     # a seed whose two samples get one parsed and one unparsed answer from the stub
