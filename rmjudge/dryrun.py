@@ -100,6 +100,8 @@ class DryRunReport:
     throughput: dict | None = None
     max_tokens: int = 0
     context: int = 0
+    server: str | None = None  # --server URL (public form): estimate requests and tokens too
+    orders: int = 2
 
     def render(self) -> str:
         lines = [f"input read as {self.schema}"] if self.schema else []
@@ -114,7 +116,9 @@ class DryRunReport:
                          f"max {self.max_prompt_tokens}")
             lines.append(f"generations: {self.generations_min} (every pair unanimous) to "
                          f"{self.generations_max} (full self-reflection)")
-        if self.pairs:
+        if self.server and self.pairs:
+            lines += self._server_lines()
+        elif self.pairs:
             lines.append(self._estimate())
         return "\n".join(lines)
 
@@ -140,13 +144,38 @@ class DryRunReport:
                 "narrows it)")
 
 
+    def _server_lines(self) -> list[str]:
+        """What a --server run costs: one request per generation, one priming request per
+        group of requests sharing a prompt (a pair and order's rollouts, its reflections), up
+        to two forced-verdict requests per unparsed generation; tokens from the prompt counts
+        (reflection prompts quote rollouts, up to --max-tokens more each) and --max-tokens."""
+        mean = self.prompt_tokens / self.pairs
+        lo, hi = self.generations_min, self.generations_max
+        groups_lo = self.pairs * self.orders
+        groups_hi = groups_lo * (2 if hi > lo else 1)
+        sent_lo = round(mean * (lo + groups_lo))
+        sent_hi = round((mean + self.max_tokens) * (hi + groups_hi) + mean * 2 * hi)
+        return [
+            (f"server requests to {self.server}: {lo + groups_lo} to {hi + groups_hi} "
+             f"(one per generation, one priming request per shared prompt), plus up to {2 * hi} "
+             "forced-verdict requests when generations do not parse"),
+            (f"estimated prompt tokens sent: {sent_lo} to {sent_hi}; tokens received: at most "
+             f"{hi * self.max_tokens + 2 * hi} ({self.max_tokens} per generation)"),
+            ("estimated time: unknown for a server (it depends on the server; a short real run, "
+             "e.g. --limit 5, shows its speed and cost)"),
+        ]
+
+
 def _hms(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
-            limit: int | None = None, mapper: Mapper | None = None) -> DryRunReport:
+            limit: int | None = None, mapper: Mapper | None = None,
+            server: str | None = None) -> DryRunReport:
+    """`server`: the --server URL; prompts are then counted with `es.model`, the GGUF the
+    server serves, and requests and tokens sent and received are estimated."""
     from rmjudge.engine import load_engine
     from rmjudge.protocol import PairOrderJob
 
@@ -154,7 +183,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     spec = resolve(js, engine.info, es.n_ctx)
     js = spec.settings  # --max-tokens and --forced as this model resolves them
     suffix, context = spec.suffix, spec.context
-    rep = DryRunReport(max_tokens=js.max_tokens, context=context)
+    rep = DryRunReport(max_tokens=js.max_tokens, context=context, server=server,
+                       orders=len(js.order_list))
     mapper = mapper or Mapper(mapping or {}, seed=js.seed)
     intake = open_intake(source, mapper, limit)
     orders = len(js.order_list)

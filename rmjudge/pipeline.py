@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from itertools import chain
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
@@ -82,6 +82,9 @@ class Summary:
     rollout_counts: dict = field(default_factory=dict)  # rmjudge.analysis.counts.sample_counts
     notes: list[str] = field(default_factory=list)  # the run spec's resolved defaults, in words
     engine: Any = field(default=None, repr=False, compare=False)  # the engine that judged
+    # through --server: this run's prompt tokens sent and tokens received (None in-process)
+    tokens_sent: int | None = None
+    tokens_received: int | None = None
 
     @property
     def accuracy(self) -> float | None:
@@ -278,7 +281,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     summary = counts.summary(store, out, files, prog, error_reasons)
     summary.notes = spec.defaults_note()
     summary.error_rows = error_rows
-    return summary
+    return replace(summary, **token_cost(engine))
 
 
 def input_reading(mapper: Mapper) -> dict:
@@ -320,10 +323,17 @@ def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
     try:
         store.finish_run(pairs_judged=prog.committed, errors=prog.errors,
                          generated_tokens=engine.generated_tokens, wall_seconds=prog.elapsed,
-                         status=status)
+                         status=status, **token_cost(engine))
     except Exception:
         if status == FINISHED:
             raise
+
+
+def token_cost(engine) -> dict[str, int]:
+    """tokens_sent/tokens_received of an engine that counts them (the server engine)."""
+    return {k: getattr(engine, k) for k in ("tokens_sent", "tokens_received")
+            if isinstance(getattr(engine, k, None), int)}
+
 
 
 class _Counts:

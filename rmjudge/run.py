@@ -118,15 +118,19 @@ def check_run_paths(source: str, output: str | None) -> None:
 
 def dry_run(source: str, opts: RunOptions):
     """`score --dry-run`: the input validated and the work estimated with the tokenizer only
-    (rmjudge.dryrun); the in-process engine's work, so not with a server."""
+    (rmjudge.dryrun). With --server the prompts are counted with the served model's tokenizer,
+    which `--model FILE.gguf` names, and the estimate is the server's requests and tokens."""
     from rmjudge.dryrun import dry_run as estimate
     from rmjudge.interrupts import graceful
 
-    if opts.server is not None:
-        raise SettingsError("--dry-run estimates the in-process engine's work; drop --server")
+    server = opts.server
+    if server is not None and opts.engine.model is None:
+        raise SettingsError("--dry-run with --server counts prompt tokens with the served "
+                            "model's tokenizer: add --model FILE.gguf (the GGUF it serves)")
     check_prompting(opts.judge)
     with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
-        return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit)
+        return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit,
+                        server=None if server is None else server.public)
 
 
 def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,

@@ -46,7 +46,8 @@ class Fake:
     """A tiny OpenAI-compatible server: `complete(body) -> (status, json, headers)`."""
 
     def __init__(self, complete="ok", owned_by="vllm", props=None, chat=None, model_id="judge",
-                 tokenize=None):
+                 tokenize=None, loading=0):
+        self.loading = loading  # answer /v1/models this many times with 503 "Loading model"
         self.requests: list[tuple[str, dict, dict]] = []
         self.queries: list[str] = []
         self.complete = ok_completion if complete == "ok" else complete
@@ -79,7 +80,10 @@ class Fake:
             def do_GET(self):
                 path = self._route()
                 fake.requests.append((path, {}, dict(self.headers)))
-                if path == "/v1/models":
+                if path == "/v1/models" and fake.loading > 0:
+                    fake.loading -= 1
+                    self._send(503, {"error": {"message": "Loading model", "code": 503}})
+                elif path == "/v1/models":
                     self._send(200, {"data": [{"id": fake.model_id, "owned_by": fake.owned_by,
                                                "max_model_len": 4096}]})
                 elif path == "/props" and fake.props is not None:
@@ -309,6 +313,46 @@ def test_template_from_llama_server_props_and_one_bos(fake):
     assert sent["repeat_penalty"] == 1.0 and sent["cache_prompt"] is True
 
 
+def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
+    """llama-server: one request with n: N instead of N requests on N slots."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}}
+
+    def n_choices(body):
+        status, out, headers = ok_completion(body, text="I cannot decide", finish="length")
+        n = body.get("n", 1)
+        out["choices"] = [{**out["choices"][0], "index": k} for k in reversed(range(n))]
+        out["usage"] = {"prompt_tokens": 10, "completion_tokens": 3}  # one choice's, as llama-server
+        return status, out, headers
+
+    f = fake(owned_by="llamacpp", props=props, complete=n_choices)
+    with ServerEngine(ServerSettings(url=f.url, share_prompt=True, backoff=0.01)) as eng:
+        assert eng.share_prompt and "as one request (n: N)" in eng.describe()
+        gens = eng.generate([req(n=4, force=prompts.force_spec("pref"))])[0]
+        received = eng.tokens_received
+    samples = [b for b in f.posts() if b["max_tokens"] == 16]
+    assert len(samples) == 1 and samples[0]["n"] == 4
+    assert not [b for b in f.posts() if b["max_tokens"] == 1 and "logprobs" not in b]  # no priming
+    assert len(gens) == 4 and all(g.forced_probs is not None and len(g.token_logprobs) == 3
+                                  for g in gens)
+    assert received >= 4 * 3  # every choice's tokens, not usage's one choice
+    # any other server: one request per sample, as before
+    f2 = fake(complete=n_choices)
+    with ServerEngine(settings(f2.url, template, share_prompt=True)) as eng:
+        assert not eng.share_prompt
+        eng.generate([req(n=2)])
+    assert all(b.get("n", 1) == 1 for b in f2.posts())
+
+
+def test_a_server_still_loading_its_model_is_waited_for(fake, template):
+    """llama-server answers 503 "Loading model" until its model is loaded."""
+    f = fake(owned_by="llamacpp", loading=2)
+    with ServerEngine(settings(f.url, template)) as eng:
+        assert eng.flavor == "llama-server" and eng.model == "judge"
+    f = fake(loading=100)
+    with pytest.raises(ServerError, match="up but not ready .*Loading model.* after 3 attempts"):
+        ServerEngine(settings(f.url, template, retries=2))
+
+
 def test_no_template_anywhere_is_a_clear_error(fake):
     f = fake()
     with pytest.raises(ServerError, match="--chat-template FILE"):
@@ -390,7 +434,8 @@ def test_cli_server_errors_are_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
                         "--server-model", "x"], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip() == (
-        "Error: --server-model and --chat-template need --server URL")
+        "Error: --server-model, --server-api, --server-share-prompt and --chat-template need "
+        "--server URL")
 
 
 # -- hostile servers and hostile data -----------------------------------------------------------
@@ -1005,3 +1050,22 @@ def test_build_data_samples_rollouts_through_a_server(fake, template, tmp_path):
     assert r.exit_code == 0, r.output
     assert len(f.posts()) >= 3 * 2  # every item's rollouts went to the server
     assert out.exists() and out.read_text().strip()
+
+
+@pytest.mark.model
+def test_dry_run_estimates_a_server_run(model_path, tmp_path):
+    """`--dry-run --server` counts prompts with the served GGUF and estimates the requests and
+    tokens; it contacts no server (nothing listens at the URL)."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    base = [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "--dry-run",
+            "--server", url, "--samples", "2", "--max-tokens", "16", "--limit", "2"]
+    r = subprocess.run(base + ["--model", model_path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "2 pairs to judge" in r.stdout
+    # 2 pairs x 2 orders: 2 rollouts + 1 priming request, up to 1 reflection + 1 priming more
+    assert f"server requests to {url}: 12 to 20 " in r.stdout
+    assert "no measured throughput" not in r.stdout
+    assert "estimated prompt tokens sent: " in r.stdout and "tokens received: at most" in r.stdout
+    r = subprocess.run(base, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("Error: --dry-run with --server") and "--model" in r.stderr

@@ -174,4 +174,7 @@ def render_summary(s) -> str:
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/pair, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")
+    if s.tokens_sent is not None:
+        lines.append(f"  server cost: {s.tokens_sent} prompt tokens sent, {s.tokens_received} "
+                     "tokens received")
     return "\n".join(lines)

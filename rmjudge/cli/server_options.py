@@ -39,6 +39,13 @@ server_options = combine_options([
     click.option("--server-timeout", default=server_default("timeout"), show_default=True,
                  metavar="SECONDS",
                  help="Wait for one response at most this long."),
+    click.option("--server-api", default="auto", show_default=True,
+                 type=click.Choice(["auto", "openai-chat"]),
+                 help="openai-chat: send only documented OpenAI chat parameters (hosted and "
+                 "strict APIs); auto: detect the server and use its extensions."),
+    click.option("--server-share-prompt", is_flag=True,
+                 help="llama-server: send a request's N samples as one request with n: N, so "
+                 "the prompt is evaluated once (samples seeded together, not one by one)."),
     click.option("--chat-template", default=None, metavar="FILE",
                  help="Jinja chat template, when the server does not expose its own "
                  "(otherwise --model GGUF, else the Hub tokenizer of the served model)."),
@@ -50,19 +57,21 @@ def server_settings(kw: dict):
     url = kw.pop("server_url")
     model, k = kw.pop("server_model"), kw.pop("server_concurrency")
     retries, timeout = kw.pop("server_retries"), kw.pop("server_timeout")
-    template = kw.pop("chat_template")
+    template, api = kw.pop("chat_template"), kw.pop("server_api")
+    share = kw.pop("server_share_prompt")
     if url is None:
-        if model or template:
+        if model or template or api != "auto" or share:
             from rmjudge.settings import SettingsError
 
-            raise SettingsError("--server-model and --chat-template need --server URL")
+            raise SettingsError("--server-model, --server-api, --server-share-prompt and "
+                                "--chat-template need --server URL")
         return None
     from rmjudge.engine.server import ServerSettings
 
     if template is not None:
         check_template_file(template)
     return ServerSettings(url=url, model=model, concurrency=k, retries=retries, timeout=timeout,
-                          chat_template=template)
+                          chat_template=template, api=api, share_prompt=share)
 
 
 def check_template_file(path: str) -> None:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from rmjudge.engine import served_template
+from rmjudge.engine import openai_chat, served_template
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate, TemplateError
@@ -103,6 +103,8 @@ class ServerSettings:
     backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
     top_logprobs: int = 20  # alternatives asked for when forcing a verdict
     prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
+    share_prompt: bool = False  # llama-server: a request's samples as one request with n: N
+    api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -117,6 +119,15 @@ class ServerSettings:
             raise SettingsError("--server-timeout must be positive")
         if self.top_logprobs < 2:
             raise SettingsError("top_logprobs must be at least 2")
+        if self.api not in openai_chat.APIS:
+            raise SettingsError(f"--server-api must be one of {', '.join(openai_chat.APIS)}, "
+                                f"got {self.api!r}")
+
+
+    @property
+    def public(self) -> str:
+        """The URL as shown and recorded: no credentials, no query string."""
+        return public_url(self.url)
 
 
 def public_url(url: str) -> str:
@@ -199,8 +210,13 @@ class ServerEngine:
         self._params = parse_qsl(parts.query, keep_blank_values=True)
         self.url = public_url(self.base)
         self._key = os.environ.get(API_KEY_ENV) or None
+        self.strict = settings.api == openai_chat.API
         self._generated = 0
         self.requests_sent = 0
+        # cost: prompt tokens sent and tokens received over every answered request (samples,
+        # forced verdicts, priming, the start-up checks), from the servers' `usage`
+        self.tokens_sent = 0
+        self.tokens_received = 0
         self.in_flight = 0
         self.peak_in_flight = 0
         self._loop = _Loop()
@@ -226,6 +242,10 @@ class ServerEngine:
         except BaseException:
             self.close()
             raise
+        # llama-server's slots each keep their own KV cache: N samples sent as N requests each
+        # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
+        self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
+                             and self.endpoint == "completions")
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -239,11 +259,14 @@ class ServerEngine:
         """One line for the user: which server, model, endpoint and template source."""
         where = ("/v1/completions, chat template from " + self.template_source
                  if self.endpoint == "completions" else
+                 "/v1/chat/completions, documented OpenAI parameters only" if self.strict else
                  "/v1/chat/completions (no text completions; the server renders the template)")
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
+                "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
+        shared = ", a request's samples as one request (n: N)" if self.share_prompt else ""
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
-                f"{sent}, {self.settings.concurrency} requests in flight")
+                f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
     # -- lifecycle -------------------------------------------------------------------------
     async def _open(self) -> None:
@@ -316,6 +339,7 @@ class ServerEngine:
                                 raise wire.ProtocolError(
                                     f"answered {url[len(self.root):]} with JSON that is not an "
                                     f"object: {data[:80]!r}")
+                            self._count_usage(body, out)
                             return out
                     elif status in RETRY_STATUS and not wire.deterministic(status, data):
                         last = f"HTTP {status}: {wire.error_text(data)}"
@@ -329,6 +353,22 @@ class ServerEngine:
                 await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
         raise _Unreachable(last, attempts)
 
+    def _count_usage(self, body: dict | None, out: dict) -> None:
+        """Add a completion's prompt and completion tokens to the run's cost: the server's
+        `usage`, else the token ids sent and the log-probabilities received."""
+        if body is None:
+            return
+        sent, received = wire.usage(out)
+        if sent is None and isinstance(body.get("prompt"), list):
+            sent = len(body["prompt"])
+        choices = out.get("choices") if isinstance(out.get("choices"), list) else []
+        counted = sum(len(wire.token_logprobs(c.get("logprobs")) or [])
+                      for c in choices if isinstance(c, dict))
+        # llama-server's usage counts one choice of an n: N request
+        received = max(received or 0, counted)
+        self.tokens_sent += sent or 0
+        self.tokens_received += received
+
     async def _fetch(self, method: str, url: str, body: dict | None, cap: int):
         async with self._client.stream(method, url, json=body) as resp:  # type: ignore
             return resp, await wire.read_capped(resp, cap)
@@ -341,6 +381,8 @@ class ServerEngine:
         try:
             listing = await self._get("/models", retry=False)
         except _Unreachable as exc:
+            if exc.reason.startswith("HTTP 503"):  # up, still loading its model: wait for it
+                return await self._discover_loaded()
             raise ServerError(f"cannot reach the server at {self.url} ({exc.reason}); start it, "
                               "or fix --server (for example http://127.0.0.1:8000/v1)") from None
         except _HTTPStatus as exc:
@@ -377,6 +419,8 @@ class ServerEngine:
         entry = next((m for m in models if m["id"] == want), {})
         owner = str(entry.get("owned_by", "")).lower()
         props: dict = {}
+        if self.strict:  # only the documented endpoints: /models and /chat/completions
+            return openai_chat.API, want, 0, props
         try:
             p = await self._get("/props", root=True, retry=False)
             props = p if isinstance(p, dict) else {}
@@ -401,6 +445,19 @@ class ServerEngine:
         except (TypeError, ValueError):
             n_ctx = 0
         return flavor, want, n_ctx, props
+
+    async def _discover_loaded(self) -> tuple[str, str, int, dict]:
+        """`_discover` once a server that answered 503 (llama-server: "Loading model") is
+        ready: /models is retried with backoff first."""
+        try:
+            await self._get("/models")
+        except _Unreachable as exc:
+            raise ServerError(f"the server at {self.url} is up but not ready ({exc.reason}) "
+                              f"after {exc.attempts} attempts; wait for it to load its model "
+                              "and retry") from None
+        except _HTTPStatus:
+            pass  # answered otherwise: _discover says what
+        return await self._discover()
 
     def _find_template(self, props: dict) -> tuple[ChatTemplate | None, str, str]:
         """(template, where it came from, architecture) in the documented order."""
@@ -435,6 +492,8 @@ class ServerEngine:
                                   f"{exc.strerror}") from None
             bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
             return ChatTemplate(text, bos, eos), s.chat_template, arch
+        if self.strict and gguf_template is None:
+            return None, "", arch  # the API renders its own template; no Hub lookup
         if gguf_template is not None:
             if not gguf_template.source:
                 raise ServerError(f"{template_model} has no chat template; pass "
@@ -447,6 +506,8 @@ class ServerEngine:
 
     async def _probe(self) -> str:
         """Check that completions (else chat completions) answer with log-probabilities."""
+        if self.strict:
+            return await self._probe_chat()
         body = self._completion_body("Hello", 1, 0.0, 1.0, 0, (), self.settings.top_logprobs)
         try:
             out = await self._request("POST", self.base + "/completions", body)
@@ -497,6 +558,8 @@ class ServerEngine:
             strings |= {t for t in (tok.piece(i, special=True) for i in tok.special_tokens())
                         if looks_like_control(t)}
         self.neutralize = Neutralizer(strings)
+        if self.strict:
+            return openai_chat.ENCODING
         if self.endpoint != "completions" or self.flavor not in TOKEN_ID_FLAVORS:
             return ENCODING_TEXT
         if tok is not None:
@@ -609,6 +672,9 @@ class ServerEngine:
         # strings in them (they are all the data's text)
         msgs = [{**m, "content": self.neutralize(m["content"])} for m in messages]
         assistant = self.neutralize(assistant)
+        if self.strict:  # the model writes its whole answer: no prefill of the assistant turn
+            return openai_chat.body(self.model, msgs, max_tokens, temperature, top_p, seed, stop,
+                                    top if top > 1 else None)
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
                                 "stream": False, "logprobs": True, "top_logprobs": top,
                                 **self._sampling(temperature, top_p, seed)}
@@ -678,7 +744,15 @@ class ServerEngine:
         async def one(i: int, s: int, prompt: str | list[int] | None) -> None:
             out[i][s] = await self._sample(requests[i], s, prompt)
 
+        async def shared(i: int, prompt: str | list[int]) -> None:
+            out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
+
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            if self.share_prompt:  # one request of n samples per prompt: no priming needed
+                firsts = [(i, p) for i, s, p in members if s == 0]
+                await asyncio.gather(*(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
+                                       for i, p in firsts))  # type: ignore[arg-type]
+                return
             if self.settings.prime and len(members) > 1 and self.endpoint == "completions":
                 prefix = _common_prefix([p for _, _, p in members])  # type: ignore[misc]
                 if prefix:
@@ -719,6 +793,32 @@ class ServerEngine:
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
+        return await self._read_choice(req, ch, prompt)
+
+    async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
+        """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
+        server evaluates the prompt once for all of them; seeded by sample 0's seed."""
+        body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
+                                     sample_seed(req.seed, 0), req.stop, 1)
+        body["n"] = n
+        try:
+            out = await self._request("POST", self.base + "/completions", body)
+        except _HTTPStatus as exc:
+            return [self._request_failed(exc) for _ in range(n)]
+        choices = out.get("choices")
+        if not isinstance(choices, list) or len(choices) != n or not all(
+                isinstance(c, dict) for c in choices):
+            raise wire.ProtocolError(f"answered a request for n={n} samples with "
+                                     f"{len(choices) if isinstance(choices, list) else 'no'} "
+                                     "choices")
+        choices = sorted(choices, key=lambda c: c.get("index") if isinstance(
+            c.get("index"), int) else 0)
+        return list(await asyncio.gather(*(self._read_choice(req, ch, prompt)
+                                           for ch in choices)))
+
+    async def _read_choice(self, req: GenRequest, ch: dict,
+                           prompt: str | list[int] | None) -> Generation:
+        """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
             message.get("content") if isinstance(message, dict) else None)
@@ -726,6 +826,8 @@ class ServerEngine:
         if not isinstance(text, str):
             raise wire.ProtocolError(f"answered with a generated text that is not a string: "
                                      f"{str(text)[:80]}")
+        if self.strict:
+            text = openai_chat.strip_prefix(text, req.assistant_prefix)
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
         text = wire.restore_stop(text, finish, req.stop, ch)
         lps = wire.token_logprobs(ch.get("logprobs"))
@@ -755,6 +857,14 @@ class ServerEngine:
                      gen: Generation) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
+        if self.strict:
+            msgs = openai_chat.verdict_messages(list(req.messages), req.assistant_prefix, text,
+                                                cont)
+            found = openai_chat.choice_logprobs(await self._next_token(req, None, "", msgs),
+                                                (c1, c2))
+            if found is not None:
+                self._set_forced(gen, *found)
+            return
         head = os.path.commonprefix([c1, c2])
         lps = await self._next_token(req, prompt, text + cont)
         found = wire.choice_logprobs(lps, c1, c2)
@@ -764,17 +874,23 @@ class ServerEngine:
             found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
-        a, b = found
+        self._set_forced(gen, *found)
+
+    @staticmethod
+    def _set_forced(gen: Generation, a: float, b: float) -> None:
         m = max(a, b)
         e1, e2 = math.exp(a - m), math.exp(b - m)
         gen.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
         gen.forced_logprob = m
 
     async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                          tail: str) -> dict[str, float]:
+                          tail: str, messages: list | None = None) -> dict[str, float]:
         k = self.settings.top_logprobs
         try:
-            if prompt is not None:
+            if messages is not None:  # a verdict-only chat request (openai-chat)
+                body = self._chat_body(messages, "", 1, 0.0, 1.0, 0, (), k)
+                out = await self._request("POST", self.base + "/chat/completions", body)
+            elif prompt is not None:
                 body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
                                              (), k)
                 out = await self._request("POST", self.base + "/completions", body)

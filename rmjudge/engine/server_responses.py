@@ -63,6 +63,18 @@ def retry_after(resp) -> float | None:
         return None
 
 
+def usage(out: dict) -> tuple[int | None, int | None]:
+    """(prompt tokens, completion tokens) of a response's `usage`, None where absent."""
+    u = out.get("usage")
+    if not isinstance(u, dict):
+        return None, None
+
+    def count(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    return count(u.get("prompt_tokens")), count(u.get("completion_tokens"))
+
+
 def first_choice(out: dict) -> dict | None:
     choices = out.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):

@@ -45,6 +45,8 @@ RUN_COLUMNS = [
     ("finished", "TIMESTAMPTZ"), ("pairs_judged", "BIGINT"), ("errors", "BIGINT"),
     ("generated_tokens", "BIGINT"), ("wall_seconds", "DOUBLE"), ("status", "VARCHAR"),
     ("shard", "VARCHAR"), ("schema", "VARCHAR"),
+    # cost through --server: prompt tokens sent and tokens received (NULL in-process)
+    ("tokens_sent", "BIGINT"), ("tokens_received", "BIGINT"),
 ]
 GREEDY_COLUMNS = [
     ("pair_id", "VARCHAR"), ("order", "VARCHAR"), ("text", "VARCHAR"), ("prediction", "INTEGER"),

