@@ -142,7 +142,9 @@ def stub():
 def _run(url, out, env, *extra):
     cmd = [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", str(out),
            "--server", url, "--server-api", "openai-chat", "--samples", "2", "--max-tokens", "16",
-           "--limit", "2", "--server-concurrency", "4", *extra]
+           "--limit", "2", "--server-concurrency", "4",
+           "--forced",  # forced verdicts are opt-in: the verdict-only requests are tested too
+           *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
