@@ -18,6 +18,30 @@ def model_path():
     return default_model_path()
 
 
+@pytest.fixture(scope="session")
+def embedded_engine(model_path):
+    """The batched engine on the embedded model, loaded once per test run.
+
+    For tests that only judge or tokenize with it: its samples do not depend on what it
+    judged before or what shares its decode calls (tests/test_reproducible.py checks that),
+    so sharing it changes nothing they assert. A test that needs other engine settings (a
+    small context, a LoRA) or reads the engine's counters loads its own.
+    """
+    from rmjudge.engine import load_engine
+    from rmjudge.settings import EngineSettings
+
+    return load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
+
+
+@pytest.fixture(scope="session")
+def embedded_vocab(model_path):
+    """The embedded model's tokenizer and metadata (`vocab_only`: no weights), loaded once."""
+    from rmjudge.engine import load_engine
+    from rmjudge.settings import EngineSettings
+
+    return load_engine(EngineSettings(model=model_path), vocab_only=True)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
     """Keep the model-hash and throughput caches of test runs out of the user's ~/.cache."""

@@ -424,7 +424,7 @@ def test_trl_judge_on_the_embedded_model():
     from rmjudge.analysis.trl_judge import ReflectRMJudge, trl_base
 
     base = trl_base()
-    judge = ReflectRMJudge(settings=JudgeSettings(samples=2, max_tokens=48))
+    judge = ReflectRMJudge(settings=JudgeSettings(samples=2, max_tokens=16))
     if base is not None:
         assert isinstance(judge, base)
     out = judge.judge(["What is the capital of France?", "What is 3 times 3?"],

@@ -153,17 +153,19 @@ def test_limit_and_shards_merge_to_the_full_table(tmp_path):
         shards = [run("rewardbench", tmp_path / f"rb{n}-{i}", shard=(i, n)) for i in range(n)]
         assert sum(r.items for _, r in shards) == 7
         assert [r.unreadable for _, r in shards] == [s.errors for s, _ in shards]
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
     full = tmp_path / "full"
-    merged = subprocess.run([sys.executable, "-m", "rmjudge", "merge",
-                             str(tmp_path / "s0" / "judgebench.duckdb"),
-                             str(tmp_path / "s1" / "judgebench.duckdb"),
-                             "--input", str(tmp_path / "s0" / "judgebench.input.jsonl"),
-                             "-o", str(full / "judgebench.duckdb")], capture_output=True, text=True)
-    assert merged.returncode == 0, merged.stderr
-    table = subprocess.run([sys.executable, "-m", "rmjudge", "bench", "-o", str(full),
-                            "--score-only", "--json", "--data",
-                            f"judgebench={SOURCES['judgebench']}"], capture_output=True, text=True)
-    assert table.returncode == 0, table.stderr
+    merged = CliRunner().invoke(main, ["merge", str(tmp_path / "s0" / "judgebench.duckdb"),
+                                       str(tmp_path / "s1" / "judgebench.duckdb"),
+                                       "--input", str(tmp_path / "s0" / "judgebench.input.jsonl"),
+                                       "-o", str(full / "judgebench.duckdb")])
+    assert merged.exit_code == 0, merged.output
+    table = CliRunner().invoke(main, ["bench", "-o", str(full), "--score-only", "--json",
+                                      "--data", f"judgebench={SOURCES['judgebench']}"])
+    assert table.exit_code == 0, table.output
     got = json.loads(table.stdout)["benchmarks"][0]
     _, whole = run("judgebench", tmp_path / "whole")
     assert got == whole.as_dict()

@@ -228,6 +228,7 @@ def test_config_and_split_options_on_other_inputs_are_one_error_line(tmp_path):
 
 # -- offline against the cache ----------------------------------------------------------------
 
+@pytest.mark.slow  # fresh interpreters, each importing datasets
 def test_a_revision_pins_the_rows_of_its_commit(tmp_path):
     home = tmp_path / "home"
     move_main(hub_cache(home, tmp_path))  # main: NEW; v1: OLD
@@ -257,6 +258,7 @@ def test_a_revision_pins_the_rows_of_its_commit(tmp_path):
         assert f"hf download --repo-type dataset --revision {rev} org/prefs" in err
 
 
+@pytest.mark.slow  # fresh interpreters, each importing datasets
 def test_the_old_form_still_reads_with_one_warning_line(tmp_path):
     home = tmp_path / "home"
     move_main(hub_cache(home, tmp_path))
@@ -276,6 +278,7 @@ def test_the_old_form_still_reads_with_one_warning_line(tmp_path):
         assert input_meta(out)["commit"] == NEW
 
 
+@pytest.mark.slow  # fresh interpreters, each importing datasets
 def test_resume_against_a_moved_revision_is_refused_and_the_card_names_the_commit(tmp_path):
     home = tmp_path / "home"
     root = hub_cache(home, tmp_path)  # main: OLD for now

@@ -403,6 +403,7 @@ def _hub_snapshot(home: Path, repo: str) -> Path:
     return snap
 
 
+@pytest.mark.slow  # a fresh interpreter importing datasets
 def test_hub_id_offline_from_the_hub_cache_snapshot(tmp_path):
     pytest.importorskip("datasets")
     _hub_snapshot(tmp_path / "home", "org/prefs")
@@ -429,6 +430,7 @@ def test_hub_id_offline_from_the_hub_cache_snapshot(tmp_path):
     assert "hf download --repo-type dataset org/absent" in absent
 
 
+@pytest.mark.slow  # a fresh interpreter importing datasets
 def test_hub_id_offline_from_the_datasets_arrow_cache(tmp_path):
     """What an earlier non-streaming `load_dataset("org/prefs")` leaves in $HF_HOME/datasets."""
     pytest.importorskip("datasets")

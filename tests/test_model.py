@@ -29,8 +29,8 @@ TINY = dict(samples=2, max_tokens=24, seed=3)
 
 
 @pytest.fixture(scope="module")
-def engine(model_path):
-    return load_engine(EngineSettings(model=model_path, parallel=8))
+def engine(embedded_engine):
+    return embedded_engine
 
 
 def _req(n, temperature, seed=5, max_tokens=12):
@@ -228,8 +228,8 @@ def test_huge_row_is_rejected_before_tokenizing(model_path, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_path):
-    return load_engine(EngineSettings(model=model_path), vocab_only=True).tok
+def tokenizer(embedded_vocab):
+    return embedded_vocab.tok
 
 
 def _special_messages(token_text: str):

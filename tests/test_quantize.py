@@ -164,6 +164,7 @@ def _hf_logits(model, tok, texts):
         return ids, [model(torch.tensor([i])).logits[0].numpy() for i in ids]
 
 
+@pytest.mark.slow  # builds and runs transformers models
 @pytest.mark.parametrize("family,tied", [("llama", True), ("qwen2", False), ("qwen3", True)])
 def test_tiny_family_round_trip(tmp_path, family, tied):
     model, tok = _tiny_model(tmp_path / "hf", family, tied)
@@ -188,6 +189,7 @@ def test_tiny_family_round_trip(tmp_path, family, tied):
     assert types.count(int(gguf.TokenType.UNUSED)) == 5  # vocab_size padding
 
 
+@pytest.mark.slow  # builds and runs transformers models
 def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, monkeypatch):
     from peft import LoraConfig, get_peft_model
 

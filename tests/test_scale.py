@@ -309,14 +309,11 @@ def model_settings():
 
 
 @pytest.fixture(scope="module")
-def model_runs(tmp_path_factory, model_path):
+def model_runs(tmp_path_factory, embedded_engine):
     """One unsharded run and three --shard runs of 3 PandaLM rows on the embedded model."""
-    from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
-
     tmp = tmp_path_factory.mktemp("model_shards")
     src = model_rows(tmp)
-    engine = load_engine(EngineSettings(model=model_path, threads=1))
+    engine = embedded_engine
     whole = str(tmp / "whole.duckdb")
     score(src, engine, model_settings(), output=whole)
     outs = []

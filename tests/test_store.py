@@ -325,6 +325,8 @@ def test_ctrl_c_saves_the_judged_pairs_and_says_how_to_resume(tmp_path):
     assert rows(out, "SELECT status FROM runs ORDER BY run_id") == [("interrupted",), ("finished",)]
 
 
+@pytest.mark.slow  # the real model in a real process, signalled mid-run
+@pytest.mark.model
 def test_sigint_on_the_cli_exits_130_with_the_resume_hint(tmp_path, model_path):
     out = str(tmp_path / "o.duckdb")
     p = subprocess.Popen([sys.executable, "-m", "rmjudge", "score", PAIRS, "-o", out,

@@ -151,14 +151,12 @@ def test_sft_cli_reports_bad_settings_without_traceback(tmp_path):
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
-def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path):
+def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded_engine):
     """Three PandaLM rows (in the repo), two base rollouts each through llama.cpp, targets for
     both tasks, a short LoRA fine-tune on one thread; greedy generations on the rows' Pref
     prompts (both orders) must parse more often than the base's."""
     import torch
 
-    from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
     from training.rollouts import EngineRollouts, SamplingSettings
     from training.sft import run
 
@@ -169,8 +167,7 @@ def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path):
                     lora_alpha=16, epochs=3, batch_size=4, micro_batch=4, learning_rate=2e-3,
                     warmup_ratio=0.0, save_steps=3, check_items=3, check_max_tokens=48,
                     threads=1)
-    engine = load_engine(EngineSettings(model=model_path, threads=1))
-    src = EngineRollouts(engine, SamplingSettings(samples=2, max_tokens=48))
+    src = EngineRollouts(embedded_engine, SamplingSettings(samples=2, max_tokens=48))
     summary = run(s, src)
     before, after = summary["check_before"], summary["check_after"]
     assert before["prompts"] == after["prompts"] == 6

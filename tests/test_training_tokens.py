@@ -21,15 +21,12 @@ R2 = "I   cannot   do 2024-01-31 math; résumé ✓\r\nEnd."
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
-def test_training_token_ids_equal_llama_cpp_on_a_judge_prompt(model_path):
-    from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
+def test_training_token_ids_equal_llama_cpp_on_a_judge_prompt(model_path, embedded_engine):
     from training.hf import ModelSource, load_tokenizer, materialize, render_prompt
     from training.tokens import encode_prompt
 
     messages = pref_messages(CONV, R1, R2)
-    engine = load_engine(EngineSettings(model=model_path, threads=1))
-    want = engine.tok.encode_prompt(messages, ASSISTANT_PREFIX)
+    want = embedded_engine.tok.encode_prompt(messages, ASSISTANT_PREFIX)
 
     tok = load_tokenizer(ModelSource(materialize(ModelSource.parse(model_path))))
     got = encode_prompt(tok, messages)
