@@ -275,6 +275,12 @@ def test_jury_as_a_run_store(tmp_path, judges):
     # the jury store keeps the input's record: it compares with the judges it came from
     d = compare_json(jury, x)
     assert d["judges"][0]["accuracy"]["value"] == 1.0
+    # a jury has verdicts but no rollouts: eval shows no rollout baselines (once 0.0% each)
+    r = CliRunner().invoke(main, ["eval", jury, "--json", "--resamples", "100"])
+    assert r.exit_code == 0, r.output
+    keys = [sy["key"] for sy in json.loads(r.stdout)["systems"]]
+    assert "final" in keys or "reflectrm" in keys
+    assert "first" not in keys and "majority" not in keys, keys
 
 
 def test_jury_of_two_that_disagree_is_a_tie_and_jsonl_and_export_inputs_work(tmp_path, judges):

@@ -212,6 +212,9 @@ def open_judged(path: str) -> JudgedTable:
                     if t == "pairs":
                         src_cols = got
                     tables.add(t)
+            if "samples" in tables and con.execute("SELECT count(*) FROM samples").fetchone()[0] \
+                    == 0 and con.execute("SELECT count(*) FROM pairs").fetchone()[0] > 0:
+                tables.discard("samples")  # judged pairs without samples (a jury): none to read
             if "meta" in present:
                 import orjson
 
