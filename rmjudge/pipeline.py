@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
-from rmjudge.interrupts import deliver_pending, graceful
+from rmjudge.interrupts import critical, deliver_pending, graceful
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
 from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, default_output_stem
@@ -161,7 +161,8 @@ def score(
     rows = chain(ahead[1:], rows)
     if announce and mapper.schema is not None:
         announce(f"input read as {mapper.describe()}")
-    store = Store(store_path(out), overwrite=overwrite, exports=export_files(out))
+    with critical():  # a Ctrl-C while DuckDB creates the tables is held, not a DuckDB error
+        store = Store(store_path(out), overwrite=overwrite, exports=export_files(out))
     try:
         with graceful():
             return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,

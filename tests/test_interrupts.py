@@ -178,3 +178,37 @@ def test_a_signal_held_while_the_run_is_recorded_stops_it_before_any_generation(
         assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
     finally:
         con.close()
+
+
+def test_a_signal_while_duckdb_creates_the_store_is_held_not_a_duckdb_error(tmp_path,
+                                                                            monkeypatch):
+    """Ctrl-C while DuckDB executes the store's first statements (right after "input read
+    as"): DuckDB would turn a KeyboardInterrupt raised inside its query into `RuntimeError:
+    Query interrupted`, a traceback; the signal is held and the run stops the documented way."""
+    import threading
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.interrupts import graceful
+    from rmjudge.pipeline import Interrupted, score
+    from rmjudge.settings import JudgeSettings
+    from rmjudge.store import Store
+    from test_score import length_judge
+
+    create = Store._create_tables
+
+    def create_during_ctrl_c(self):
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        self.con.execute("SELECT sum(hash(range)) FROM range(400000000)").fetchone()  # lands here
+        create(self)
+
+    monkeypatch.setattr(Store, "_create_tables", create_during_ctrl_c)
+    engine = ScriptedEngine(length_judge)
+    out = str(tmp_path / "o.duckdb")
+    with graceful(), pytest.raises(Interrupted):
+        score(PAIRS, engine, JudgeSettings(samples=2), output=out)
+    assert engine.calls == []
+    con = duckdb.connect(out, read_only=True)
+    try:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    finally:
+        con.close()
