@@ -11,6 +11,7 @@ huggingface_hub lays it out. All traffic stays on 127.0.0.1.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -764,8 +765,23 @@ def test_score_through_a_real_server(llama_server, model_path, tmp_path):
     want = inproc.generate([greedy])[0][0]
     got = engine.generate([greedy])[0][0]
     del inproc
-    assert got.text == want.text and got.n_tokens == want.n_tokens == 10
-    assert max(abs(a - b) for a, b in zip(got.token_logprobs, want.token_logprobs)) < 0.5
+    assert got.n_tokens == want.n_tokens == 10
+    # The server evaluates the prompt in other batches than the engine, so log-probabilities
+    # differ a little, and a greedy choice between two nearly equal tokens can go either way.
+    # The texts must agree token for token up to such a near-tie (neither engine gave its
+    # token p >= 0.5 there), with close log-probabilities until then.
+    ids_w = local.tok.tokenize(want.text, add_bos=False, special=False)
+    ids_g = local.tok.tokenize(got.text, add_bos=False, special=False)
+    k = next((i for i, (a, b) in enumerate(zip(ids_w, ids_g)) if a != b), None)
+    if k is not None:
+        assert k >= 3, (want.text, got.text)
+        assert max(want.token_logprobs[k], got.token_logprobs[k]) < math.log(0.5), (
+            want.text, got.text, want.token_logprobs, got.token_logprobs)
+    else:
+        assert got.text == want.text
+    shared = len(want.token_logprobs) if k is None else k
+    assert max(abs(a - b) for a, b in zip(got.token_logprobs[:shared],
+                                          want.token_logprobs[:shared])) < 0.5
     out = str(tmp_path / "o.duckdb")
     s = score(str(DATA / "pandalm_5.jsonl"), engine, JudgeSettings(**TINY), output=out, limit=2)
     assert s.judged == 2 and s.errors == 0
