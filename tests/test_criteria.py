@@ -174,7 +174,7 @@ BAD_TEMPLATES = {
                 r"the reflection prompt \(task == \"refl\"\) lacks the verdict format \(the line "
                 r"\"Critique 1 is better than Critique 2\""),
     "sandbox": ("{{ response1.__class__.__mro__ }}" + GOOD_TEMPLATE,
-                r"does something the template sandbox blocks"),
+                r"does something rmjudge's template sandbox blocks"),
 }
 
 

@@ -33,6 +33,21 @@ class TemplateError(UserError):
     failure while rendering. The message names the template's source (`origin`) and the fix."""
 
 
+def template_failure(exc: Exception, origin: str, fix: str, error: type = TemplateError):
+    """The one-line `error` for a template (`origin`) that failed to compile or render: a
+    syntax error, an operation the sandbox blocks, or any other failure of its code; chat
+    templates and `--prompt-template` files say it alike."""
+    import jinja2
+    from jinja2.exceptions import SecurityError
+
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        what = " ".join(str(exc.message).split()).rstrip(".")
+        return error(f"{origin} has a syntax error (line {exc.lineno}: {what}); {fix}")
+    what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+    if isinstance(exc, SecurityError):
+        return error(f"{origin} does something rmjudge's template sandbox blocks ({what}); {fix}")
+    return error(f"{origin} failed to render a prompt ({type(exc).__name__}: {what}); {fix}")
+
 class ChatTemplate:
     """`origin` names where the template came from and `fix` what to do when it fails, for
     the one-line error (e.g. "the chat template of judge.gguf" / "use another GGUF")."""
@@ -47,8 +62,6 @@ class ChatTemplate:
         self.fix = fix
         self._template = None
         if template:
-            import jinja2
-
             env = sandbox_environment()
 
             def raise_exception(message):
@@ -57,23 +70,12 @@ class ChatTemplate:
             env.globals["raise_exception"] = raise_exception
             try:
                 self._template = env.from_string(template)
-            except jinja2.TemplateSyntaxError as exc:
-                what = " ".join(str(exc.message).split()).rstrip(".")
-                raise TemplateError(f"{origin} has a syntax error (line {exc.lineno}: {what}); "
-                                    f"{fix}") from None
             except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
-                raise self._failure(exc) from None
+                raise template_failure(exc, origin, fix) from None
             self.segments(_PROBE)
 
     def _failure(self, exc: Exception) -> TemplateError:
-        from jinja2.exceptions import SecurityError
-
-        what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
-        if isinstance(exc, SecurityError):
-            return TemplateError(f"{self.origin} does something rmjudge's template sandbox "
-                                 f"blocks ({what}); {self.fix}")
-        return TemplateError(f"{self.origin} failed to render a prompt "
-                             f"({type(exc).__name__}: {what}); {self.fix}")
+        return template_failure(exc, self.origin, self.fix)
 
     def render(self, messages: Sequence[Message], assistant_prefix: str = "") -> str:
         return "".join(t for t, _ in self.segments(messages, assistant_prefix))

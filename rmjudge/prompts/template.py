@@ -30,8 +30,6 @@ class PromptTemplate:
     """A compiled `--prompt-template` (`text`: its source; `origin`: its file name)."""
 
     def __init__(self, text: str, origin: str):
-        import jinja2
-
         from rmjudge.engine.chat import sandbox_environment
 
         self.text = text
@@ -39,22 +37,14 @@ class PromptTemplate:
         self.sha256 = hashlib.sha256(text.encode()).hexdigest()
         try:
             self._template = sandbox_environment().from_string(text)
-        except jinja2.TemplateSyntaxError as exc:
-            what = " ".join(str(exc.message).split()).rstrip(".")
-            raise PromptTemplateError(f"--prompt-template {origin} has a syntax error (line "
-                                      f"{exc.lineno}: {what}); {FIX}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
             raise self._failure(exc) from None
 
     def _failure(self, exc: Exception) -> PromptTemplateError:
-        from jinja2.exceptions import SecurityError
+        from rmjudge.engine.chat import template_failure
 
-        what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
-        if isinstance(exc, SecurityError):
-            return PromptTemplateError(f"--prompt-template {self.origin} does something the "
-                                       f"template sandbox blocks ({what}); {FIX}")
-        return PromptTemplateError(f"--prompt-template {self.origin} failed to render "
-                                   f"({type(exc).__name__}: {what}); {FIX}")
+        return template_failure(exc, f"--prompt-template {self.origin}", FIX,
+                                PromptTemplateError)
 
     def render(self, **variables: Any) -> str:
         try:
