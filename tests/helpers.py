@@ -65,3 +65,49 @@ def rows(db: str, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cmd: list[str], log, probe: str, name: str, interval: float = 0.5):
+    """Start a server process (output into the file `log`) and wait until GET `probe` answers
+    200; its exit or 90 s without an answer fail the test's set-up. Returns the process."""
+    import subprocess
+    import time
+
+    import httpx
+
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(probe, timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval)
+    proc.kill()
+    raise RuntimeError(f"{name} did not start within 90 s")
+
+
+def stop_server(proc) -> None:
+    """SIGTERM a server process, then SIGKILL it if it has not ended within 10 s."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import rows
+from helpers import free_port, rows, start_server, stop_server
 from recompute import recompute_all
 
 from rmjudge import prompts
@@ -44,44 +44,14 @@ def llama_server_binary() -> str:
     return path
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(model_path: str, log: Path, slots: int) -> tuple[subprocess.Popen, str]:
     """llama-server as its README starts it: -m, --host, --port, -np slots, -c the total context
     (2048 tokens per slot), one thread (the test machines are small)."""
-    port = _free_port()
+    port = free_port()
     cmd = [llama_server_binary(), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
            "-np", str(slots), "-c", str(2048 * slots), "-t", "1", "-tb", "1", "--metrics"]
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url + "/v1"
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("llama-server did not start within 90 s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return start_server(cmd, log, url + "/health", "llama-server", interval=0.3), url + "/v1"
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +59,7 @@ def server16(model_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     proc, url = start(model_path, log, 16)
     yield url, log
-    stop(proc)
+    stop_server(proc)
 
 
 def req(**kw) -> GenRequest:
@@ -182,7 +152,7 @@ def test_cli_with_one_slot(model_path, tmp_path):
         r = subprocess.run(score_cmd(url, out, "--limit", "1"), capture_output=True, text=True,
                            timeout=300)
     finally:
-        stop(proc)
+        stop_server(proc)
     assert r.returncode == 0, r.stderr
     assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
     assert recompute_all(out) == 1
@@ -218,7 +188,7 @@ def test_server_killed_mid_run(model_path, tmp_path, server16):
         os.kill(proc.pid, signal.SIGKILL)
         _, err = p.communicate(timeout=120)
     finally:
-        stop(proc)
+        stop_server(proc)
     assert p.returncode == 1
     assert err.count("\n") == 1 and err.startswith("Error: the server at " + url), err
     assert "rerun the same command to resume" in err

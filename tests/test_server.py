@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import rows
+from helpers import free_port, rows, start_server, stop_server
 from recompute import recompute_all
 
 from rmjudge import prompts
@@ -677,18 +677,12 @@ def test_prompt_encoding_is_in_the_run_settings_and_the_card(fake, template, tmp
 # -- a real server: llama-cpp-python's, with the embedded model ---------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_llama_server(model_path: str, log: Path, plain: bool = False
                        ) -> tuple[subprocess.Popen, str]:
     """rmjudge's launcher of llama-cpp-python's server (one thread), or with `plain` the
     server started exactly as llama-cpp-python's docs say."""
     pytest.importorskip("uvicorn")
-    port = _free_port()
+    port = free_port()
     if plain:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model_path,
                "--host", "127.0.0.1", "--port", str(port)]
@@ -696,30 +690,8 @@ def start_llama_server(model_path: str, log: Path, plain: bool = False
         cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model_path,
                "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
                "--n_threads_batch", "1", "--n_ctx", "4096"]
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("llama_cpp.server did not start within 90 s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return start_server(cmd, log, url + "/models", "llama_cpp.server"), url
 
 
 @pytest.fixture(scope="module")
@@ -727,7 +699,7 @@ def llama_server(model_path, tmp_path_factory):
     log = tmp_path_factory.mktemp("srv") / "server.log"
     proc, url = start_llama_server(model_path, log)
     yield url, log
-    stop(proc)
+    stop_server(proc)
 
 
 TINY = dict(samples=2, max_tokens=16, seed=3)
@@ -870,7 +842,7 @@ def test_the_documented_llama_cpp_python_server_start(model_path, tmp_path):
                             "--server-concurrency", "1"],
                            capture_output=True, text=True, timeout=300)
     finally:
-        stop(proc)
+        stop_server(proc)
     assert r.returncode == 0, r.stderr
     assert f"model {model_path}, /v1/completions, chat template from {model_path}" in r.stderr
     assert rows(str(out), "SELECT count(*) FROM pairs") == [(1,)]
@@ -928,7 +900,7 @@ def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_pat
         os.kill(proc.pid, signal.SIGKILL)  # the server dies mid-run
         _, err = p.communicate(timeout=120)
     finally:
-        stop(proc)
+        stop_server(proc)
     assert p.returncode == 1
     assert err.count("\n") == 1 and err.startswith("Error: the server at " + url)
     assert "rerun the same command to resume" in err
@@ -939,7 +911,7 @@ def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_pat
         done = subprocess.run(_score_cmd(url2, model_path, out, "--limit", "3"),
                               capture_output=True, text=True)
     finally:
-        stop(proc2)
+        stop_server(proc2)
     assert done.returncode == 0, done.stderr
     assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(3, 3)]
     assert recompute_all(out) == 3
@@ -1072,7 +1044,7 @@ def test_build_data_samples_rollouts_through_a_server(fake, template, tmp_path):
 def test_dry_run_estimates_a_server_run(model_path, tmp_path):
     """`--dry-run --server` counts prompts with the served GGUF and estimates the requests and
     tokens; it contacts no server (nothing listens at the URL)."""
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     base = [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "--dry-run",
             "--server", url, "--samples", "2", "--max-tokens", "16", "--limit", "2"]
     r = subprocess.run(base + ["--model", model_path], capture_output=True, text=True)
