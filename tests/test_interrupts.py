@@ -14,6 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from helpers import rows
+
 from rmjudge.errors import EXIT_INTERRUPTED
 
 ROOT = Path(__file__).parent.parent
@@ -173,11 +175,7 @@ def test_a_signal_held_while_the_run_is_recorded_stops_it_before_any_generation(
     with pytest.raises(Interrupted, match="0 judged pairs are saved"):
         score(PAIRS, engine, JudgeSettings(samples=2), output=out)
     assert engine.calls == []
-    con = duckdb.connect(out, read_only=True)
-    try:
-        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
-    finally:
-        con.close()
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
 
 
 def test_a_signal_while_duckdb_creates_the_store_is_held_not_a_duckdb_error(tmp_path,
@@ -207,8 +205,4 @@ def test_a_signal_while_duckdb_creates_the_store_is_held_not_a_duckdb_error(tmp_
     with graceful(), pytest.raises(Interrupted):
         score(PAIRS, engine, JudgeSettings(samples=2), output=out)
     assert engine.calls == []
-    con = duckdb.connect(out, read_only=True)
-    try:
-        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
-    finally:
-        con.close()
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
