@@ -185,19 +185,14 @@ def _pre_from_json(spec: str):
 
 def unpack_gguf(cfg: UnpackConfig) -> Path:
     """Write `cfg.gguf` as a Hugging Face folder; returns the folder."""
-    from rmjudge.overwrite import check_folder_target, install_folder, temp_folder_beside
+    from rmjudge.overwrite import write_folder
 
     model, tokenizer = load_causal_lm(cfg.gguf, cfg.dtype)
     out = Path(cfg.out_dir)
-    tmp = temp_folder_beside(str(out))
-    try:
+
+    def produce(tmp: str) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        check_folder_target(str(out), "rmjudge-export unpack", overwrite=cfg.overwrite)
-    except BaseException:
-        from rmjudge.store import remove_tree
 
-        remove_tree(tmp)
-        raise
-    install_folder(tmp, str(out), overwrite=cfg.overwrite)
+    write_folder(str(out), produce, "rmjudge-export unpack", overwrite=cfg.overwrite)
     return out

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from quantize.config import ExportError, MergeConfig
 from quantize.hfio import load_causal_lm
-from rmjudge.overwrite import check_folder_target, install_folder, temp_folder_beside
-from rmjudge.store import remove_tree
+from rmjudge.overwrite import write_folder
 
 
 @dataclass
@@ -44,16 +43,13 @@ def merge(cfg: MergeConfig) -> MergeResult:
     if getattr(merged.config, "quantization_config", None) is not None:
         del merged.config.quantization_config
     out = Path(cfg.out_dir)
-    tmp = temp_folder_beside(str(out))
-    try:
+
+    def produce(tmp: str) -> None:
         merged.save_pretrained(tmp, safe_serialization=True)
-        if (Path(cfg.adapter) / "tokenizer_config.json").exists():
-            tokenizer = AutoTokenizer.from_pretrained(cfg.adapter)
-        tokenizer.save_pretrained(tmp)
-        check_folder_target(str(out), "rmjudge-export merge", overwrite=cfg.overwrite)
-    except BaseException:
-        remove_tree(tmp)
-        raise
-    install_folder(tmp, str(out), overwrite=cfg.overwrite)
+        tok = AutoTokenizer.from_pretrained(cfg.adapter) \
+            if (Path(cfg.adapter) / "tokenizer_config.json").exists() else tokenizer
+        tok.save_pretrained(tmp)
+
+    write_folder(str(out), produce, "rmjudge-export merge", overwrite=cfg.overwrite)
     return MergeResult(out_dir=str(out), dtype=cfg.dtype, modules=modules,
                        parameters=sum(p.numel() for p in merged.parameters()))

@@ -213,3 +213,20 @@ def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
                         f"cannot move {src} to {dest}: {exc.strerror}") from None
     finally:
         remove_tree(tmp)
+
+
+
+def write_folder(folder: str, produce, command: str, *, overwrite: bool) -> None:
+    """Build `folder` with `produce(tmp)` in a new hidden folder beside it, check the target
+    again (`check_folder_target`) and move the files in (`install_folder`); the temporary
+    folder is removed whatever fails."""
+    from rmjudge.store import remove_tree
+
+    tmp = temp_folder_beside(folder)
+    try:
+        produce(tmp)
+        check_folder_target(folder, command, overwrite=overwrite)
+    except BaseException:
+        remove_tree(tmp)
+        raise
+    install_folder(tmp, folder, overwrite=overwrite)
