@@ -218,9 +218,10 @@ def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
 def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
                  report: MergeReport) -> list[str]:
     """Every input row in exactly one shard's pairs or errors, with the id the input gives."""
-    from rmjudge.io.intake import Intake, RowFailure, in_shard
+    from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.mapping import Mapper
-    from rmjudge.io.readers import InputError, read_rows
+    from rmjudge.io.readers import InputError
+    from rmjudge.run import open_input
 
     recorded: dict[int, str | None] = dict(con.execute(
         f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
@@ -234,7 +235,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
     mismatched: list[int] = []
     seen_rows: set[int] = set()
     try:
-        for item in Intake(read_rows(source), mapper):
+        for item in open_input(source, mapper):
             rn = item.row_number
             seen_rows.add(rn)
             pid = item.id if not isinstance(item, RowFailure) or item.duplicate_of is not None \

@@ -284,3 +284,95 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(so)
+
+
+# -- every front door goes through the run set-up -----------------------------------------------
+
+def _spy(monkeypatch, name: str) -> list:
+    """Record the calls of `rmjudge.run.<name>` (which still does its work)."""
+    from rmjudge import run
+
+    real, calls = getattr(run, name), []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, name, spy)
+    return calls
+
+
+def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
+    from rmjudge.merge import merge
+    from rmjudge.pipeline import score
+
+    src = _pairs(tmp_path)
+    shard = str(tmp_path / "s.duckdb")
+    score(src, ScriptedEngine(_respond), _opts().judge, output=shard)
+    opened = _spy(monkeypatch, "open_input")
+    report = merge([shard], str(tmp_path / "all.duckdb"), input=src)
+    assert [c[0] for c in opened] == [src]
+    assert report.input_rows == 3 and report.problems == [] and report.output is not None
+
+
+def test_merge_input_check_reads_ids_only_so_free_form_labels_are_not_refused(tmp_path):
+    """merge --input checks ids: a label column that `score` needs --label-values for is no
+    reason to refuse there (the shards were scored with it)."""
+    from rmjudge.merge import merge
+    from rmjudge.pipeline import score
+
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}", "response_a": f"a {i}",
+                                       "response_b": f"b {i}", "label": ("yes", "no")[i]}) + "\n"
+                           for i in range(2)))
+    shard = str(tmp_path / "s.duckdb")
+    score(str(src), ScriptedEngine(_respond), _opts().judge, output=shard,
+          mapper=Mapper({}, seed=0, label_values="yes=A,no=B"))
+    report = merge([shard], str(tmp_path / "all.duckdb"), input=str(src))
+    assert report.input_rows == 2 and report.problems == []
+
+
+def test_a_ray_worker_builds_its_judge_and_judges_its_batch_through_the_run_setup(
+        tmp_path, monkeypatch):
+    """No Ray needed: the worker is the callable Ray's actor pool holds."""
+    import orjson
+
+    from rmjudge.pipeline import verdict_settings
+    from rmjudge.ray_runner import _JudgeWorker
+
+    built, judged = _spy(monkeypatch, "build_judge"), _spy(monkeypatch, "judge_rows")
+    opts = _opts()
+    engine = ScriptedEngine(_respond)
+    settings = orjson.loads(orjson.dumps(verdict_settings(opts.judge, engine.info)))
+    worker = _JudgeWorker(lambda: engine, opts, settings, str(tmp_path), run_id=1)
+    rows = [[1, {"id": "a", "prompt": "q", "chosen": "x", "rejected": "y"}, None, None],
+            [2, None, "row 2: not JSON", "{oops"],
+            [3, {"id": "a", "prompt": "q2", "chosen": "x", "rejected": "y"}, None, None]]
+    out = worker({"key": ["k1"], "rows": [orjson.dumps(rows)]})
+    assert len(built) == 1 and built[0][0] is engine and len(judged) == 1
+    assert (out["judged"], out["errors"]) == ([1], [2])
+    batch = tmp_path / "batches" / "k1"
+    assert rows_of(batch / "pairs.parquet", "id") == [("a",)]
+    assert rows_of(batch / "errors.parquet", "row_number") == [(2,), (3,)]
+
+
+def rows_of(parquet, cols: str) -> list[tuple]:
+    with duckdb.connect() as con:
+        return con.execute(f"SELECT {cols} FROM read_parquet(?) ORDER BY ALL",
+                           [str(parquet)]).fetchall()
+
+
+def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_path, monkeypatch):
+    import rmjudge.engine
+    import training.data
+    from rmjudge import run
+
+    assert training.data.open_input is run.open_input
+    tokenizer = ScriptedEngine(_respond)
+    tokenizer.on_gpu, tokenizer.threads = False, 1  # what the throughput record is keyed by
+    monkeypatch.setattr(rmjudge.engine, "load_engine",
+                        lambda es, vocab_only=False, **kw: tokenizer)
+    opened = _spy(monkeypatch, "open_input")
+    src = _pairs(tmp_path)
+    report = run.dry_run(src, _opts(limit=2))
+    assert [c[0] for c in opened] == [src] and (report.rows, report.pairs) == (2, 2)
