@@ -356,3 +356,30 @@ def test_sql_quoting_is_written_once():
                     and [a.value for a in node.args] in (["'", "''"], ['"', '""']):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
     assert not found, "SQL quoting outside rmjudge/sql.py:\n" + "\n".join(found)
+
+
+def _passes_through(fn: ast.FunctionDef) -> bool:
+    """`def f(a, b): return g(a, b)`: a body (past the docstring) that only hands its own
+    parameters, in order and unchanged, to another function."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return False
+    call = body[0].value
+    params = [a.arg for a in fn.args.args]
+    return bool(params) and not call.keywords and [
+        a.id if isinstance(a, ast.Name) else None for a in call.args] == params
+
+
+def test_no_module_function_is_a_one_line_alias():
+    """A module-level function that only passes its parameters on to another is a second name
+    for one thing: callers use the real name (methods are exempt: they implement an interface)."""
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}"
+             for path, tree in _modules() for node in tree.body
+             if isinstance(node, ast.FunctionDef) and _passes_through(node)]
+    assert not found, "one-line aliases:\n" + "\n".join(found)
+
+
+def test_the_alias_check_finds_an_alias():
+    tree = ast.parse('def export_lock(path):\n    """doc"""\n    return store_path(path)\n'
+                     'def other(path):\n    return store_path(path, 1)\n')
+    assert [_passes_through(f) for f in tree.body] == [True, False]

@@ -41,7 +41,6 @@ from rmjudge.store.files import (
 from rmjudge.store.outputs import OutputError, check_output, check_output_is_not_input, guard_output
 from rmjudge.store.paths import (
                                  export_files,
-                                 export_lock,
                                  legacy_store_path,
                                  output_format,
                                  sidecar,
@@ -100,7 +99,6 @@ __all__ = [
     "other_settings_message",
                                  "disk_error",
                                  "export_files",
-                                 "export_lock",
                                  "guard_output",
                                  "import_batches",
                                  "import_stores",

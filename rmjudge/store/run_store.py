@@ -45,7 +45,7 @@ from rmjudge.store.files import (
     remove_files,
     write_query_file,
 )
-from rmjudge.store.paths import export_lock, sidecar
+from rmjudge.store.paths import sidecar, store_path
 from rmjudge.store.schema import (
     CORE_LOWER,
     ERROR_COLUMNS,
@@ -80,8 +80,8 @@ class Store:
         try:
             # the files exported beside this store: another run writes none of them
             for f in exports:
-                if os.path.abspath(export_lock(f)) != os.path.abspath(path):
-                    self._export_locks.append(Lock(export_lock(f), busy=busy_export(f, out)))
+                if os.path.abspath(store_path(f)) != os.path.abspath(path):
+                    self._export_locks.append(Lock(store_path(f), busy=busy_export(f, out)))
             refuse_foreign(path)
             # temporaries left by a run killed while exporting, or by a killed `merge` into
             # this store: their locks are ours now
