@@ -207,6 +207,26 @@ def test_ray_training_and_judge_options_come_from_their_dataclasses():
     assert _params(ray_score)["cpus_per_worker"].type.name == "float"
 
 
+def test_both_training_stages_build_lora_from_one_owner():
+    """GRPO and SFT share the default --target-modules and turn their LoRA options into one
+    PEFT config the same way (training.hf.lora_config)."""
+    pytest.importorskip("peft")
+    from training.grpo import GRPOSettings
+    from training.hf import DEFAULT_TARGETS, lora_config
+    from training.sft import SFTSettings
+
+    grpo = GRPOSettings(model="m", data="d", output_dir="o", target_modules=" q_proj, v_proj ")
+    sft = SFTSettings(source="s", output_dir="o", target_modules="all-linear", lora_r=4)
+    assert {f.name: f.default for f in dataclasses.fields(SFTSettings)}["target_modules"] \
+        == {f.name: f.default for f in dataclasses.fields(GRPOSettings)}["target_modules"] \
+        == DEFAULT_TARGETS
+    g, s = lora_config(grpo), lora_config(sft)
+    assert (set(g.target_modules), g.r, g.lora_alpha, g.lora_dropout) == (
+        {"q_proj", "v_proj"}, 16, 32, 0.05)
+    assert (s.target_modules, s.r, s.lora_dropout, s.task_type) == ("all-linear", 4, 0.0,
+                                                                   "CAUSAL_LM")
+
+
 def test_map_is_declared_once():
     from rmjudge.cli.ray_score import command as ray_score
     from rmjudge.cli.score import command as score
@@ -246,6 +266,19 @@ def test_commands_report_typed_errors_without_rewrapping(tmp_path):
     r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
                              "x=y"])
     assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+
+def test_the_upload_options_are_declared_once():
+    """push and filter --push-to-hub share --private, --license and --dry-run; filter's help
+    names the option they go with."""
+    from rmjudge.cli.filter import command as filter_cmd
+    from rmjudge.cli.push import command as push
+
+    for name in ("private", "license_", "dry_run"):
+        a, b = _params(push)[name], _params(filter_cmd)[name]
+        assert (a.opts, a.metavar, a.default, a.is_flag) == (b.opts, b.metavar, b.default,
+                                                             b.is_flag)
+        assert b.help == f"--push-to-hub: {a.help[0].lower()}{a.help[1:]}", name
 
 
 def test_the_judge_model_option_is_declared_once():

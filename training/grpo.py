@@ -32,9 +32,8 @@ from rmjudge.adapter_format import write_adapter_info
 from rmjudge.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
-from training.hf import ModelSource, load_base, load_tokenizer, materialize, render_prompt
-
-DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
+                         materialize, render_prompt)
 
 
 class TrainError(UserError):
@@ -132,11 +131,6 @@ class GRPOSettings:
     @property
     def grad_accum(self) -> int:
         return self.completions_per_step // self.micro_batch
-
-    @property
-    def targets(self) -> str | list[str]:
-        t = self.target_modules.strip()
-        return t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
 
 
 def is_heldout(source_id: str, fraction: float, seed: int) -> bool:
@@ -323,7 +317,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     src = ModelSource.parse(s.model, s.gguf_file)
 
     import torch
-    from peft import LoraConfig, prepare_model_for_kbit_training
+    from peft import prepare_model_for_kbit_training
     from trl import GRPOConfig, GRPOTrainer
 
     from training.evaluate import evaluate
@@ -398,9 +392,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         model = PeftModel.from_pretrained(model, s.init_adapter, is_trainable=True)
         peft_config = None
     else:
-        peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha,
-                                 lora_dropout=s.lora_dropout, target_modules=s.targets,
-                                 task_type="CAUSAL_LM", bias="none")
+        peft_config = lora_config(s)
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,

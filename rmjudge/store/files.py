@@ -66,14 +66,20 @@ def disk_error(path: str, exc: BaseException) -> DiskError | None:
                      path=path, reason=why)
 
 
-def is_duckdb_file(path: str) -> bool:
-    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
+def file_head(path: str, size: int) -> bytes | None:
+    """The first `size` bytes of `path` (what tells whose file it is); None when it cannot be
+    read."""
     try:
         with open(path, "rb") as f:
-            head = f.read(12)
+            return f.read(size)
     except OSError:
-        return False
-    return head[8:12] == b"DUCK"
+        return None
+
+
+def is_duckdb_file(path: str) -> bool:
+    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
+    head = file_head(path, 12)
+    return head is not None and head[8:12] == b"DUCK"
 
 
 def is_rmjudge_store(path: str) -> bool:
