@@ -50,7 +50,6 @@ from rmjudge.store.schema import (
     CORE_LOWER,
     ERROR_COLUMNS,
     GREEDY_COLUMNS,
-    HUMAN_LABEL_COLUMNS,
     PAIR_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
@@ -58,6 +57,7 @@ from rmjudge.store.schema import (
     SCHEMA_VERSION,
     cell,
     ddl,
+    human_labels_ddl,
     other_settings_message,
     type_for,
     value_kind,
@@ -430,7 +430,7 @@ class Store:
 
         def statements(con) -> None:
             nonlocal replaced
-            con.execute(ddl("human_labels", HUMAN_LABEL_COLUMNS, ", PRIMARY KEY (pair_id, reviewer)"))
+            con.execute(human_labels_ddl())
             if rows:
                 con.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (pair_id VARCHAR, reviewer VARCHAR)")
                 con.execute("DELETE FROM incoming")

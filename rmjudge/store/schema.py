@@ -72,6 +72,11 @@ def ddl(name: str, cols: list[tuple[str, str]], extra: str = "") -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({body}{extra})"
 
 
+def human_labels_ddl() -> str:
+    """The `human_labels` table (one label per pair and reviewer), made on first use."""
+    return ddl("human_labels", HUMAN_LABEL_COLUMNS, ", PRIMARY KEY (pair_id, reviewer)")
+
+
 def value_kind(v: Any) -> str:
     if isinstance(v, bool):
         return "BOOLEAN"
