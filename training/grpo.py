@@ -29,6 +29,7 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.adapter_format import write_adapter_info
+from rmjudge.extras import install_hint
 from rmjudge.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
@@ -263,11 +264,28 @@ def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int,
     return Dataset.from_list(rows), report, ids_by_text
 
 
+# The first TRL with what this module uses: `GRPOTrainer(rollout_func=f)` calling
+# f(prompts, trainer), and the prompt tokenization step `GRPOTrainer._tokenize_prompts`
+# (returning ids, images, multimodal fields) that `engine_tokenized_trainer` hooks; also
+# `loss_type="dapo"` and `generation_batch_size`. pyproject.toml's `train` extra pins it.
+TRL_MIN = "0.29.1"
+
+
 def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
     """`trainer_cls` (TRL's GRPOTrainer) feeding the prompts' engine-made token ids to
     generation instead of re-tokenizing their text, which would parse special-token strings
     inside the data (e.g. `<|im_end|>` in a response) as control tokens. Hooks the trainer's
-    prompt tokenization step; prompts it does not know are tokenized by TRL as before."""
+    prompt tokenization step; prompts it does not know are tokenized by TRL as before. A TRL
+    without that step (older than `TRL_MIN`) is refused: the hook would silently not apply."""
+    if not callable(getattr(trainer_cls, "_tokenize_prompts", None)):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("trl")
+        except PackageNotFoundError:
+            have = "unknown"
+        raise TrainError(f"rmjudge-train grpo needs TRL {TRL_MIN} or newer (installed: {have}); "
+                         f"{install_hint('train')} to upgrade it")
 
     class EngineTokenizedGRPOTrainer(trainer_cls):
         def _tokenize_prompts(self, prompts: list):
