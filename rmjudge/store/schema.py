@@ -121,8 +121,16 @@ def cell(v: Any, typ: str) -> Any:
 
 
 def describe_differences(old: dict, new: dict) -> str:
+    """The settings that differ, as `key old -> new`; a rubric (`criteria`) is named briefly
+    (`rmjudge.prompts.criteria.criteria_name`), not quoted whole."""
+    from rmjudge.prompts.criteria import criteria_name
+
+    def shown(k: str, v: Any) -> str:
+        return criteria_name(v) if k == "criteria" else repr(v)
+
     keys = sorted(set(old) | set(new))
-    diffs = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    diffs = [f"{k} {shown(k, old.get(k))} -> {shown(k, new.get(k))}" for k in keys
+             if old.get(k) != new.get(k)]
     return ", ".join(diffs)
 
 
