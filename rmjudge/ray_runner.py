@@ -41,7 +41,7 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.extras import install_hint
-from rmjudge.io.mapping import LabelOptions
+from rmjudge.io.mapping import Mapper
 from rmjudge.run import RunOptions
 from rmjudge.runspec import run_record
 from rmjudge.settings import EngineSettings, JudgeSettings
@@ -273,10 +273,12 @@ def _read_json(path: str) -> Any:
 
 def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
               rs: RaySettings = RaySettings(), mapping: dict[str, str] | None = None,
-              labels=None,
+              mapper: Mapper | None = None,
               overwrite: bool = False, engine_factory: Callable | None = None,
               on_batch: Callable[[dict, int, int], None] | None = None) -> RaySummary:
-    """Judge `source` on Ray into the DuckDB run store `output`. See the module doc."""
+    """Judge `source` on Ray into the DuckDB run store `output`. See the module doc. `mapper`:
+    how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
+    worker gets a copy of."""
     try:
         import ray
     except ImportError:
@@ -300,7 +302,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         remove_tree(work)
     started = time.monotonic()
     files = list_inputs(source)
-    opts = RunOptions(js, es, (labels or LabelOptions()).mapper(mapping, js.seed), mapping or {},
+    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), mapping or {},
                       overwrite=overwrite)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
         from rmjudge.run import open_input

@@ -236,6 +236,36 @@ def test_map_is_declared_once():
     assert len({(tuple(p.opts), p.help, p.metavar) for p in maps}) == 1
 
 
+def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
+    """ray-score's judge, engine, --map, --label-values and --overwrite options become one
+    RunOptions through score's parse_run_options, and its Mapper is the one Ray gets."""
+    import rmjudge.cli.score
+    import rmjudge.ray_runner
+    from rmjudge.cli import main
+
+    parsed, calls = [], []
+    real = rmjudge.cli.score.parse_run_options
+    monkeypatch.setattr(rmjudge.cli.score, "parse_run_options",
+                        lambda kw: parsed.append(real(kw)) or parsed[-1])
+
+    def fake_ray_score(source, js, es, output, **kw):
+        calls.append((js, es, kw))
+        raise SettingsError("stop here")
+
+    monkeypatch.setattr(rmjudge.ray_runner, "ray_score", fake_ray_score)
+    r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
+                                  "--map", "prompt=question", "--label-values", "yes=A,no=B",
+                                  "--criteria", "helpful", "--samples", "3", "--overwrite",
+                                  "--workers", "1"])
+    assert r.exit_code == 1 and "Error: stop here" in r.output, r.output
+    (opts,), ((js, es, kw),) = parsed, calls
+    assert js is opts.judge and es is opts.engine and kw["mapper"] is opts.mapper
+    assert (js.samples, js.criteria, kw["mapping"], kw["overwrite"]) == (
+        3, "helpful", {"prompt": "question"}, True)
+    assert opts.mapper.label_values.spec == "yes=A,no=B"
+    assert kw["rs"].workers == 1
+
+
 def test_ray_settings_errors_reach_the_user_as_one_line(tmp_path):
     from rmjudge.cli import main
 
