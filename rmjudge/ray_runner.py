@@ -307,7 +307,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
         from rmjudge.run import open_input
 
-        open_input(files[0], copy.deepcopy(opts.mapper))  # the workers' mapper stays unused
+        open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
