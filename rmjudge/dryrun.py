@@ -13,10 +13,10 @@ size: nothing per pair is kept but its id (for duplicate detection).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rmjudge import cache
-from rmjudge.io.intake import RowFailure, open_intake
-from rmjudge.io.mapping import Mapper
+from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.runspec import resolve
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -171,11 +171,12 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | None = None,
-            limit: int | None = None, mapper: Mapper | None = None,
+def dry_run(open_input: Callable[[], Intake], js: JudgeSettings, es: EngineSettings,
             server: str | None = None) -> DryRunReport:
-    """`server`: the --server URL; prompts are then counted with `es.model`, the GGUF the
-    server serves, and requests and tokens sent and received are estimated."""
+    """The estimate of judging the pairs `open_input()` opens (`rmjudge.run.open_input`, called
+    once the tokenizer has loaded). `server`: the --server URL; prompts are then counted with
+    `es.model`, the GGUF the server serves, and requests and tokens sent and received are
+    estimated."""
     from rmjudge.engine import load_engine
     from rmjudge.protocol import PairOrderJob
 
@@ -185,8 +186,8 @@ def dry_run(source: str, js: JudgeSettings, es: EngineSettings, mapping: dict | 
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context, server=server,
                        orders=len(js.order_list))
-    mapper = mapper or Mapper(mapping or {}, seed=js.seed)
-    intake = open_intake(source, mapper, limit)
+    intake = open_input()
+    mapper = intake.mapper
     orders = len(js.order_list)
 
     def error(msg: str) -> None:

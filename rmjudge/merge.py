@@ -6,12 +6,15 @@
 - no pair id and no input row number sits in more than one shard,
 - with `input=`, every input row is in exactly one shard's `pairs` or `errors`, and the pair ids
   agree with the input (rows in no shard are reported with the shard that owns them),
-- every `--shard I/N` of the runs is present and each shard's last run finished.
+- every `--shard I/N` of the runs is present and each shard's last run finished,
+- no two shards label one pair differently for one reviewer (`human_labels`).
 Disagreements (settings, doubled pairs or rows) always refuse; incompleteness (missing shards
 or rows, an unfinished run) refuses unless `allow_incomplete`. It then copies `pairs`,
 `samples`, `errors` and `runs` with DuckDB (`ATTACH ... (READ_ONLY)` + `INSERT ... SELECT`),
 renumbering run ids (old ids are mapped per shard; `runs.merged_from` names the shard file,
-`runs.shard` keeps the `I/N` spec), writes `meta` and moves the finished file into place.
+`runs.shard` keeps the `I/N` spec), and the human labels of `rmjudge review import`
+(`human_labels`: a label follows its pair id; shards that label one pair differently for one
+reviewer are refused), writes `meta` and moves the finished file into place.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
         settings = _check_settings(con, shards, aliases)
         report = MergeReport(None, [_shard_info(con, p, a) for p, a in zip(shards, aliases)])
         _check_doubles(con, shards, aliases)
+        _check_human_labels(con, shards, aliases)
         report.problems += _check_shard_specs(report.shards)
         if input is not None:
             report.problems += _check_input(con, shards, aliases, input, mapping or {},
@@ -185,6 +189,29 @@ def _check_doubles(con, shards: list[str], aliases: list[str]) -> None:
             "shards made from the same input file?")
 
 
+def _check_human_labels(con, shards: list[str], aliases: list[str]) -> None:
+    """Human labels (`rmjudge review import`) follow their pair id into the merge; two shards
+    that give one pair, for one reviewer, different labels are refused."""
+    labelled = [(i, a) for i, a in enumerate(aliases) if con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = "
+        "'human_labels'", [a]).fetchone()[0]]
+    if len(labelled) < 2:
+        return
+    every = " UNION ALL ".join(f"SELECT pair_id, reviewer, label, {i} AS shard_index "
+                               f"FROM {quote_ident(a)}.human_labels" for i, a in labelled)
+    split = con.execute(f"""
+        SELECT pair_id, reviewer, list(DISTINCT shard_index ORDER BY shard_index)
+        FROM ({every}) GROUP BY pair_id, reviewer
+        HAVING count(DISTINCT coalesce(label, '')) > 1 ORDER BY pair_id, reviewer""").fetchall()
+    if split:
+        names = [f"{pid!r} by {who!r} ({' and '.join(os.path.basename(shards[i]) for i in idx)})"
+                 for pid, who, idx in split]
+        raise MergeError(
+            f"{len(split)} human label(s) differ between shards: {_listing(names)}; import the "
+            "right review file again into the shard that holds the wrong label (rmjudge review "
+            "import SHARD.duckdb FILE) and merge again")
+
+
 def _spec(s: str) -> tuple[int, int] | None:
     """'I/N' -> (I, N); None for an unsharded run or another label (such as a Ray run's)."""
     i, sep, n = s.partition("/")
@@ -218,9 +245,10 @@ def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
 def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
                  report: MergeReport) -> list[str]:
     """Every input row in exactly one shard's pairs or errors, with the id the input gives."""
-    from rmjudge.io.intake import Intake, RowFailure, in_shard
+    from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.mapping import Mapper
-    from rmjudge.io.readers import InputError, read_rows
+    from rmjudge.io.readers import InputError
+    from rmjudge.run import open_input
 
     recorded: dict[int, str | None] = dict(con.execute(
         f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
@@ -234,7 +262,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
     mismatched: list[int] = []
     seen_rows: set[int] = set()
     try:
-        for item in Intake(read_rows(source), mapper):
+        for item in open_input(source, mapper):
             rn = item.row_number
             seen_rows.add(rn)
             pid = item.id if not isinstance(item, RowFailure) or item.duplicate_of is not None \

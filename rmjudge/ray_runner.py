@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from rmjudge.errors import UserError
 
+import copy
 import io
 import os
 import tempfile
@@ -40,6 +41,8 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.extras import install_hint
+from rmjudge.io.mapping import Mapper
+from rmjudge.run import RunOptions
 from rmjudge.runspec import run_record
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -207,23 +210,21 @@ class _Chunker:
 class _JudgeWorker:
     """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
 
-    def __init__(self, factory: Callable, js: dict, mapping: dict, settings: dict, work_dir: str,
-                 run_id: int, labels=None, n_ctx: int | None = None):
-        from rmjudge.io.mapping import LabelOptions
-        from rmjudge.judge import Judge
+    def __init__(self, factory: Callable, opts: RunOptions, settings: dict, work_dir: str,
+                 run_id: int):
         from rmjudge.pipeline import verdict_settings
+        from rmjudge.run import build_judge
 
-        self.js = JudgeSettings(**js)
         self.engine = factory()
-        mine = verdict_settings(self.js, self.engine.info)
+        mine = verdict_settings(opts.judge, self.engine.info)
         if orjson.loads(orjson.dumps(mine)) != settings:
             from rmjudge.store import describe_differences
 
             raise RayRunError(f"this node's engine differs from the driver's "
                               f"({describe_differences(settings, mine)}); install the same model "
                               "file on every node")
-        self.judge = Judge(self.engine, self.js, n_ctx=n_ctx)
-        self.mapper = (labels or LabelOptions()).mapper(mapping, self.js.seed)
+        self.judge = build_judge(self.engine, opts)
+        self.mapper = opts.mapper  # this worker's own copy (Ray hands each actor its own)
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
         self.run_id = run_id
@@ -242,28 +243,16 @@ class _JudgeWorker:
                 "seconds": seconds}
 
     def _batch(self, key: str, rows: list) -> tuple[int, int]:
-        from rmjudge.io.intake import Intake, RowFailure
         from rmjudge.io.readers import RawRow
-        from rmjudge.judge import Failure
+        from rmjudge.run import judge_rows
         from rmjudge.store import Store, write_batch
 
         final = os.path.join(self.batches, key)
         if os.path.isdir(final):  # another attempt finished it
             return 0, 0
-        errs: list[dict] = []
-        pairs = []
         raw_rows = (RawRow(rn, obj, error, raw) for rn, obj, error, raw in rows)
-        for item in Intake(raw_rows, self.mapper):
-            if isinstance(item, RowFailure):
-                errs.append(item.as_error())
-            else:
-                pairs.append(item)
-        results = []
-        for item in self.judge.run(pairs):
-            if isinstance(item, Failure):
-                errs.append(RowFailure.unjudged(item.pair, item.reason).as_error())
-            else:
-                results.append(item)
+        results, failures = judge_rows(self.judge, raw_rows, self.mapper)
+        errs = [f.as_error() for f in failures]
         with tempfile.TemporaryDirectory() as local:
             store = Store(os.path.join(local, "batch.duckdb"))
             try:
@@ -284,10 +273,12 @@ def _read_json(path: str) -> Any:
 
 def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
               rs: RaySettings = RaySettings(), mapping: dict[str, str] | None = None,
-              labels=None,
+              mapper: Mapper | None = None,
               overwrite: bool = False, engine_factory: Callable | None = None,
               on_batch: Callable[[dict, int, int], None] | None = None) -> RaySummary:
-    """Judge `source` on Ray into the DuckDB run store `output`. See the module doc."""
+    """Judge `source` on Ray into the DuckDB run store `output`. See the module doc. `mapper`:
+    how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
+    worker gets a copy of."""
     try:
         import ray
     except ImportError:
@@ -311,11 +302,12 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         remove_tree(work)
     started = time.monotonic()
     files = list_inputs(source)
+    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), mapping or {},
+                      overwrite=overwrite)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.io.intake import checked_rows
-        from rmjudge.io.mapping import LabelOptions
+        from rmjudge.run import open_input
 
-        checked_rows(files[0], (labels or LabelOptions()).mapper(mapping, js.seed))
+        open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
     settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
@@ -354,11 +346,8 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         ds = ds.map_batches(
             _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
             num_cpus=cpus, num_gpus=gpus,
-            fn_constructor_kwargs={"factory": factory, "js": js.as_dict(),
-                                   "mapping": mapping or {}, "settings": settings,
-                                   "labels": labels,
-                                   "work_dir": work, "run_id": run["run_id"],
-                                   "n_ctx": es.n_ctx},
+            fn_constructor_kwargs={"factory": factory, "opts": opts, "settings": settings,
+                                   "work_dir": work, "run_id": run["run_id"]},
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
     judged = tokens = n_batches = 0
     try:

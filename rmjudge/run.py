@@ -2,23 +2,30 @@
 
 `RunOptions` holds what a scoring run is given (the judge, engine and server settings, how rows
 become pairs, and the run's own options). `load_judge_engine` loads the engine the way every
-command does; `dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's
-orchestration (input and output checks before the model loads, engine loading, row counting,
-`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench` and the library
-share them; the CLI only parses options into `RunOptions` and prints what the hooks hand it.
+command does; `open_input` opens an input's intake (labels checked first); `build_judge` and
+`judge_rows` are a run's Judge and one batch of rows through intake and Judge (a Ray worker's);
+`dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's orchestration (input
+and output checks before the model loads, engine loading, row counting,
+`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench`, `ray-score`,
+`merge --input`, `rmjudge-train build-data` and the library share them; the CLI only parses
+options into `RunOptions` and prints what the hooks hand it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rmjudge.io.mapping import Mapper
 from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
 
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
+    from rmjudge.io.intake import Intake, RowFailure
+    from rmjudge.io.rows import RawRow
+    from rmjudge.judge import Judge
     from rmjudge.pipeline import Summary
+    from rmjudge.protocol import PairResult
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,47 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
 
         raise Interrupted("interrupted while the judge was loading, before any pair was "
                           "judged; rerun the same command to start") from None
+
+
+def open_input(source: str, mapper: Mapper, limit: int | None = None) -> "Intake":
+    """`source` as pairs and row failures, opened the one way every front door reads an input
+    (the dry run, merge's --input check, the Ray driver, build-data): its rows with the labels
+    checked before anything is judged (`io.intake.checked_rows`), through an `Intake` that
+    stops after `limit` rows."""
+    from rmjudge.io.intake import Intake, checked_rows
+
+    return Intake(checked_rows(source, mapper, limit), mapper, limit=limit)
+
+
+def build_judge(engine, opts: RunOptions) -> "Judge":
+    """The Judge of a run: its judge settings on `engine`, within the context `--ctx-size` sets
+    (the run spec's)."""
+    from rmjudge.judge import Judge
+
+    return Judge(engine, opts.judge, n_ctx=opts.engine.n_ctx)
+
+
+def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
+               ) -> tuple[list["PairResult"], list["RowFailure"]]:
+    """Raw rows judged whole (a Ray worker's batch): the results, and the rows that did not
+    become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`)."""
+    from rmjudge.io.intake import Intake, RowFailure
+    from rmjudge.judge import Failure
+
+    failures: list[RowFailure] = []
+    pairs = []
+    for item in Intake(rows, mapper):
+        if isinstance(item, RowFailure):
+            failures.append(item)
+        else:
+            pairs.append(item)
+    results = []
+    for item in judge.run(pairs):
+        if isinstance(item, Failure):
+            failures.append(RowFailure.unjudged(item.pair, item.reason))
+        else:
+            results.append(item)
+    return results, failures
 
 
 def with_label_criteria(js: JudgeSettings, label_choice: str | None) -> JudgeSettings:
@@ -129,8 +177,8 @@ def dry_run(source: str, opts: RunOptions):
                             "model's tokenizer: add --model FILE.gguf (the GGUF it serves)")
     check_prompting(opts.judge)
     with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
-        return estimate(source, opts.judge, opts.engine, mapper=opts.mapper, limit=opts.limit,
-                        server=None if server is None else server.public)
+        return estimate(lambda: open_input(source, opts.mapper, opts.limit), opts.judge,
+                        opts.engine, server=None if server is None else server.public)
 
 
 def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,

@@ -5,6 +5,7 @@ files."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,3 +357,192 @@ def test_sql_quoting_is_written_once():
                     and [a.value for a in node.args] in (["'", "''"], ['"', '""']):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
     assert not found, "SQL quoting outside rmjudge/sql.py:\n" + "\n".join(found)
+
+
+def _passes_through(fn: ast.FunctionDef) -> bool:
+    """`def f(a, b): return g(a, b)`: a body (past the docstring) that only hands its own
+    parameters, in order and unchanged, to another function."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return False
+    call = body[0].value
+    params = [a.arg for a in fn.args.args]
+    return bool(params) and not call.keywords and [
+        a.id if isinstance(a, ast.Name) else None for a in call.args] == params
+
+
+def test_no_module_function_is_a_one_line_alias():
+    """A module-level function that only passes its parameters on to another is a second name
+    for one thing: callers use the real name (methods are exempt: they implement an interface)."""
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}"
+             for path, tree in _modules() for node in tree.body
+             if isinstance(node, ast.FunctionDef) and _passes_through(node)]
+    assert not found, "one-line aliases:\n" + "\n".join(found)
+
+
+def test_the_alias_check_finds_an_alias():
+    tree = ast.parse('def export_lock(path):\n    """doc"""\n    return store_path(path)\n'
+                     'def other(path):\n    return store_path(path, 1)\n')
+    assert [_passes_through(f) for f in tree.body] == [True, False]
+
+
+# -- docs/architecture.md matches the code --------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+CODE_DIRS = ("rmjudge", "training", "quantize", "tests", "benchmarks", "examples")
+# Backticked names in docs/architecture.md that are not code names, with the reason.
+NOT_CODE = {"rmjudge.prompt_format": "a GGUF metadata key", "_name": "any private name"}
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".duckdb", ".lock", ".gguf", ".md", ".csv")
+
+
+def _doc_paragraphs(text: str) -> list[str]:
+    """Blank-line separated blocks, with each list item of a block on its own."""
+    out = []
+    for block in text.split("\n\n"):
+        out += [p for p in re.split(r"\n(?=\s*- )", block) if p.strip()]
+    return out
+
+
+def _project_files() -> list[str]:
+    return [str(p.relative_to(ROOT)) for d in CODE_DIRS for p in sorted((ROOT / d).rglob("*.py"))]
+
+
+def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
+    """Every name the code defines, binds or spells as a string (columns, keys), and per module
+    its top-level names ({module: {name: member names, for a class}})."""
+    names: set[str] = set()
+    modules: dict[str, dict[str, set[str]]] = {}
+    for dotted, path in _module_names().items():
+        tree = ast.parse(path.read_text(), str(path))
+        docs = _docstrings(tree)
+        top: dict[str, set[str]] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                top[node.name] = set()
+            elif isinstance(node, ast.ClassDef):
+                top[node.name] = {n.name for n in ast.walk(node)
+                                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} | {
+                    t.id for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Name)}
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    top.update((n.id, set()) for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                top.update(((a.asname or a.name).split(".")[0], set()) for a in node.names)
+        modules[dotted] = top
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in docs:
+                names.update(re.findall(r"[A-Za-z_]\w*", node.value))
+    return names, modules
+
+
+def _resolves(dotted: str, modules: dict[str, dict[str, set[str]]]) -> bool:
+    """`a.b.c`: a project module (`rmjudge.run`, or named from inside its package: `run`,
+    `io.intake`), then a name it defines, then a member of that class; or `Class.member`."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        head = ".".join(parts[:k])
+        found = [m for m in modules if m == head or m.endswith("." + head)]
+        if not found:
+            continue
+        rest = parts[k:]
+        for m in found:
+            if not rest or (rest[0] in modules[m] and (
+                    len(rest) == 1 or (len(rest) == 2 and rest[1] in modules[m][rest[0]]))):
+                return True
+            if rest and f"{m}.{rest[0]}" in modules:
+                if _resolves(".".join([f"{m}.{rest[0]}"] + rest[1:]), modules):
+                    return True
+        return False
+    members = {m for top in modules.values() for m in top.get(parts[0], ())}
+    if len(parts) == 2 and parts[1] in members:
+        return True
+    return _external(parts)
+
+
+def _external(parts: list[str]) -> bool:
+    """A name of the standard library the doc cites (`os.replace`, `Path.write_text`)."""
+    import importlib
+    import pathlib
+
+    try:
+        obj = pathlib if parts[0] == "Path" else importlib.import_module(parts[0])
+        for a in parts[1:] if parts[0] != "Path" else parts:
+            obj = getattr(obj, a)
+    except (ImportError, AttributeError):
+        return False
+    return parts[0] not in _module_names()
+
+
+def _doc_code_names(text: str) -> list[str]:
+    return re.findall(r"`([^`\s]+)`", text)
+
+
+def test_architecture_names_every_module():
+    """Each module of rmjudge/, training/ and quantize/ is named in docs/architecture.md: by its
+    path (`rmjudge/run.py`, `store/paths.py`), or by its file name in a paragraph that names its
+    package folder (`rmjudge/engine/`: ... `vocab.py`)."""
+    text = ARCHITECTURE.read_text()
+    paragraphs = _doc_paragraphs(text)
+    missing = []
+    for dotted, path in _module_names().items():
+        rel = path.relative_to(ROOT)
+        if rel.name == "__init__.py" and len(rel.parts) > 2:
+            continue  # a subpackage: named by its folder
+        inner = "/".join(rel.parts[1:])
+        if str(rel) in text or (len(rel.parts) > 2 and inner in text):
+            continue
+        folder = "/".join(rel.parts[:-1]) + "/"
+        if any(folder in p and re.search(rf"(?<![\w/]){re.escape(rel.name)}", p)
+               for p in paragraphs):
+            continue
+        missing.append(str(rel))
+    assert not missing, "modules docs/architecture.md does not name:\n" + "\n".join(missing)
+
+
+def test_architecture_names_only_what_exists():
+    """Every file, module and code name docs/architecture.md cites in backticks exists: a
+    `x.py` is a file of the project, a `module.name` is defined by that module, a `name` is
+    defined (or spelled as a column or key) somewhere in the code."""
+    names, modules = _defined_names()
+    for path in sorted((ROOT / "tests").glob("*.py")):  # the checks the doc names
+        names.update(n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name))
+    files = _project_files()
+    stale = []
+    for token in _doc_code_names(ARCHITECTURE.read_text()):
+        token = token.removesuffix("()")
+        if token in NOT_CODE or token.startswith(("-", ".", "~")) or token.endswith(DATA_SUFFIXES):
+            continue
+        if token.endswith(".py"):
+            ok = any(f == token or f.endswith("/" + token) for f in files)
+        elif token.endswith("/"):
+            ok = (ROOT / token).is_dir() or any(f"/{token}" in f"/{f}" for f in files)
+        elif not re.fullmatch(r"[A-Za-z_][\w.]*", token):
+            continue
+        elif "." in token:
+            ok = _resolves(token, modules)
+        else:
+            ok = token in names or token in modules or any(
+                m.endswith("." + token) for m in modules)
+        if not ok:
+            stale.append(token)
+    assert not stale, "docs/architecture.md names what the code does not have:\n" + "\n".join(
+        sorted(set(stale)))
+
+
+def test_the_doc_checks_find_stale_names():
+    _, modules = _defined_names()
+    assert _resolves("run.open_input", modules) and _resolves("rmjudge.store.Store", modules)
+    assert _resolves("Store.commit", modules) and _resolves("io.intake.checked_rows", modules)
+    assert not _resolves("io.intake.open_intake", modules)
+    assert not _resolves("store.export_lock", modules) and not _resolves("Store.nothing", modules)

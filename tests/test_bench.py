@@ -337,3 +337,25 @@ def test_a_duplicated_published_id_is_scored_once(tmp_path):
     res = score_stored(bench, str(tmp_path / "out"))
     assert summary.errors == 1 and res.items == 6 and res.unreadable == 1
     assert cells(res)["JudgeBench"] == pytest.approx(3 / 6)
+
+
+def test_a_bad_prompt_template_fails_before_anything_is_read_or_loaded(tmp_path):
+    """bench checks --prompt-template (and --criteria) as score does: one Error line, before
+    the model loads and before any intake file is written."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    f = tmp_path / "t.jinja"
+    f.write_text("{% if task == 'pref' %}{{ response1 }")
+    out = tmp_path / "bench"
+    r = CliRunner().invoke(main, ["bench", "--data", f"rewardbench={SOURCES['rewardbench']}",
+                                  "-o", str(out), "--model", str(tmp_path / "missing.gguf"),
+                                  "--prompt-template", str(f)])
+    assert r.exit_code == 1, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: --prompt-template {f}"), r.output
+    assert "syntax error" in errors[0] and "missing.gguf" not in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not out.exists()
+

@@ -124,14 +124,40 @@ def test_a_resume_with_other_criteria_is_refused(tmp_path):
     stored = orjson.loads(con.execute("SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
     con.close()
     assert stored["criteria"] == BUILTIN["helpful"]
-    with pytest.raises(StoreError, match=r"other settings \(criteria 'The better response is "
-                                         r"the more helpful.*' -> 'The better response is the "
-                                         r"more honest"):
+    with pytest.raises(StoreError, match=r"other settings \(criteria helpful -> honest\); "):
         score(src, ScriptedEngine(judge), resume_settings(criteria="honest"), output=out)
-    with pytest.raises(StoreError, match=r"other settings \(criteria '.*' -> None\)"):
+    with pytest.raises(StoreError, match=r"other settings \(criteria helpful -> none\); "):
         score(src, ScriptedEngine(judge), resume_settings(), output=out)
     s = score(src, ScriptedEngine(judge), resume_settings(criteria="helpful"), output=out)
     assert s.skipped == 1 and s.judged == 4
+
+
+def test_the_criteria_refusal_names_both_rubrics_briefly_on_one_line(tmp_path, monkeypatch):
+    """A resume with other criteria is one short Error line: a built-in by its name, a given
+    rubric by its first words and sha256 prefix (never the whole text), and the fix."""
+    import hashlib
+
+    from click.testing import CliRunner
+
+    import rmjudge.engine
+    import rmjudge.models
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: ScriptedEngine(judge))
+    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    rubric = "Prefer the answer a careful domain\nexpert would give; " + "all else equal. " * 40
+    (tmp_path / "rubric.txt").write_text(rubric)
+    out = str(tmp_path / "o.duckdb")
+    base = ["score", str(DATA / "pandalm_5.jsonl"), "-o", out, "--samples", "2", "--limit", "1"]
+    assert CliRunner().invoke(main, base + ["--criteria", "helpful"]).exit_code == 0
+    r = CliRunner().invoke(main, base + ["--criteria", f"@{tmp_path / 'rubric.txt'}"])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    sha = hashlib.sha256(rubric.strip().encode()).hexdigest()[:12]
+    assert r.exit_code == 1 and errors == [
+        f"Error: {out} holds results made with other settings (criteria helpful -> 'Prefer the "
+        f"answer a careful domain ...' (sha256 {sha})); rerun with the same settings to "
+        "resume, use -o to write elsewhere, or --overwrite to start again"], r.output
+    assert "all else equal" not in r.output and "The better response" not in r.output
 
 
 def test_a_run_without_criteria_records_the_same_settings_as_before(tmp_path):

@@ -207,6 +207,26 @@ def test_ray_training_and_judge_options_come_from_their_dataclasses():
     assert _params(ray_score)["cpus_per_worker"].type.name == "float"
 
 
+def test_both_training_stages_build_lora_from_one_owner():
+    """GRPO and SFT share the default --target-modules and turn their LoRA options into one
+    PEFT config the same way (training.hf.lora_config)."""
+    pytest.importorskip("peft")
+    from training.grpo import GRPOSettings
+    from training.hf import DEFAULT_TARGETS, lora_config
+    from training.sft import SFTSettings
+
+    grpo = GRPOSettings(model="m", data="d", output_dir="o", target_modules=" q_proj, v_proj ")
+    sft = SFTSettings(source="s", output_dir="o", target_modules="all-linear", lora_r=4)
+    assert {f.name: f.default for f in dataclasses.fields(SFTSettings)}["target_modules"] \
+        == {f.name: f.default for f in dataclasses.fields(GRPOSettings)}["target_modules"] \
+        == DEFAULT_TARGETS
+    g, s = lora_config(grpo), lora_config(sft)
+    assert (set(g.target_modules), g.r, g.lora_alpha, g.lora_dropout) == (
+        {"q_proj", "v_proj"}, 16, 32, 0.05)
+    assert (s.target_modules, s.r, s.lora_dropout, s.task_type) == ("all-linear", 4, 0.0,
+                                                                   "CAUSAL_LM")
+
+
 def test_map_is_declared_once():
     from rmjudge.cli.ray_score import command as ray_score
     from rmjudge.cli.score import command as score
@@ -214,6 +234,36 @@ def test_map_is_declared_once():
 
     maps = [_params(c)["mapping"] for c in (score, ray_score, train.commands["build-data"])]
     assert len({(tuple(p.opts), p.help, p.metavar) for p in maps}) == 1
+
+
+def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
+    """ray-score's judge, engine, --map, --label-values and --overwrite options become one
+    RunOptions through score's parse_run_options, and its Mapper is the one Ray gets."""
+    import rmjudge.cli.score
+    import rmjudge.ray_runner
+    from rmjudge.cli import main
+
+    parsed, calls = [], []
+    real = rmjudge.cli.score.parse_run_options
+    monkeypatch.setattr(rmjudge.cli.score, "parse_run_options",
+                        lambda kw: parsed.append(real(kw)) or parsed[-1])
+
+    def fake_ray_score(source, js, es, output, **kw):
+        calls.append((js, es, kw))
+        raise SettingsError("stop here")
+
+    monkeypatch.setattr(rmjudge.ray_runner, "ray_score", fake_ray_score)
+    r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
+                                  "--map", "prompt=question", "--label-values", "yes=A,no=B",
+                                  "--criteria", "helpful", "--samples", "3", "--overwrite",
+                                  "--workers", "1"])
+    assert r.exit_code == 1 and "Error: stop here" in r.output, r.output
+    (opts,), ((js, es, kw),) = parsed, calls
+    assert js is opts.judge and es is opts.engine and kw["mapper"] is opts.mapper
+    assert (js.samples, js.criteria, kw["mapping"], kw["overwrite"]) == (
+        3, "helpful", {"prompt": "question"}, True)
+    assert opts.mapper.label_values.spec == "yes=A,no=B"
+    assert kw["rs"].workers == 1
 
 
 def test_ray_settings_errors_reach_the_user_as_one_line(tmp_path):
@@ -246,6 +296,19 @@ def test_commands_report_typed_errors_without_rewrapping(tmp_path):
     r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
                              "x=y"])
     assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+
+def test_the_upload_options_are_declared_once():
+    """push and filter --push-to-hub share --private, --license and --dry-run; filter's help
+    names the option they go with."""
+    from rmjudge.cli.filter import command as filter_cmd
+    from rmjudge.cli.push import command as push
+
+    for name in ("private", "license_", "dry_run"):
+        a, b = _params(push)[name], _params(filter_cmd)[name]
+        assert (a.opts, a.metavar, a.default, a.is_flag) == (b.opts, b.metavar, b.default,
+                                                             b.is_flag)
+        assert b.help == f"--push-to-hub: {a.help[0].lower()}{a.help[1:]}", name
 
 
 def test_the_judge_model_option_is_declared_once():
@@ -284,3 +347,95 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(so)
+
+
+# -- every front door goes through the run set-up -----------------------------------------------
+
+def _spy(monkeypatch, name: str) -> list:
+    """Record the calls of `rmjudge.run.<name>` (which still does its work)."""
+    from rmjudge import run
+
+    real, calls = getattr(run, name), []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, name, spy)
+    return calls
+
+
+def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
+    from rmjudge.merge import merge
+    from rmjudge.pipeline import score
+
+    src = _pairs(tmp_path)
+    shard = str(tmp_path / "s.duckdb")
+    score(src, ScriptedEngine(_respond), _opts().judge, output=shard)
+    opened = _spy(monkeypatch, "open_input")
+    report = merge([shard], str(tmp_path / "all.duckdb"), input=src)
+    assert [c[0] for c in opened] == [src]
+    assert report.input_rows == 3 and report.problems == [] and report.output is not None
+
+
+def test_merge_input_check_reads_ids_only_so_free_form_labels_are_not_refused(tmp_path):
+    """merge --input checks ids: a label column that `score` needs --label-values for is no
+    reason to refuse there (the shards were scored with it)."""
+    from rmjudge.merge import merge
+    from rmjudge.pipeline import score
+
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}", "response_a": f"a {i}",
+                                       "response_b": f"b {i}", "label": ("yes", "no")[i]}) + "\n"
+                           for i in range(2)))
+    shard = str(tmp_path / "s.duckdb")
+    score(str(src), ScriptedEngine(_respond), _opts().judge, output=shard,
+          mapper=Mapper({}, seed=0, label_values="yes=A,no=B"))
+    report = merge([shard], str(tmp_path / "all.duckdb"), input=str(src))
+    assert report.input_rows == 2 and report.problems == []
+
+
+def test_a_ray_worker_builds_its_judge_and_judges_its_batch_through_the_run_setup(
+        tmp_path, monkeypatch):
+    """No Ray needed: the worker is the callable Ray's actor pool holds."""
+    import orjson
+
+    from rmjudge.pipeline import verdict_settings
+    from rmjudge.ray_runner import _JudgeWorker
+
+    built, judged = _spy(monkeypatch, "build_judge"), _spy(monkeypatch, "judge_rows")
+    opts = _opts()
+    engine = ScriptedEngine(_respond)
+    settings = orjson.loads(orjson.dumps(verdict_settings(opts.judge, engine.info)))
+    worker = _JudgeWorker(lambda: engine, opts, settings, str(tmp_path), run_id=1)
+    rows = [[1, {"id": "a", "prompt": "q", "chosen": "x", "rejected": "y"}, None, None],
+            [2, None, "row 2: not JSON", "{oops"],
+            [3, {"id": "a", "prompt": "q2", "chosen": "x", "rejected": "y"}, None, None]]
+    out = worker({"key": ["k1"], "rows": [orjson.dumps(rows)]})
+    assert len(built) == 1 and built[0][0] is engine and len(judged) == 1
+    assert (out["judged"], out["errors"]) == ([1], [2])
+    batch = tmp_path / "batches" / "k1"
+    assert rows_of(batch / "pairs.parquet", "id") == [("a",)]
+    assert rows_of(batch / "errors.parquet", "row_number") == [(2,), (3,)]
+
+
+def rows_of(parquet, cols: str) -> list[tuple]:
+    with duckdb.connect() as con:
+        return con.execute(f"SELECT {cols} FROM read_parquet(?) ORDER BY ALL",
+                           [str(parquet)]).fetchall()
+
+
+def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_path, monkeypatch):
+    import rmjudge.engine
+    import training.data
+    from rmjudge import run
+
+    assert training.data.open_input is run.open_input
+    tokenizer = ScriptedEngine(_respond)
+    tokenizer.on_gpu, tokenizer.threads = False, 1  # what the throughput record is keyed by
+    monkeypatch.setattr(rmjudge.engine, "load_engine",
+                        lambda es, vocab_only=False, **kw: tokenizer)
+    opened = _spy(monkeypatch, "open_input")
+    src = _pairs(tmp_path)
+    report = run.dry_run(src, _opts(limit=2))
+    assert [c[0] for c in opened] == [src] and (report.rows, report.pairs) == (2, 2)

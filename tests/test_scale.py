@@ -125,6 +125,53 @@ def test_a_resumed_shard_merges_like_a_clean_one(tmp_path):
     assert rows(merged, PAIR_Q) == rows(whole, PAIR_Q)
 
 
+def test_merge_carries_human_labels_with_their_pairs(tmp_path):
+    """Labels from `rmjudge review import` into each shard follow their pair ids into the merged
+    store; the same label held by two shards is kept once."""
+    from rmjudge.store import Store
+
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 2)
+    ids = [[r[0] for r in rows(o, "SELECT id FROM pairs ORDER BY id")] for o in outs]
+    with Store(outs[0]) as st:
+        st.add_human_labels([(ids[0][0], "ann", "A", "r0.csv"), (ids[0][0], "bob", "B", "r0.csv"),
+                             (ids[1][0], "ann", "tie", "both.csv")])
+    with Store(outs[1]) as st:
+        st.add_human_labels([(ids[1][0], "ann", "tie", "both.csv"), (ids[1][1], "ann", "B", "r1.csv")])
+    merged = str(tmp_path / "all.duckdb")
+    r = CliRunner().invoke(main, ["merge", *outs, "-o", merged, "--input", src])
+    assert r.exit_code == 0, r.output
+    assert rows(merged, "SELECT pair_id, reviewer, label, source FROM human_labels ORDER BY ALL") \
+        == sorted([(ids[0][0], "ann", "A", "r0.csv"), (ids[0][0], "bob", "B", "r0.csv"),
+                   (ids[1][0], "ann", "tie", "both.csv"), (ids[1][1], "ann", "B", "r1.csv")])
+    # shards without labels merge as before: no human_labels table
+    (tmp_path / "plain").mkdir()
+    plain = run_shards(src, tmp_path / "plain", 2)
+    merge(plain, str(tmp_path / "plain.duckdb"))
+    assert rows(str(tmp_path / "plain.duckdb"), "SELECT count(*) FROM duckdb_tables() WHERE "
+                "table_name = 'human_labels'") == [(0,)]
+
+
+def test_merge_refuses_shards_that_label_a_pair_differently(tmp_path):
+    from rmjudge.store import Store
+
+    src = mixed_input(tmp_path)
+    outs = run_shards(src, tmp_path, 2)
+    pid = rows(outs[0], "SELECT min(id) FROM pairs")[0][0]
+    for out, label in zip(outs, ("A", "B")):
+        with Store(out) as st:
+            st.add_human_labels([(pid, "ann", label, "r.csv")])
+    merged = str(tmp_path / "all.duckdb")
+    r = CliRunner().invoke(main, ["merge", *outs, "-o", merged])
+    assert r.exit_code == 1 and not os.path.exists(merged)
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: 1 human label(s) differ between shards: {pid!r} by 'ann' "
+                      "(out-0.duckdb and out-1.duckdb); import the right review file again into "
+                      "the shard that holds the wrong label (rmjudge review import SHARD.duckdb "
+                      "FILE) and merge again"], r.output
+    assert "Traceback" not in r.output
+
+
 # -- merge refusals -----------------------------------------------------------------------------
 
 def test_merge_refuses_shards_with_other_settings(tmp_path):

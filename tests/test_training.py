@@ -207,3 +207,42 @@ def test_rollout_cache_fingerprint_names_the_lora_adapter():
     fp_lora = EngineRollouts(with_lora, SamplingSettings(samples=2)).fingerprint()
     assert "lora_sha256" not in fp_plain  # caches written before adapters stay valid
     assert fp_lora["lora_sha256"] == "ab" * 32 and fp_lora != fp_plain
+
+
+def test_the_trl_pin_is_the_first_version_with_what_grpo_uses():
+    """pyproject's train extra asks for the TRL that training/grpo.py needs (TRL_MIN), and the
+    installed TRL has the hooks it uses."""
+    import tomllib
+    from pathlib import Path
+
+    from training.grpo import TRL_MIN
+
+    meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    trl = [r for r in meta["project"]["optional-dependencies"]["train"] if r.startswith("trl")]
+    assert trl == [f"trl>={TRL_MIN}"]
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("TRL is not installed")
+    import inspect
+
+    from trl import GRPOTrainer
+
+    assert callable(getattr(GRPOTrainer, "_tokenize_prompts", None))
+    assert "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters
+
+
+def test_a_trl_without_the_prompt_tokenization_hook_is_refused():
+    from training.grpo import TRL_MIN, TrainError, engine_tokenized_trainer
+
+    class OldTrainer:  # a GRPOTrainer from before the hook existed
+        pass
+
+    with pytest.raises(TrainError, match=rf"needs TRL {TRL_MIN} or newer \(installed: "):
+        engine_tokenized_trainer(OldTrainer, {})
+
+    class Trainer:
+        def _tokenize_prompts(self, prompts):
+            return [[0] for _ in prompts], None, {}
+
+    hooked = engine_tokenized_trainer(Trainer, {"known": [5, 6]})()
+    assert hooked._tokenize_prompts(["known"]) == ([[5, 6]], None, {})
+    assert hooked._tokenize_prompts(["other"]) == ([[0]], None, {})

@@ -36,10 +36,11 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from rmjudge.io.intake import RowFailure, open_intake
+from rmjudge.io.intake import RowFailure
 from rmjudge.io.mapping import Mapper
 from rmjudge.prompts import (PROMPT_FORMAT, PromptStyle, extract_analysis, parse_verdict,
                              pref_messages, refl_messages)
+from rmjudge.run import open_input
 from rmjudge.seeds import derive_seed
 
 from training.cache import CachedRollouts, RolloutCache
@@ -139,7 +140,7 @@ def assign_slots(pair, seed: int) -> Item | None:
 def read_items(source: str, config: DataConfig, stats: Stats) -> Iterator[Item]:
     """Labelled items of `source` (rows that cannot be used are counted, not fatal)."""
     mapper = Mapper(config.mapping, config.seed)
-    intake = open_intake(source, mapper, config.limit)
+    intake = open_input(source, mapper, config.limit)
     for pair in intake:  # duplicate ids would share one cache entry: the intake drops them
         stats.rows_read = intake.rows_read
         if isinstance(pair, RowFailure):

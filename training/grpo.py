@@ -29,12 +29,12 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.adapter_format import write_adapter_info
+from rmjudge.extras import install_hint
 from rmjudge.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
-from training.hf import ModelSource, load_base, load_tokenizer, materialize, render_prompt
-
-DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
+                         materialize, render_prompt)
 
 
 class TrainError(UserError):
@@ -132,11 +132,6 @@ class GRPOSettings:
     @property
     def grad_accum(self) -> int:
         return self.completions_per_step // self.micro_batch
-
-    @property
-    def targets(self) -> str | list[str]:
-        t = self.target_modules.strip()
-        return t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
 
 
 def is_heldout(source_id: str, fraction: float, seed: int) -> bool:
@@ -269,11 +264,28 @@ def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int,
     return Dataset.from_list(rows), report, ids_by_text
 
 
+# The first TRL with what this module uses: `GRPOTrainer(rollout_func=f)` calling
+# f(prompts, trainer), and the prompt tokenization step `GRPOTrainer._tokenize_prompts`
+# (returning ids, images, multimodal fields) that `engine_tokenized_trainer` hooks; also
+# `loss_type="dapo"` and `generation_batch_size`. pyproject.toml's `train` extra pins it.
+TRL_MIN = "0.29.1"
+
+
 def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
     """`trainer_cls` (TRL's GRPOTrainer) feeding the prompts' engine-made token ids to
     generation instead of re-tokenizing their text, which would parse special-token strings
     inside the data (e.g. `<|im_end|>` in a response) as control tokens. Hooks the trainer's
-    prompt tokenization step; prompts it does not know are tokenized by TRL as before."""
+    prompt tokenization step; prompts it does not know are tokenized by TRL as before. A TRL
+    without that step (older than `TRL_MIN`) is refused: the hook would silently not apply."""
+    if not callable(getattr(trainer_cls, "_tokenize_prompts", None)):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("trl")
+        except PackageNotFoundError:
+            have = "unknown"
+        raise TrainError(f"rmjudge-train grpo needs TRL {TRL_MIN} or newer (installed: {have}); "
+                         f"{install_hint('train')} to upgrade it")
 
     class EngineTokenizedGRPOTrainer(trainer_cls):
         def _tokenize_prompts(self, prompts: list):
@@ -323,7 +335,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     src = ModelSource.parse(s.model, s.gguf_file)
 
     import torch
-    from peft import LoraConfig, prepare_model_for_kbit_training
+    from peft import prepare_model_for_kbit_training
     from trl import GRPOConfig, GRPOTrainer
 
     from training.evaluate import evaluate
@@ -398,9 +410,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         model = PeftModel.from_pretrained(model, s.init_adapter, is_trainable=True)
         peft_config = None
     else:
-        peft_config = LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha,
-                                 lora_dropout=s.lora_dropout, target_modules=s.targets,
-                                 task_type="CAUSAL_LM", bias="none")
+        peft_config = lora_config(s)
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,

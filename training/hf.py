@@ -180,6 +180,21 @@ def load_base(path: str, quantization: str = "nf4", dtype: str = "auto",
     return model
 
 
+DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"  # --target-modules
+
+
+def lora_config(s):
+    """The PEFT `LoraConfig` of a training run's settings (`GRPOSettings`, `SFTSettings`):
+    `lora_r`, `lora_alpha`, `lora_dropout`, and `target_modules` (comma-separated module names,
+    or all-linear)."""
+    from peft import LoraConfig
+
+    t = s.target_modules.strip()
+    targets = t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
+    return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM", bias="none")
+
+
 def model_suffix(model) -> str:
     """The family's prompt suffix (Qwen3: ' /no_think'), chosen as at inference."""
     cfg = model.config

@@ -33,9 +33,8 @@ from rmjudge.errors import UserError
 from rmjudge.adapter_format import write_adapter_info
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
+from training.hf import DEFAULT_TARGETS, lora_config
 from training.sft_data import TASKS, SFTStats, sft_examples
-
-DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
 class SFTError(UserError):
@@ -122,11 +121,6 @@ class SFTSettings:
     @property
     def task_list(self) -> tuple[str, ...]:
         return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
-
-    @property
-    def targets(self) -> str | list[str]:
-        t = self.target_modules.strip()
-        return t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -304,11 +298,9 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         say(f"base: {before['parse_failures']} of {before['prompts']} check generations do not "
             "parse")
     if s.method == "lora":
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(
-            r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
-            target_modules=s.targets, task_type="CAUSAL_LM", bias="none"))
+        model = get_peft_model(model, lora_config(s))
     model.train()
 
     from datasets import Dataset

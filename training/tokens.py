@@ -1,5 +1,5 @@
 """Token ids of judge prompts and targets for transformers, made the way the inference engine
-makes them (rmjudge/engine/llama.py `Tokenizer.encode_prompt`).
+makes them (rmjudge/engine/vocab.py `Tokenizer.encode_prompt`).
 
 The prompt is the model's chat template around message contents that come from data. A Hugging
 Face tokenizer called on the rendered text parses every special-token string it finds, so a

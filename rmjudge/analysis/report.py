@@ -26,6 +26,7 @@ from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HE
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.extras import install_hint
 from rmjudge.sql import quote_ident
+from rmjudge.store import file_head
 
 MAX_GROUPS_HTML = 25
 CAL_EDGES = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -538,12 +539,8 @@ GENERATOR = '<meta name="generator" content="rmjudge report">'
 
 def is_report_file(path: str) -> bool:
     """True when `path` is a page `rmjudge report` wrote (its head carries GENERATOR)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return GENERATOR.encode() in head
+    head = file_head(path, 4096)
+    return head is not None and GENERATOR.encode() in head
 
 
 def check_report_output(t: JudgedTable | str, output: str) -> None:

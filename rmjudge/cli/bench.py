@@ -45,7 +45,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
                                       stored_judge)
     from rmjudge.cli.score import render_summary
-    from rmjudge.run import load_judge_engine, parse_shard
+    from rmjudge.run import check_prompting, load_judge_engine, parse_shard
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
@@ -60,6 +60,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
         plan.append((bench, src))
     js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
     shard_spec = parse_shard(shard)
+    if not score_only:  # a bad --criteria or --prompt-template: before anything is written
+        check_prompting(js)
     if score_only:  # nothing is written where there is nothing to score
         for bench, _ in plan:
             require_results(bench, outdir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
+from rmjudge.cli.push import upload_options
 from rmjudge.errors import DiskError
 from rmjudge.extras import install_hint
 
@@ -57,13 +58,7 @@ def default_output(table: str, fmt: str) -> str:
 @click.option("--push-to-hub", "repo_id", default=None, metavar="ORG/NAME",
               help="Then upload the dataset with a generated card to this Hugging Face dataset "
               "repository (" + install_hint("hub") + "; token from HF_TOKEN or `hf auth login`).")
-@click.option("--private", is_flag=True, help="--push-to-hub: create the repository private.")
-@click.option("--license", "license_", default=None, metavar="ID",
-              help="--push-to-hub: the card's license (default: the source dataset's, when its "
-              "card is in the local Hugging Face cache).")
-@click.option("--dry-run", "dry_run", default=None, metavar="DIR",
-              help="--push-to-hub: write the folder that would be uploaded to DIR and upload "
-              "nothing.")
+@upload_options("--push-to-hub")
 def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool,
             min_confidence: float, allow_inconsistent: bool, relabel: bool, relabel_min: float,
             unlabelled: str, prefer: str, keep_columns: str, repo_id: str | None, private: bool,

@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import click
+
+
+def upload_options(after: str | None = None) -> Callable[[Callable], Callable]:
+    """--private, --license and --dry-run: the options of an upload, declared once for `push`
+    and for `filter --push-to-hub` (`after`: the option they go with, named in their help)."""
+    def helptext(text: str) -> str:
+        return f"{after}: {text[0].lower()}{text[1:]}" if after else text
+
+    def decorate(f: Callable) -> Callable:
+        f = click.option("--dry-run", "dry_run", default=None, metavar="DIR", help=helptext(
+            "Write the folder that would be uploaded (README.md, data/train.*) to DIR and "
+            "upload nothing."))(f)
+        f = click.option("--license", "license_", default=None, metavar="ID", help=helptext(
+            "The card's license (default: the source dataset's, when its card is in the local "
+            "Hugging Face cache; else none is claimed)."))(f)
+        return click.option("--private", is_flag=True,
+                            help=helptext("Create the dataset repository private."))(f)
+
+    return decorate
 
 
 def publish(export: str, repo_id: str, *, private: bool = False, license_: str | None = None,
@@ -29,13 +50,7 @@ def publish(export: str, repo_id: str, *, private: bool = False, license_: str |
 @click.command("push")
 @click.argument("export", metavar="EXPORT")
 @click.argument("repo_id", metavar="ORG/NAME")
-@click.option("--private", is_flag=True, help="Create the dataset repository private.")
-@click.option("--license", "license_", default=None, metavar="ID",
-              help="License for the card (default: the source dataset's, when its card is in "
-              "the local Hugging Face cache; else none is claimed).")
-@click.option("--dry-run", "dry_run", default=None, metavar="DIR",
-              help="Write the folder that would be uploaded (README.md, data/train.*) to DIR "
-              "and upload nothing.")
+@upload_options()
 def command(export: str, repo_id: str, private: bool, license_: str | None,
             dry_run: str | None) -> None:
     """Upload EXPORT, a dataset written by `rmjudge filter`, to the Hugging Face dataset

@@ -6,10 +6,9 @@ import sys
 
 import click
 
-from rmjudge.cli.mapping_options import label_options, label_settings, map_option
-from rmjudge.cli.server_options import server_options, server_settings
-from rmjudge.cli.options import (engine_options, engine_settings, judge_options, judge_settings,
-                                 settings_from, settings_options)
+from rmjudge.cli.mapping_options import label_options, map_option
+from rmjudge.cli.server_options import server_options
+from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
 from rmjudge.ray_runner import RaySettings
 
 
@@ -24,23 +23,17 @@ from rmjudge.ray_runner import RaySettings
 @settings_options(RaySettings)
 @click.option("--overwrite", is_flag=True, help="Discard the output and its batches; start again.")
 @click.option("--quiet", "-q", is_flag=True, help="No per-batch lines and no summary.")
-def command(source: str, output: str, mapping: str | None, overwrite: bool, quiet: bool,
-            **kw) -> None:
+def command(source: str, output: str, quiet: bool, **kw) -> None:
     """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them; local or an
     object-store URI) with ReflectRM on Ray: Ray Data reads it, an actor pool of engines judges
     batches into Parquet, and the batches are merged into the same tables as `rmjudge score`.
     Rerun the same command to resume after a failure."""
-    from rmjudge.io.mapping import parse_map
+    from rmjudge.cli.score import parse_run_options
     from rmjudge.ray_runner import EngineFactory, ray_score
-    from rmjudge.run import check_prompting, with_label_criteria
+    from rmjudge.run import check_prompting
 
-    js = judge_settings(kw)
-    es = engine_settings(kw)
-    cols = parse_map(mapping)
-    labels = label_settings(kw)
-    js = with_label_criteria(js, labels.choice)
-    check_prompting(js)
-    server = server_settings(kw)
+    opts = parse_run_options(kw)
+    check_prompting(opts.judge)
     rs = settings_from(RaySettings, kw)
 
     def on_batch(row, n, judged) -> None:
@@ -48,9 +41,9 @@ def command(source: str, output: str, mapping: str | None, overwrite: bool, quie
             click.echo(f"batch {row['key']}: {row['judged']} pairs, {row['errors']} errors, "
                        f"{row['seconds']:.1f}s (this run: {n} batches, {judged} pairs)", err=True)
 
-    s = ray_score(source, js, es, output, rs=rs, mapping=cols, labels=labels,
-                  overwrite=overwrite, engine_factory=EngineFactory(es, server),
-                  on_batch=on_batch)
+    s = ray_score(source, opts.judge, opts.engine, output, rs=rs, mapping=opts.mapping,
+                  mapper=opts.mapper, overwrite=opts.overwrite,
+                  engine_factory=EngineFactory(opts.engine, opts.server), on_batch=on_batch)
     if not quiet:
         click.echo(f"rmjudge ray-score: {s.files} file(s), {s.batches} batches "
                    f"({s.batches_done_before} done before), judged {s.judged} pairs in "

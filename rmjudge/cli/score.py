@@ -86,7 +86,9 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
 
 def parse_run_options(kw: dict):
     """The `RunOptions` (rmjudge.run) of the options of `judge_options`, `engine_options`,
-    `server_options` and `run_options` (popped from kw); bad values raise SettingsError."""
+    `map_option`, `label_options`, `server_options` and those of `run_options` (or
+    `--overwrite` alone) the command has, popped from kw; bad values raise SettingsError.
+    `score`, `eval` and `ray-score` share it."""
     from rmjudge.io.mapping import parse_map
     from rmjudge.run import RunOptions, parse_shard, with_label_criteria
 
@@ -95,10 +97,12 @@ def parse_run_options(kw: dict):
     labels = label_settings(kw)
     js = with_label_criteria(js, labels.choice)
     mapping = parse_map(kw.pop("mapping"))
+    run = {k: kw.pop(k) for k in ("limit", "commit_every", "overwrite", "rejudge_changed")
+           if k in kw}
+    if "shard" in kw:
+        run["shard"] = parse_shard(kw.pop("shard"))
     return RunOptions(js, es, build_mapper(mapping, js.seed, labels), mapping,
-                      limit=kw.pop("limit"), shard=parse_shard(kw.pop("shard")),
-                      commit_every=kw.pop("commit_every"), overwrite=kw.pop("overwrite"),
-                      rejudge_changed=kw.pop("rejudge_changed"), server=server_settings(kw))
+                      server=server_settings(kw), **run)
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):

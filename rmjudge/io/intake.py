@@ -1,6 +1,6 @@
 """Intake: raw input rows -> `Pair`s to judge, or `RowFailure`s to record. One way, for every
 command that reads pairs (`score`, `eval` on unjudged input, `--dry-run`, `ray-score` workers,
-`merge --input`, `rmjudge-train build-data`).
+`merge --input`, `rmjudge-train build-data`; opened by `rmjudge.run.open_input`).
 
 In order, for each row: the `--limit` cut, unreadable rows (the reader's reason), mapping
 (`Mapper.to_pair`: shape, `--map`, ids, gold labels), the `--shard` filter (by pair id, or by
@@ -80,16 +80,15 @@ def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
 
 def checked_rows(source: str, mapper: Mapper, limit: int | None = None) -> Iterator[RawRow]:
     """The raw rows of `source`; labels that need `--label-values` stop here, before anything
-    is judged (`check_labels` over the first rows, at most `limit`)."""
+    is judged (`check_labels` over the first rows, at most `limit`), unless the mapper reads no
+    labels (`read_labels=False`: merge's id check)."""
     from rmjudge.io.mapping import check_labels
     from rmjudge.io.readers import read_rows
 
-    return check_labels(mapper, read_rows(source), source, **({"max_rows": limit} if limit else {}))
-
-
-def open_intake(source: str, mapper: Mapper, limit: int | None = None) -> "Intake":
-    """`source` as pairs and row failures: `checked_rows` through an `Intake`."""
-    return Intake(checked_rows(source, mapper, limit), mapper, limit=limit)
+    rows = read_rows(source)
+    if not mapper.read_labels:
+        return rows
+    return check_labels(mapper, rows, source, **({"max_rows": limit} if limit else {}))
 
 
 def input_identity(source: str, first: RawRow | None) -> dict | None:

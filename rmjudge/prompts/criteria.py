@@ -76,3 +76,18 @@ def label_criteria(label_choice: str | None) -> str | None:
 def builtin_name(text: str | None) -> str | None:
     """The built-in whose text `text` is, or None."""
     return next((name for name, t in BUILTIN.items() if t == text), None)
+
+
+def criteria_name(text: str | None) -> str:
+    """A rubric in a few words, for a one-line message: the built-in's name, else its first
+    words and the start of its sha256 (two rubrics that begin alike still differ there)."""
+    if text is None:
+        return "none"
+    name = builtin_name(text)
+    if name is not None:
+        return name
+    import hashlib
+
+    words = text.split()
+    head = " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
+    return f"{head!r} (sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]})"

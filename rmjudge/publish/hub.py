@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from rmjudge.errors import UserError
 from rmjudge.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
-from rmjudge.publish.record import read_record, write_text
-from rmjudge.store import make_dir, place_copy, remove_file, remove_tree
+from rmjudge.publish.record import read_record
+from rmjudge.store import make_dir, place_copy, remove_file, remove_tree, write_file
 
 INSTALL_HINT = install_hint("hub")
 FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}
@@ -148,7 +148,7 @@ def prepare_folder(export: str, repo_id: str, folder: str,
         if stale != data_path:
             remove_file(os.path.join(folder, stale))
     place_copy(export, os.path.join(folder, data_path))
-    write_text(os.path.join(folder, "README.md"), readme)
+    write_file(os.path.join(folder, "README.md"), readme.encode())
     return Prepared(folder, data_path, readme, rows, license)
 
 

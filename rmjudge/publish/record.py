@@ -40,13 +40,6 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def write_text(path: str, text: str | bytes) -> None:
-    """Write a whole text file through a temporary file moved into place (the store's way)."""
-    from rmjudge.store import write_file
-
-    write_file(path, text.encode() if isinstance(text, str) else text)
-
-
 def _json_value(v: Any) -> Any:
     if isinstance(v, datetime):
         return v.astimezone(timezone.utc).isoformat()
@@ -126,8 +119,10 @@ def is_filter_output(path: str) -> bool:
 
 
 def write_record(export: str, record: dict) -> str:
+    from rmjudge.store import write_file
+
     path = record_path(export)
-    write_text(path, orjson.dumps(record, option=orjson.OPT_INDENT_2, default=str))
+    write_file(path, orjson.dumps(record, option=orjson.OPT_INDENT_2, default=str))
     return path
 
 

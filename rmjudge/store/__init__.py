@@ -22,6 +22,7 @@ from rmjudge.store.files import (
                                  check_writable_target,
                                  clean_stale_temps,
                                  disk_error,
+                                 file_head,
                                  is_duckdb_file,
                                  is_rmjudge_store,
                                  make_dir,
@@ -41,7 +42,6 @@ from rmjudge.store.files import (
 from rmjudge.store.outputs import OutputError, check_output, check_output_is_not_input, guard_output
 from rmjudge.store.paths import (
                                  export_files,
-                                 export_lock,
                                  legacy_store_path,
                                  output_format,
                                  sidecar,
@@ -100,10 +100,10 @@ __all__ = [
     "other_settings_message",
                                  "disk_error",
                                  "export_files",
-                                 "export_lock",
                                  "guard_output",
                                  "import_batches",
                                  "import_stores",
+                                 "file_head",
                                  "is_duckdb_file",
                                  "is_rmjudge_store",
                                  "legacy_store_path",

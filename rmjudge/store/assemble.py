@@ -28,13 +28,15 @@ from rmjudge.store.files import (
     write_query_file,
 )
 from rmjudge.store.run_store import Store
-from rmjudge.store.schema import PAIR_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION
+from rmjudge.store.schema import PAIR_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, human_labels_ddl
 
 
 def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
     """Copy the tables of run stores (shards) into `store`, renumbering run ids (old ids
     mapped per shard; `runs.merged_from` names the shard file). Returns the counts of
-    pairs, errors, samples and runs now held."""
+    pairs, errors, samples and runs now held. Human labels (`human_labels`) come along: the
+    caller has refused two shards that label a pair for one reviewer differently, so a label
+    held twice is the same one (the later import's row is kept)."""
     aliases = [f"s{i}" for i in range(len(paths))]
     con = store.con
     for p, a in zip(paths, aliases):
@@ -89,6 +91,16 @@ def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
                 FROM {qa}.errors t LEFT JOIN run_map m
                   ON m.shard_index = {i} AND m.old_id = t.run_id""")
             con.execute(f"INSERT INTO samples BY NAME SELECT * FROM {qa}.samples")
+        labelled = [a for a in aliases if con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = "
+            "'human_labels'", [a]).fetchone()[0]]
+        if labelled:  # a label follows its pair id; the same one twice (shards agree): kept once
+            con.execute(human_labels_ddl())
+            every = " UNION ALL ".join(f"SELECT * FROM {quote_ident(a)}.human_labels"
+                                       for a in labelled)
+            con.execute(f"""INSERT INTO human_labels BY NAME
+                SELECT * FROM ({every}) QUALIFY row_number() OVER (PARTITION BY pair_id, reviewer
+                    ORDER BY imported DESC NULLS LAST, source) = 1""")
         store.save_column_map(con)
 
     try:

@@ -27,7 +27,7 @@ import orjson
 
 from rmjudge.errors import BusyError, DiskError, UserError
 from rmjudge.sql import quote_ident, sql_literal
-from rmjudge.store.paths import export_files, export_lock
+from rmjudge.store.paths import export_files, store_path
 from rmjudge.store.schema import ddl, missing_core_tables, not_a_store_message
 
 
@@ -66,14 +66,20 @@ def disk_error(path: str, exc: BaseException) -> DiskError | None:
                      path=path, reason=why)
 
 
-def is_duckdb_file(path: str) -> bool:
-    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
+def file_head(path: str, size: int) -> bytes | None:
+    """The first `size` bytes of `path` (what tells whose file it is); None when it cannot be
+    read."""
     try:
         with open(path, "rb") as f:
-            head = f.read(12)
+            return f.read(size)
     except OSError:
-        return False
-    return head[8:12] == b"DUCK"
+        return None
+
+
+def is_duckdb_file(path: str) -> bool:
+    """True when `path` is a DuckDB database file (its header carries `DUCK` at byte 8)."""
+    head = file_head(path, 12)
+    return head is not None and head[8:12] == b"DUCK"
 
 
 def is_rmjudge_store(path: str) -> bool:
@@ -176,8 +182,8 @@ def check_exports_not_busy(out: str) -> None:
     """Raise BusyError when a live rmjudge run writes one of the files a run with output `out`
     writes (its export or a sidecar, as its own output or as a sidecar of its own)."""
     for f in export_files(out):
-        if os.path.exists(export_lock(f) + ".lock"):
-            Lock(export_lock(f), busy=busy_export(f, out)).release()
+        if os.path.exists(store_path(f) + ".lock"):
+            Lock(store_path(f), busy=busy_export(f, out)).release()
 
 
 # The temporary names rmjudge writes beside a file `x` (`temp_beside`, `NewStore`):
@@ -328,7 +334,7 @@ def write_query_file(con, query: str, path: str, fmt: str, check=None) -> None:
 
 
 def _holds_export_lock(path: str) -> bool:
-    return os.path.realpath(export_lock(path) + ".lock") in _HELD
+    return os.path.realpath(store_path(path) + ".lock") in _HELD
 
 
 def _hold_export_lock(path: str) -> "Lock | None":
@@ -337,7 +343,7 @@ def _hold_export_lock(path: str) -> "Lock | None":
     if _holds_export_lock(path) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         return None
     try:
-        return Lock(export_lock(path), busy=f"another rmjudge process is writing {path}; wait "
+        return Lock(store_path(path), busy=f"another rmjudge process is writing {path}; wait "
                      "for it to finish or use -o to write elsewhere")
     except StoreBusyError:
         raise

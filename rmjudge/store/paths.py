@@ -20,7 +20,11 @@ def output_format(out: str) -> str:
 def store_path(out: str) -> str:
     """The DuckDB file that holds a run: the output itself, or for a Parquet/JSONL output a
     hidden working file beside it (`.x.parquet.rmjudge.duckdb`), out of the way of
-    `load_dataset("parquet", data_dir=...)` and of globs over the export folder."""
+    `load_dataset("parquet", data_dir=...)` and of globs over the export folder.
+
+    It is also what a writer of the file `out` locks (`store_path(f) + ".lock"`), an export or
+    a sidecar alike: so `-o a.parquet` (which writes `a.samples.parquet`) and
+    `-o a.samples.parquet` take one same lock, and the second of two such runs is refused."""
     if output_format(out) == "duckdb":
         return out
     head, tail = os.path.split(out)
@@ -46,11 +50,3 @@ def export_files(out: str) -> list[str]:
     if output_format(out) == "duckdb":
         return []
     return [out, sidecar(out, "samples"), sidecar(out, "errors")]
-
-
-def export_lock(path: str) -> str:
-    """What a run writing the export file `path` locks: the run store a run with `-o path`
-    would use. So `-o a.parquet` (which writes `a.samples.parquet`) and `-o a.samples.parquet`
-    take one same lock, and the second of two such runs is refused."""
-    return store_path(path)
-

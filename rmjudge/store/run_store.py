@@ -45,12 +45,11 @@ from rmjudge.store.files import (
     remove_files,
     write_query_file,
 )
-from rmjudge.store.paths import export_lock, sidecar
+from rmjudge.store.paths import sidecar, store_path
 from rmjudge.store.schema import (
     CORE_LOWER,
     ERROR_COLUMNS,
     GREEDY_COLUMNS,
-    HUMAN_LABEL_COLUMNS,
     PAIR_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
@@ -58,6 +57,7 @@ from rmjudge.store.schema import (
     SCHEMA_VERSION,
     cell,
     ddl,
+    human_labels_ddl,
     other_settings_message,
     type_for,
     value_kind,
@@ -80,8 +80,8 @@ class Store:
         try:
             # the files exported beside this store: another run writes none of them
             for f in exports:
-                if os.path.abspath(export_lock(f)) != os.path.abspath(path):
-                    self._export_locks.append(Lock(export_lock(f), busy=busy_export(f, out)))
+                if os.path.abspath(store_path(f)) != os.path.abspath(path):
+                    self._export_locks.append(Lock(store_path(f), busy=busy_export(f, out)))
             refuse_foreign(path)
             # temporaries left by a run killed while exporting, or by a killed `merge` into
             # this store: their locks are ours now
@@ -430,7 +430,7 @@ class Store:
 
         def statements(con) -> None:
             nonlocal replaced
-            con.execute(ddl("human_labels", HUMAN_LABEL_COLUMNS, ", PRIMARY KEY (pair_id, reviewer)"))
+            con.execute(human_labels_ddl())
             if rows:
                 con.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (pair_id VARCHAR, reviewer VARCHAR)")
                 con.execute("DELETE FROM incoming")

@@ -72,6 +72,11 @@ def ddl(name: str, cols: list[tuple[str, str]], extra: str = "") -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({body}{extra})"
 
 
+def human_labels_ddl() -> str:
+    """The `human_labels` table (one label per pair and reviewer), made on first use."""
+    return ddl("human_labels", HUMAN_LABEL_COLUMNS, ", PRIMARY KEY (pair_id, reviewer)")
+
+
 def value_kind(v: Any) -> str:
     if isinstance(v, bool):
         return "BOOLEAN"
@@ -116,8 +121,16 @@ def cell(v: Any, typ: str) -> Any:
 
 
 def describe_differences(old: dict, new: dict) -> str:
+    """The settings that differ, as `key old -> new`; a rubric (`criteria`) is named briefly
+    (`rmjudge.prompts.criteria.criteria_name`), not quoted whole."""
+    from rmjudge.prompts.criteria import criteria_name
+
+    def shown(k: str, v: Any) -> str:
+        return criteria_name(v) if k == "criteria" else repr(v)
+
     keys = sorted(set(old) | set(new))
-    diffs = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    diffs = [f"{k} {shown(k, old.get(k))} -> {shown(k, new.get(k))}" for k in keys
+             if old.get(k) != new.get(k)]
     return ", ".join(diffs)
 
 
