@@ -51,6 +51,7 @@ from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.engine.served_template import find_template
+from rmjudge.engine.slot_router import SlotRouter
 from rmjudge.engine.server_client import (
     API_KEY_ENV,
     HTTPStatus,
@@ -131,6 +132,13 @@ class ServerEngine:
         # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
         self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
                              and self.endpoint == "completions")
+        # otherwise each group of requests sharing a prompt holds one slot (engine/slot_router.py)
+        slots = served.props.get("total_slots")
+        self.router = (SlotRouter(min(slots, settings.concurrency))
+                       if (settings.route_slots and not self.share_prompt
+                           and self.flavor == "llama-server" and self.endpoint == "completions"
+                           and isinstance(slots, int) and not isinstance(slots, bool)
+                           and slots > 0) else None)
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -150,7 +158,9 @@ class ServerEngine:
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
-        shared = ", a request's samples as one request (n: N)" if self.share_prompt else ""
+        shared = (", a request's samples as one request (n: N)" if self.share_prompt else
+                  f", each shared prompt on one of {self.router.n_slots} slots"
+                  if self.router is not None else "")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
@@ -319,7 +329,7 @@ class ServerEngine:
 
     def _completion_body(self, prompt: str | list[int], max_tokens: int, temperature: float,
                          top_p: float, seed: int, stop: tuple[str, ...],
-                         logprobs: int | None) -> dict:
+                         logprobs: int | None, slot: int | None = None) -> dict:
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "n": 1, "stream": False, **self._sampling(temperature, top_p, seed)}
         if stop:
@@ -330,6 +340,8 @@ class ServerEngine:
                 body["no_stop_trim"] = True
         if logprobs is not None:
             body["logprobs"] = logprobs
+        if slot is not None:
+            body["id_slot"] = slot  # llama-server: the slot holding this prompt's prefix
         tmpl = getattr(self, "template", None)
         if isinstance(prompt, list):
             return body  # token ids: the BOS is in them, nothing is tokenized on the server
@@ -368,6 +380,8 @@ class ServerEngine:
         return self._generated
 
     def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
+        if self.router is not None:  # a pair and order runs on one slot: fill every slot
+            return max(2, math.ceil(2 * self.router.n_slots / len(settings.order_list)))
         per_pair = settings.samples * len(settings.order_list)
         return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
 
@@ -422,7 +436,22 @@ class ServerEngine:
         async def shared(i: int, prompt: str | list[int]) -> None:
             out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
 
+        async def routed(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            # one slot for the group, its members one after another: the slot evaluates the
+            # shared prompt once, each later member (forced verdicts included) reuses it
+            slot = await self.router.acquire(members[0][2])  # type: ignore[union-attr,arg-type]
+            last = None
+            try:
+                for i, s, p in members:
+                    out[i][s] = await self._sample(requests[i], s, p, slot)
+                    last = p
+            finally:
+                await self.router.release(slot, last)  # type: ignore[union-attr]
+
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            if self.router is not None:
+                await routed(members)
+                return
             if self.share_prompt:  # one request of n samples per prompt: no priming needed
                 firsts = [(i, p) for i, s, p in members if s == 0]
                 await asyncio.gather(*(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
@@ -451,12 +480,13 @@ class ServerEngine:
         except HTTPStatus:
             pass  # the members' own requests report what is wrong with the prompt
 
-    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None) -> Generation:
+    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None,
+                      slot: int | None = None) -> Generation:
         seed = sample_seed(req.seed, s)
         try:
             if prompt is not None:
                 body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
-                                             seed, req.stop, 1)
+                                             seed, req.stop, 1, slot)
                 out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix, req.max_tokens,
@@ -468,7 +498,7 @@ class ServerEngine:
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
-        return await self._read_choice(req, ch, prompt)
+        return await self._read_choice(req, ch, prompt, slot)
 
     async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
         """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
@@ -491,8 +521,8 @@ class ServerEngine:
         return list(await asyncio.gather(*(self._read_choice(req, ch, prompt)
                                            for ch in choices)))
 
-    async def _read_choice(self, req: GenRequest, ch: dict,
-                           prompt: str | list[int] | None) -> Generation:
+    async def _read_choice(self, req: GenRequest, ch: dict, prompt: str | list[int] | None,
+                           slot: int | None = None) -> Generation:
         """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
@@ -514,7 +544,7 @@ class ServerEngine:
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
-                await self._force(req, prompt, text, cont, gen)
+                await self._force(req, prompt, text, cont, gen, slot)
         return gen
 
     def _request_failed(self, exc: HTTPStatus) -> Generation:
@@ -529,7 +559,7 @@ class ServerEngine:
                           f"{exc.status}: {exc.message})")
 
     async def _force(self, req: GenRequest, prompt: str | list[int] | None, text: str, cont: str,
-                     gen: Generation) -> None:
+                     gen: Generation, slot: int | None = None) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
         if self.strict:
@@ -541,11 +571,11 @@ class ServerEngine:
                 self._set_forced(gen, *found)
             return
         head = os.path.commonprefix([c1, c2])
-        lps = await self._next_token(req, prompt, text + cont)
+        lps = await self._next_token(req, prompt, text + cont, slot=slot)
         found = wire.choice_logprobs(lps, c1, c2)
         if found is None and head:
             # the choices' shared start (" " of " 1"/" 2") may be a token of its own
-            lps = await self._next_token(req, prompt, text + cont + head)
+            lps = await self._next_token(req, prompt, text + cont + head, slot=slot)
             found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
@@ -559,7 +589,8 @@ class ServerEngine:
         gen.forced_logprob = m
 
     async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                          tail: str, messages: list | None = None) -> dict[str, float]:
+                          tail: str, messages: list | None = None,
+                          slot: int | None = None) -> dict[str, float]:
         k = self.settings.top_logprobs
         try:
             if messages is not None:  # a verdict-only chat request (openai-chat)
@@ -567,7 +598,7 @@ class ServerEngine:
                 out = await self.client.post("/chat/completions", body)
             elif prompt is not None:
                 body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
-                                             (), k)
+                                             (), k, slot)
                 out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,
