@@ -229,9 +229,9 @@ def test_share_prompt_evaluates_a_requests_prompt_once(server16, model_path):
 
 
 def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
-    """Slot routing: the 4 samples of an order, their forced verdicts and the later requests of
-    that pair and order run on one slot, so llama-server evaluates each order's prompt about
-    once (its /metrics), where 4 concurrent requests on 4 slots evaluate it 4 times."""
+    """The 4 samples of an order and their forced verdicts run in turn, so llama-server
+    evaluates each order's prompt about once (its /metrics), where 4 concurrent requests on 4
+    slots evaluate it 4 times and forced verdicts often find their slot taken."""
     url, _ = server16
     from rmjudge.engine.server import ServerEngine, ServerSettings
     from rmjudge.io.mapping import Mapper
@@ -243,7 +243,7 @@ def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
     pair = Mapper(seed=0).to_pair(raw.row_number, raw.obj)
     js = JudgeSettings(samples=4, max_tokens=8, seed=0, forced=True)
     with ServerEngine(ServerSettings(url=url, template_model=model_path, concurrency=8)) as eng:
-        assert eng.router is not None
+        assert eng.slot_groups == 16
         lengths = [len(eng.payload(PairOrderJob(pair, o, js, eng.info.prompt_suffix)
                                    .rollout_request(4))) for o in js.order_list]
         before = prompt_evaluated(url)

@@ -10,7 +10,6 @@ huggingface_hub lays it out. All traffic stays on 127.0.0.1.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -345,88 +344,66 @@ def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
     assert all(b.get("n", 1) == 1 for b in f2.posts())
 
 
-def test_slot_router_prefers_the_slot_holding_the_prefix_then_the_least_recently_used():
-    from rmjudge.engine.slot_router import SlotRouter
-
-    async def scenario():
-        r = SlotRouter(3)
-        a = await r.acquire([1, 2, 3])
-        b = await r.acquire([7, 8])
-        assert (a, b) == (0, 1)  # empty slots: lowest index first
-        await r.release(a, [1, 2, 3, 4])
-        await r.release(b, [7, 8])
-        assert await r.acquire([1, 2, 3, 9]) == 0  # the slot that holds its prefix
-        assert await r.acquire([5]) == 2  # nothing shared: the least recently used
-        assert await r.acquire([7]) == 1
-        waiter = asyncio.ensure_future(r.acquire([7, 8, 9]))
-        await asyncio.sleep(0.01)
-        assert not waiter.done()  # every slot held: it waits
-        await r.release(2, None)
-        assert await asyncio.wait_for(waiter, 5) == 2
-
-    asyncio.run(scenario())
-
-
-def test_llama_server_requests_sharing_a_prompt_run_on_one_slot_in_turn(fake):
-    """llama-server keeps a KV cache per slot: a group of requests sharing a prompt (the
-    samples, their forced verdicts, a later stage with the same prefix) goes to one slot with
-    id_slot, one request at a time, so the slot evaluates the prompt once; other groups run on
-    other slots at the same time."""
+def scripted_llama_server(fake, slots):
+    """A scripted llama-server with `slots` slots whose completions take a little time; it
+    records, per question in the prompt, the most of its requests that ran at once, and the
+    most requests in flight overall."""
     props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
-             "total_slots": 4}
+             "total_slots": slots}
     lock = threading.Lock()
     active: dict = {}
-    overlap: list = []
+    peak: dict = {}
 
     def slow(body):
-        slot = body.get("id_slot")
+        key = next((q for q in ("color", "fish") if f"Name a {q}" in str(body["prompt"])),
+                   "other")
         with lock:
-            active[slot] = active.get(slot, 0) + 1
-            overlap.append(active[slot])
+            active[key] = active.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), active[key])
+            peak["all"] = max(peak.get("all", 0), sum(v for k, v in active.items()))
         time.sleep(0.02)
         with lock:
-            active[slot] -= 1
+            active[key] -= 1
         return ok_completion(body, text="I cannot decide", finish="length")
 
-    f = fake(owned_by="llamacpp", props=props, complete=slow)
+    return fake(owned_by="llamacpp", props=props, complete=slow), peak
+
+
+def test_llama_server_runs_a_shared_prompts_requests_in_turn_one_group_per_slot(fake):
+    """llama-server keeps a KV cache per slot: the requests of a group sharing a prompt (its
+    samples and their forced verdicts) run one after another, so the slot that evaluated the
+    prompt serves the next one too; groups run side by side, at most one per slot."""
     other = prompts.pref_messages([{"role": "user", "content": "Name a fish."}], "Cod.", "Oak.")
+    two = [req(n=4, force=prompts.force_spec("pref"), share_key="a"),
+           req(n=4, force=prompts.force_spec("pref"), share_key="b", messages=other)]
+    f, peak = scripted_llama_server(fake, 4)
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
-        assert eng.router is not None and eng.router.n_slots == 4
-        assert "each shared prompt on one of 4 slots" in eng.describe()
-        first = f.posts()[-1]
-        eng.generate([req(n=4, force=prompts.force_spec("pref"), share_key="a"),
-                      req(n=4, force=prompts.force_spec("pref"), share_key="b",
-                          messages=other)])
-        rollouts = [b for b in f.posts()[f.posts().index(first) + 1:]]
-        # a later request opening with the first group's prompt goes back to its slot
-        eng.generate([req(n=1, share_key="c", temperature=0.0)])
-        later = f.posts()[-1]
-    by_prompt: dict = {}
-    for b in rollouts:
-        assert "id_slot" in b and b.get("n", 1) == 1
-        by_prompt.setdefault("color" if "Name a color" in b["prompt"] else "fish",
-                             set()).add(b["id_slot"])
-    assert len(rollouts) == 2 * 4 * 2  # 4 samples and 4 forced verdicts per group, no priming
-    slots = [s for group in by_prompt.values() for s in group]
-    assert len(by_prompt) == 2 and len(slots) == 2 and len(set(slots)) == 2
-    assert max(overlap) == 1  # never two requests on one slot at once
-    assert {later["id_slot"]} == by_prompt["color"]
+        assert eng.slot_groups == 4 and "in turn, 4 side by side" in eng.describe()
+        start = len(f.posts())
+        gens = eng.generate(two)
+        sent = f.posts()[start:]
+    assert all(g.forced_probs is not None for gs in gens for g in gs)
+    assert len(sent) == 2 * 4 * 2  # a sample and a forced verdict each, no priming request
+    assert peak["color"] == peak["fish"] == 1 and peak["all"] == 2
+    # one slot: one group at a time
+    f1, peak1 = scripted_llama_server(fake, 1)
+    with ServerEngine(ServerSettings(url=f1.url, backoff=0.01)) as eng:
+        assert eng.slot_groups == 1
+        eng.generate(two)
+    assert peak1["all"] == 1
 
 
-def test_slot_routing_is_llama_server_only_and_can_be_turned_off(fake, template):
-    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
-             "total_slots": 4}
-    f = fake(owned_by="llamacpp", props=props)
-    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, route_slots=False)) as eng:
-        assert eng.router is None
-        eng.generate([req(n=2)])
+def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):
+    f, peak = scripted_llama_server(fake, 4)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_groups=False)) as eng:
+        assert eng.slot_groups == 0
+        eng.generate([req(n=4)])
+    assert peak["color"] > 1  # concurrent, as before
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, share_prompt=True)) as eng:
-        assert eng.router is None  # n: N requests: the server places the samples
-    f2 = fake(props=props)  # vLLM: a prefix cache shared by every sequence
+        assert eng.slot_groups == 0  # one n: N request: the server shares the prompt
+    f2 = fake(props={"total_slots": 4})  # vLLM: a prefix cache shared by every sequence
     with ServerEngine(settings(f2.url, template)) as eng:
-        assert eng.router is None
-        eng.generate([req(n=2)])
-    assert not [b for b in f.posts() + f2.posts() if "id_slot" in b]
+        assert eng.slot_groups == 0
 
 
 def test_a_server_still_loading_its_model_is_waited_for(fake, template):

@@ -27,11 +27,18 @@ engine/served_template.py.
   log-probabilities is sent for prompt + text + `force.continuation(text)`, and the two
   choices' probabilities are read from it.
 - **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
-  group; when a group has several members, one one-token request for their common prompt
-  prefix goes first ("priming" the server's prefix cache), then the members run concurrently
-  and are admitted in group order, so a server with a prefix cache (vLLM
-  `--enable-prefix-caching`, SGLang's radix cache, llama-server's slots) evaluates the shared
-  prefix once.
+  group. On llama-server, whose KV cache is per slot (`-np`), a group's requests (each sample
+  and its forced verdicts, then the next sample) run one after another, and as many groups run
+  side by side as the server has slots (`/props` `total_slots`): each request then finds its
+  prefix in the slot the group's previous request used (the server picks the slot by prompt
+  similarity) or in the host-memory prompt cache that slot was saved to (`--cache-ram`, on by
+  default; with `--kv-unified` idle slots are moved there), so the server evaluates a shared
+  prompt about once, as the in-process engine does; N samples sent at once would land on N
+  slots and each evaluate it (docs/speed.md). Elsewhere, when a group has several members, one
+  one-token request for their common prompt prefix goes first ("priming" the server's prefix
+  cache), then the members run concurrently and are admitted in group order, so a server with
+  a prefix cache shared by all sequences (vLLM `--enable-prefix-caching`, SGLang's radix cache)
+  evaluates the shared prefix once.
 
 `ModelInfo.path` is the server URL without credentials, `name` the served model's name,
 `sha256` is empty (no common server exposes the model file's hash).
@@ -51,7 +58,6 @@ from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.engine.served_template import find_template
-from rmjudge.engine.slot_router import SlotRouter
 from rmjudge.engine.server_client import (
     API_KEY_ENV,
     HTTPStatus,
@@ -132,13 +138,15 @@ class ServerEngine:
         # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
         self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
                              and self.endpoint == "completions")
-        # otherwise each group of requests sharing a prompt holds one slot (engine/slot_router.py)
+        # otherwise a group's requests run one after another, one group per slot (docstring)
         slots = served.props.get("total_slots")
-        self.router = (SlotRouter(min(slots, settings.concurrency))
-                       if (settings.route_slots and not self.share_prompt
-                           and self.flavor == "llama-server" and self.endpoint == "completions"
-                           and isinstance(slots, int) and not isinstance(slots, bool)
-                           and slots > 0) else None)
+        self.slot_groups = (min(slots, settings.concurrency)
+                            if (settings.slot_groups and not self.share_prompt
+                                and self.flavor == "llama-server"
+                                and self.endpoint == "completions"
+                                and isinstance(slots, int) and not isinstance(slots, bool)
+                                and slots > 0) else 0)
+        self._groups_running: asyncio.Semaphore | None = None
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -159,8 +167,8 @@ class ServerEngine:
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
         shared = (", a request's samples as one request (n: N)" if self.share_prompt else
-                  f", each shared prompt on one of {self.router.n_slots} slots"
-                  if self.router is not None else "")
+                  f", a shared prompt's requests in turn, {self.slot_groups} side by side"
+                  if self.slot_groups else "")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
@@ -329,7 +337,7 @@ class ServerEngine:
 
     def _completion_body(self, prompt: str | list[int], max_tokens: int, temperature: float,
                          top_p: float, seed: int, stop: tuple[str, ...],
-                         logprobs: int | None, slot: int | None = None) -> dict:
+                         logprobs: int | None) -> dict:
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                                 "n": 1, "stream": False, **self._sampling(temperature, top_p, seed)}
         if stop:
@@ -340,8 +348,6 @@ class ServerEngine:
                 body["no_stop_trim"] = True
         if logprobs is not None:
             body["logprobs"] = logprobs
-        if slot is not None:
-            body["id_slot"] = slot  # llama-server: the slot holding this prompt's prefix
         tmpl = getattr(self, "template", None)
         if isinstance(prompt, list):
             return body  # token ids: the BOS is in them, nothing is tokenized on the server
@@ -380,8 +386,8 @@ class ServerEngine:
         return self._generated
 
     def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
-        if self.router is not None:  # a pair and order runs on one slot: fill every slot
-            return max(2, math.ceil(2 * self.router.n_slots / len(settings.order_list)))
+        if self.slot_groups:  # a pair and order runs on one slot: fill every slot
+            return max(2, math.ceil(2 * self.slot_groups / len(settings.order_list)))
         per_pair = settings.samples * len(settings.order_list)
         return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
 
@@ -436,21 +442,18 @@ class ServerEngine:
         async def shared(i: int, prompt: str | list[int]) -> None:
             out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
 
-        async def routed(members: list[tuple[int, int, str | list[int] | None]]) -> None:
-            # one slot for the group, its members one after another: the slot evaluates the
-            # shared prompt once, each later member (forced verdicts included) reuses it
-            slot = await self.router.acquire(members[0][2])  # type: ignore[union-attr,arg-type]
-            last = None
-            try:
-                for i, s, p in members:
-                    out[i][s] = await self._sample(requests[i], s, p, slot)
-                    last = p
-            finally:
-                await self.router.release(slot, last)  # type: ignore[union-attr]
+        async def in_turn(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            # llama-server: one slot's worth of work at a time, so the slot (or the prompt
+            # cache it is saved to) holds the shared prompt for the group's next request
+            if self._groups_running is None:
+                self._groups_running = asyncio.Semaphore(self.slot_groups)
+            async with self._groups_running:
+                for m in members:
+                    await one(*m)
 
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
-            if self.router is not None:
-                await routed(members)
+            if self.slot_groups:
+                await in_turn(members)
                 return
             if self.share_prompt:  # one request of n samples per prompt: no priming needed
                 firsts = [(i, p) for i, s, p in members if s == 0]
@@ -480,13 +483,12 @@ class ServerEngine:
         except HTTPStatus:
             pass  # the members' own requests report what is wrong with the prompt
 
-    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None,
-                      slot: int | None = None) -> Generation:
+    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None) -> Generation:
         seed = sample_seed(req.seed, s)
         try:
             if prompt is not None:
                 body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
-                                             seed, req.stop, 1, slot)
+                                             seed, req.stop, 1)
                 out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix, req.max_tokens,
@@ -498,7 +500,7 @@ class ServerEngine:
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
-        return await self._read_choice(req, ch, prompt, slot)
+        return await self._read_choice(req, ch, prompt)
 
     async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
         """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
@@ -521,8 +523,8 @@ class ServerEngine:
         return list(await asyncio.gather(*(self._read_choice(req, ch, prompt)
                                            for ch in choices)))
 
-    async def _read_choice(self, req: GenRequest, ch: dict, prompt: str | list[int] | None,
-                           slot: int | None = None) -> Generation:
+    async def _read_choice(self, req: GenRequest, ch: dict,
+                           prompt: str | list[int] | None) -> Generation:
         """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
@@ -544,7 +546,7 @@ class ServerEngine:
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
-                await self._force(req, prompt, text, cont, gen, slot)
+                await self._force(req, prompt, text, cont, gen)
         return gen
 
     def _request_failed(self, exc: HTTPStatus) -> Generation:
@@ -559,7 +561,7 @@ class ServerEngine:
                           f"{exc.status}: {exc.message})")
 
     async def _force(self, req: GenRequest, prompt: str | list[int] | None, text: str, cont: str,
-                     gen: Generation, slot: int | None = None) -> None:
+                     gen: Generation) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
         if self.strict:
@@ -571,11 +573,11 @@ class ServerEngine:
                 self._set_forced(gen, *found)
             return
         head = os.path.commonprefix([c1, c2])
-        lps = await self._next_token(req, prompt, text + cont, slot=slot)
+        lps = await self._next_token(req, prompt, text + cont)
         found = wire.choice_logprobs(lps, c1, c2)
         if found is None and head:
             # the choices' shared start (" " of " 1"/" 2") may be a token of its own
-            lps = await self._next_token(req, prompt, text + cont + head, slot=slot)
+            lps = await self._next_token(req, prompt, text + cont + head)
             found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
         if found is None:
             return
@@ -589,8 +591,7 @@ class ServerEngine:
         gen.forced_logprob = m
 
     async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                          tail: str, messages: list | None = None,
-                          slot: int | None = None) -> dict[str, float]:
+                          tail: str, messages: list | None = None) -> dict[str, float]:
         k = self.settings.top_logprobs
         try:
             if messages is not None:  # a verdict-only chat request (openai-chat)
@@ -598,7 +599,7 @@ class ServerEngine:
                 out = await self.client.post("/chat/completions", body)
             elif prompt is not None:
                 body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
-                                             (), k, slot)
+                                             (), k)
                 out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,

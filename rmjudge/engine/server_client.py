@@ -63,7 +63,7 @@ class ServerSettings:
     top_logprobs: int = 20  # alternatives asked for when forcing a verdict
     prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
     share_prompt: bool = False  # llama-server: a request's samples as one request with n: N
-    route_slots: bool = True  # llama-server: a shared prompt's requests on one slot (id_slot)
+    slot_groups: bool = True  # llama-server: a shared prompt's requests in turn, one per slot
     api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
 
     def __post_init__(self) -> None:
