@@ -121,6 +121,7 @@ def _plain(url: str, pairs, js) -> dict:
 
     from rmjudge import prompts
     from rmjudge.engine.chat import ChatTemplate
+    from rmjudge.protocol import order_responses
     from rmjudge.seeds import derive_seed
 
     root = url[: -len("/v1")]
@@ -147,8 +148,7 @@ def _plain(url: str, pairs, js) -> dict:
     with httpx.Client() as client:
         for pair in pairs:
             for order in js.order_list:
-                r1, r2 = (pair.chosen, pair.rejected) if order == "ab" else (
-                    pair.rejected, pair.chosen)
+                r1, r2 = order_responses(pair, order)
                 text = tmpl.render(prompts.pref_messages(pair.messages, r1, r2),
                                    prompts.ASSISTANT_PREFIX)
                 parsed = []
