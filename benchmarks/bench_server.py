@@ -1,9 +1,10 @@
 """Pairs/s through a local OpenAI-compatible server against the in-process engine, one run.
 
-    python benchmarks/bench_server.py --llama-server --pairs 6 --samples 4 --max-tokens 64
+    python benchmarks/bench_server.py --llama-server --pairs 6 --samples 4 --max-tokens 64 \
+        --data tests/data/pandalm_long_6.jsonl --plain
 
-All paths judge the same pairs (default: tests/data/pandalm_long_6.jsonl, 1.6 to 2.4 k
-characters each) with the same ReflectRM settings, one after the other:
+All paths judge the same pairs (`--data`; tests/data/pandalm_long_6.jsonl holds 6 of 1.6 to
+2.4 k characters each) with the same ReflectRM settings, one after the other:
   in-process   rmjudge's batched llama.cpp engine (`rmjudge score`)
   server       `rmjudge score --server`: llama-cpp-python's server (`python -m llama_cpp.server`,
                started here on 127.0.0.1 with the same model and thread count), reached through
@@ -34,7 +35,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent / "tests" / "data" / "pandalm_long_6.jsonl"
+DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "pandalm" / "pairs.jsonl"
+FALLBACK_DATA = HERE.parent / "tests" / "data" / "pandalm_5.jsonl"
+LONG_DATA = HERE.parent / "tests" / "data" / "pandalm_long_6.jsonl"
 
 
 def _pairs(path: Path, n: int):
@@ -177,9 +180,9 @@ def _plain(url: str, pairs, js) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--samples", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--llama-server", action="store_true",
@@ -196,7 +199,10 @@ def main() -> None:
     ap.add_argument("--server-args", default="", help="more llama-server flags")
     ap.add_argument("--url", default=None, help="an already running server (else one is started)")
     ap.add_argument("--model", default=None, help="GGUF (default: the embedded SmolLM2-135M)")
-    ap.add_argument("--data", default=None)
+    ap.add_argument("--data", default=None,
+                    help=f"pairs to judge (default: {DEFAULT_DATA.name} of the shared PandaLM "
+                    f"set, else tests/data/{FALLBACK_DATA.name}); pairs of LLMBar length: "
+                    f"tests/data/{LONG_DATA.name}")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
 
@@ -206,7 +212,8 @@ def main() -> None:
     from rmjudge.runspec import resolve
     from rmjudge.settings import EngineSettings, JudgeSettings
 
-    data = Path(args.data) if args.data else DEFAULT_DATA
+    data = Path(args.data) if args.data else (
+        DEFAULT_DATA if DEFAULT_DATA.exists() else FALLBACK_DATA)
     pairs = _pairs(data, args.pairs)
     js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=0)
     model = resolve_model(args.model)
