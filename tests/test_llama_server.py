@@ -226,3 +226,29 @@ def test_share_prompt_evaluates_a_requests_prompt_once(server16, model_path):
         shared = prompt_evaluated(url) - before
     assert len(gens) == 4 and all(g.n_tokens == 8 and len(g.token_logprobs) == 8 for g in gens)
     assert shared <= n + 8  # once (not 4 times)
+
+
+def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
+    """The 4 samples of an order and their forced verdicts run in turn, so llama-server
+    evaluates each order's prompt about once (its /metrics), where 4 concurrent requests on 4
+    slots evaluate it 4 times and forced verdicts often find their slot taken."""
+    url, _ = server16
+    from rmjudge.engine.server import ServerEngine, ServerSettings
+    from rmjudge.io.mapping import Mapper
+    from rmjudge.io.readers import read_rows
+    from rmjudge.judge import Judge
+    from rmjudge.protocol import PairOrderJob
+
+    raw = next(iter(read_rows(str(DATA / "pandalm_long_6.jsonl"))))  # cached by no other test
+    pair = Mapper(seed=0).to_pair(raw.row_number, raw.obj)
+    js = JudgeSettings(samples=4, max_tokens=8, seed=0, forced=True)
+    with ServerEngine(ServerSettings(url=url, template_model=model_path, concurrency=8)) as eng:
+        assert eng.slot_groups == 8  # min(slots, --server-concurrency)
+        lengths = [len(eng.payload(PairOrderJob(pair, o, js, eng.info.prompt_suffix)
+                                   .rollout_request(4))) for o in js.order_list]
+        before = prompt_evaluated(url)
+        results = list(Judge(eng, js).run([pair]))
+        evaluated = prompt_evaluated(url) - before
+    assert len(results) == 1 and min(lengths) > 400
+    # each order's prompt once, plus each sample's forced-verdict continuation
+    assert evaluated <= sum(lengths) + 2 * 4 * 24

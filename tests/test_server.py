@@ -344,6 +344,68 @@ def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
     assert all(b.get("n", 1) == 1 for b in f2.posts())
 
 
+def scripted_llama_server(fake, slots):
+    """A scripted llama-server with `slots` slots whose completions take a little time; it
+    records, per question in the prompt, the most of its requests that ran at once, and the
+    most requests in flight overall."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
+             "total_slots": slots}
+    lock = threading.Lock()
+    active: dict = {}
+    peak: dict = {}
+
+    def slow(body):
+        key = next((q for q in ("color", "fish") if f"Name a {q}" in str(body["prompt"])),
+                   "other")
+        with lock:
+            active[key] = active.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), active[key])
+            peak["all"] = max(peak.get("all", 0), sum(v for k, v in active.items()))
+        time.sleep(0.02)
+        with lock:
+            active[key] -= 1
+        return ok_completion(body, text="I cannot decide", finish="length")
+
+    return fake(owned_by="llamacpp", props=props, complete=slow), peak
+
+
+def test_llama_server_runs_a_shared_prompts_requests_in_turn_one_group_per_slot(fake):
+    """llama-server keeps a KV cache per slot: the requests of a group sharing a prompt (its
+    samples and their forced verdicts) run one after another, so the slot that evaluated the
+    prompt serves the next one too; groups run side by side, at most one per slot."""
+    other = prompts.pref_messages([{"role": "user", "content": "Name a fish."}], "Cod.", "Oak.")
+    two = [req(n=4, force=prompts.force_spec("pref"), share_key="a"),
+           req(n=4, force=prompts.force_spec("pref"), share_key="b", messages=other)]
+    f, peak = scripted_llama_server(fake, 4)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.slot_groups == 4 and "in turn, 4 side by side" in eng.describe()
+        start = len(f.posts())
+        gens = eng.generate(two)
+        sent = f.posts()[start:]
+    assert all(g.forced_probs is not None for gs in gens for g in gs)
+    assert len(sent) == 2 * 4 * 2  # a sample and a forced verdict each, no priming request
+    assert peak["color"] == peak["fish"] == 1 and peak["all"] == 2
+    # one slot: one group at a time
+    f1, peak1 = scripted_llama_server(fake, 1)
+    with ServerEngine(ServerSettings(url=f1.url, backoff=0.01)) as eng:
+        assert eng.slot_groups == 1
+        eng.generate(two)
+    assert peak1["all"] == 1
+
+
+def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):
+    f, peak = scripted_llama_server(fake, 4)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_groups=False)) as eng:
+        assert eng.slot_groups == 0
+        eng.generate([req(n=4)])
+    assert peak["color"] > 1  # concurrent, as before
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, share_prompt=True)) as eng:
+        assert eng.slot_groups == 0  # one n: N request: the server shares the prompt
+    f2 = fake(props={"total_slots": 4})  # vLLM: a prefix cache shared by every sequence
+    with ServerEngine(settings(f2.url, template)) as eng:
+        assert eng.slot_groups == 0
+
+
 def test_a_server_still_loading_its_model_is_waited_for(fake, template):
     """llama-server answers 503 "Loading model" until its model is loaded."""
     f = fake(owned_by="llamacpp", loading=2)

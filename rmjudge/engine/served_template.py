@@ -1,16 +1,22 @@
-"""Where `--server` finds a chat template by the served model's name (engine/server.py): the
-name may be the path of a GGUF on this machine (llama-cpp-python's server names models so), a
-Hugging Face repository id (vLLM, SGLang), or an alias; only a repository id is looked up on the
-Hub, and no name is ever an error by itself."""
+"""Where `--server` finds the judge's chat template (engine/server.py), in this order: the
+server's own (llama-server's `/props`), a `--chat-template` file, the GGUF given with `--model`,
+the served model's name when it is a local GGUF path (llama-cpp-python's server), else the
+Hugging Face tokenizer of that name when it is a Hub repository id (`tokenizer_config.json`).
+
+The name may be the path of a GGUF on this machine (llama-cpp-python's server names models so),
+a Hugging Face repository id (vLLM, SGLang), or an alias; only a repository id is looked up on
+the Hub, and no name is ever an error by itself."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rmjudge.engine.chat import ChatTemplate
+from rmjudge.engine.server_client import ServerError, ServerSettings
 from rmjudge.models import ModelError
 
 # A Hugging Face repository id: "org/name", letters, digits, "-", "_" and "." (no "--" or "..",
@@ -83,3 +89,60 @@ def hub_template(name: str) -> tuple[ChatTemplate, str] | None:
 
     return (ChatTemplate(template, tok(cfg.get("bos_token")), tok(cfg.get("eos_token"))),
             f"the Hub tokenizer of {name}")
+
+
+@dataclass
+class Found:
+    """A served model's chat template (None: the server renders its own), where it came from,
+    the model's architecture ("unknown" without a GGUF) and the GGUF's tokenizer (None without
+    one)."""
+
+    template: ChatTemplate | None
+    source: str
+    architecture: str = "unknown"
+    tokenizer: Any = None
+
+
+def find_template(settings: ServerSettings, model: str, props: dict, root: str,
+                  strict: bool) -> Found:
+    """The template of the served `model` in the documented order (module docstring); `props`
+    is llama-server's /props (empty elsewhere), `root` the server's URL without /v1, `strict`
+    `--server-api openai-chat` (no Hub lookup: the API renders its own template)."""
+    arch, tokenizer, gguf_template = "unknown", None, None
+    template_model = settings.template_model
+    if not template_model and not props.get("chat_template") and local_gguf(model):
+        # llama-cpp-python names a model by the path it was started with: on this machine
+        # that file is the served GGUF, with its template and vocabulary
+        template_model = model
+    if template_model:
+        from rmjudge.engine.vocab import ModelVocab
+        from rmjudge.settings import EngineSettings
+
+        local = ModelVocab(EngineSettings(model=template_model))
+        tokenizer = local.tok
+        arch = local.info.architecture
+        gguf_template = local.tok.template
+    if isinstance(props.get("chat_template"), str) and props["chat_template"]:
+        return Found(ChatTemplate(props["chat_template"], text_value(props.get("bos_token")),
+                                  text_value(props.get("eos_token"))),
+                     f"the server ({root}/props)", arch, tokenizer)
+    if settings.chat_template:
+        try:
+            with open(settings.chat_template, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ServerError(f"cannot read --chat-template {settings.chat_template}: "
+                              f"{exc.strerror}") from None
+        bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
+        return Found(ChatTemplate(text, bos, eos), settings.chat_template, arch, tokenizer)
+    if strict and gguf_template is None:
+        return Found(None, "", arch, tokenizer)
+    if gguf_template is not None:
+        if not gguf_template.source:
+            raise ServerError(f"{template_model} has no chat template; pass "
+                              "--chat-template FILE")
+        return Found(gguf_template, template_model, arch, tokenizer)  # type: ignore[arg-type]
+    hub = hub_template(model)
+    if hub is not None:
+        return Found(hub[0], hub[1], arch, tokenizer)
+    return Found(None, "", arch, tokenizer)

@@ -1,6 +1,9 @@
 """Judging through an OpenAI-compatible server (llama-server, vLLM, SGLang, llama-cpp-python).
 
-The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine:
+The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine. This
+module is its judge logic; the HTTP side (connection, retries, response caps, counting, discovery
+of the served model) is `ServerClient` (engine/server_client.py), and the template is found by
+engine/served_template.py.
 
 - **Prompts are rendered here**, with the judge's chat template (`ChatTemplate`, the class the
   in-process engine uses), and sent to `/v1/completions` as token ids where the server takes
@@ -14,9 +17,9 @@ The server engine sits behind the same `Engine` seam as the in-process llama.cpp
   offers no text completions does the engine fall back to `/v1/chat/completions` (the server
   renders the template then, and the assistant prefix is sent as a final assistant message to
   continue); `ServerEngine.endpoint` says which is used.
-- **Responses are read as they stream**, up to a cap derived from `max_tokens`; a body over it,
-  or one outside the protocol (a log-probability that is not a number), stops the run with one
-  `ServerError` line, the store resumable.
+- **Responses** are read under a cap derived from `max_tokens`; a body over it, or one outside
+  the protocol (a log-probability that is not a number), stops the run with one `ServerError`
+  line, the store resumable.
 - **One HTTP request per sample**, with its own seed derived from (request seed, sample index),
   as the in-process engine derives each sample's generator; `logprobs` returns the sampled
   tokens' log-probabilities, from which the rollout confidences are computed.
@@ -24,18 +27,19 @@ The server engine sits behind the same `Engine` seam as the in-process llama.cpp
   log-probabilities is sent for prompt + text + `force.continuation(text)`, and the two
   choices' probabilities are read from it.
 - **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
-  group; when a group has several members, one one-token request for their common prompt
-  prefix goes first ("priming" the server's prefix cache), then the members run concurrently
-  and are admitted in group order, so a server with a prefix cache (vLLM
-  `--enable-prefix-caching`, SGLang's radix cache, llama-server's slots) evaluates the shared
-  prefix once.
-- **Many requests in flight**: an asyncio event loop in a background thread runs an
-  `httpx.AsyncClient`; a semaphore bounds the requests in flight (`--server-concurrency`).
-  429, 5xx, connection errors and timeouts are retried with exponential backoff and jitter
-  (honouring `Retry-After`); when the server stays unreachable the run stops with one
-  `ServerError` whose message says the store is resumable.
+  group. On llama-server, whose KV cache is per slot (`-np`), a group's requests (each sample
+  and its forced verdicts, then the next sample) run one after another, and as many groups run
+  side by side as the server has slots (`/props` `total_slots`): each request then finds its
+  prefix in the slot the group's previous request used (the server picks the slot by prompt
+  similarity) or in the host-memory prompt cache that slot was saved to (`--cache-ram`, on by
+  default; with `--kv-unified` idle slots are moved there), so the server evaluates a shared
+  prompt about once, as the in-process engine does; N samples sent at once would land on N
+  slots and each evaluate it (docs/speed.md). Elsewhere, when a group has several members, one
+  one-token request for their common prompt prefix goes first ("priming" the server's prefix
+  cache), then the members run concurrently and are admitted in group order, so a server with
+  a prefix cache shared by all sequences (vLLM `--enable-prefix-caching`, SGLang's radix cache)
+  evaluates the shared prefix once.
 
-The API key is read from `RMJUDGE_API_KEY` and sent as a bearer token; it is never stored.
 `ModelInfo.path` is the server URL without credentials, `name` the served model's name,
 `sha256` is empty (no common server exposes the model file's hash).
 """
@@ -44,34 +48,33 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import os
-import random
-import threading
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from rmjudge.engine import openai_chat, served_template
+from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
-from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.engine.chat import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
+from rmjudge.engine.served_template import find_template
+from rmjudge.engine.server_client import (
+    API_KEY_ENV,
+    HTTPStatus,
+    ServerClient,
+    ServerError,
+    ServerSettings,
+    Unreachable,
+    public_url,
+)
 from rmjudge.extras import install_hint
 from rmjudge.models import ModelError
 from rmjudge.prompts import suffix_for_model
-from rmjudge.settings import JudgeSettings, SettingsError
+from rmjudge.settings import JudgeSettings
 from rmjudge.types import Generation, GenRequest
 
-API_KEY_ENV = "RMJUDGE_API_KEY"
-RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-# The most bytes one response may have: a generation of max_tokens tokens with their top
-# log-probabilities in any server's format fits in a few KiB per token; a server that sends
-# more (an endless or runaway body) stops the run instead of filling the client's memory.
-BODY_BASE = 8 << 20
-BODY_PER_TOKEN = 8 << 10
+__all__ = ["API_KEY_ENV", "ServerEngine", "ServerError", "ServerSettings", "public_url",
+           "sample_seed"]
 
 # Flavors whose /v1/completions take a prompt as a list of token ids (the OpenAI schema's
 # "array of tokens"); llama-cpp-python's server takes text only.
@@ -87,59 +90,6 @@ LOGPROB_FLAGS = (
 )
 
 
-class ServerError(ModelError):
-    """The server cannot be used (unreachable, refuses, lacks log-probabilities)."""
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    url: str
-    model: str | None = None  # served model name; None: the only one the server lists
-    concurrency: int = 32  # HTTP requests in flight
-    chat_template: str | None = None  # Jinja file; see the module docstring for the order
-    template_model: str | None = None  # a GGUF (path or hf: spec) whose template/tokenizer to use
-    timeout: float = 600.0  # seconds to wait for one response
-    retries: int = 6  # attempts after the first, on 429/5xx/connection errors/timeouts
-    backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
-    top_logprobs: int = 20  # alternatives asked for when forcing a verdict
-    prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
-    share_prompt: bool = False  # llama-server: a request's samples as one request with n: N
-    api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
-
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SettingsError(f"--server must be an http(s) URL such as http://host:8000/v1, "
-                                f"got {public_url(self.url)!r}")
-        if self.concurrency < 1:
-            raise SettingsError("--server-concurrency must be at least 1")
-        if self.retries < 0:
-            raise SettingsError("--server-retries must be at least 0")
-        if self.timeout <= 0:
-            raise SettingsError("--server-timeout must be positive")
-        if self.top_logprobs < 2:
-            raise SettingsError("top_logprobs must be at least 2")
-        if self.api not in openai_chat.APIS:
-            raise SettingsError(f"--server-api must be one of {', '.join(openai_chat.APIS)}, "
-                                f"got {self.api!r}")
-
-
-    @property
-    def public(self) -> str:
-        """The URL as shown and recorded: no credentials, no query string."""
-        return public_url(self.url)
-
-
-def public_url(url: str) -> str:
-    """The URL without user:password@ and without a query string (which may carry a key)."""
-    p = urlsplit(url)
-    host = p.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{p.port}" if p.port else "")
-    return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
-
-
 def sample_seed(seed: int, index: int) -> int:
     """The server seed of sample `index` of a request: 31 bits (every server accepts them)."""
     h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
@@ -152,87 +102,29 @@ def _common_prefix(texts: list[str]) -> str:
     return os.path.commonprefix(texts)
 
 
-class _Loop:
-    """An asyncio loop in a daemon thread: `run(coro)` from any thread, even inside a loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="rmjudge-http",
-                                       daemon=True)
-        self.thread.start()
-
-    def run(self, coro):
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
-class _Unreachable(Exception):
-    """Retries are exhausted: the server is down, refuses connections or keeps failing."""
-
-    def __init__(self, reason: str, attempts: int):
-        super().__init__(reason)
-        self.reason = reason
-        self.attempts = attempts
-
-
-class _HTTPStatus(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 class ServerEngine:
     """The Engine seam over an OpenAI-compatible HTTP server (see module docstring)."""
 
     def __init__(self, settings: ServerSettings):
-        try:
-            import httpx
-        except ImportError:
-            raise ModelError(f"--server needs httpx: {install_hint('server')}") from None
-        self._httpx = httpx
         self.settings = settings
-        # a query string (an API version, a gateway's key) goes with every request, after the
-        # path rmjudge appends, never inside it
-        parts = urlsplit(settings.url)
-        path = parts.path.rstrip("/")
-        path = path if path.endswith("/v1") else path + "/v1"
-        self.base = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-        self.root = self.base[: -len("/v1")]
-        self._params = parse_qsl(parts.query, keep_blank_values=True)
-        self.url = public_url(self.base)
-        self._key = os.environ.get(API_KEY_ENV) or None
-        self.strict = settings.api == openai_chat.API
+        self.client = ServerClient(settings)
+        self.url = self.client.url
+        self.strict = self.client.strict
         self._generated = 0
-        self.requests_sent = 0
-        # cost: prompt tokens sent and tokens received over every answered request (samples,
-        # forced verdicts, priming, the start-up checks), from the servers' `usage`
-        self.tokens_sent = 0
-        self.tokens_received = 0
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self._loop = _Loop()
-        self._sem: asyncio.Semaphore | None = None
-        self._client = None
         self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
+        self.template = None
         # breaks control strings in data sent as text; completed once the template is known
         self.neutralize = Neutralizer(())
         try:
-            self._loop.run(self._open())
-            self.flavor, self.model, n_ctx, props = self._loop.run(self._discover())
-            self.template, template_source, arch = self._find_template(props)
-            self.template_source = template_source
-            self.endpoint = self._loop.run(self._probe())
-            self.prompt_encoding = self._loop.run(self._choose_encoding(props))
-        except _Unreachable as exc:
+            served = self.client.run(self.client.discover())
+            self.flavor, self.model = served.flavor, served.model
+            found = find_template(settings, self.model, served.props, self.client.root,
+                                  self.strict)
+            self.template, self.template_source = found.template, found.source
+            self._tokenizer = found.tokenizer
+            self.endpoint = self.client.run(self._probe())
+            self.prompt_encoding = self.client.run(self._choose_encoding())
+        except Unreachable as exc:
             self.close()
             raise ServerError(f"the server at {self.url} stopped answering while being checked "
                               f"({exc.reason}); check it and retry") from None
@@ -246,12 +138,22 @@ class ServerEngine:
         # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
         self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
                              and self.endpoint == "completions")
+        # otherwise a group's requests run one after another, one group per slot (docstring)
+        slots = served.props.get("total_slots")
+        self.slot_groups = (min(slots, settings.concurrency)
+                            if (settings.slot_groups and not self.share_prompt
+                                and self.flavor == "llama-server"
+                                and self.endpoint == "completions"
+                                and isinstance(slots, int) and not isinstance(slots, bool)
+                                and slots > 0) else 0)
+        self._groups_running: asyncio.Semaphore | None = None
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
-            path=self.url, sha256="", architecture=arch, name=self.model, n_ctx_train=n_ctx,
+            path=self.url, sha256="", architecture=found.architecture, name=self.model,
+            n_ctx_train=served.n_ctx,
             chat_template=None if self.template is None else self.template.source,
-            prompt_suffix=suffix_for_model(arch, self.model),
+            prompt_suffix=suffix_for_model(found.architecture, self.model),
             prompt_encoding=self.prompt_encoding,
         )
 
@@ -264,36 +166,38 @@ class ServerEngine:
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
-        shared = ", a request's samples as one request (n: N)" if self.share_prompt else ""
+        shared = (", a request's samples as one request (n: N)" if self.share_prompt else
+                  f", a shared prompt's requests in turn, {self.slot_groups} side by side"
+                  if self.slot_groups else "")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
+    # -- counts (the transport keeps them) ---------------------------------------------------
+    @property
+    def requests_sent(self) -> int:
+        return self.client.requests_sent
+
+    @property
+    def tokens_sent(self) -> int:
+        """Prompt tokens sent over every answered request (the run's cost)."""
+        return self.client.tokens_sent
+
+    @property
+    def tokens_received(self) -> int:
+        return self.client.tokens_received
+
+    @property
+    def in_flight(self) -> int:
+        return self.client.in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        return self.client.peak_in_flight
+
     # -- lifecycle -------------------------------------------------------------------------
-    async def _open(self) -> None:
-        httpx = self._httpx
-        k = self.settings.concurrency
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        self._client = httpx.AsyncClient(
-            headers=headers, params=self._params or None,
-            timeout=httpx.Timeout(self.settings.timeout, connect=10.0, pool=None),
-            limits=httpx.Limits(max_connections=k + 4, max_keepalive_connections=k + 4),
-        )
-        self._sem = asyncio.Semaphore(k)
-
-    async def _aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-
     def close(self) -> None:
         """Close the HTTP client and its thread (also done at interpreter exit)."""
-        if self._loop is None:
-            return
-        try:
-            self._loop.run(self._aclose())
-        except Exception:  # noqa: BLE001 - closing must not mask the original error
-            pass
-        self._loop.close()
-        self._loop = None  # type: ignore[assignment]
+        self.client.close()
 
     def __enter__(self):
         return self
@@ -301,217 +205,15 @@ class ServerEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- HTTP --------------------------------------------------------------------------------
-    async def _request(self, method: str, url: str, body: dict | None = None,
-                       retry: bool = True) -> Any:
-        """One call with retries on 429/5xx/connection errors/timeouts; returns parsed JSON.
-
-        Raises `_HTTPStatus` for a final non-retryable status, `_Unreachable` when retries
-        are exhausted and `wire.ProtocolError` for a body over the size cap or a success that is
-        not a JSON object. The semaphore is held only while a request is on the wire."""
-        httpx = self._httpx
-        attempts = 1 + (self.settings.retries if retry else 0)
-        cap = BODY_BASE + BODY_PER_TOKEN * int((body or {}).get("max_tokens") or 0)
-        last = ""
-        for attempt in range(attempts):
-            wait = None
-            async with self._sem:  # type: ignore[union-attr]
-                self.in_flight += 1
-                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-                self.requests_sent += 1
-                try:
-                    # --server-timeout bounds the whole response, also one that trickles in
-                    resp, data = await asyncio.wait_for(self._fetch(method, url, body, cap),
-                                                        self.settings.timeout)
-                except (httpx.TimeoutException, asyncio.TimeoutError):
-                    last = f"no answer within {self.settings.timeout:g} s"
-                except httpx.TransportError as exc:
-                    last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                else:
-                    status = resp.status_code
-                    if status < 400:
-                        try:
-                            out = json.loads(data)
-                        except (ValueError, RecursionError):
-                            last = f"answered {status} with a body that is not JSON"
-                        else:
-                            if not isinstance(out, dict):
-                                raise wire.ProtocolError(
-                                    f"answered {url[len(self.root):]} with JSON that is not an "
-                                    f"object: {data[:80]!r}")
-                            self._count_usage(body, out)
-                            return out
-                    elif status in RETRY_STATUS and not wire.deterministic(status, data):
-                        last = f"HTTP {status}: {wire.error_text(data)}"
-                        wait = wire.retry_after(resp)
-                    else:
-                        raise _HTTPStatus(status, wire.error_text(data))
-                finally:
-                    self.in_flight -= 1
-            if attempt + 1 < attempts:
-                backoff = min(30.0, self.settings.backoff * 2 ** attempt) * random.uniform(0.5, 1.5)
-                await asyncio.sleep(max(backoff, min(wait or 0.0, 60.0)))
-        raise _Unreachable(last, attempts)
-
-    def _count_usage(self, body: dict | None, out: dict) -> None:
-        """Add a completion's prompt and completion tokens to the run's cost: the server's
-        `usage`, else the token ids sent and the log-probabilities received."""
-        if body is None:
-            return
-        sent, received = wire.usage(out)
-        if sent is None and isinstance(body.get("prompt"), list):
-            sent = len(body["prompt"])
-        choices = out.get("choices") if isinstance(out.get("choices"), list) else []
-        counted = sum(len(wire.token_logprobs(c.get("logprobs")) or [])
-                      for c in choices if isinstance(c, dict))
-        # llama-server's usage counts one choice of an n: N request
-        received = max(received or 0, counted)
-        self.tokens_sent += sent or 0
-        self.tokens_received += received
-
-    async def _fetch(self, method: str, url: str, body: dict | None, cap: int):
-        async with self._client.stream(method, url, json=body) as resp:  # type: ignore
-            return resp, await wire.read_capped(resp, cap)
-
-    async def _get(self, path: str, root: bool = False, retry: bool = True) -> Any:
-        return await self._request("GET", (self.root if root else self.base) + path, retry=retry)
-
-    # -- discovery -----------------------------------------------------------------------------
-    async def _discover(self) -> tuple[str, str, int, dict]:
-        try:
-            listing = await self._get("/models", retry=False)
-        except _Unreachable as exc:
-            if exc.reason.startswith("HTTP 503"):  # up, still loading its model: wait for it
-                return await self._discover_loaded()
-            raise ServerError(f"cannot reach the server at {self.url} ({exc.reason}); start it, "
-                              "or fix --server (for example http://127.0.0.1:8000/v1)") from None
-        except _HTTPStatus as exc:
-            if exc.status in (401, 403):
-                raise ServerError(f"the server at {self.url} refused the request (HTTP "
-                                  f"{exc.status}: {exc.message}); set {API_KEY_ENV} to its "
-                                  "API key") from None
-            if exc.status == 503:  # still loading: wait like any other request
-                listing = await self._get("/models")
-            elif exc.status == 404:
-                listing = {}
-            else:
-                raise ServerError(f"the server at {self.url} answered /models with HTTP "
-                                  f"{exc.status}: {exc.message}") from None
-        data = listing.get("data")
-        models = [m for m in (data if isinstance(data, list) else [])
-                  if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
-        names = [m["id"] for m in models]
-        want = self.settings.model
-        if want is None:
-            if not isinstance(data, list):
-                raise ServerError(
-                    f"{self.url}/models lists no models (HTTP 404 or no model list): is "
-                    f"{self.url} the /v1 URL of an OpenAI-compatible server? Fix --server, or "
-                    "name the model with --server-model")
-            if len(names) != 1:
-                raise ServerError(
-                    f"the server at {self.url} serves {len(names)} models"
-                    f"{': ' + ', '.join(names) if names else ''}; choose one with --server-model")
-            want = names[0]
-        elif names and want not in names:
-            raise ServerError(f"the server at {self.url} does not serve {want!r}; it serves "
-                              f"{', '.join(names)}: fix --server-model")
-        entry = next((m for m in models if m["id"] == want), {})
-        owner = str(entry.get("owned_by", "")).lower()
-        props: dict = {}
-        if self.strict:  # only the documented endpoints: /models and /chat/completions
-            return openai_chat.API, want, 0, props
-        try:
-            p = await self._get("/props", root=True, retry=False)
-            props = p if isinstance(p, dict) else {}
-        except (_Unreachable, _HTTPStatus, wire.ProtocolError):
-            props = {}
-        if "vllm" in owner:
-            flavor = "vllm"
-        elif "sglang" in owner:
-            flavor = "sglang"
-        elif "llamacpp" in owner or "default_generation_settings" in props:
-            flavor = "llama-server"
-        elif owner == "me":
-            flavor = "llama-cpp-python"
-        else:
-            flavor = "openai-compatible"
-        meta, gen = entry.get("meta"), props.get("default_generation_settings")
-        n_ctx = (entry.get("max_model_len") or (meta.get("n_ctx_train") if isinstance(meta, dict)
-                                                else None)
-                 or (gen.get("n_ctx") if isinstance(gen, dict) else None) or 0)
-        try:
-            n_ctx = int(n_ctx)
-        except (TypeError, ValueError):
-            n_ctx = 0
-        return flavor, want, n_ctx, props
-
-    async def _discover_loaded(self) -> tuple[str, str, int, dict]:
-        """`_discover` once a server that answered 503 (llama-server: "Loading model") is
-        ready: /models is retried with backoff first."""
-        try:
-            await self._get("/models")
-        except _Unreachable as exc:
-            raise ServerError(f"the server at {self.url} is up but not ready ({exc.reason}) "
-                              f"after {exc.attempts} attempts; wait for it to load its model "
-                              "and retry") from None
-        except _HTTPStatus:
-            pass  # answered otherwise: _discover says what
-        return await self._discover()
-
-    def _find_template(self, props: dict) -> tuple[ChatTemplate | None, str, str]:
-        """(template, where it came from, architecture) in the documented order."""
-        s = self.settings
-        arch = "unknown"
-        gguf_template = None
-        template_model = s.template_model
-        if (not template_model and not props.get("chat_template")
-                and served_template.local_gguf(self.model)):
-            # llama-cpp-python names a model by the path it was started with: on this machine
-            # that file is the served GGUF, with its template and vocabulary
-            template_model = self.model
-        if template_model:
-            from rmjudge.engine.vocab import ModelVocab
-            from rmjudge.settings import EngineSettings
-
-            local = ModelVocab(EngineSettings(model=template_model))
-            self._tokenizer = local.tok
-            arch = local.info.architecture
-            gguf_template = local.tok.template
-        if isinstance(props.get("chat_template"), str) and props["chat_template"]:
-            text = served_template.text_value
-            return (ChatTemplate(props["chat_template"], text(props.get("bos_token")),
-                                 text(props.get("eos_token"))),
-                    f"the server ({self.root}/props)", arch)
-        if s.chat_template:
-            try:
-                with open(s.chat_template, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as exc:
-                raise ServerError(f"cannot read --chat-template {s.chat_template}: "
-                                  f"{exc.strerror}") from None
-            bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
-            return ChatTemplate(text, bos, eos), s.chat_template, arch
-        if self.strict and gguf_template is None:
-            return None, "", arch  # the API renders its own template; no Hub lookup
-        if gguf_template is not None:
-            if not gguf_template.source:
-                raise ServerError(f"{template_model} has no chat template; pass "
-                                  "--chat-template FILE")
-            return gguf_template, template_model, arch  # type: ignore[return-value]
-        hub = served_template.hub_template(self.model)
-        if hub is not None:
-            return hub[0], hub[1], arch
-        return None, "", arch
-
+    # -- start-up checks -----------------------------------------------------------------------
     async def _probe(self) -> str:
         """Check that completions (else chat completions) answer with log-probabilities."""
         if self.strict:
             return await self._probe_chat()
         body = self._completion_body("Hello", 1, 0.0, 1.0, 0, (), self.settings.top_logprobs)
         try:
-            out = await self._request("POST", self.base + "/completions", body)
-        except _HTTPStatus as exc:
+            out = await self.client.post("/completions", body)
+        except HTTPStatus as exc:
             if exc.status in (404, 405, 501):
                 return await self._probe_chat()
             raise self._probe_error(exc) from None
@@ -532,8 +234,8 @@ class ServerEngine:
         body = self._chat_body([{"role": "user", "content": "Hello"}], "", 1, 0.0, 1.0, 0, (),
                                self.settings.top_logprobs)
         try:
-            out = await self._request("POST", self.base + "/chat/completions", body)
-        except _HTTPStatus as exc:
+            out = await self.client.post("/chat/completions", body)
+        except HTTPStatus as exc:
             if exc.status in (404, 405, 501):
                 raise ServerError(f"the server at {self.url} offers neither /v1/completions nor "
                                   "/v1/chat/completions; check --server") from None
@@ -544,7 +246,18 @@ class ServerEngine:
                               f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
         return "chat"
 
-    async def _choose_encoding(self, props: dict) -> str:
+    def _probe_error(self, exc: HTTPStatus) -> ServerError:
+        if exc.status in (401, 403):
+            return ServerError(f"the server at {self.url} refused the request (HTTP "
+                               f"{exc.status}); set {API_KEY_ENV} to its API key")
+        if "logprob" in exc.message.lower() or "logits_all" in exc.message:
+            return ServerError(f"the server at {self.url} does not give log-probabilities "
+                               f"({exc.message}); enable them ({LOGPROB_FLAGS})")
+        return ServerError(f"the server at {self.url} rejected a test request (HTTP "
+                           f"{exc.status}: {exc.message})")
+
+    # -- prompts ---------------------------------------------------------------------------
+    async def _choose_encoding(self) -> str:
         """How prompts go to the server: token ids where it takes them and rmjudge can
         tokenize as its model does (the served GGUF's vocabulary, or llama-server's /tokenize
         with special-token parsing off for data), so that control-token strings inside the data
@@ -574,26 +287,16 @@ class ServerEngine:
         if probe is None:
             return False
         try:
-            special = await self._server_tokens(probe, special=True, add_bos=False)
-            plain = await self._server_tokens(probe, special=False, add_bos=False)
-        except (_HTTPStatus, wire.ProtocolError):
+            special = await self.client.server_tokens(probe, special=True, add_bos=False)
+            plain = await self.client.server_tokens(probe, special=False, add_bos=False)
+        except (HTTPStatus, wire.ProtocolError):
             return False
         return len(special) == 1 and len(plain) > 1
-
-    async def _server_tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
-        out = await self._request("POST", self.root + "/tokenize", {
-            "content": text, "add_special": add_bos, "parse_special": special})
-        ids = out.get("tokens")
-        if not isinstance(ids, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) for t in ids):
-            raise wire.ProtocolError("answered /tokenize without a list of token ids: "
-                                     f"{str(out)[:80]}")
-        return ids
 
     async def _tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
         if self._tokenizer is not None:
             return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
-        return await self._server_tokens(text, special, add_bos)
+        return await self.client.server_tokens(text, special, add_bos)
 
     async def _prompt(self, req: GenRequest) -> str | list[int]:
         """What /v1/completions is sent for a request (see `_choose_encoding`)."""
@@ -616,16 +319,6 @@ class ServerEngine:
         if isinstance(prompt, list):
             return prompt + await self._tokens(tail, special=False, add_bos=False)
         return prompt + self.neutralize(tail)
-
-    def _probe_error(self, exc: _HTTPStatus) -> ServerError:
-        if exc.status in (401, 403):
-            return ServerError(f"the server at {self.url} refused the request (HTTP "
-                               f"{exc.status}); set {API_KEY_ENV} to its API key")
-        if "logprob" in exc.message.lower() or "logits_all" in exc.message:
-            return ServerError(f"the server at {self.url} does not give log-probabilities "
-                               f"({exc.message}); enable them ({LOGPROB_FLAGS})")
-        return ServerError(f"the server at {self.url} rejected a test request (HTTP "
-                           f"{exc.status}: {exc.message})")
 
     # -- request bodies ------------------------------------------------------------------------
     def _sampling(self, temperature: float, top_p: float, seed: int) -> dict:
@@ -693,13 +386,15 @@ class ServerEngine:
         return self._generated
 
     def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
+        if self.slot_groups:  # a pair and order runs on one slot: fill every slot
+            return max(2, math.ceil(2 * self.slot_groups / len(settings.order_list)))
         per_pair = settings.samples * len(settings.order_list)
         return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
 
     def payload(self, req: GenRequest) -> str | list[int]:
         """What /v1/completions is sent for `req`: token ids, or text with the data's control
         strings broken (`prompt_encoding` says which)."""
-        return self._loop.run(self._prompt(req))
+        return self.client.run(self._prompt(req))
 
     def render(self, req: GenRequest) -> str:
         """The rendered prompt text (what the in-process engine tokenizes); `payload` is what
@@ -719,8 +414,8 @@ class ServerEngine:
 
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
         try:
-            out = self._loop.run(self._generate(requests))
-        except _Unreachable as exc:
+            out = self.client.run(self._generate(requests))
+        except Unreachable as exc:
             raise ServerError(
                 f"the server at {self.url} stopped answering ({exc.reason}) after {exc.attempts} "
                 "attempts; the pairs judged so far are saved: check the server and rerun the same "
@@ -747,7 +442,19 @@ class ServerEngine:
         async def shared(i: int, prompt: str | list[int]) -> None:
             out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
 
+        async def in_turn(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            # llama-server: one slot's worth of work at a time, so the slot (or the prompt
+            # cache it is saved to) holds the shared prompt for the group's next request
+            if self._groups_running is None:
+                self._groups_running = asyncio.Semaphore(self.slot_groups)
+            async with self._groups_running:
+                for m in members:
+                    await one(*m)
+
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            if self.slot_groups:
+                await in_turn(members)
+                return
             if self.share_prompt:  # one request of n samples per prompt: no priming needed
                 firsts = [(i, p) for i, s, p in members if s == 0]
                 await asyncio.gather(*(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
@@ -772,8 +479,8 @@ class ServerEngine:
     async def _prime(self, prefix: str | list[int]) -> None:
         body = self._completion_body(prefix, 1, 0.0, 1.0, 0, (), None)
         try:
-            await self._request("POST", self.base + "/completions", body)
-        except _HTTPStatus:
+            await self.client.post("/completions", body)
+        except HTTPStatus:
             pass  # the members' own requests report what is wrong with the prompt
 
     async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None) -> Generation:
@@ -782,12 +489,12 @@ class ServerEngine:
             if prompt is not None:
                 body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
                                              seed, req.stop, 1)
-                out = await self._request("POST", self.base + "/completions", body)
+                out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix, req.max_tokens,
                                        req.temperature, req.top_p, seed, req.stop, 1)
-                out = await self._request("POST", self.base + "/chat/completions", body)
-        except _HTTPStatus as exc:
+                out = await self.client.post("/chat/completions", body)
+        except HTTPStatus as exc:
             return self._request_failed(exc)
         ch = wire.first_choice(out)
         if ch is None:
@@ -802,8 +509,8 @@ class ServerEngine:
                                      sample_seed(req.seed, 0), req.stop, 1)
         body["n"] = n
         try:
-            out = await self._request("POST", self.base + "/completions", body)
-        except _HTTPStatus as exc:
+            out = await self.client.post("/completions", body)
+        except HTTPStatus as exc:
             return [self._request_failed(exc) for _ in range(n)]
         choices = out.get("choices")
         if not isinstance(choices, list) or len(choices) != n or not all(
@@ -842,7 +549,7 @@ class ServerEngine:
                 await self._force(req, prompt, text, cont, gen)
         return gen
 
-    def _request_failed(self, exc: _HTTPStatus) -> Generation:
+    def _request_failed(self, exc: HTTPStatus) -> Generation:
         if exc.status in (401, 403):
             raise ServerError(f"the server at {self.url} refused the request (HTTP {exc.status});"
                               f" set {API_KEY_ENV} to its API key")
@@ -889,16 +596,16 @@ class ServerEngine:
         try:
             if messages is not None:  # a verdict-only chat request (openai-chat)
                 body = self._chat_body(messages, "", 1, 0.0, 1.0, 0, (), k)
-                out = await self._request("POST", self.base + "/chat/completions", body)
+                out = await self.client.post("/chat/completions", body)
             elif prompt is not None:
                 body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
                                              (), k)
-                out = await self._request("POST", self.base + "/completions", body)
+                out = await self.client.post("/completions", body)
             else:
                 body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,
                                        1.0, 0, (), k)
-                out = await self._request("POST", self.base + "/chat/completions", body)
-        except _HTTPStatus:
+                out = await self.client.post("/chat/completions", body)
+        except HTTPStatus:
             return {}  # no forced verdict for this sample; the sample stays unparsed
         ch = wire.first_choice(out) or {}
         return wire.top_at(ch.get("logprobs"), 0)
