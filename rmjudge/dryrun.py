@@ -145,20 +145,21 @@ class DryRunReport:
 
 
     def _server_lines(self) -> list[str]:
-        """What a --server run costs: one request per generation, one priming request per
-        group of requests sharing a prompt (a pair and order's rollouts, its reflections), up
-        to two forced-verdict requests per unparsed generation; tokens from the prompt counts
-        (reflection prompts quote rollouts, up to --max-tokens more each) and --max-tokens."""
+        """What a --server run costs: one request per generation, at most one priming request
+        per group of requests sharing a prompt (a pair and order's rollouts, its reflections;
+        llama-server gets none, so the low end counts none), up to two forced-verdict requests
+        per unparsed generation; tokens from the prompt counts (reflection prompts quote
+        rollouts, up to --max-tokens more each) and --max-tokens."""
         mean = self.prompt_tokens / self.pairs
         lo, hi = self.generations_min, self.generations_max
         groups_lo = self.pairs * self.orders
         groups_hi = groups_lo * (2 if hi > lo else 1)
-        sent_lo = round(mean * (lo + groups_lo))
+        sent_lo = round(mean * lo)
         sent_hi = round((mean + self.max_tokens) * (hi + groups_hi) + mean * 2 * hi)
         return [
-            (f"server requests to {self.server}: {lo + groups_lo} to {hi + groups_hi} "
-             f"(one per generation, one priming request per shared prompt), plus up to {2 * hi} "
-             "forced-verdict requests when generations do not parse"),
+            (f"server requests to {self.server}: {lo} to {hi + groups_hi} (one per "
+             "generation, plus one priming request per shared prompt except on llama-server), "
+             f"plus up to {2 * hi} forced-verdict requests when generations do not parse"),
             (f"estimated prompt tokens sent: {sent_lo} to {sent_hi}; tokens received: at most "
              f"{hi * self.max_tokens + 2 * hi} ({self.max_tokens} per generation)"),
             ("estimated time: unknown for a server (it depends on the server; a short real run, "
