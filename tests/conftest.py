@@ -46,6 +46,20 @@ def pytest_collection_modifyitems(config, items):
             module = os.path.basename(str(item.fspath))
             group = "hf-training" if module in HF_TRAINING else module
             item.add_marker(pytest.mark.xdist_group(group))
+    if WORKERS > 1:
+        # xdist hands out the work in this order (`--no-loadscope-reorder`): the longest group
+        # first, then the other slow ones, so that none starts last beside an idle worker;
+        # `alone` tests at the end, where the other workers' last tests are short.
+        items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    if item.get_closest_marker("alone"):
+        return 3
+    group = item.get_closest_marker("xdist_group")
+    if group is None:
+        return 2
+    return 0 if group.args[:1] == ("hf-training",) else 1
 
 
 @pytest.fixture(autouse=True)
