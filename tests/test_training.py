@@ -81,15 +81,17 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
                        DataConfig(ratio="1:1"))
     assert stats.pref_kept == 5 and stats.refl_kept == 5
 
+    # One prompt with its two completions per step, one step, then one resumed step: what the
+    # plumbing checks below need (each prompt is ~500 tokens of judge template on the CPU).
     settings = GRPOSettings(
-        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=2,
-        batch_size=2, num_generations=2, micro_batch=4, generation_prompts=2,
+        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
+        batch_size=1, num_generations=2, micro_batch=2, generation_prompts=1,
         max_completion_length=32, learning_rate=5e-3, warmup_ratio=0.0, beta=0.04,
         quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.2,
         eval_max_items=2, lora_r=4, lora_alpha=8)
     summary = train(settings, rollout_func=scripted_rollouts)
     run = tmp_path / "run"
-    assert summary["steps"] == 2
+    assert summary["steps"] == 1
     # the adapter carries its data's prompt format on to `rmjudge-export lora`
     from rmjudge.adapter_format import read_adapter_info
     from rmjudge.prompts import PROMPT_FORMAT
@@ -99,7 +101,7 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     lengths = summary["prompt_length_filter"]
     assert lengths["pref"]["too_long"] == lengths["refl"]["too_long"] == 0
     assert lengths["pref"]["kept"] + lengths["refl"]["kept"] == summary["train_examples"]
-    assert (run / "checkpoint-2" / "trainer_state.json").exists()
+    assert (run / "checkpoint-1" / "trainer_state.json").exists()
     logs = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
     steps = [r for r in logs if "reward" in r]
     assert steps and all("kl" in r and "parse_failure_rate" in r for r in steps)
@@ -121,10 +123,10 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     assert ev["positional_consistency"] <= min(ev["accuracy_ab"], ev["accuracy_ba"])
 
     # resume: one more step from the last checkpoint
-    more = GRPOSettings(**{**settings.__dict__, "max_steps": 3})
+    more = GRPOSettings(**{**settings.__dict__, "max_steps": 2})
     summary2 = train(more, resume="latest", rollout_func=scripted_rollouts)
-    assert summary2["resumed_from"].endswith("checkpoint-2") and summary2["steps"] == 3
-    assert (run / "checkpoint-3").exists()
+    assert summary2["resumed_from"].endswith("checkpoint-1") and summary2["steps"] == 2
+    assert (run / "checkpoint-2").exists()
 
 
 @pytest.mark.slow
@@ -160,7 +162,7 @@ def test_grpo_continues_a_given_adapter(tmp_path, model_path):
 
     settings = GRPOSettings(
         model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
-        batch_size=2, num_generations=2, micro_batch=4, generation_prompts=2,
+        batch_size=1, num_generations=2, micro_batch=2, generation_prompts=1,
         max_completion_length=32, learning_rate=1e-3, warmup_ratio=0.0, beta=0.04,
         quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.0,
         init_adapter=str(tmp_path / "warm"))
