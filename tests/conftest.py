@@ -62,20 +62,26 @@ def _start_order(item) -> int:
     return 0 if group.args[:1] == ("hf-training",) else 1
 
 
-@pytest.fixture(autouse=True)
-def _alone_when_marked(request, tmp_path_factory):
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     """A test marked `alone` (it measures what other processes do to the CPUs) runs while no
     other test of this run does: every test holds a shared lock on a file common to the
     workers, an `alone` test an exclusive one (a turnstile lock first, so that a waiting
-    `alone` test is not starved by the shared holders)."""
-    if WORKERS <= 1:
+    `alone` test is not starved by the shared holders). The lock spans a test's whole protocol:
+    setup, call and teardown, so the module and session fixtures a test builds or tears down
+    (a server, a model, a reference run) are inside it too."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if WORKERS <= 1 or not uid:
         yield
         return
     import fcntl
+    import tempfile
 
-    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of this run
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(root / "alone.turnstile", "a+") as turn, open(root / "alone.lock", "a+") as lock:
+    alone = item.get_closest_marker("alone") is not None
+    root = os.path.join(tempfile.gettempdir(), f"rmjudge-tests-{uid}")  # this run's workers
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "alone.turnstile"), "a+") as turn, \
+            open(os.path.join(root, "alone.lock"), "a+") as lock:
         fcntl.flock(turn, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
