@@ -6,7 +6,7 @@ Library entry points (no heavy imports happen here):
 
 from __future__ import annotations
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = ["Judge", "JudgeSettings", "EngineSettings", "load_engine", "score", "__version__"]
 

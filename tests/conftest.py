@@ -25,9 +25,10 @@ def usable_cpus() -> int:
 if WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // WORKERS)))
 
-# The slow tests of these modules all convert the embedded GGUF to a transformers folder (cached
-# per test run): one worker runs them, so the conversion happens once.
-HF_TRAINING = {"test_training.py", "test_training_sft.py", "test_training_tokens.py"}
+# The slow tests of these modules all use the embedded GGUF converted to a transformers folder
+# (`embedded_hf_dir`, cached per worker): one worker runs them, so the conversion happens once.
+HF_MODELS = {"test_training.py", "test_training_sft.py", "test_training_tokens.py",
+             "test_quantize.py"}
 MAX_AUTO_WORKERS = 4  # each worker loads torch and models of its own
 
 
@@ -44,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
             module = os.path.basename(str(item.fspath))
-            group = "hf-training" if module in HF_TRAINING else module
+            group = "hf-models" if module in HF_MODELS else module
             item.add_marker(pytest.mark.xdist_group(group))
     if WORKERS > 1:
         # xdist hands out the work in this order (`--no-loadscope-reorder`): the longest group
@@ -59,7 +60,7 @@ def _start_order(item) -> int:
     group = item.get_closest_marker("xdist_group")
     if group is None:
         return 2
-    return 0 if group.args[:1] == ("hf-training",) else 1
+    return 0 if group.args[:1] == ("hf-models",) else 1
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -118,6 +119,16 @@ def embedded_engine(model_path):
     from rmjudge.settings import EngineSettings
 
     return load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
+
+
+@pytest.fixture(scope="session")
+def embedded_hf_dir(model_path):
+    """The embedded GGUF as a transformers folder (float32), made once per worker by the one
+    GGUF -> transformers loader (`training.hf.materialize`, which caches it)."""
+    pytest.importorskip("transformers")
+    from training.hf import ModelSource, materialize
+
+    return materialize(ModelSource.parse(model_path))
 
 
 @pytest.fixture(scope="session")

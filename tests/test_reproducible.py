@@ -125,7 +125,7 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
     # Reflections open with their rollout prompt's text, so the engine restores the rollout
     # prompt's saved cells instead of evaluating them again; a restored cell holds the numbers
     # evaluating it would give, so the samples are those of a run without the cache.
-    src = _rows_file(tmp_path, 2)
+    src = _rows_file(tmp_path, 1)
     js = JudgeSettings(samples=3, max_tokens=16, seed=11, shortcut=False)  # reflections always
     outs, engines = [], []
     for mb in (256, 0):
@@ -136,12 +136,13 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
         outs.append(out)
         engines.append(engine)
     on, off = engines
-    assert rows(outs[0], "SELECT count(*) FROM samples WHERE stage = 'reflection'")[0][0] == 2 * 2 * 2
+    # one pair: 2 orders x 2 reflections (each non-anchor of N=3 against the anchor)
+    assert rows(outs[0], "SELECT count(*) FROM samples WHERE stage = 'reflection'")[0][0] == 2 * 2
     assert rows(outs[0], SAMPLES_Q) == rows(outs[1], SAMPLES_Q)
     assert rows(outs[0], PAIRS_Q) == rows(outs[1], PAIRS_Q)
     assert off.prompt_tokens_reused == 0
     # every reflection group restored its pair-order's rollout prompt (the conversation and
     # both responses: well over a hundred tokens each), and nothing was evaluated twice
-    assert on.prefix_cache.hits >= 2 * 2
-    assert on.prompt_tokens_reused > 2 * 2 * 100
+    assert on.prefix_cache.hits >= 2
+    assert on.prompt_tokens_reused > 2 * 100
     assert on.prompt_tokens_evaluated + on.prompt_tokens_reused == off.prompt_tokens_evaluated

@@ -514,8 +514,13 @@ from test_score import length_judge, settings
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.pipeline import Interrupted, score
 
+seen = set()
+
 def slow(req, i):
-    time.sleep(0.05)
+    seen.add(req.share_key[0])
+    if len(seen) == 3 and i == 0:  # two pairs judged before this one (commit_every=1)
+        print("judging", flush=True)
+    time.sleep(0.02)
     return length_judge(req, i)
 
 print("started", flush=True)
@@ -535,7 +540,7 @@ def test_sigterm_and_repeated_ctrl_c_save_and_record_the_run(tmp_path, signals):
     p = subprocess.Popen([sys.executable, "-c", SLOW_RUN, src, out, str(Path(__file__).parent)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "started"
-    time.sleep(2.0)
+    assert p.stdout.readline().strip() == "judging"
     for s in signals:
         p.send_signal(s)
         time.sleep(0.001)
@@ -543,6 +548,7 @@ def test_sigterm_and_repeated_ctrl_c_save_and_record_the_run(tmp_path, signals):
     assert p.returncode == EXIT_INTERRUPTED, err
     assert "rerun the same command to resume" in err and "Traceback" not in err
     saved = rows(out, "SELECT count(*) FROM pairs")[0][0]
+    assert saved >= 1, saved  # signalled mid-run
     assert rows(out, "SELECT status, pairs_judged FROM runs") == [("interrupted", saved)]
     s = score(src, ScriptedEngine(length_judge), settings(), output=out)
     assert s.skipped == saved and s.judged == 40 - saved
@@ -914,3 +920,42 @@ def test_store_moves_never_replace_what_another_writer_placed(tmp_path):
     assert orjson.loads((tmp_path / "runs.json").read_bytes()) == [{"run_id": 1}]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "b0", "b1", "copy.jsonl", "intake.jsonl", "runs.json"]  # no temporaries left
+
+
+# -- rows written one statement per chunk --------------------------------------------------------
+
+HOSTILE_CELLS = ["plain", "", None, "a\x00b", "naïve ☃ 𝄞", "'); DROP TABLE t; --", "x" * 5000]
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_bulk_writes_store_what_one_row_per_statement_stores(replace):
+    """rmjudge.store.bulk writes a chunk's rows in one statement; the tables hold exactly what
+    DuckDB's executemany (one statement per row, as rmjudge 0.6 wrote) leaves: values of every
+    type, NULLs, hostile text, and with `replace` a later row over an earlier one of its key."""
+    from datetime import datetime, timezone
+
+    from rmjudge.store.bulk import delete_in, delete_in_each, insert_rows, insert_rows_each
+
+    cols = ('"id" BIGINT PRIMARY KEY, "text" VARCHAR, "x" DOUBLE, "ok" BOOLEAN, "j" JSON, '
+            '"n" INTEGER, "t" TIMESTAMPTZ, "Order" VARCHAR')
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    data = [[i, HOSTILE_CELLS[i % len(HOSTILE_CELLS)], [0.5, None, float("inf"), float("nan"),
+             -1e308][i % 5], [True, False, None][i % 3], [None, '{"a": [1, 2]}', "[]"][i % 3],
+             i % 7, when if i % 2 else None, str(i)] for i in range(60)]
+    if replace:
+        data += [[3, "again", 1.0, True, None, 1, when, "r"], [3, "last", 2.0, False, None, 2,
+                                                               None, "r2"]]
+    held = []
+    for insert, delete in ((insert_rows, delete_in), (insert_rows_each, delete_in_each)):
+        con = duckdb.connect(":memory:")
+        con.execute(f"CREATE TABLE t ({cols})")
+        insert(con, "t", data[:10], replace=replace)  # rows already held when the chunk comes
+        insert(con, "t", data[10:], replace=replace)
+        insert(con, "t", [[100, "some columns only"]], ["id", "text"])
+        delete(con, "t", "id", [1, 2, 99], "BIGINT")
+        held.append(con.execute("SELECT * EXCLUDE (x), x::VARCHAR FROM t ORDER BY id").fetchall())
+        con.close()
+    assert held[0] == held[1]
+    assert len(held[0]) == 60 - 2 + 1
+    if replace:
+        assert [r[1] for r in held[0] if r[0] == 3] == ["last"]

@@ -14,6 +14,7 @@ import orjson
 from rmjudge.io.intake import duplicate_reason
 from rmjudge.protocol import PairResult
 from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.store.bulk import insert_rows
 from rmjudge.store.files import (
     Lock,
     StoreError,
@@ -49,8 +50,7 @@ def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
         for i, (p, a) in enumerate(zip(paths, aliases)):
             qa = quote_ident(a)
             old = [r[0] for r in con.execute(f"SELECT run_id FROM {qa}.runs ORDER BY run_id").fetchall()]
-            con.executemany("INSERT INTO run_map VALUES (?, ?, ?)",
-                            [[i, o, next_id + k] for k, o in enumerate(old)])
+            insert_rows(con, "run_map", [[i, o, next_id + k] for k, o in enumerate(old)])
             next_id += len(old)
             shard_types = dict(con.execute(
                 "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
@@ -145,10 +145,9 @@ def import_batches(store: Store, batch_dir: str, runs: list[dict]) -> tuple[int,
                 FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1
                 ORDER BY d.row_number""").fetchall()
             if later:
-                con.executemany("INSERT INTO errors (row_number, id, reason, raw, run_id) "
-                                "VALUES (?, ?, ?, NULL, ?)",
-                                [[rn, pid, duplicate_reason(rn, pid, first), run_id]
-                                 for rn, pid, first, run_id in later])
+                insert_rows(con, "errors", [[rn, pid, duplicate_reason(rn, pid, first), run_id]
+                                            for rn, pid, first, run_id in later],
+                            ["row_number", "id", "reason", "run_id"])
             dups = len(later)
         for r in runs:
             cols = [c for c, _ in RUN_COLUMNS if r.get(c) is not None]

@@ -27,6 +27,7 @@ import orjson
 
 from rmjudge.errors import BusyError, DiskError, UserError
 from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.store.bulk import insert_rows
 from rmjudge.store.paths import export_files, store_path
 from rmjudge.store.schema import ddl, missing_core_tables, not_a_store_message
 
@@ -376,9 +377,7 @@ def write_rows_file(columns: list[tuple[str, str]], rows: list[list], path: str,
     try:
         pk = f", PRIMARY KEY ({', '.join(quote_ident(k) for k in key)})" if key else ""
         con.execute(ddl("t", columns, pk))
-        if rows:
-            verb = "INSERT OR REPLACE" if key else "INSERT"
-            con.executemany(f"{verb} INTO t VALUES ({', '.join('?' for _ in columns)})", rows)
+        insert_rows(con, "t", rows, replace=bool(key))
         order = f" ORDER BY {', '.join(quote_ident(k) for k in key)}" if key else ""
         write_query_file(con, f"SELECT * FROM t{order}", path, fmt)
     finally:

@@ -32,6 +32,7 @@ import orjson
 from rmjudge.interrupts import critical
 from rmjudge.protocol import PairResult, Sample
 from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.store.bulk import delete_in, insert_rows
 from rmjudge.store.files import (
     Lock,
     StoreError,
@@ -50,6 +51,7 @@ from rmjudge.store.schema import (
     CORE_LOWER,
     ERROR_COLUMNS,
     GREEDY_COLUMNS,
+    HUMAN_LABEL_COLUMNS,
     PAIR_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
@@ -58,6 +60,7 @@ from rmjudge.store.schema import (
     cell,
     ddl,
     human_labels_ddl,
+    names,
     other_settings_message,
     type_for,
     value_kind,
@@ -337,7 +340,7 @@ class Store:
         """Write a chunk of judged pairs and error rows in one transaction; the pairs (and their
         samples) with the ids in `replaced` are dropped in it first (a changed row judged
         again: see `rmjudge.io.intake`)."""
-        replaced = [[i] for i in dict.fromkeys(replaced)]
+        replaced = list(dict.fromkeys(replaced))
         keys: list[str] = []
         for res in results:
             for k in res.pair.extra:
@@ -346,7 +349,7 @@ class Store:
         before = dict(self._columns_map)
         types_before = dict(self._types)
         extra = {self.column_for(k): k for k in keys}  # output column -> input key
-        cols = [c for c, _ in PAIR_COLUMNS] + list(extra)
+        cols = names(PAIR_COLUMNS) + list(extra)
         new, widen, cells = self._typed_values(extra, results)
         rows, samples = [], []
         for res, more in zip(results, cells):
@@ -358,26 +361,21 @@ class Store:
 
         def statements(con) -> None:
             if replaced:
-                con.executemany("DELETE FROM samples WHERE pair_id = ?", replaced)
-                con.executemany("DELETE FROM pairs WHERE id = ?", replaced)
+                delete_in(con, "samples", "pair_id", replaced, "VARCHAR")
+                delete_in(con, "pairs", "id", replaced, "VARCHAR")
             self.add_columns(new, con)
             for col, typ in widen.items():
                 self.widen(con, col, typ)
             if map_changed:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
                             [orjson.dumps(self._columns_map).decode()])
-            if rows:
-                con.executemany(
-                    f"INSERT INTO pairs ({', '.join(quote_ident(c) for c in cols)}) "
-                    f"VALUES ({', '.join('?' for _ in cols)})", rows)
-            if samples:
-                con.executemany(
-                    f"INSERT INTO samples VALUES ({', '.join('?' for _ in SAMPLE_COLUMNS)})", samples)
-            for e in errors:
-                con.execute("INSERT OR REPLACE INTO errors VALUES (?, ?, ?, ?, ?)",
-                            [e["row_number"], e.get("id"), e["reason"], e.get("raw"), self.run_id])
-            if rows:  # a row judged now supersedes an earlier failure of the same row
-                con.executemany("DELETE FROM errors WHERE row_number = ?", [[r[1]] for r in rows])
+            insert_rows(con, "pairs", rows, cols)
+            insert_rows(con, "samples", samples, names(SAMPLE_COLUMNS))
+            insert_rows(con, "errors", [[e["row_number"], e.get("id"), e["reason"], e.get("raw"),
+                                         self.run_id] for e in errors], names(ERROR_COLUMNS),
+                        replace=True)
+            # a row judged now supersedes an earlier failure of the same row
+            delete_in(con, "errors", "row_number", [r[1] for r in rows], "BIGINT")
 
         try:
             self.write(statements)
@@ -410,12 +408,9 @@ class Store:
     # -- greedy baseline --------------------------------------------------------------------
     def add_greedy(self, rows: list[list]) -> None:
         """Store greedy-baseline rows (replacing the same pair and order)."""
-        marks = ", ".join("?" for _ in GREEDY_COLUMNS)
-
         def statements(con) -> None:
             con.execute(ddl("greedy", GREEDY_COLUMNS, ', PRIMARY KEY (pair_id, "order")'))
-            if rows:
-                con.executemany(f"INSERT OR REPLACE INTO greedy VALUES ({marks})", rows)
+            insert_rows(con, "greedy", rows, names(GREEDY_COLUMNS), replace=True)
 
         self.write(statements)
 
@@ -434,12 +429,12 @@ class Store:
             if rows:
                 con.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (pair_id VARCHAR, reviewer VARCHAR)")
                 con.execute("DELETE FROM incoming")
-                con.executemany("INSERT INTO incoming VALUES (?, ?)", [[r[0], r[1]] for r in rows])
+                insert_rows(con, "incoming", [[r[0], r[1]] for r in rows])
                 replaced = con.execute("""SELECT count(*) FROM human_labels h JOIN
                     (SELECT DISTINCT pair_id, reviewer FROM incoming) i
                     USING (pair_id, reviewer)""").fetchone()[0]
-                con.executemany("INSERT OR REPLACE INTO human_labels VALUES (?, ?, ?, ?, ?)",
-                                [[*r, now] for r in rows])
+                insert_rows(con, "human_labels", [[*r, now] for r in rows],
+                            names(HUMAN_LABEL_COLUMNS), replace=True)
 
         self.write(statements)
         return int(replaced)

@@ -67,6 +67,11 @@ CORE_LOWER = {c.lower() for c, _ in PAIR_COLUMNS}
 RUNNING, FINISHED, INTERRUPTED, FAILED = "running", "finished", "interrupted", "failed"
 
 
+def names(cols: list[tuple[str, str]]) -> list[str]:
+    """The column names of a column list such as PAIR_COLUMNS."""
+    return [c for c, _ in cols]
+
+
 def ddl(name: str, cols: list[tuple[str, str]], extra: str = "") -> str:
     body = ", ".join(f"{quote_ident(c)} {t}" for c, t in cols)
     return f"CREATE TABLE IF NOT EXISTS {name} ({body}{extra})"
