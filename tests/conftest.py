@@ -40,13 +40,18 @@ def pytest_xdist_auto_num_workers(config):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, a module's slow tests run on one worker, one after another, so
-    its module-scoped fixtures (a Ray cluster, a server, a reference run) are built once; fast
-    tests spread over the workers one by one."""
+    its module-scoped fixtures (a Ray cluster, a server, a reference run) are built once; the
+    slow tests of HF_MODELS and the fast ones marked `hf` share one worker, which imports torch
+    and transformers once; other fast tests spread over the workers one by one."""
     for item in items:
-        if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
-            module = os.path.basename(str(item.fspath))
-            group = "hf-models" if module in HF_MODELS else module
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = os.path.basename(str(item.fspath))
+        if item.get_closest_marker("hf") or (item.get_closest_marker("slow")
+                                             and module in HF_MODELS):
+            item.add_marker(pytest.mark.xdist_group("hf-models"))  # torch & co. imported once
+        elif item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group(module))
     if WORKERS > 1:
         # xdist hands out the work in this order (`--no-loadscope-reorder`): the longest group
         # first, then the other slow ones, so that none starts last beside an idle worker;

@@ -111,3 +111,40 @@ def stop_server(proc) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# `python -m rmjudge` in a fresh interpreter that also says on stdout when a chunk of judged
+# pairs is committed, so a test can kill it right after a commit instead of after a guessed
+# delay (rmjudge itself writes nothing to stdout while it scores).
+_ANNOUNCING_CLI = """
+import sys
+from rmjudge.store import Store
+commit = Store.commit
+def announced(self, results, *args, **kwargs):
+    commit(self, results, *args, **kwargs)
+    if results:
+        print(f"committed {len(results)}", flush=True)
+Store.commit = announced
+from rmjudge.cli import main
+main(prog_name="rmjudge")
+"""
+
+
+def kill_after_commits(args: list, commits: int, **popen) -> int:
+    """Run `rmjudge ARGS`, SIGKILL it right after its `commits`-th commit of judged pairs (or
+    let it end first); returns the number of commits it made."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_CLI, *map(str, args)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **popen)
+    seen = 0
+    for line in p.stdout:
+        seen += line.startswith("committed ")
+        if seen >= commits:
+            p.send_signal(signal.SIGKILL)
+            break
+    p.stdout.close()
+    p.wait()
+    return seen

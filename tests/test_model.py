@@ -6,15 +6,12 @@ Settings are tiny (2 rollouts, short generations) so the file runs in about a mi
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import rows
+from helpers import kill_after_commits, rows
 from recompute import recompute_all
 
 from rmjudge import prompts
@@ -113,16 +110,13 @@ def test_no_forced_leaves_parse_failures_unvoted(engine, tmp_path):
 
 def test_kill_9_twice_then_rerun_leaves_one_row_per_pair(model_path, tmp_path):
     out = str(tmp_path / "k.duckdb")
-    cmd = [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", out,
-           "--samples", "2", "--max-tokens", "16", "--commit-every", "1", "--quiet",
-           "--model", model_path]
-    for delay in (6.0, 9.0):
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-        time.sleep(delay)
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    args = ["score", str(DATA / "pandalm_5.jsonl"), "-o", out, "--samples", "2",
+            "--max-tokens", "16", "--commit-every", "1", "--quiet", "--model", model_path]
+    assert kill_after_commits(args, 1) == 1  # killed after its first pair was stored
+    assert kill_after_commits(args, 2) == 2  # the resumed run, after two more
+    assert rows(out, "SELECT count(*) FROM pairs") == [(3,)]
+    done = subprocess.run([sys.executable, "-m", "rmjudge", *args], capture_output=True,
+                          text=True)
     assert done.returncode == 0, done.stderr
     assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(5, 5)]
     assert rows(out, """SELECT count(*) FROM (SELECT pair_id, "order", stage, idx FROM samples

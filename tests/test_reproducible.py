@@ -7,15 +7,12 @@ Runs on the embedded model with tiny settings (2 pairs, N=2, 16 tokens).
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import rows
+from helpers import kill_after_commits, rows
 
 from rmjudge.engine import load_engine
 from rmjudge.pipeline import score
@@ -73,18 +70,12 @@ def test_two_shards_give_the_unsharded_samples(reference, model_path, tmp_path):
 def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, model_path, tmp_path):
     src, ref = reference
     out = str(tmp_path / "k.duckdb")
-    cmd = [sys.executable, "-m", "rmjudge", "score", src, "-o", out, "--samples", "2",
-           "--max-tokens", "16", "--seed", "11", "--commit-every", "1", "--quiet",
-           "--model", model_path, "--threads", "1", "--parallel", "8"]
-    delay, done = 2.0, 0
-    while done == 0:  # kill later and later until the killed run has committed a pair
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
-        time.sleep(delay)
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-        done = rows(out, "SELECT count(*) FROM pairs")[0][0] if os.path.exists(out) else 0
-        delay *= 1.4
+    args = ["score", src, "-o", out, "--samples", "2", "--max-tokens", "16", "--seed", "11",
+            "--commit-every", "1", "--quiet", "--model", model_path, "--threads", "1",
+            "--parallel", "8"]
+    assert kill_after_commits(args, 1) == 1  # killed right after its first pair was stored
+    assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
+    cmd = [sys.executable, "-m", "rmjudge", *args]
     resumed = subprocess.run(cmd, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert rows(out, SAMPLES_Q) == rows(ref, SAMPLES_Q)

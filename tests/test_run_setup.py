@@ -207,6 +207,7 @@ def test_ray_training_and_judge_options_come_from_their_dataclasses():
     assert _params(ray_score)["cpus_per_worker"].type.name == "float"
 
 
+@pytest.mark.hf
 def test_both_training_stages_build_lora_from_one_owner():
     """GRPO and SFT share the default --target-modules and turn their LoRA options into one
     PEFT config the same way (training.hf.lora_config)."""

@@ -205,6 +205,7 @@ def test_a_lora_without_a_recorded_format_is_used_with_one_warning(tmp_path, mod
     assert len(warnings) == 1 and warnings[0].startswith(f"warning: the LoRA adapter {lora}")
 
 
+@pytest.mark.hf
 @pytest.mark.skipif(importlib.util.find_spec("peft") is None or not HAS_GGUF,
                     reason="export extras missing: pip install '.[export]'")
 def test_export_lora_copies_the_adapter_prompt_format_into_the_gguf(tmp_path):
