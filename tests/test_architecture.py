@@ -5,6 +5,7 @@ files."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -13,10 +14,16 @@ PACKAGES = ("rmjudge", "training", "quantize", "benchmarks")
 STORE = "rmjudge/store/"
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path) -> ast.Module:
+    """A source file's tree, parsed once per test run (the checks only read the trees)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _modules():
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            yield path, ast.parse(path.read_text(), str(path))
+            yield path, _parse(path)
 
 
 def _project_import(node: ast.ImportFrom) -> bool:
@@ -100,7 +107,7 @@ def import_graph(imports=None) -> dict[str, set[str]]:
     for name, path in names.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         deps = set()
-        for node in (imports or _top_level_imports)(ast.parse(path.read_text(), str(path))):
+        for node in (imports or _top_level_imports)(_parse(path)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -413,7 +420,7 @@ def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
     names: set[str] = set()
     modules: dict[str, dict[str, set[str]]] = {}
     for dotted, path in _module_names().items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parse(path)
         docs = _docstrings(tree)
         top: dict[str, set[str]] = {}
         for node in tree.body:
@@ -516,7 +523,7 @@ def test_architecture_names_only_what_exists():
     defined (or spelled as a column or key) somewhere in the code."""
     names, modules = _defined_names()
     for path in sorted((ROOT / "tests").glob("*.py")):  # the checks the doc names
-        names.update(n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name))
+        names.update(n.id for n in ast.walk(_parse(path)) if isinstance(n, ast.Name))
     files = _project_files()
     stale = []
     for token in _doc_code_names(ARCHITECTURE.read_text()):

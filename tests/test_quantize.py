@@ -20,8 +20,6 @@ for _mod in ("gguf", "transformers", "peft", "torch", "llama_cpp", "tokenizers")
         pytest.skip(f"{_mod} is not installed (pip install '.[export]')",
                     allow_module_level=True)
 
-import torch  # noqa: E402
-
 from quantize.config import ConvertConfig, ExportError, LoraExportConfig, QuantizeConfig  # noqa
 from quantize.convert import convert  # noqa: E402
 from quantize.families import reorder_rows_for_rope  # noqa: E402
@@ -137,6 +135,7 @@ def _tokenizer(folder):
 
 
 def _tiny_model(folder, family: str, tied: bool):
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tok = _tokenizer(folder)
@@ -159,6 +158,7 @@ def _tiny_model(folder, family: str, tied: bool):
 
 
 def _hf_logits(model, tok, texts):
+    import torch
     ids = [tok(t)["input_ids"] for t in texts]
     with torch.no_grad():
         return ids, [model(torch.tensor([i])).logits[0].numpy() for i in ids]
@@ -191,6 +191,7 @@ def test_tiny_family_round_trip(tmp_path, family, tied):
 
 @pytest.mark.slow  # builds and runs transformers models
 def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, monkeypatch):
+    import torch
     from peft import LoraConfig, get_peft_model
 
     from quantize.config import MergeConfig
@@ -294,6 +295,7 @@ def test_smollm2_quantized_files_load_and_generate(smol, qtype):
 @pytest.mark.slow
 @pytest.mark.model
 def test_smollm2_gguf_lora_at_run_time_matches_merged_model(smol, tmp_path):
+    import torch
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)

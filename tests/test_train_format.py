@@ -99,6 +99,7 @@ def test_a_rollout_cache_of_another_prompt_format_is_refused(tmp_path, old):
         build_data(PANDALM, out, _rollouts(), DataConfig(ratio="1:1"))
 
 
+@pytest.mark.hf  # grpo's checks import trl
 @pytest.mark.parametrize("old", [2, None])
 def test_grpo_refuses_training_data_of_another_prompt_format(tmp_path, old):
     from training.cli import main

@@ -211,6 +211,7 @@ def test_rollout_cache_fingerprint_names_the_lora_adapter():
     assert fp_lora["lora_sha256"] == "ab" * 32 and fp_lora != fp_plain
 
 
+@pytest.mark.hf
 def test_the_trl_pin_is_the_first_version_with_what_grpo_uses():
     """pyproject's train extra asks for the TRL that training/grpo.py needs (TRL_MIN), and the
     installed TRL has the hooks it uses."""
