@@ -102,6 +102,10 @@ def is_rmjudge_store(path: str) -> bool:
     try:
         tables = {r[0] for r in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()}
+        if tables:
+            return not missing_core_tables(tables)
+        # no table: an empty database is rmjudge's to use, anything else in it is someone
+        # else's (asked only here: listing the functions costs more than the rest together)
         others = con.execute("""
             SELECT (SELECT count(*) FROM duckdb_views() WHERE NOT internal)
                  + (SELECT count(*) FROM duckdb_sequences())
@@ -110,11 +114,9 @@ def is_rmjudge_store(path: str) -> bool:
                  + (SELECT count(*) FROM duckdb_schemas() WHERE NOT internal
                       AND schema_name NOT IN ('main', 'pg_catalog', 'information_schema'))
         """).fetchone()[0]
+        return others == 0
     finally:
         con.close()
-    if not tables:
-        return others == 0  # an empty database; anything in it is someone else's
-    return not missing_core_tables(tables)
 
 
 _HELD: set[str] = set()  # the lock files this process holds (so it does not lock them twice)
