@@ -57,6 +57,7 @@ from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
+from rmjudge.engine.forcing import forced_probs
 from rmjudge.engine.served_template import find_template
 from rmjudge.engine.server_client import (
     API_KEY_ENV,
@@ -585,10 +586,7 @@ class ServerEngine:
 
     @staticmethod
     def _set_forced(gen: Generation, a: float, b: float) -> None:
-        m = max(a, b)
-        e1, e2 = math.exp(a - m), math.exp(b - m)
-        gen.forced_probs = (e1 / (e1 + e2), e2 / (e1 + e2))
-        gen.forced_logprob = m
+        gen.forced_probs, gen.forced_logprob = forced_probs(a, b)
 
     async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
                           tail: str, messages: list | None = None) -> dict[str, float]:
