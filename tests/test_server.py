@@ -656,16 +656,63 @@ def test_llama_server_gets_token_ids_with_data_never_control(fake):
     assert sum(t in SPECIAL.values() for t in sent) == 3
     assert "".join(chr(t) for t in sent if 31 < t < 900).count("<|end|>") == 1
     assert prompts.parse_verdict(g.text, "pref") == 1
-    # priming (a list prefix) and a forced verdict (the text as data ids) are ids too
+    # priming (a list prefix) and a forced verdict (the text as data ids) are ids too; in this
+    # vocabulary (one id per character) the " " of " 1"/" 2" is a token of its own, so the
+    # verdict is read after it first; this stub answers " 1"/" 2" there, so the read without
+    # the " " follows
     f.complete = lambda b: ok_completion(b, text="I cannot <|end|> decide", finish="length")
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
         g = eng.generate([req(n=2, messages=r.messages, force=prompts.force_spec("pref"))])[0][0]
     assert g.forced_probs is not None
     short = [b["prompt"] for b in f.posts() if b["max_tokens"] == 1 and b["prompt"] != "Hello"]
-    assert short[-3] == ids  # the priming request: the samples' whole shared prompt
+    assert short[-5] == ids  # the priming request: the samples' whole shared prompt
     tail = "I cannot <|end|> decide" + prompts.forced_continuation("I cannot <|end|> decide",
                                                                    "pref")
-    assert short[-1] == ids + [ord(c) for c in tail]  # no control id from the generated text
+    after_space = ids + [ord(c) for c in tail + " "]  # no control id from the generated text
+    assert sorted(short[-4:]) == sorted([after_space, ids + [ord(c) for c in tail]] * 2)
+
+
+def _forced_reads(f) -> list[list[int]]:
+    return [b["prompt"] for b in f.posts() if b["max_tokens"] == 1 and isinstance(b["prompt"], list)]
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["space-own-token", "space-merged"])
+def test_forced_verdicts_read_where_the_tokenizer_puts_the_choice(fake, merged):
+    """With token-id prompts, where the verdict's choice token sits after the continuation is
+    planned from the tokenizer (as the in-process engine does): one request per unparsed
+    sample, whether " 1" is one token or " " and "1" are two."""
+    def tokenize(body):
+        out = toy_tokenize(body)
+        if merged:  # " 1" and " 2" one token each, as in many BPE vocabularies
+            ids, merged_ids = out["tokens"], []
+            for t in ids:
+                if merged_ids and merged_ids[-1] == ord(" ") and t in (ord("1"), ord("2")):
+                    merged_ids[-1] = 1000 + t
+                else:
+                    merged_ids.append(t)
+            out = {"tokens": merged_ids}
+        return out
+
+    def answer(body):
+        if body["max_tokens"] != 1 or not isinstance(body["prompt"], list):
+            return ok_completion(body, text="I cannot decide", finish="length")
+        after_space = body["prompt"][-1] == ord(" ")
+        top = ({"1": -0.2, "2": -1.8} if after_space else
+               {" 1": -0.2, " 2": -1.8} if merged else {" ": -0.1, "The": -3.0})
+        first = next(iter(top))
+        return 200, {"choices": [{"text": first, "finish_reason": "length", "logprobs": {
+            "tokens": [first], "token_logprobs": [top[first]], "top_logprobs": [top]}}]}, {}
+
+    f = fake(owned_by="llamacpp", tokenize=tokenize, complete=answer,
+             props={"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}})
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, prime=False)) as eng:
+        gens = eng.generate([req(n=3, force=prompts.force_spec("pref"))])[0]
+        plain = eng.payload(req())
+    want = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.8))
+    assert all(g.forced_probs is not None and abs(g.forced_probs[0] - want) < 1e-9 for g in gens)
+    reads = [p for p in _forced_reads(f) if p[:len(plain)] == plain and len(p) > len(plain)]
+    assert len(reads) == 3  # one per sample: no request at the wrong position first
+    assert all((p[-1] == ord(" ")) is not merged for p in reads)
 
 
 def test_llama_server_ignoring_parse_special_gets_broken_text(fake):

@@ -68,6 +68,7 @@ from rmjudge.engine.server_client import (
     Unreachable,
     public_url,
 )
+from rmjudge.engine.vocab import common_prefix
 from rmjudge.extras import install_hint
 from rmjudge.models import ModelError
 from rmjudge.prompts import suffix_for_model
@@ -113,6 +114,7 @@ class ServerEngine:
         self.strict = self.client.strict
         self._generated = 0
         self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
+        self._head_alone: dict[tuple[str, str, str], bool] = {}  # see `_choice_head_alone`
         self.template = None
         # breaks control strings in data sent as text; completed once the template is known
         self.neutralize = Neutralizer(())
@@ -574,15 +576,36 @@ class ServerEngine:
                 self._set_forced(gen, *found)
             return
         head = os.path.commonprefix([c1, c2])
-        lps = await self._next_token(req, prompt, text + cont)
-        found = wire.choice_logprobs(lps, c1, c2)
-        if found is None and head:
-            # the choices' shared start (" " of " 1"/" 2") may be a token of its own
-            lps = await self._next_token(req, prompt, text + cont + head)
-            found = wire.choice_logprobs(lps, c1[len(head):], c2[len(head):])
-        if found is None:
-            return
-        self._set_forced(gen, *found)
+        # the choices' shared start (" " of " 1"/" 2") may be a token of its own: then the
+        # verdict is read one token later. With token-id prompts the tokenizer says which, so
+        # the likely read goes first and the other is only a fallback.
+        reads = [("", c1, c2)] + ([(head, c1[len(head):], c2[len(head):])] if head else [])
+        if head and await self._choice_head_alone(prompt, cont, c1, c2, head):
+            reads.reverse()
+        for extra, a, b in reads:
+            found = wire.choice_logprobs(await self._next_token(req, prompt, text + cont + extra),
+                                         a, b)
+            if found is not None:
+                self._set_forced(gen, *found)
+                return
+
+    async def _choice_head_alone(self, prompt: str | list[int] | None, cont: str, c1: str,
+                                 c2: str, head: str) -> bool:
+        """Whether, after `cont`, the choices' shared start `head` is a token of its own (the
+        tokens of cont + c1 and cont + c2 part after those of cont + head), as
+        `engine.forcing.force_plan` decides in-process; asked once per continuation, and only
+        when prompts go as token ids (a tokenizer is at hand)."""
+        if not isinstance(prompt, list):
+            return False
+        key = (cont, c1, c2)
+        if key not in self._head_alone:
+            try:
+                t1, t2, th = [await self._tokens(cont + t, special=False, add_bos=False)
+                              for t in (c1, c2, head)]
+            except (HTTPStatus, wire.ProtocolError):
+                return False
+            self._head_alone[key] = common_prefix([t1, t2]) == len(th) and t1[:len(th)] == th
+        return self._head_alone[key]
 
     @staticmethod
     def _set_forced(gen: Generation, a: float, b: float) -> None:
