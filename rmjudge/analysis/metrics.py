@@ -28,6 +28,7 @@ import numpy as np
 
 from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, item_accuracy,
                                      item_consistency, rollout_counts_line, sample_counts)
+from rmjudge.analysis.stats import resampled_means
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.sql import quote_ident
 
@@ -74,7 +75,8 @@ def bootstrap_ci(values: np.ndarray, resamples: int = 1000, seed: int = 0,
     """Percentile bootstrap interval of the mean of `values` (resampling items).
 
     0/1 values use the exact equivalent: the number of ones in a resample of n items is
-    Binomial(n, mean). Other values are resampled in chunks of at most ~4M draws.
+    Binomial(n, mean). Other values are resampled as `stats.bootstrap_mean` does
+    (`stats.resampled_means`).
     """
     v = np.asarray(values, dtype=float)
     n = v.size
@@ -84,12 +86,7 @@ def bootstrap_ci(values: np.ndarray, resamples: int = 1000, seed: int = 0,
     if np.all((v == 0) | (v == 1)):
         means = rng.binomial(n, v.mean(), size=resamples) / n
     else:
-        chunk = max(1, 4_000_000 // n)
-        parts = []
-        for start in range(0, resamples, chunk):
-            k = min(chunk, resamples - start)
-            parts.append(v[rng.integers(0, n, size=(k, n))].mean(axis=1))
-        means = np.concatenate(parts)
+        means = resampled_means(v, resamples, rng)
     a = (1.0 - level) / 2
     lo, hi = np.quantile(means, [a, 1.0 - a])
     return float(lo), float(hi)

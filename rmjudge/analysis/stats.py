@@ -22,15 +22,21 @@ def bootstrap_mean(values, resamples: int = RESAMPLES, seed: int = 0, level: flo
     is row r of `rng.integers(0, n, size=(resamples, n))` with `rng = default_rng(seed)`,
     drawn `max_draws // n` rows at a time (the same numbers as drawing them all at once)."""
     d = np.asarray(values, dtype=float)
-    n = d.size
-    if n == 0:
+    if d.size == 0:
         raise ValueError("no values to resample")
-    rng = np.random.default_rng(seed)
-    rows = max(1, max_draws // n)
-    means = np.concatenate([d[rng.integers(0, n, size=(min(rows, resamples - start), n))]
-                            .mean(axis=1) for start in range(0, resamples, rows)])
+    means = resampled_means(d, resamples, np.random.default_rng(seed), max_draws)
     a = round((1.0 - level) / 2, 12)
     return float(d.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1.0 - a))
+
+
+def resampled_means(d: np.ndarray, resamples: int, rng, max_draws: int = MAX_DRAWS) -> np.ndarray:
+    """The means of `resamples` resamples of `d` (n items, with replacement): resample r is row r
+    of `rng.integers(0, n, size=(resamples, n))`, drawn `max_draws // n` rows at a time (the same
+    numbers as drawing them all at once, in bounded memory)."""
+    n = d.size
+    rows = max(1, max_draws // n)
+    return np.concatenate([d[rng.integers(0, n, size=(min(rows, resamples - start), n))]
+                           .mean(axis=1) for start in range(0, resamples, rows)])
 
 
 def paired_gain(base: dict[str, float], other: dict[str, float], resamples: int = RESAMPLES,
