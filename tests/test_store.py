@@ -959,3 +959,42 @@ def test_bulk_writes_store_what_one_row_per_statement_stores(replace):
     assert len(held[0]) == 60 - 2 + 1
     if replace:
         assert [r[1] for r in held[0] if r[0] == 3] == ["last"]
+
+
+@pytest.mark.parametrize("table, column", [("pairs", "p_a_ab"), ("samples", "is_anchor"),
+                                           ("errors", "raw")])
+def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
+        tmp_path, monkeypatch, table, column):
+    """A store whose pairs, samples or errors table lacks a column (edited, or made by another
+    version) is refused before anything is judged: one `Error:` line naming the store, the
+    column and the fix, not a traceback from the first commit; the pairs it holds stay."""
+    import rmjudge.engine
+    import rmjudge.models
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.errors import EXIT_USER
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine",
+                        lambda *a, **k: ScriptedEngine(length_judge))
+    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [row(i) for i in range(2)])
+    out = str(tmp_path / "o.duckdb")
+    assert CliRunner().invoke(main, ["score", str(src), "-o", out]).exit_code == 0
+    con = duckdb.connect(out)
+    con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.close()
+    with open(src, "ab") as f:
+        f.write(orjson.dumps(row(2)) + b"\n{not json\n")
+    r = CliRunner().invoke(main, ["score", str(src), "-o", out], catch_exceptions=False)
+    assert r.exit_code == EXIT_USER, r.output
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in r.output, r.output
+    assert out in errors[0] and f"{table}.{column}" in errors[0] and "--overwrite" in errors[0]
+    assert rows(out, "SELECT count(*) FROM pairs") == [(2,)]
+    assert rows(out, "SELECT count(*) FROM runs") == [(1,)]  # no run recorded for the refusal
+    r = CliRunner().invoke(main, ["score", str(src), "-o", out, "--overwrite"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert rows(out, "SELECT count(*) FROM pairs") == [(3,)]
