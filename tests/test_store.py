@@ -998,3 +998,68 @@ def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert rows(out, "SELECT count(*) FROM pairs") == [(3,)]
+
+
+def _tables(db: str) -> dict:
+    """Every column (name, type) and every row (as text, sorted) of pairs, samples and errors."""
+    from rmjudge.sql import quote_ident
+
+    con = duckdb.connect(db, read_only=True)
+    try:
+        got = {}
+        for t in ("pairs", "samples", "errors"):
+            cols = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE "
+                               "table_name = ? ORDER BY column_index", [t]).fetchall()
+            sel = ", ".join(f"{quote_ident(c)}::VARCHAR" for c, _ in cols)
+            got[t] = (cols, sorted(map(repr, con.execute(f"SELECT {sel} FROM {t}").fetchall())))
+        return got
+    finally:
+        con.close()
+
+
+def test_a_run_resumed_from_a_store_written_row_by_row_stores_what_row_by_row_would(
+        tmp_path, monkeypatch):
+    """A store written by the row-at-a-time writers (as rmjudge 0.6 wrote), resumed with the
+    one-statement writers, holds exactly what resuming it row by row holds: passthrough columns
+    of every kind widening BIGINT -> DOUBLE -> VARCHAR across chunks and across the resume,
+    keys that differ by case or are named like SQL keywords or core columns, error rows that a
+    later run fixes or fails again, and an edited row judged again (--rejudge-changed)."""
+    import json
+
+    import rmjudge.store.run_store as run_store
+    from rmjudge.store import bulk
+
+    first = [row(0, n=1, mix=1, ok=True, tags=[1], ORDER=1, Id="x", select="s", Label="L"),
+             row(1, n=2**62, mix=2.5, ok=False, tags={"a": 1}, note="a\x00b \u2603"),
+             {"id": "p2", "prompt": "no responses"}, row(3, mix=None)]
+    second = [first[0], first[1], row(2, n=-3), row(3, mix="text", ok=1),
+              row(4, n=2**64, tags="plain", note=["x", {"y": None}], N=7, n_2=0.5),
+              row(5, n=1.5, mix=True, big="z" * 3000),
+              row(1, n=3, note="a duplicate id"), {"id": "p6", "prompt": "still no responses"}]
+    second[1] = row(1, n=2**62, mix=2.5, ok=False, tags={"a": 1}, note="edited \x00")
+    held = []
+    for resumed_with in ("bulk", "each"):
+        src, out = tmp_path / f"{resumed_with}.jsonl", str(tmp_path / f"{resumed_with}.duckdb")
+        with monkeypatch.context() as m:
+            m.setattr(run_store, "insert_rows", bulk.insert_rows_each)
+            m.setattr(run_store, "delete_in", bulk.delete_in_each)
+            src.write_text("".join(json.dumps(o) + "\n" for o in first))  # ints past 64 bits
+            score(str(src), ScriptedEngine(length_judge), settings(), output=out, commit_every=1)
+        with monkeypatch.context() as m:
+            if resumed_with == "each":
+                m.setattr(run_store, "insert_rows", bulk.insert_rows_each)
+                m.setattr(run_store, "delete_in", bulk.delete_in_each)
+            src.write_text("".join(json.dumps(o) + "\n" for o in second))
+            s = score(str(src), ScriptedEngine(length_judge), settings(), output=out,
+                      commit_every=2, rejudge_changed=True)
+        assert (s.judged, s.skipped) == (5, 1)
+        held.append(_tables(out))
+    assert held[0] == held[1]
+    types = dict(held[0]["pairs"][0])
+    assert (types["n"], types["mix"], types["ok"], types["tags"]) == (
+        "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR")
+    assert types["ORDER"] == "BIGINT" and types["N_2"] == "BIGINT" and types["n_2_2"] == "DOUBLE"
+    assert {"input_Id", "select", "input_Label"} <= set(types)
+    errors = held[0]["errors"][1]
+    assert len(errors) == 2 and any("duplicate id" in e for e in errors)
+    assert len(held[0]["pairs"][1]) == 6
