@@ -1063,3 +1063,42 @@ def test_a_run_resumed_from_a_store_written_row_by_row_stores_what_row_by_row_wo
     errors = held[0]["errors"][1]
     assert len(errors) == 2 and any("duplicate id" in e for e in errors)
     assert len(held[0]["pairs"][1]) == 6
+
+
+def test_nan_stays_nan_in_rows_written_one_statement_per_chunk(tmp_path):
+    """DuckDB before 2.0 reads a NaN inside a list parameter as NULL: the one-statement writes
+    keep NaN as NaN, as one statement per row did, next to NULL and the infinities, in rows
+    written directly and in a passthrough column of a Parquet input (the store and its
+    Parquet export)."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rmjudge.store.bulk import insert_rows, insert_rows_each
+
+    nan, inf = float("nan"), float("inf")
+    data = [[1, nan, "a", nan], [2, 0.25, None, 1.5], [3, None, "c", None], [4, -inf, "d", inf],
+            [5, 2**62 + 1, "e", nan]]
+    held = []
+    for insert in (insert_rows, insert_rows_each):
+        con = duckdb.connect(":memory:")
+        con.execute('CREATE TABLE t (k BIGINT PRIMARY KEY, x DOUBLE, s VARCHAR, "y" FLOAT)')
+        insert(con, "t", data[:2])
+        insert(con, "t", data[2:], replace=True)
+        held.append([tuple(map(repr, r)) for r in con.execute("SELECT * FROM t ORDER BY k").fetchall()])
+        con.close()
+    assert held[0] == held[1]
+    assert [r[1] for r in held[0]] == ["nan", "0.25", "None", "-inf", repr(float(2**62 + 1))]
+    assert [r[3] for r in held[0]] == ["nan", "1.5", "None", "inf", "nan"]
+
+    src = str(tmp_path / "in.parquet")
+    objs = [row(i) for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(
+        [{**o, "weight": w} for o, w in zip(objs, [nan, 0.25, None])]), src)
+    for out in (str(tmp_path / "o.duckdb"), str(tmp_path / "o.parquet")):
+        score(src, ScriptedEngine(length_judge), settings(), output=out, commit_every=3)
+    got = dict(rows(str(tmp_path / "o.duckdb"), "SELECT id, weight FROM pairs"))
+    assert math.isnan(got["p0"]) and got["p1"] == 0.25 and got["p2"] is None
+    exported = {r["id"]: r["weight"] for r in pq.read_table(str(tmp_path / "o.parquet")).to_pylist()}
+    assert math.isnan(exported["p0"]) and exported["p1"] == 0.25 and exported["p2"] is None
