@@ -1102,3 +1102,27 @@ def test_nan_stays_nan_in_rows_written_one_statement_per_chunk(tmp_path):
     assert math.isnan(got["p0"]) and got["p1"] == 0.25 and got["p2"] is None
     exported = {r["id"]: r["weight"] for r in pq.read_table(str(tmp_path / "o.parquet")).to_pylist()}
     assert math.isnan(exported["p0"]) and exported["p1"] == 0.25 and exported["p2"] is None
+
+
+@pytest.mark.parametrize("change", ["widen", "add"])
+def test_an_edited_row_keeping_its_id_is_judged_again_in_a_chunk_that_alters_pairs(
+        tmp_path, change):
+    """An edited row that keeps its id, judged again with --rejudge-changed in a chunk that
+    widens or adds a passthrough column: its new verdict replaces the old one in one
+    transaction. (DuckDB before 2.0 refuses a key deleted and inserted again when the table
+    was altered in between, so the columns change before the old pair is deleted.)"""
+    src = tmp_path / "in.jsonl"
+    out = str(tmp_path / "o.duckdb")
+    write_jsonl(src, [row(0, n=1), row(1, n=2)])
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    edited = row(1, **({"n": "two"} if change == "widen" else {"n": 2, "extra": "new"}))
+    edited["response_b"] = "an edited answer, much longer than the chosen one ever was"
+    write_jsonl(src, [row(0, n=1), edited])
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out,
+              rejudge_changed=True)
+    assert (s.judged, s.skipped) == (1, 1)
+    got = rows(out, "SELECT id, n::VARCHAR, response_b FROM pairs ORDER BY id")
+    assert got == [("p0", "1", "short 0"),
+                   ("p1", "two" if change == "widen" else "2", edited["response_b"])]
+    assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]
+    assert rows(out, "SELECT count(*) FROM errors") == [(0,)]

@@ -376,15 +376,17 @@ class Store:
         n_cols = len(self.pair_columns)
 
         def statements(con) -> None:
-            if replaced:
-                delete_in(con, "samples", "pair_id", replaced, "VARCHAR")
-                delete_in(con, "pairs", "id", replaced, "VARCHAR")
+            # the columns change first: DuckDB before 2.0 refuses to insert a key deleted
+            # earlier in the transaction once the table was altered after the delete
             self.add_columns(new, con)
             for col, typ in widen.items():
                 self.widen(con, col, typ)
             if map_changed:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
                             [orjson.dumps(self._columns_map).decode()])
+            if replaced:
+                delete_in(con, "samples", "pair_id", replaced, "VARCHAR")
+                delete_in(con, "pairs", "id", replaced, "VARCHAR")
             insert_rows(con, "pairs", rows, cols)
             insert_rows(con, "samples", samples, names(SAMPLE_COLUMNS))
             insert_rows(con, "errors", [[e["row_number"], e.get("id"), e["reason"], e.get("raw"),
