@@ -1126,3 +1126,21 @@ def test_an_edited_row_keeping_its_id_is_judged_again_in_a_chunk_that_alters_pai
                    ("p1", "two" if change == "widen" else "2", edited["response_b"])]
     assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]
     assert rows(out, "SELECT count(*) FROM errors") == [(0,)]
+
+
+def test_a_row_with_more_values_than_columns_is_refused_not_cut(tmp_path):
+    """A row of the wrong length is refused, as one statement per row refuses it: the values a
+    column list does not name are never dropped silently (and the one statement stores none of
+    the rows; row by row, the rows before it stay, as outside the store's transactions)."""
+    from rmjudge.store.bulk import insert_rows, insert_rows_each
+
+    for insert in (insert_rows, insert_rows_each):
+        con = duckdb.connect(":memory:")
+        con.execute("CREATE TABLE t (a VARCHAR, b VARCHAR)")
+        for bad in ([["a1", "b1"], ["a2", "b2", "lost"]], [["a1", "b1", "lost"], ["a2", "b2"]],
+                    [["a1", "b1", "lost"]]):
+            with pytest.raises((ValueError, duckdb.Error)):
+                insert(con, "t", bad)
+        if insert is insert_rows:
+            assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        con.close()

@@ -35,6 +35,9 @@ def insert_rows(con, table: str, rows: Sequence[Sequence[Any]],
     columns = list(columns) if columns is not None else list(types)
     if replace:
         rows = _last_per_key(con, table, rows, columns)
+    if any(len(r) != len(columns) for r in rows):  # never cut a row to fit (zip would)
+        raise ValueError(f"{table}: every row needs {len(columns)} values "
+                         f"({', '.join(columns)})")
     values, picks = [], []
     for c, col in zip(columns, zip(*rows)):
         if any(isinstance(v, float) and v != v for v in col):
