@@ -959,3 +959,188 @@ def test_bulk_writes_store_what_one_row_per_statement_stores(replace):
     assert len(held[0]) == 60 - 2 + 1
     if replace:
         assert [r[1] for r in held[0] if r[0] == 3] == ["last"]
+
+
+@pytest.mark.parametrize("table, column", [("pairs", "p_a_ab"), ("samples", "is_anchor"),
+                                           ("errors", "raw")])
+def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
+        tmp_path, monkeypatch, table, column):
+    """A store whose pairs, samples or errors table lacks a column (edited, or made by another
+    version) is refused before anything is judged: one `Error:` line naming the store, the
+    column and the fix, not a traceback from the first commit; the pairs it holds stay."""
+    import rmjudge.engine
+    import rmjudge.models
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.errors import EXIT_USER
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine",
+                        lambda *a, **k: ScriptedEngine(length_judge))
+    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, [row(i) for i in range(2)])
+    out = str(tmp_path / "o.duckdb")
+    assert CliRunner().invoke(main, ["score", str(src), "-o", out]).exit_code == 0
+    con = duckdb.connect(out)
+    con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.close()
+    with open(src, "ab") as f:
+        f.write(orjson.dumps(row(2)) + b"\n{not json\n")
+    r = CliRunner().invoke(main, ["score", str(src), "-o", out], catch_exceptions=False)
+    assert r.exit_code == EXIT_USER, r.output
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in r.output, r.output
+    assert out in errors[0] and f"{table}.{column}" in errors[0] and "--overwrite" in errors[0]
+    assert rows(out, "SELECT count(*) FROM pairs") == [(2,)]
+    assert rows(out, "SELECT count(*) FROM runs") == [(1,)]  # no run recorded for the refusal
+    r = CliRunner().invoke(main, ["score", str(src), "-o", out, "--overwrite"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert rows(out, "SELECT count(*) FROM pairs") == [(3,)]
+
+
+def _tables(db: str) -> dict:
+    """Every column (name, type) and every row (as text, sorted) of pairs, samples and errors."""
+    from rmjudge.sql import quote_ident
+
+    con = duckdb.connect(db, read_only=True)
+    try:
+        got = {}
+        for t in ("pairs", "samples", "errors"):
+            cols = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE "
+                               "table_name = ? ORDER BY column_index", [t]).fetchall()
+            sel = ", ".join(f"{quote_ident(c)}::VARCHAR" for c, _ in cols)
+            got[t] = (cols, sorted(map(repr, con.execute(f"SELECT {sel} FROM {t}").fetchall())))
+        return got
+    finally:
+        con.close()
+
+
+def test_a_run_resumed_from_a_store_written_row_by_row_stores_what_row_by_row_would(
+        tmp_path, monkeypatch):
+    """A store written by the row-at-a-time writers (as rmjudge 0.6 wrote), resumed with the
+    one-statement writers, holds exactly what resuming it row by row holds: passthrough columns
+    of every kind widening BIGINT -> DOUBLE -> VARCHAR across chunks and across the resume,
+    keys that differ by case or are named like SQL keywords or core columns, error rows that a
+    later run fixes or fails again, and an edited row judged again (--rejudge-changed)."""
+    import json
+
+    import rmjudge.store.run_store as run_store
+    from rmjudge.store import bulk
+
+    first = [row(0, n=1, mix=1, ok=True, tags=[1], ORDER=1, Id="x", select="s", Label="L"),
+             row(1, n=2**62, mix=2.5, ok=False, tags={"a": 1}, note="a\x00b \u2603"),
+             {"id": "p2", "prompt": "no responses"}, row(3, mix=None)]
+    second = [first[0], first[1], row(2, n=-3), row(3, mix="text", ok=1),
+              row(4, n=2**64, tags="plain", note=["x", {"y": None}], N=7, n_2=0.5),
+              row(5, n=1.5, mix=True, big="z" * 3000),
+              row(1, n=3, note="a duplicate id"), {"id": "p6", "prompt": "still no responses"}]
+    second[1] = row(1, n=2**62, mix=2.5, ok=False, tags={"a": 1}, note="edited \x00")
+    held = []
+    for resumed_with in ("bulk", "each"):
+        src, out = tmp_path / f"{resumed_with}.jsonl", str(tmp_path / f"{resumed_with}.duckdb")
+        with monkeypatch.context() as m:
+            m.setattr(run_store, "insert_rows", bulk.insert_rows_each)
+            m.setattr(run_store, "delete_in", bulk.delete_in_each)
+            src.write_text("".join(json.dumps(o) + "\n" for o in first))  # ints past 64 bits
+            score(str(src), ScriptedEngine(length_judge), settings(), output=out, commit_every=1)
+        with monkeypatch.context() as m:
+            if resumed_with == "each":
+                m.setattr(run_store, "insert_rows", bulk.insert_rows_each)
+                m.setattr(run_store, "delete_in", bulk.delete_in_each)
+            src.write_text("".join(json.dumps(o) + "\n" for o in second))
+            s = score(str(src), ScriptedEngine(length_judge), settings(), output=out,
+                      commit_every=2, rejudge_changed=True)
+        assert (s.judged, s.skipped) == (5, 1)
+        held.append(_tables(out))
+    assert held[0] == held[1]
+    types = dict(held[0]["pairs"][0])
+    assert (types["n"], types["mix"], types["ok"], types["tags"]) == (
+        "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR")
+    assert types["ORDER"] == "BIGINT" and types["N_2"] == "BIGINT" and types["n_2_2"] == "DOUBLE"
+    assert {"input_Id", "select", "input_Label"} <= set(types)
+    errors = held[0]["errors"][1]
+    assert len(errors) == 2 and any("duplicate id" in e for e in errors)
+    assert len(held[0]["pairs"][1]) == 6
+
+
+def test_nan_stays_nan_in_rows_written_one_statement_per_chunk(tmp_path):
+    """DuckDB before 2.0 reads a NaN inside a list parameter as NULL: the one-statement writes
+    keep NaN as NaN, as one statement per row did, next to NULL and the infinities, in rows
+    written directly and in a passthrough column of a Parquet input (the store and its
+    Parquet export)."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rmjudge.store.bulk import insert_rows, insert_rows_each
+
+    nan, inf = float("nan"), float("inf")
+    data = [[1, nan, "a", nan], [2, 0.25, None, 1.5], [3, None, "c", None], [4, -inf, "d", inf],
+            [5, 2**62 + 1, "e", nan]]
+    held = []
+    for insert in (insert_rows, insert_rows_each):
+        con = duckdb.connect(":memory:")
+        con.execute('CREATE TABLE t (k BIGINT PRIMARY KEY, x DOUBLE, s VARCHAR, "y" FLOAT)')
+        insert(con, "t", data[:2])
+        insert(con, "t", data[2:], replace=True)
+        held.append([tuple(map(repr, r)) for r in con.execute("SELECT * FROM t ORDER BY k").fetchall()])
+        con.close()
+    assert held[0] == held[1]
+    assert [r[1] for r in held[0]] == ["nan", "0.25", "None", "-inf", repr(float(2**62 + 1))]
+    assert [r[3] for r in held[0]] == ["nan", "1.5", "None", "inf", "nan"]
+
+    src = str(tmp_path / "in.parquet")
+    objs = [row(i) for i in range(3)]
+    pq.write_table(pa.Table.from_pylist(
+        [{**o, "weight": w} for o, w in zip(objs, [nan, 0.25, None])]), src)
+    for out in (str(tmp_path / "o.duckdb"), str(tmp_path / "o.parquet")):
+        score(src, ScriptedEngine(length_judge), settings(), output=out, commit_every=3)
+    got = dict(rows(str(tmp_path / "o.duckdb"), "SELECT id, weight FROM pairs"))
+    assert math.isnan(got["p0"]) and got["p1"] == 0.25 and got["p2"] is None
+    exported = {r["id"]: r["weight"] for r in pq.read_table(str(tmp_path / "o.parquet")).to_pylist()}
+    assert math.isnan(exported["p0"]) and exported["p1"] == 0.25 and exported["p2"] is None
+
+
+@pytest.mark.parametrize("change", ["widen", "add"])
+def test_an_edited_row_keeping_its_id_is_judged_again_in_a_chunk_that_alters_pairs(
+        tmp_path, change):
+    """An edited row that keeps its id, judged again with --rejudge-changed in a chunk that
+    widens or adds a passthrough column: its new verdict replaces the old one in one
+    transaction. (DuckDB before 2.0 refuses a key deleted and inserted again when the table
+    was altered in between, so the columns change before the old pair is deleted.)"""
+    src = tmp_path / "in.jsonl"
+    out = str(tmp_path / "o.duckdb")
+    write_jsonl(src, [row(0, n=1), row(1, n=2)])
+    score(str(src), ScriptedEngine(length_judge), settings(), output=out)
+    edited = row(1, **({"n": "two"} if change == "widen" else {"n": 2, "extra": "new"}))
+    edited["response_b"] = "an edited answer, much longer than the chosen one ever was"
+    write_jsonl(src, [row(0, n=1), edited])
+    s = score(str(src), ScriptedEngine(length_judge), settings(), output=out,
+              rejudge_changed=True)
+    assert (s.judged, s.skipped) == (1, 1)
+    got = rows(out, "SELECT id, n::VARCHAR, response_b FROM pairs ORDER BY id")
+    assert got == [("p0", "1", "short 0"),
+                   ("p1", "two" if change == "widen" else "2", edited["response_b"])]
+    assert rows(out, "SELECT count(DISTINCT pair_id) FROM samples") == [(2,)]
+    assert rows(out, "SELECT count(*) FROM errors") == [(0,)]
+
+
+def test_a_row_with_more_values_than_columns_is_refused_not_cut(tmp_path):
+    """A row of the wrong length is refused, as one statement per row refuses it: the values a
+    column list does not name are never dropped silently (and the one statement stores none of
+    the rows; row by row, the rows before it stay, as outside the store's transactions)."""
+    from rmjudge.store.bulk import insert_rows, insert_rows_each
+
+    for insert in (insert_rows, insert_rows_each):
+        con = duckdb.connect(":memory:")
+        con.execute("CREATE TABLE t (a VARCHAR, b VARCHAR)")
+        for bad in ([["a1", "b1"], ["a2", "b2", "lost"]], [["a1", "b1", "lost"], ["a2", "b2"]],
+                    [["a1", "b1", "lost"]]):
+            with pytest.raises((ValueError, duckdb.Error)):
+                insert(con, "t", bad)
+        if insert is insert_rows:
+            assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        con.close()

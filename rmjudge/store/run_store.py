@@ -210,7 +210,23 @@ class Store:
             raise StoreError(f"{what}; rerun with that input to resume, use -o to write "
                              "elsewhere, or --overwrite to start again")
 
+    def check_columns(self) -> None:
+        """Refuse a store whose pairs, samples or errors table lacks a column a run writes (an
+        edited store, or one made by another version), before anything is judged: its first
+        commit could not store a row."""
+        missing = []
+        for table, cols in (("pairs", PAIR_COLUMNS), ("samples", SAMPLE_COLUMNS),
+                            ("errors", ERROR_COLUMNS)):
+            have = {c.lower() for c in self._columns(table)}
+            missing += [f"{table}.{c}" for c, _ in cols if c.lower() not in have]
+        if missing:
+            raise StoreError(f"{self.path} lacks the column{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(missing)} that a run writes (edited, or made by "
+                             "another version); use -o to write elsewhere or --overwrite to "
+                             "start again")
+
     def start_run(self, info: dict) -> int:
+        self.check_columns()
         row = self.con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs").fetchone()
         self.run_id = int(row[0])
         info = {k: (orjson.dumps(v).decode() if isinstance(v, (dict, list)) else v)
@@ -360,15 +376,17 @@ class Store:
         n_cols = len(self.pair_columns)
 
         def statements(con) -> None:
-            if replaced:
-                delete_in(con, "samples", "pair_id", replaced, "VARCHAR")
-                delete_in(con, "pairs", "id", replaced, "VARCHAR")
+            # the columns change first: DuckDB before 2.0 refuses to insert a key deleted
+            # earlier in the transaction once the table was altered after the delete
             self.add_columns(new, con)
             for col, typ in widen.items():
                 self.widen(con, col, typ)
             if map_changed:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
                             [orjson.dumps(self._columns_map).decode()])
+            if replaced:
+                delete_in(con, "samples", "pair_id", replaced, "VARCHAR")
+                delete_in(con, "pairs", "id", replaced, "VARCHAR")
             insert_rows(con, "pairs", rows, cols)
             insert_rows(con, "samples", samples, names(SAMPLE_COLUMNS))
             insert_rows(con, "errors", [[e["row_number"], e.get("id"), e["reason"], e.get("raw"),
