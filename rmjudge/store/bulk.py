@@ -23,15 +23,14 @@ def column_types(con, table: str) -> dict[str, str]:
 
 
 def insert_rows(con, table: str, rows: Sequence[Sequence[Any]],
-                columns: Sequence[str] | None = None, *, replace: bool = False,
-                types: dict[str, str] | None = None) -> None:
+                columns: Sequence[str] | None = None, *, replace: bool = False) -> None:
     """Insert `rows` (each a sequence of values for `columns`, all of the table's columns when
-    None) into `table`, in order; `replace`: INSERT OR REPLACE (a later row wins over a held
-    row with the same key, and over an earlier row of the same call with the same key).
-    `types`: the table's column types when the caller has them (else read with DESCRIBE)."""
+    None) into `table`, in order, each value cast to its column's type (read with DESCRIBE);
+    `replace`: INSERT OR REPLACE (a later row wins over a held row with the same key, and over
+    an earlier row of the same call with the same key)."""
     if not rows:
         return
-    types = types or column_types(con, table)
+    types = column_types(con, table)
     columns = list(columns) if columns is not None else list(types)
     if replace:
         rows = _last_per_key(con, table, rows, columns)
@@ -61,14 +60,13 @@ def delete_in(con, table: str, column: str, values: Sequence[Any], typ: str) -> 
 
 
 def insert_rows_each(con, table: str, rows: Sequence[Sequence[Any]],
-                     columns: Sequence[str] | None = None, *, replace: bool = False,
-                     types: dict[str, str] | None = None) -> None:
+                     columns: Sequence[str] | None = None, *, replace: bool = False) -> None:
     """`insert_rows` one row per statement (DuckDB `executemany`), as rmjudge 0.6 wrote: the
     reference the tests hold `insert_rows` to and the naive path benchmarks/bench_store.py
     measures it against."""
     if not rows:
         return
-    columns = list(columns) if columns is not None else list(types or column_types(con, table))
+    columns = list(columns) if columns is not None else list(column_types(con, table))
     verb = "INSERT OR REPLACE" if replace else "INSERT"
     con.executemany(f"{verb} INTO {table} ({', '.join(quote_ident(c) for c in columns)}) "
                     f"VALUES ({', '.join('?' for _ in columns)})", [list(r) for r in rows])
@@ -112,5 +110,6 @@ def _last_per_key(con, table: str, rows: Sequence[Sequence[Any]],
 def _primary_key(con, table: str) -> list[str]:
     found = con.execute(
         "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? "
-        "AND constraint_type = 'PRIMARY KEY' AND database_name = current_database()", [table]).fetchall()
+        "AND constraint_type = 'PRIMARY KEY' AND database_name = current_database()",
+        [table]).fetchall()
     return list(found[0][0]) if found else []
