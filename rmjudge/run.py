@@ -207,15 +207,15 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
     note = criteria_note(opts.judge, opts.mapper.label_choice)
     if note:
         status(note)
-    if engine is None:
-        engine = load_judge_engine(opts.engine, opts.server, status)
     display = None
-    if progress is not None:
-        total = count_rows(source)
-        if total is not None and opts.limit:
-            total = min(total, opts.limit)
-        display = progress(total, engine)
     try:
+        if engine is None:
+            engine = load_judge_engine(opts.engine, opts.server, status)
+        if progress is not None:
+            total = count_rows(source)
+            if total is not None and opts.limit:
+                total = min(total, opts.limit)
+            display = progress(total, engine)
         summary = score(source, engine, opts.judge, output=output, mapper=opts.mapper,
                         overwrite=opts.overwrite, limit=opts.limit, shard=opts.shard,
                         commit_every=opts.commit_every, on_progress=display,
@@ -223,7 +223,8 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
                         announce=(lambda line: display.note(f"rmjudge: {line}"))
                         if display is not None else None,
                         n_ctx=opts.engine.n_ctx)
-    except KeyboardInterrupt:  # before the run's own handling began, or after it ended
+    except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
+        # judge loaded can be delivered just after the load returned), or after it ended
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
                           "resume") from None
     finally:

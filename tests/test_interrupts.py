@@ -206,3 +206,24 @@ def test_a_signal_while_duckdb_creates_the_store_is_held_not_a_duckdb_error(tmp_
         score(PAIRS, engine, JudgeSettings(samples=2), output=out)
     assert engine.calls == []
     assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
+
+
+def test_a_ctrl_c_delivered_as_the_judge_finishes_loading_ends_the_run_with_the_resume_hint(
+        tmp_path, monkeypatch):
+    """A Ctrl-C held while llama.cpp loaded the judge (inside a C callback) is delivered when
+    the load returns, outside the loader's own handling: the run still ends with exit 130 and
+    the resume hint, not a bare "interrupted"."""
+    from click.testing import CliRunner
+
+    import rmjudge.run
+    from rmjudge.cli import main
+
+    def loaded_then_interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as a held signal arrives once the load has returned
+
+    monkeypatch.setattr(rmjudge.run, "load_judge_engine", loaded_then_interrupted)
+    r = CliRunner().invoke(main, ["score", PAIRS, "-o", str(tmp_path / "o.duckdb")])
+    assert r.exit_code == EXIT_INTERRUPTED, r.output
+    lines = r.output.strip().splitlines()
+    assert lines == ["Error: interrupted; no judged pair is lost: rerun the same command to "
+                     "resume"], r.output
