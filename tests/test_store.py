@@ -1144,3 +1144,22 @@ def test_a_row_with_more_values_than_columns_is_refused_not_cut(tmp_path):
         if insert is insert_rows:
             assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
         con.close()
+
+
+def test_a_greedy_table_of_another_version_lacking_a_column_is_one_error_not_a_keyerror(
+        tmp_path):
+    """Tables other than pairs, samples and errors are checked where rows are written: a
+    missing column is a user error naming the file, not a KeyError."""
+    from rmjudge.errors import UserError
+
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)
+    con = duckdb.connect(out)
+    con.execute('CREATE TABLE greedy (pair_id VARCHAR, "order" VARCHAR, text VARCHAR, '
+                'PRIMARY KEY (pair_id, "order"))')
+    con.close()
+    with Store(out) as store:
+        with pytest.raises(UserError, match=r"o\.duckdb: its table greedy lacks the columns "
+                                            r"prediction, letter"):
+            store.add_greedy([["p1", "ab", "t", 1, "A", "generated", 0.5, 3, "stop", "x", 8]])
+    assert rows(out, "SELECT count(*) FROM greedy") == [(0,)]

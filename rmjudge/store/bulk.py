@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rmjudge.errors import UserError
 from rmjudge.sql import quote_ident
 
 
@@ -32,6 +33,11 @@ def insert_rows(con, table: str, rows: Sequence[Sequence[Any]],
         return
     types = column_types(con, table)
     columns = list(columns) if columns is not None else list(types)
+    missing = [c for c in columns if c not in types]
+    if missing:  # a table edited, or made by another version: one error line, not a KeyError
+        raise UserError(f"{_database_path(con)}: its table {table} lacks the column"
+                        f"{'s' if len(missing) > 1 else ''} {', '.join(missing)} that rmjudge "
+                        "writes (edited, or made by another version); write to a new output")
     if replace:
         rows = _last_per_key(con, table, rows, columns)
     if any(len(r) != len(columns) for r in rows):  # never cut a row to fit (zip would)
@@ -89,6 +95,12 @@ def _as_text(v: Any) -> Any:
     if isinstance(v, int):
         return str(v)
     return v
+
+
+def _database_path(con) -> str:
+    found = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = "
+                        "current_database()").fetchone()
+    return found[0] if found and found[0] else "the database"
 
 
 def _last_per_key(con, table: str, rows: Sequence[Sequence[Any]],
