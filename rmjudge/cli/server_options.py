@@ -78,13 +78,9 @@ def check_template_file(path: str) -> None:
     """Refuse a --chat-template file that cannot render a judge prompt (a syntax error, an
     operation the sandbox blocks), naming the file, before any server is contacted."""
     from rmjudge.engine.chat import ChatTemplate
+    from rmjudge.engine.served_template import read_chat_template
     from rmjudge.settings import SettingsError
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise SettingsError(f"cannot read --chat-template {path}: {why}") from None
+    text = read_chat_template(path, SettingsError)
     ChatTemplate(text, origin=f"--chat-template {path}",
                  fix="fix the file, or leave --chat-template out to use the server's template")

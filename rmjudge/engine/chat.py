@@ -22,10 +22,11 @@ _PROBE = ({"role": "user", "content": "Which response is better?"},)
 
 def sandbox_environment():
     """The Jinja2 environment untrusted templates render in (chat templates, `--prompt-template`):
-    immutable and sandboxed, with the whitespace handling of Hugging Face chat templates."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    immutable and sandboxed, with the whitespace handling of Hugging Face chat templates, and
+    bounded (rmjudge.engine.render_limit: render with `render_bounded`)."""
+    from rmjudge.engine.render_limit import bounded_environment
 
-    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return bounded_environment(trim_blocks=True, lstrip_blocks=True)
 
 
 class TemplateError(UserError):
@@ -40,10 +41,14 @@ def template_failure(exc: Exception, origin: str, fix: str, error: type = Templa
     import jinja2
     from jinja2.exceptions import SecurityError
 
+    from rmjudge.engine.render_limit import RenderTooLarge
+
     if isinstance(exc, jinja2.TemplateSyntaxError):
         what = " ".join(str(exc.message).split()).rstrip(".")
         return error(f"{origin} has a syntax error (line {exc.lineno}: {what}); {fix}")
     what = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+    if isinstance(exc, RenderTooLarge):
+        return error(f"{origin} renders a prompt too large ({exc}); {fix}")
     if isinstance(exc, SecurityError):
         return error(f"{origin} does something rmjudge's template sandbox blocks ({what}); {fix}")
     return error(f"{origin} failed to render a prompt ({type(exc).__name__}: {what}); {fix}")
@@ -91,9 +96,12 @@ class ChatTemplate:
                            ("\n\n", True)]
             pieces.append(("Assistant: ", True))
         else:
+            from rmjudge.engine.render_limit import render_bounded
+
             try:
-                text = self._template.render(messages=list(messages), add_generation_prompt=True,
-                                             bos_token=self.bos, eos_token=self.eos)
+                text = render_bounded(self._template, messages=list(messages),
+                                      add_generation_prompt=True, bos_token=self.bos,
+                                      eos_token=self.eos)
             except TemplateError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code

@@ -103,6 +103,17 @@ class Found:
     tokenizer: Any = None
 
 
+def read_chat_template(path: str, error: type = ServerError) -> str:
+    """The text of a `--chat-template` file, read bounded (rmjudge.io.textfile): a FIFO, a
+    device or a file over 1 MiB is refused with one line naming it."""
+    from rmjudge.io.textfile import TEXT_FILE_LIMIT, read_text_file, size_words
+
+    return read_text_file(path, f"--chat-template {path}",
+                          f"give a readable UTF-8 Jinja2 file of at most "
+                          f"{size_words(TEXT_FILE_LIMIT)}, or leave --chat-template out to use "
+                          "the server's template", error)
+
+
 def find_template(settings: ServerSettings, model: str, props: dict, root: str,
                   strict: bool) -> Found:
     """The template of the served `model` in the documented order (module docstring); `props`
@@ -127,12 +138,7 @@ def find_template(settings: ServerSettings, model: str, props: dict, root: str,
                                   text_value(props.get("eos_token"))),
                      f"the server ({root}/props)", arch, tokenizer)
     if settings.chat_template:
-        try:
-            with open(settings.chat_template, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ServerError(f"cannot read --chat-template {settings.chat_template}: "
-                              f"{exc.strerror}") from None
+        text = read_chat_template(settings.chat_template)
         bos, eos = (gguf_template.bos, gguf_template.eos) if gguf_template else ("", "")
         return Found(ChatTemplate(text, bos, eos), settings.chat_template, arch, tokenizer)
     if strict and gguf_template is None:

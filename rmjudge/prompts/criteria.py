@@ -48,15 +48,13 @@ def resolve_criteria(value: str | None) -> str | None:
     if value in BUILTIN:
         return BUILTIN[value]
     if value.startswith("@"):
+        from rmjudge.io.textfile import TEXT_FILE_LIMIT, read_text_file, size_words
+
         path = value[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise CriteriaError(f"--criteria {value}: cannot read {path} ({reason}); give a "
-                                "readable UTF-8 text file, a built-in name "
-                                f"({', '.join(BUILTIN)}) or the criteria text") from None
+        text = read_text_file(
+            path, f"--criteria {value}",
+            f"give a readable UTF-8 text file of at most {size_words(TEXT_FILE_LIMIT)}, a "
+            f"built-in name ({', '.join(BUILTIN)}) or the criteria text", CriteriaError).strip()
         if not text:
             raise CriteriaError(f"--criteria {value}: {path} is empty; write the criteria "
                                 "into it")

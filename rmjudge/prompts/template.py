@@ -47,21 +47,21 @@ class PromptTemplate:
                                 PromptTemplateError)
 
     def render(self, **variables: Any) -> str:
+        from rmjudge.engine.render_limit import render_bounded
+
         try:
-            return self._template.render(**variables)
+            return render_bounded(self._template, **variables)
         except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
             raise self._failure(exc) from None
 
 
 def read_template(path: str) -> PromptTemplate:
     """The compiled template in `path`; an unreadable file is a PromptTemplateError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise PromptTemplateError(f"--prompt-template {path}: cannot read it ({reason}); give "
-                                  "a readable UTF-8 Jinja2 file") from None
+    from rmjudge.io.textfile import TEXT_FILE_LIMIT, read_text_file, size_words
+
+    text = read_text_file(path, f"--prompt-template {path}",
+                          f"give a readable UTF-8 Jinja2 file of at most "
+                          f"{size_words(TEXT_FILE_LIMIT)}", PromptTemplateError)
     if not text.strip():
         raise PromptTemplateError(f"--prompt-template {path} is empty; {FIX}")
     return PromptTemplate(text, path)
