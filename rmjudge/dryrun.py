@@ -17,6 +17,7 @@ from typing import Callable
 
 from rmjudge import cache
 from rmjudge.io.intake import Intake, RowFailure
+from rmjudge.prompts import PromptStyle
 from rmjudge.runspec import resolve
 from rmjudge.settings import EngineSettings, JudgeSettings
 
@@ -173,16 +174,16 @@ def _hms(seconds: float) -> str:
 
 
 def dry_run(open_input: Callable[[], Intake], js: JudgeSettings, es: EngineSettings,
-            server: str | None = None) -> DryRunReport:
+            server: str | None = None, style: PromptStyle | None = None) -> DryRunReport:
     """The estimate of judging the pairs `open_input()` opens (`rmjudge.run.open_input`, called
     once the tokenizer has loaded). `server`: the --server URL; prompts are then counted with
     `es.model`, the GGUF the server serves, and requests and tokens sent and received are
-    estimated."""
+    estimated. `style`: the prompt style of `js` already read (`run.check_prompting`)."""
     from rmjudge.engine import load_engine
     from rmjudge.protocol import PairOrderJob
 
     engine = load_engine(es, vocab_only=True)
-    spec = resolve(js, engine.info, es.n_ctx)
+    spec = resolve(js, engine.info, es.n_ctx, style)
     js = spec.settings  # --max-tokens and --forced as this model resolves them
     suffix, context = spec.suffix, spec.context
     rep = DryRunReport(max_tokens=js.max_tokens, context=context, server=server,

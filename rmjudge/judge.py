@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator
 
 from rmjudge.engine.base import Engine, serve_in_calls
-from rmjudge.runspec import resolve
+from rmjudge.runspec import RunSpec, resolve
 from rmjudge.protocol import PairOrderJob, PairResult, combine_orders, to_letter
 from rmjudge.settings import JudgeSettings
 from rmjudge.types import Generation, GenRequest, Pair
@@ -51,11 +51,13 @@ def _agree(jobs: list[PairOrderJob]) -> bool:
 
 
 class Judge:
-    def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None,
-                 n_ctx: int | None = None):
-        """`n_ctx`: the per-sequence limit `--ctx-size` sets (rmjudge.runspec.resolve)."""
+    def __init__(self, engine: Engine, settings: JudgeSettings | RunSpec,
+                 pairs_in_flight: int | None = None, n_ctx: int | None = None):
+        """`settings`: the judge settings, resolved here for the engine's model within `n_ctx`
+        (the per-sequence limit `--ctx-size` sets; rmjudge.runspec.resolve), or the run's
+        `RunSpec`, already resolved for this model, used as it is (`n_ctx` is then its)."""
         self.engine = engine
-        spec = resolve(settings, engine.info, n_ctx)
+        spec = settings if isinstance(settings, RunSpec) else resolve(settings, engine.info, n_ctx)
         self.spec = spec
         self.settings = spec.settings  # unset --max-tokens / --forced resolved for this model
         self.suffix = spec.suffix

@@ -20,7 +20,7 @@ from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, default_output_stem
 from rmjudge.judge import Failure, Judge
 from rmjudge.protocol import PairResult
-from rmjudge.runspec import resolve, run_record
+from rmjudge.runspec import RunSpec, resolve, run_record
 from rmjudge.settings import JudgeSettings
 from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, check_output,
                            export_files, output_format, store_path)
@@ -123,7 +123,7 @@ def error_kind(reason: str) -> str:
 def score(
     source: str,
     engine,
-    js: JudgeSettings,
+    js: JudgeSettings | RunSpec,
     *,
     output: str | None = None,
     mapping: dict[str, str] | None = None,
@@ -137,16 +137,34 @@ def score(
     rejudge_changed: bool = False,
     n_ctx: int | None = None,
 ) -> Summary:
-    """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
-    `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
-    before judging starts. A row judged by an earlier run that has changed since stops the run
-    (`StoreError` naming the rows), or with `rejudge_changed` is judged again and its new verdict
-    replaces the old one. `n_ctx`: the per-sequence limit `--ctx-size` sets (the run spec's).
+    """Judge `source` into `output` (a run: intake -> Judge -> store). `js`: the judge settings,
+    resolved here for the engine's model within `n_ctx` (the per-sequence limit `--ctx-size`
+    sets), or a `RunSpec` already resolved for it. `mapper` (or the plain `mapping` of --map)
+    turns rows into pairs; `announce` hears how the input is read, once, before judging starts.
+    A row judged by an earlier run that has changed since stops the run (`StoreError` naming
+    the rows), or with `rejudge_changed` is judged again and its new verdict replaces the old
+    one.
     """
     out = output or default_output(source)
-    fmt = output_format(out)
     check_output(source, out)
-    mapper = mapper or Mapper(mapping or {}, seed=js.seed)
+    spec = js if isinstance(js, RunSpec) else resolve(js, engine.info, n_ctx)
+    return score_checked(source, out, engine, spec,
+                         mapper or Mapper(mapping or {}, seed=spec.settings.seed),
+                         overwrite=overwrite, limit=limit, shard=shard,
+                         commit_every=commit_every, on_progress=on_progress, announce=announce,
+                         rejudge_changed=rejudge_changed)
+
+
+def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, *,
+                  overwrite: bool = False, limit: int | None = None,
+                  shard: tuple[int, int] | None = None, commit_every: int = COMMIT_EVERY_PAIRS,
+                  on_progress: Callable[[Progress], None] | None = None,
+                  announce: Callable[[str], None] | None = None,
+                  rejudge_changed: bool = False) -> Summary:
+    """`score` once its output `out` is checked (`check_output`) and its spec resolved for
+    `engine`'s model: `run.judge_input` checks the output before the model loads and builds
+    the spec once it has, so neither is done twice."""
+    fmt = output_format(out)
     # Labels that need --label-values stop the run here, before any output is touched.
     rows: Iterator[RawRow] = checked_rows(source, mapper, limit)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
@@ -165,15 +183,14 @@ def score(
         store = Store(store_path(out), overwrite=overwrite, exports=export_files(out))
     try:
         with graceful():
-            return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                          commit_every, on_progress, identity, rejudge_changed, n_ctx)
+            return _score(store, first, rows, engine, spec, out, fmt, source, mapper, limit,
+                          shard, commit_every, on_progress, identity, rejudge_changed)
     finally:
         store.close()
 
 
-def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None) -> Summary:
-    spec = resolve(js, engine.info, n_ctx)
+def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, mapper, limit,
+           shard, commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
     settings = spec.verdict_settings()
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
@@ -221,7 +238,7 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         prog.rows_read = intake.rows_read
         prog.skipped = intake.skipped
 
-    judge = Judge(engine, js, n_ctx=n_ctx)
+    judge = Judge(engine, spec)
     batch: list[PairResult] = []
     last_commit = time.monotonic()
     counts = _Counts()

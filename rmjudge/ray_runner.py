@@ -212,18 +212,18 @@ class _JudgeWorker:
 
     def __init__(self, factory: Callable, opts: RunOptions, settings: dict, work_dir: str,
                  run_id: int):
-        from rmjudge.pipeline import verdict_settings
-        from rmjudge.run import build_judge
+        from rmjudge.run import build_judge, run_spec
 
         self.engine = factory()
-        mine = verdict_settings(opts.judge, self.engine.info)
+        spec = run_spec(self.engine, opts)  # this worker's, built once
+        mine = spec.verdict_settings()
         if orjson.loads(orjson.dumps(mine)) != settings:
             from rmjudge.store import describe_differences
 
             raise RayRunError(f"this node's engine differs from the driver's "
                               f"({describe_differences(settings, mine)}); install the same model "
                               "file on every node")
-        self.judge = build_judge(self.engine, opts)
+        self.judge = build_judge(self.engine, opts, spec)
         self.mapper = opts.mapper  # this worker's own copy (Ray hands each actor its own)
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
@@ -279,11 +279,14 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     """Judge `source` on Ray into the DuckDB run store `output`. See the module doc. `mapper`:
     how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
     worker gets a copy of."""
+    from rmjudge.prompts import prompt_style
+
+    style = prompt_style(js.criteria, js.prompt_template)  # read once, before anything is done
     try:
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-    from rmjudge.pipeline import verdict_settings
+    from rmjudge.runspec import resolve
     from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
                                not_a_store_message, other_settings_message, output_format,
                                remove_tree, write_json)
@@ -302,15 +305,14 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         remove_tree(work)
     started = time.monotonic()
     files = list_inputs(source)
-    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), mapping or {},
-                      overwrite=overwrite)
+    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
         from rmjudge.run import open_input
 
         open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
-    settings = orjson.loads(orjson.dumps(verdict_settings(js, info)))
+    settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
     make_dir(os.path.join(work, "batches"))
     settings_path = os.path.join(work, "settings.json")
     if os.path.exists(settings_path):

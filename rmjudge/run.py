@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from rmjudge.io.rows import RawRow
     from rmjudge.judge import Judge
     from rmjudge.pipeline import Summary
+    from rmjudge.prompts import PromptStyle
     from rmjudge.protocol import PairResult
+    from rmjudge.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,7 @@ class RunOptions:
 
     judge: JudgeSettings
     engine: EngineSettings
-    mapper: Mapper
-    mapping: dict
+    mapper: Mapper  # how rows become pairs (its `mapping` is --map's)
     limit: int | None = None
     shard: tuple[int, int] | None = None
     commit_every: int = 8
@@ -90,12 +91,12 @@ def open_input(source: str, mapper: Mapper, limit: int | None = None) -> "Intake
     return Intake(checked_rows(source, mapper, limit), mapper, limit=limit)
 
 
-def build_judge(engine, opts: RunOptions) -> "Judge":
-    """The Judge of a run: its judge settings on `engine`, within the context `--ctx-size` sets
-    (the run spec's)."""
+def build_judge(engine, opts: RunOptions, spec: "RunSpec | None" = None) -> "Judge":
+    """The Judge of a run: `spec` (the run's, `run_spec`), else its judge settings resolved on
+    `engine` within the context `--ctx-size` sets."""
     from rmjudge.judge import Judge
 
-    return Judge(engine, opts.judge, n_ctx=opts.engine.n_ctx)
+    return Judge(engine, spec or run_spec(engine, opts))
 
 
 def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
@@ -145,15 +146,25 @@ def criteria_note(js: JudgeSettings, label_choice: str | None) -> str | None:
     return f"rmjudge: criteria: {what}"
 
 
-def check_prompting(js: JudgeSettings) -> None:
-    """A bad --criteria or --prompt-template fails here, before any model loads."""
+def check_prompting(js: JudgeSettings) -> "PromptStyle":
+    """The prompt style of --criteria and --prompt-template, read once, before any model
+    loads (a bad value fails here); the run hands it to `runspec.resolve`."""
     from rmjudge.prompts import prompt_style
 
-    prompt_style(js.criteria, js.prompt_template)
+    return prompt_style(js.criteria, js.prompt_template)
 
 
-def check_run_paths(source: str, output: str | None) -> None:
-    """A missing or unreadable input and an unusable output fail before any model loads."""
+def run_spec(engine, opts: RunOptions, style: "PromptStyle | None" = None) -> "RunSpec":
+    """The run's spec, built once: its judge settings on `engine`'s model within the context
+    `--ctx-size` sets, with the prompt style already read (`check_prompting`)."""
+    from rmjudge.runspec import resolve
+
+    return resolve(opts.judge, engine.info, opts.engine.n_ctx, style)
+
+
+def check_run_paths(source: str, output: str | None) -> str:
+    """A missing or unreadable input and an unusable output fail before any model loads.
+    Returns the output (`output`, or the default next to the input)."""
     from rmjudge.io.readers import detect_format
     from rmjudge.pipeline import check_output, default_output
 
@@ -161,7 +172,9 @@ def check_run_paths(source: str, output: str | None) -> None:
         raise SettingsError("-o is empty; give an output file name, or leave -o out for "
                             "INPUT.judged.duckdb")
     detect_format(source)
-    check_output(source, output or default_output(source))
+    out = output or default_output(source)
+    check_output(source, out)
+    return out
 
 
 def dry_run(source: str, opts: RunOptions):
@@ -175,10 +188,11 @@ def dry_run(source: str, opts: RunOptions):
     if server is not None and opts.engine.model is None:
         raise SettingsError("--dry-run with --server counts prompt tokens with the served "
                             "model's tokenizer: add --model FILE.gguf (the GGUF it serves)")
-    check_prompting(opts.judge)
+    style = check_prompting(opts.judge)
     with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
         return estimate(lambda: open_input(source, opts.mapper, opts.limit), opts.judge,
-                        opts.engine, server=None if server is None else server.public)
+                        opts.engine, server=None if server is None else server.public,
+                        style=style)
 
 
 def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,
@@ -200,10 +214,10 @@ def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=Non
 
 def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> "Summary":
     from rmjudge.io.readers import count_rows
-    from rmjudge.pipeline import Interrupted, score
+    from rmjudge.pipeline import Interrupted, score_checked
 
-    check_run_paths(source, output)
-    check_prompting(opts.judge)
+    out = check_run_paths(source, output)
+    style = check_prompting(opts.judge)
     note = criteria_note(opts.judge, opts.mapper.label_choice)
     if note:
         status(note)
@@ -216,13 +230,12 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
             if total is not None and opts.limit:
                 total = min(total, opts.limit)
             display = progress(total, engine)
-        summary = score(source, engine, opts.judge, output=output, mapper=opts.mapper,
-                        overwrite=opts.overwrite, limit=opts.limit, shard=opts.shard,
-                        commit_every=opts.commit_every, on_progress=display,
-                        rejudge_changed=opts.rejudge_changed,
-                        announce=(lambda line: display.note(f"rmjudge: {line}"))
-                        if display is not None else None,
-                        n_ctx=opts.engine.n_ctx)
+        summary = score_checked(source, out, engine, run_spec(engine, opts, style), opts.mapper,
+                                overwrite=opts.overwrite, limit=opts.limit, shard=opts.shard,
+                                commit_every=opts.commit_every, on_progress=display,
+                                rejudge_changed=opts.rejudge_changed,
+                                announce=(lambda line: display.note(f"rmjudge: {line}"))
+                                if display is not None else None)
     except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
         # judge loaded can be delivered just after the load returned), or after it ended
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "

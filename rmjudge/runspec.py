@@ -11,6 +11,12 @@ wins. `RunSpec.settings` holds the resolved values; the stored run settings do t
 Scoring, dry run, the greedy baseline, Ray, merge and training all take the suffix and the
 budget from here, so a pair that one of them judges is judged alike by the others, and a rerun
 is checked against the same `verdict_settings`.
+
+A run builds its spec once, when its model is known, and hands it down: `pipeline.score`
+(or `score_checked` under `run.judge_input`) passes it to `Judge`, which uses it as it is. The
+prompt style (`--criteria @FILE`, `--prompt-template`) is read once, before the model loads
+(`run.check_prompting`), and handed to `resolve`. The context budget of a sequence (prompt +
+`max_tokens` + `FORCE_MARGIN`) is `tokens_needed` / `prompt_room`, used by the engines too.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ class RunSpec:
         return notes
 
     def tokens_needed(self, prompt_tokens: int) -> int:
-        return prompt_tokens + self.settings.max_tokens + FORCE_MARGIN
+        return tokens_needed(prompt_tokens, self.settings.max_tokens)
 
     def fits(self, prompt_tokens: int) -> bool:
         return self.tokens_needed(prompt_tokens) <= self.context
@@ -105,6 +111,19 @@ def context_limit(n_ctx: int | None, n_ctx_train: int) -> int:
     return n_ctx_train if not n_ctx else min(n_ctx, n_ctx_train or n_ctx)
 
 
+def tokens_needed(prompt_tokens: int, max_tokens: int) -> int:
+    """The context budget of one sequence: its prompt, `max_tokens` to generate and the
+    forced-verdict margin (the one place that adds them up: the run spec, the dry run and the
+    llama.cpp engine's KV planning all use it)."""
+    return prompt_tokens + max_tokens + FORCE_MARGIN
+
+
+def prompt_room(context: int, max_tokens: int) -> int:
+    """The most prompt tokens a sequence of `context` tokens leaves room for
+    (`tokens_needed(prompt_room(c, m), m) == c`)."""
+    return context - max_tokens - FORCE_MARGIN
+
+
 def too_long_reason(prompt_tokens: int | str, max_tokens: int, context: int) -> str:
     """Why a pair cannot be judged: its prompt (`prompt_tokens`, a count or words such as "at
     least N") and `max_tokens` do not fit a sequence's `context`."""
@@ -138,12 +157,16 @@ def is_demo_model(model: ModelInfo) -> bool:
     return False
 
 
-def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None) -> RunSpec:
+def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None,
+            style: PromptStyle | None = None) -> RunSpec:
     """The spec for judging with `settings` on `model` (`n_ctx`: a per-sequence limit below the
     model's training context, as `--ctx-size` sets). Unset `max_tokens` and `forced` take the
-    model's defaults (module docstring)."""
+    model's defaults (module docstring). `style`: the prompt style of `settings` already read
+    (`prompt_style`, which a run calls before its model loads), else it is read here: a run
+    reads its `--criteria @FILE` and `--prompt-template` once."""
     suffix = prompt_suffix(model, settings.prompt_suffix)
-    style = prompt_style(settings.criteria, settings.prompt_template)
+    if style is None:
+        style = prompt_style(settings.criteria, settings.prompt_template)
     context = context_limit(n_ctx, model.n_ctx_train)
     demo = is_demo_model(model)
     resolved = replace(

@@ -67,10 +67,12 @@ class GenRequest:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
-    max_tokens: int = 256
     stop: tuple[str, ...] = ()
     force: ForceSpec | None = None
     share_key: Any = None
+    # required (a keyword): the token limit comes from the run spec (rmjudge.runspec), never
+    # from a default here
+    max_tokens: int = field(kw_only=True)
 
 
 @dataclass

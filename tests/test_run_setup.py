@@ -35,7 +35,7 @@ def _pairs(tmp_path, n: int = 3) -> str:
 
 def _opts(**kw) -> RunOptions:
     js = JudgeSettings(samples=1, seed=0, forced=False, max_tokens=16)
-    return RunOptions(js, EngineSettings(), Mapper({}, seed=0), {}, **kw)
+    return RunOptions(js, EngineSettings(), Mapper({}, seed=0), **kw)
 
 
 # -- one run set-up ---------------------------------------------------------------------------
@@ -102,6 +102,108 @@ def test_judge_resolves_the_spec_with_the_context_size():
     js = JudgeSettings(samples=1, max_tokens=16)
     assert Judge(ScriptedEngine(_respond), js, n_ctx=512).spec.context == 512
     assert Judge(ScriptedEngine(_respond), js).spec.context == FAKE_INFO.n_ctx_train
+
+
+TEMPLATE = """{% if task == "pref" %}Which answer is better? Rubric: {{ criteria }}
+Q: {{ context }}
+A1: {{ response1 }}
+A2: {{ response2 }}
+{{ answer_format }}{% else %}Which critique is better? Rubric: {{ criteria }}
+Q: {{ context }}
+A1: {{ response1 }}
+A2: {{ response2 }}
+Critique 1: {{ critique1 }}
+Critique 2: {{ critique2 }}
+{{ answer_format }}{% endif %}"""
+
+
+def _count_the_run(monkeypatch, tmp_path) -> tuple[dict, str, str]:
+    """Counters of what a run does once: reads of each option file, run specs built, output
+    checks. Returns them with a criteria file and a template file to name."""
+    import rmjudge.io.textfile
+    import rmjudge.pipeline
+
+    counts: dict = {"spec": 0, "check_output": 0}
+    read, check, spec_class = (rmjudge.io.textfile.read_text_file, rmjudge.pipeline.check_output,
+                               runspec.RunSpec)
+
+    def reading(path, *a, **k):
+        counts[path] = counts.get(path, 0) + 1
+        return read(path, *a, **k)
+
+    def checking(*a, **k):
+        counts["check_output"] += 1
+        return check(*a, **k)
+
+    class CountedSpec(spec_class):
+        def __init__(self, *a, **k):
+            counts["spec"] += 1
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(rmjudge.io.textfile, "read_text_file", reading)
+    monkeypatch.setattr(rmjudge.pipeline, "check_output", checking)
+    monkeypatch.setattr(runspec, "RunSpec", CountedSpec)
+    crit, tmpl = tmp_path / "rubric.txt", tmp_path / "prompt.jinja"
+    crit.write_text("Prefer the shorter answer.")
+    tmpl.write_text(TEMPLATE)
+    return counts, str(crit), str(tmpl)
+
+
+def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path, monkeypatch):
+    """`rmjudge score --criteria @FILE --prompt-template FILE`: each file is read once, the
+    run spec is built once (the pipeline hands it to the Judge), the output checked once."""
+    import rmjudge.engine
+    import rmjudge.models
+    from rmjudge.cli import main
+
+    counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
+    engine = ScriptedEngine(_respond)
+    monkeypatch.setattr(rmjudge.engine, "load_engine", lambda es, **kw: engine)
+    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda model: "judge.gguf")
+    out = tmp_path / "out.duckdb"
+    r = CliRunner().invoke(main, ["score", _pairs(tmp_path), "-o", str(out), "--samples", "1",
+                                  "--max-tokens", "16", "--criteria", f"@{crit}",
+                                  "--prompt-template", tmpl, "-q"])
+    assert r.exit_code == 0, r.output
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+    assert engine.calls and all("Prefer the shorter answer." in req.messages[0]["content"]
+                                for call in engine.calls for req in call)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM pairs").fetchone()[0] == 3
+
+
+def test_a_library_run_builds_its_spec_once_and_reads_each_option_file_once(
+        tmp_path, monkeypatch):
+    from rmjudge import score
+
+    counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
+    js = JudgeSettings(samples=1, max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
+    summary = score(_pairs(tmp_path), ScriptedEngine(_respond), js,
+                    output=str(tmp_path / "out.duckdb"))
+    assert summary.judged == 3
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+
+
+def test_a_given_spec_is_used_as_it_is():
+    engine = ScriptedEngine(_respond)
+    spec = runspec.resolve(JudgeSettings(samples=1, max_tokens=16), engine.info, 512)
+    judge = Judge(engine, spec)
+    assert judge.spec is spec and judge.settings is spec.settings
+
+
+def test_the_context_budget_has_one_rule():
+    spec = runspec.resolve(JudgeSettings(max_tokens=100), FAKE_INFO, 1000)
+    room = runspec.prompt_room(spec.context, 100)
+    assert spec.fits(room) and not spec.fits(room + 1)
+    assert runspec.tokens_needed(room, 100) == spec.tokens_needed(room) == 1000
+
+
+def test_a_generation_request_has_no_token_limit_of_its_own():
+    from rmjudge.types import GenRequest
+
+    with pytest.raises(TypeError, match="max_tokens"):
+        GenRequest(({"role": "user", "content": "hi"},))
+    assert GenRequest(({"role": "user", "content": "hi"},), max_tokens=7).max_tokens == 7
 
 
 def test_one_context_rule_and_one_too_long_message():
@@ -261,7 +363,7 @@ def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
     assert r.exit_code == 1 and "Error: stop here" in r.output, r.output
     (opts,), ((js, es, kw),) = parsed, calls
     assert js is opts.judge and es is opts.engine and kw["mapper"] is opts.mapper
-    assert (js.samples, js.criteria, kw["mapping"], kw["overwrite"]) == (
+    assert (js.samples, js.criteria, kw["mapper"].mapping, kw["overwrite"]) == (
         3, "helpful", {"prompt": "question"}, True)
     assert opts.mapper.label_values.spec == "yes=A,no=B"
     assert kw["rs"].workers == 1

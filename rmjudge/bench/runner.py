@@ -94,13 +94,16 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
           commit_every: int | None = None, on_progress: Callable | None = None,
           announce: Callable[[str], None] | None = None, n_ctx: int | None = None):
     """Judge the benchmark into `outdir/NAME.duckdb` with the score pipeline (resumes what an
-    earlier run of the same settings left); the pipeline's `Summary`. `n_ctx`: `--ctx-size`."""
+    earlier run of the same settings left); the pipeline's `Summary`. `js`: the judge settings
+    or the run's `RunSpec` (`pipeline.score`); `n_ctx`: `--ctx-size`."""
     from rmjudge.io.mapping import Mapper
     from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
+    from rmjudge.runspec import RunSpec
 
     path = prepare(bench, source, outdir)
+    seed = (js.settings if isinstance(js, RunSpec) else js).seed
     return score(path, engine, js, output=store_file(outdir, bench),
-                 mapper=Mapper({}, seed=js.seed), limit=limit, shard=shard,
+                 mapper=Mapper({}, seed=seed), limit=limit, shard=shard,
                  commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
                  announce=announce, n_ctx=n_ctx)
 

@@ -61,7 +61,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
     shard_spec = parse_shard(shard)
     if not score_only:  # a bad --criteria or --prompt-template: before anything is written
-        check_prompting(js)
+        style = check_prompting(js)
     if score_only:  # nothing is written where there is nothing to score
         for bench, _ in plan:
             require_results(bench, outdir)
@@ -70,17 +70,18 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
     judge_name = stored_judge(plan[0][0], outdir) if score_only else ""
     if not score_only:
         from rmjudge.bench.runner import judge
+        from rmjudge.runspec import resolve
 
         engine = load_judge_engine(es, server, lambda line: status(line, quiet))
+        spec = resolve(js, engine.info, es.n_ctx, style)  # one spec for every benchmark
         judge_name = describe_judge(engine.info)
         for bench, src in plan:
             status(f"rmjudge: judging {bench.title} into {store_file(outdir, bench)}", quiet)
             progress = make_progress(not quiet)
             try:
-                summary = judge(bench, src, engine, js, outdir, limit=limit, shard=shard_spec,
+                summary = judge(bench, src, engine, spec, outdir, limit=limit, shard=shard_spec,
                                 commit_every=commit_every, on_progress=progress,
-                                announce=lambda line: status(f"rmjudge: {line}", quiet),
-                                n_ctx=es.n_ctx)
+                                announce=lambda line: status(f"rmjudge: {line}", quiet))
             finally:
                 progress.close()
             if not quiet:

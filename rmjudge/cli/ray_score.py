@@ -30,10 +30,8 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
     Rerun the same command to resume after a failure."""
     from rmjudge.cli.score import parse_run_options
     from rmjudge.ray_runner import EngineFactory, ray_score
-    from rmjudge.run import check_prompting
 
     opts = parse_run_options(kw)
-    check_prompting(opts.judge)
     rs = settings_from(RaySettings, kw)
 
     def on_batch(row, n, judged) -> None:
@@ -41,8 +39,8 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
             click.echo(f"batch {row['key']}: {row['judged']} pairs, {row['errors']} errors, "
                        f"{row['seconds']:.1f}s (this run: {n} batches, {judged} pairs)", err=True)
 
-    s = ray_score(source, opts.judge, opts.engine, output, rs=rs, mapping=opts.mapping,
-                  mapper=opts.mapper, overwrite=opts.overwrite,
+    s = ray_score(source, opts.judge, opts.engine, output, rs=rs, mapper=opts.mapper,
+                  overwrite=opts.overwrite,
                   engine_factory=EngineFactory(opts.engine, opts.server), on_batch=on_batch)
     if not quiet:
         click.echo(f"rmjudge ray-score: {s.files} file(s), {s.batches} batches "

@@ -101,8 +101,8 @@ def parse_run_options(kw: dict):
            if k in kw}
     if "shard" in kw:
         run["shard"] = parse_shard(kw.pop("shard"))
-    return RunOptions(js, es, build_mapper(mapping, js.seed, labels), mapping,
-                      server=server_settings(kw), **run)
+    return RunOptions(js, es, build_mapper(mapping, js.seed, labels), server=server_settings(kw),
+                      **run)
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):

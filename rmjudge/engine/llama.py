@@ -47,7 +47,7 @@ from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count
                                   device_name, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
 from rmjudge.models import ModelError, check_gguf, resolve_model
-from rmjudge.runspec import FORCE_MARGIN, too_long_reason
+from rmjudge.runspec import FORCE_MARGIN, prompt_room, tokens_needed, too_long_reason
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
 
@@ -259,7 +259,7 @@ class LlamaEngine:
             for s in range(req.n):
                 rng = None if req.temperature <= 0 else np.random.default_rng([req.seed & (2**63 - 1), s])
                 seq = _Seq(s, req, feed=list(toks), pos=0, rng=rng)
-                seq.need = len(toks) + req.max_tokens + FORCE_MARGIN
+                seq.need = tokens_needed(len(toks), req.max_tokens)
                 if error:
                     seq.error = error
                     seq.phase = "done"
@@ -295,7 +295,7 @@ class LlamaEngine:
         """The prompt's tokens, or an error when it cannot fit the context. A prompt whose
         length alone proves it too long is rejected before it is tokenized, so a huge row
         costs no memory."""
-        room = self.n_seq_ctx - req.max_tokens - FORCE_MARGIN
+        room = prompt_room(self.n_seq_ctx, req.max_tokens)
         bound = self.tok.min_prompt_tokens(req)
         if bound > room:
             return [], self._too_long(f"at least {bound}", req)
