@@ -47,7 +47,8 @@ from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count
                                   device_name, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
 from rmjudge.models import ModelError, check_gguf, resolve_model
-from rmjudge.runspec import FORCE_MARGIN, prompt_room, tokens_needed, too_long_reason
+from rmjudge.runspec import FORCE_MARGIN  # noqa: F401 - the KV margin is the run spec's
+from rmjudge.runspec import prompt_room, tokens_needed, too_long_reason
 from rmjudge.settings import EngineSettings, JudgeSettings
 from rmjudge.types import Generation, GenRequest
 

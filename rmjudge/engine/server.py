@@ -1,9 +1,12 @@
 """Judging through an OpenAI-compatible server (llama-server, vLLM, SGLang, llama-cpp-python).
 
 The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine. This
-module is its judge logic; the HTTP side (connection, retries, response caps, counting, discovery
-of the served model) is `ServerClient` (engine/server_client.py), and the template is found by
-engine/served_template.py.
+module is its judge logic: start-up, scheduling of samples and groups, reading choices. Beside
+it, each with one job: the HTTP side (connection, retries, response caps, counting, discovery
+of the served model) is `ServerClient` (engine/server_client.py); the template is found by
+engine/served_template.py; the start-up probe, the choice of prompt encoding and the prompts
+are engine/server_prompts.py; the request bodies per server flavour engine/server_bodies.py;
+forced verdicts engine/server_forcing.py.
 
 - **Prompts are rendered here**, with the judge's chat template (`ChatTemplate`, the class the
   in-process engine uses), and sent to `/v1/completions` as token ids where the server takes
@@ -56,9 +59,8 @@ from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import TemplateError
-from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
-from rmjudge.engine.forcing import forced_probs
 from rmjudge.engine.served_template import find_template
+from rmjudge.engine.server_bodies import RequestBodies
 from rmjudge.engine.server_client import (
     API_KEY_ENV,
     HTTPStatus,
@@ -68,8 +70,9 @@ from rmjudge.engine.server_client import (
     Unreachable,
     public_url,
 )
-from rmjudge.engine.vocab import common_prefix
-from rmjudge.extras import install_hint
+from rmjudge.engine.server_forcing import ServerForcing
+from rmjudge.engine.server_prompts import (ENCODING_IDS, LOGPROB_FLAGS, ServedPrompts,
+                                           probe_endpoint)
 from rmjudge.models import ModelError
 from rmjudge.prompts import suffix_for_model
 from rmjudge.settings import JudgeSettings
@@ -77,19 +80,6 @@ from rmjudge.types import Generation, GenRequest
 
 __all__ = ["API_KEY_ENV", "ServerEngine", "ServerError", "ServerSettings", "public_url",
            "sample_seed"]
-
-# Flavors whose /v1/completions take a prompt as a list of token ids (the OpenAI schema's
-# "array of tokens"); llama-cpp-python's server takes text only.
-TOKEN_ID_FLAVORS = ("llama-server", "vllm", "sglang")
-ENCODING_IDS = "token ids (data tokenized as text, never as control tokens)"
-ENCODING_TEXT = ("text; control-token strings in the data broken with U+200B ZERO WIDTH SPACE "
-                 "(the server parses control tokens in text prompts)")
-
-# Server flags that turn log-probabilities on, named in the error when a server returns none.
-LOGPROB_FLAGS = (
-    "llama-cpp-python: python -m llama_cpp.server --logits_all true; "
-    "vLLM: --max-logprobs 20 (or more); SGLang and llama-server return them by default"
-)
 
 
 def sample_seed(seed: int, index: int) -> int:
@@ -113,20 +103,23 @@ class ServerEngine:
         self.url = self.client.url
         self.strict = self.client.strict
         self._generated = 0
-        self._tokenizer = None  # a local llama.cpp tokenizer when a GGUF was given
-        self._head_alone: dict[tuple[str, str, str], bool] = {}  # see `_choice_head_alone`
         self.template = None
-        # breaks control strings in data sent as text; completed once the template is known
-        self.neutralize = Neutralizer(())
         try:
             served = self.client.run(self.client.discover())
             self.flavor, self.model = served.flavor, served.model
             found = find_template(settings, self.model, served.props, self.client.root,
                                   self.strict)
             self.template, self.template_source = found.template, found.source
-            self._tokenizer = found.tokenizer
-            self.endpoint = self.client.run(self._probe())
-            self.prompt_encoding = self.client.run(self._choose_encoding())
+            # the prompts (a local tokenizer when a GGUF was given), their bodies, the verdicts
+            self.prompts = ServedPrompts(self.client, found.template, found.tokenizer)
+            self.bodies = RequestBodies(self.flavor, self.model, self.strict, found.template,
+                                        self.prompts.neutralize)
+            self.forcing = ServerForcing(self.client, self.bodies, self.prompts,
+                                         settings.top_logprobs)
+            self.endpoint = self.client.run(probe_endpoint(self.client, self.bodies,
+                                                           settings.top_logprobs))
+            self.prompt_encoding = self.client.run(
+                self.prompts.choose_encoding(self.endpoint, self.flavor, self.strict))
         except Unreachable as exc:
             self.close()
             raise ServerError(f"the server at {self.url} stopped answering while being checked "
@@ -208,180 +201,10 @@ class ServerEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- start-up checks -----------------------------------------------------------------------
-    async def _probe(self) -> str:
-        """Check that completions (else chat completions) answer with log-probabilities."""
-        if self.strict:
-            return await self._probe_chat()
-        body = self._completion_body("Hello", 1, 0.0, 1.0, 0, (), self.settings.top_logprobs)
-        try:
-            out = await self.client.post("/completions", body)
-        except HTTPStatus as exc:
-            if exc.status in (404, 405, 501):
-                return await self._probe_chat()
-            raise self._probe_error(exc) from None
-        ch = wire.first_choice(out) or {}
-        lp = ch.get("logprobs")
-        if not wire.token_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
-            raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
-                              f"rmjudge needs for confidences and forced verdicts; enable them "
-                              f"({LOGPROB_FLAGS})")
-        if self.template is None:
-            raise ServerError(
-                f"no chat template for {self.model!r}: the server does not expose one; pass "
-                f"--chat-template FILE, or --model the GGUF it serves ({install_hint('hub')} "
-                "to read the template of a Hub model name)")
-        return "completions"
-
-    async def _probe_chat(self) -> str:
-        body = self._chat_body([{"role": "user", "content": "Hello"}], "", 1, 0.0, 1.0, 0, (),
-                               self.settings.top_logprobs)
-        try:
-            out = await self.client.post("/chat/completions", body)
-        except HTTPStatus as exc:
-            if exc.status in (404, 405, 501):
-                raise ServerError(f"the server at {self.url} offers neither /v1/completions nor "
-                                  "/v1/chat/completions; check --server") from None
-            raise self._probe_error(exc) from None
-        ch = wire.first_choice(out) or {}
-        if not wire.token_logprobs(ch.get("logprobs")):
-            raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
-                              f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
-        return "chat"
-
-    def _probe_error(self, exc: HTTPStatus) -> ServerError:
-        if exc.status in (401, 403):
-            return ServerError(f"the server at {self.url} refused the request (HTTP "
-                               f"{exc.status}); set {API_KEY_ENV} to its API key")
-        if "logprob" in exc.message.lower() or "logits_all" in exc.message:
-            return ServerError(f"the server at {self.url} does not give log-probabilities "
-                               f"({exc.message}); enable them ({LOGPROB_FLAGS})")
-        return ServerError(f"the server at {self.url} rejected a test request (HTTP "
-                           f"{exc.status}: {exc.message})")
-
-    # -- prompts ---------------------------------------------------------------------------
-    async def _choose_encoding(self) -> str:
-        """How prompts go to the server: token ids where it takes them and rmjudge can
-        tokenize as its model does (the served GGUF's vocabulary, or llama-server's /tokenize
-        with special-token parsing off for data), so that control-token strings inside the data
-        stay text as in the in-process engine; else text with those strings broken
-        (engine/control_text.py)."""
-        tmpl = self.template
-        strings = template_strings(tmpl.source if tmpl else None, tmpl.bos if tmpl else "",
-                                   tmpl.eos if tmpl else "")
-        tok = self._tokenizer
-        if tok is not None:
-            strings |= {t for t in (tok.piece(i, special=True) for i in tok.special_tokens())
-                        if looks_like_control(t)}
-        self.neutralize = Neutralizer(strings)
-        if self.strict:
-            return openai_chat.ENCODING
-        if self.endpoint != "completions" or self.flavor not in TOKEN_ID_FLAVORS:
-            return ENCODING_TEXT
-        if tok is not None:
-            return ENCODING_IDS
-        if self.flavor == "llama-server" and await self._tokenize_keeps_data_apart(strings):
-            return ENCODING_IDS
-        return ENCODING_TEXT
-
-    async def _tokenize_keeps_data_apart(self, strings: set[str]) -> bool:
-        """Whether llama-server's /tokenize honours parse_special (older ones ignore it)."""
-        probe = next(iter(sorted(strings, key=len, reverse=True)), None)
-        if probe is None:
-            return False
-        try:
-            special = await self.client.server_tokens(probe, special=True, add_bos=False)
-            plain = await self.client.server_tokens(probe, special=False, add_bos=False)
-        except (HTTPStatus, wire.ProtocolError):
-            return False
-        return len(special) == 1 and len(plain) > 1
-
-    async def _tokens(self, text: str, special: bool, add_bos: bool) -> list[int]:
-        if self._tokenizer is not None:
-            return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
-        return await self.client.server_tokens(text, special, add_bos)
-
-    async def _prompt(self, req: GenRequest) -> str | list[int]:
-        """What /v1/completions is sent for a request (see `_choose_encoding`)."""
-        try:
-            pieces = self.template.segments(req.messages, req.assistant_prefix)  # type: ignore
-        except TemplateError as exc:
-            raise ModelError(str(exc)) from None
-        if self.prompt_encoding != ENCODING_IDS:
-            return "".join(t if is_template else self.neutralize(t) for t, is_template in pieces)
-        tok, tmpl = self._tokenizer, self.template
-        bos = tok.bos if tok is not None else tmpl.bos  # type: ignore[union-attr]
-        ids: list[int] = []
-        for i, (text, is_template) in enumerate(pieces):
-            add_bos = i == 0 and not (bos and text.startswith(bos))
-            ids += await self._tokens(text, special=is_template, add_bos=add_bos)
-        return ids
-
-    async def _extend(self, prompt: str | list[int], tail: str) -> str | list[int]:
-        """The prompt followed by generated text (data: never control tokens)."""
-        if isinstance(prompt, list):
-            return prompt + await self._tokens(tail, special=False, add_bos=False)
-        return prompt + self.neutralize(tail)
-
-    # -- request bodies ------------------------------------------------------------------------
-    def _sampling(self, temperature: float, top_p: float, seed: int) -> dict:
-        """Plain sampling from the model's distribution, as the in-process engine does: no
-        top-k, no min-p, no repetition penalty (llama.cpp servers default to all three)."""
-        d: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed,
-                             "min_p": 0.0}
-        if self.flavor in ("llama-server", "llama-cpp-python", "openai-compatible"):
-            d["top_k"] = 0  # llama.cpp: 0 is off (llama-cpp-python refuses -1)
-            d["repeat_penalty"] = 1.0
-        else:
-            d["top_k"] = -1  # vLLM, SGLang: -1 is off
-        if self.flavor == "llama-server":
-            d["cache_prompt"] = True
-        return d
-
-    def _completion_body(self, prompt: str | list[int], max_tokens: int, temperature: float,
-                         top_p: float, seed: int, stop: tuple[str, ...],
-                         logprobs: int | None) -> dict:
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                                "n": 1, "stream": False, **self._sampling(temperature, top_p, seed)}
-        if stop:
-            body["stop"] = list(stop)
-            if self.flavor == "vllm":
-                body["include_stop_str_in_output"] = True
-            elif self.flavor == "sglang":
-                body["no_stop_trim"] = True
-        if logprobs is not None:
-            body["logprobs"] = logprobs
-        tmpl = getattr(self, "template", None)
-        if isinstance(prompt, list):
-            return body  # token ids: the BOS is in them, nothing is tokenized on the server
-        if tmpl is not None and tmpl.bos and prompt.startswith(tmpl.bos):
-            if self.flavor in ("llama-server", "llama-cpp-python"):
-                # llama.cpp adds the model's BOS itself: one BOS, not two
-                body["prompt"] = prompt[len(tmpl.bos):]
-            else:
-                body["add_special_tokens"] = False
-        return body
-
-    def _chat_body(self, messages: list, assistant: str, max_tokens: int, temperature: float,
-                   top_p: float, seed: int, stop: tuple[str, ...], top: int) -> dict:
-        # the server renders and tokenizes these with special-token parsing: break control
-        # strings in them (they are all the data's text)
-        msgs = [{**m, "content": self.neutralize(m["content"])} for m in messages]
-        assistant = self.neutralize(assistant)
-        if self.strict:  # the model writes its whole answer: no prefill of the assistant turn
-            return openai_chat.body(self.model, msgs, max_tokens, temperature, top_p, seed, stop,
-                                    top if top > 1 else None)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "n": 1,
-                                "stream": False, "logprobs": True, "top_logprobs": top,
-                                **self._sampling(temperature, top_p, seed)}
-        if assistant:
-            msgs.append({"role": "assistant", "content": assistant})
-            body["continue_final_message"] = True
-            body["add_generation_prompt"] = False
-        body["messages"] = msgs
-        if stop:
-            body["stop"] = list(stop)
-        return body
+    @property
+    def neutralize(self):
+        """Breaks the control strings of this model's template in data text."""
+        return self.prompts.neutralize
 
     # -- Engine protocol -----------------------------------------------------------------------
     @property
@@ -397,7 +220,7 @@ class ServerEngine:
     def payload(self, req: GenRequest) -> str | list[int]:
         """What /v1/completions is sent for `req`: token ids, or text with the data's control
         strings broken (`prompt_encoding` says which)."""
-        return self.client.run(self._prompt(req))
+        return self.client.run(self.prompts.prompt(req))
 
     def render(self, req: GenRequest) -> str:
         """The rendered prompt text (what the in-process engine tokenizes); `payload` is what
@@ -410,10 +233,11 @@ class ServerEngine:
             raise ModelError(str(exc)) from None
 
     def count_tokens(self, requests: list[GenRequest]) -> list[int]:
-        if self._tokenizer is None:
+        tok = self.prompts.tokenizer
+        if tok is None:
             raise ServerError("counting tokens for --server needs the served GGUF: pass "
                               "--model FILE.gguf")
-        return [len(self._tokenizer.prompt_tokens(r)) for r in requests]
+        return [len(tok.prompt_tokens(r)) for r in requests]
 
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
         try:
@@ -435,7 +259,7 @@ class ServerEngine:
         out: list[list[Generation | None]] = [[None] * r.n for r in requests]
         groups: dict[Any, list[tuple[int, int, str | list[int] | None]]] = {}
         for i, req in enumerate(requests):
-            prompt = await self._prompt(req) if self.endpoint == "completions" else None
+            prompt = await self.prompts.prompt(req) if self.endpoint == "completions" else None
             key = req.share_key if req.share_key is not None else ("__req", i)
             groups.setdefault(key, []).extend((i, s, prompt) for s in range(req.n))
 
@@ -480,7 +304,7 @@ class ServerEngine:
         return out  # type: ignore[return-value]
 
     async def _prime(self, prefix: str | list[int]) -> None:
-        body = self._completion_body(prefix, 1, 0.0, 1.0, 0, (), None)
+        body = self.bodies.completion(prefix, 1, 0.0, 1.0, 0, (), None)
         try:
             await self.client.post("/completions", body)
         except HTTPStatus:
@@ -490,11 +314,11 @@ class ServerEngine:
         seed = sample_seed(req.seed, s)
         try:
             if prompt is not None:
-                body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
+                body = self.bodies.completion(prompt, req.max_tokens, req.temperature, req.top_p,
                                              seed, req.stop, 1)
                 out = await self.client.post("/completions", body)
             else:
-                body = self._chat_body(list(req.messages), req.assistant_prefix, req.max_tokens,
+                body = self.bodies.chat(list(req.messages), req.assistant_prefix, req.max_tokens,
                                        req.temperature, req.top_p, seed, req.stop, 1)
                 out = await self.client.post("/chat/completions", body)
         except HTTPStatus as exc:
@@ -508,7 +332,7 @@ class ServerEngine:
     async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
         """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
         server evaluates the prompt once for all of them; seeded by sample 0's seed."""
-        body = self._completion_body(prompt, req.max_tokens, req.temperature, req.top_p,
+        body = self.bodies.completion(prompt, req.max_tokens, req.temperature, req.top_p,
                                      sample_seed(req.seed, 0), req.stop, 1)
         body["n"] = n
         try:
@@ -549,7 +373,7 @@ class ServerEngine:
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
-                await self._force(req, prompt, text, cont, gen)
+                await self.forcing.force(req, prompt, text, cont, gen)
         return gen
 
     def _request_failed(self, exc: HTTPStatus) -> Generation:
@@ -562,71 +386,3 @@ class ServerEngine:
         # a request the server will not run (too long for its context, ...): this pair fails
         return Generation("", [], "error", error=f"the server rejected the request (HTTP "
                           f"{exc.status}: {exc.message})")
-
-    async def _force(self, req: GenRequest, prompt: str | list[int] | None, text: str, cont: str,
-                     gen: Generation) -> None:
-        """Probabilities of the two choices as the next token after prompt + text + cont."""
-        c1, c2 = req.force.choices  # type: ignore[union-attr]
-        if self.strict:
-            msgs = openai_chat.verdict_messages(list(req.messages), req.assistant_prefix, text,
-                                                cont)
-            found = openai_chat.choice_logprobs(await self._next_token(req, None, "", msgs),
-                                                (c1, c2))
-            if found is not None:
-                self._set_forced(gen, *found)
-            return
-        head = os.path.commonprefix([c1, c2])
-        # the choices' shared start (" " of " 1"/" 2") may be a token of its own: then the
-        # verdict is read one token later. With token-id prompts the tokenizer says which, so
-        # the likely read goes first and the other is only a fallback.
-        reads = [("", c1, c2)] + ([(head, c1[len(head):], c2[len(head):])] if head else [])
-        if head and await self._choice_head_alone(prompt, cont, c1, c2, head):
-            reads.reverse()
-        for extra, a, b in reads:
-            found = wire.choice_logprobs(await self._next_token(req, prompt, text + cont + extra),
-                                         a, b)
-            if found is not None:
-                self._set_forced(gen, *found)
-                return
-
-    async def _choice_head_alone(self, prompt: str | list[int] | None, cont: str, c1: str,
-                                 c2: str, head: str) -> bool:
-        """Whether, after `cont`, the choices' shared start `head` is a token of its own (the
-        tokens of cont + c1 and cont + c2 part after those of cont + head), as
-        `engine.forcing.force_plan` decides in-process; asked once per continuation, and only
-        when prompts go as token ids (a tokenizer is at hand)."""
-        if not isinstance(prompt, list):
-            return False
-        key = (cont, c1, c2)
-        if key not in self._head_alone:
-            try:
-                t1, t2, th = [await self._tokens(cont + t, special=False, add_bos=False)
-                              for t in (c1, c2, head)]
-            except (HTTPStatus, wire.ProtocolError):
-                return False
-            self._head_alone[key] = common_prefix([t1, t2]) == len(th) and t1[:len(th)] == th
-        return self._head_alone[key]
-
-    @staticmethod
-    def _set_forced(gen: Generation, a: float, b: float) -> None:
-        gen.forced_probs, gen.forced_logprob = forced_probs(a, b)
-
-    async def _next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                          tail: str, messages: list | None = None) -> dict[str, float]:
-        k = self.settings.top_logprobs
-        try:
-            if messages is not None:  # a verdict-only chat request (openai-chat)
-                body = self._chat_body(messages, "", 1, 0.0, 1.0, 0, (), k)
-                out = await self.client.post("/chat/completions", body)
-            elif prompt is not None:
-                body = self._completion_body(await self._extend(prompt, tail), 1, 0.0, 1.0, 0,
-                                             (), k)
-                out = await self.client.post("/completions", body)
-            else:
-                body = self._chat_body(list(req.messages), req.assistant_prefix + tail, 1, 0.0,
-                                       1.0, 0, (), k)
-                out = await self.client.post("/chat/completions", body)
-        except HTTPStatus:
-            return {}  # no forced verdict for this sample; the sample stays unparsed
-        ch = wire.first_choice(out) or {}
-        return wire.top_at(ch.get("logprobs"), 0)
