@@ -191,115 +191,160 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
 
 def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, mapper, limit,
            shard, commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
+    """A run in named steps: record it, judge every pair (committing in chunks), end it."""
+    _start_run(store, engine, spec, mapper, source, shard, identity)
+    stream = rows if first is None else chain([first], rows)
+    intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
+                    rejudge_changed=rejudge_changed)
+    run = _ScoreRun(store, intake, engine, commit_every, on_progress)
+    try:
+        files = run.judge_all(Judge(engine, spec), out, fmt)
+    except BaseException as exc:
+        replacement = run.stop(exc, source, out)
+        if replacement is None:
+            raise
+        raise replacement from None
+    _end_run(store, run.prog, engine, FINISHED)
+    _record_speed(engine, spec, run)
+    return run.summary(spec, out, files)
+
+
+def _start_run(store: Store, engine, spec: RunSpec, mapper: Mapper, source: str,
+               shard: tuple[int, int] | None, identity) -> None:
+    """Check that the store's earlier runs judged alike and read the same input, then record
+    this run."""
     settings = spec.verdict_settings()
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
         settings["input_reading"] = reading
     store.check_settings(settings)
     store.check_input(identity)
-    info = engine.info
     store.start_run({
-        **run_record(info, settings, source, None if shard is None else f"{shard[0]}/{shard[1]}"),
+        **run_record(engine.info, settings, source,
+                     None if shard is None else f"{shard[0]}/{shard[1]}"),
         "schema": mapper.describe() if mapper.schema is not None else None,
     })
-    prog = Progress()
-    pending_errors: list[dict] = []
-    error_reasons: dict[str, int] = {}
-    error_rows: dict[str, list[int]] = {}
-    stream = rows if first is None else chain([first], rows)
-    intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
-                    rejudge_changed=rejudge_changed)
-    pending_drop: list[str] = []  # stored pairs whose changed rows were judged again
 
-    def replaced(pair: Pair) -> None:
-        old = intake.replaces.pop(pair.id, None)
+
+class _ScoreRun:
+    """The judging loop of one run: the results, error rows and replaced pairs held until the
+    next commit, the progress counts, and what stopping keeps."""
+
+    def __init__(self, store: Store, intake: Intake, engine, commit_every: int,
+                 on_progress: Callable[[Progress], None] | None):
+        self.store, self.intake, self.engine = store, intake, engine
+        self.commit_every, self.on_progress = commit_every, on_progress
+        self.prog = Progress()
+        self.batch: list[PairResult] = []
+        self.errors: list[dict] = []
+        self.drop: list[str] = []  # stored pairs whose changed rows were judged again
+        self.error_reasons: dict[str, int] = {}
+        self.error_rows: dict[str, list[int]] = {}
+        self.counts = _Counts()
+        self.last_commit = time.monotonic()
+
+    def replaced(self, pair: Pair) -> None:
+        old = self.intake.replaces.pop(pair.id, None)
         if old is not None:
-            pending_drop.append(old)
-        pending_drop.extend(intake.dropped)  # changed rows not judged again here
-        intake.dropped.clear()
+            self.drop.append(old)
+        self.drop.extend(self.intake.dropped)  # changed rows not judged again here
+        self.intake.dropped.clear()
 
-    def add_error(f: RowFailure) -> None:
-        pending_errors.append(f.as_error())
-        prog.errors += 1
+    def add_error(self, f: RowFailure) -> None:
+        self.errors.append(f.as_error())
+        self.prog.errors += 1
         k = error_kind(f.reason)
-        error_reasons[k] = error_reasons.get(k, 0) + 1
-        examples = error_rows.setdefault(k, [])
+        self.error_reasons[k] = self.error_reasons.get(k, 0) + 1
+        examples = self.error_rows.setdefault(k, [])
         if len(examples) < ERROR_ROW_EXAMPLES:
             examples.append(f.row_number)
 
-    def pairs() -> Iterator[Pair]:
+    def pairs(self) -> Iterator[Pair]:
+        prog, intake = self.prog, self.intake
         for item in intake:
             prog.rows_read = intake.rows_read
             prog.skipped = intake.skipped
             if isinstance(item, RowFailure):
-                add_error(item)
+                self.add_error(item)
             else:
                 yield item
         prog.rows_read = intake.rows_read
         prog.skipped = intake.skipped
 
-    judge = Judge(engine, spec)
-    batch: list[PairResult] = []
-    last_commit = time.monotonic()
-    counts = _Counts()
-    try:
+    def add(self, item: PairResult | Failure) -> None:
+        """One judged pair (or one the judge could not judge) into the next chunk."""
+        self.replaced(item.pair)
+        if isinstance(item, Failure):
+            self.add_error(RowFailure.unjudged(item.pair, item.reason))
+            return
+        self.batch.append(item)
+        self.counts.add(item)
+        prog = self.prog
+        prog.done += 1
+        prog.generations = self.counts.generations
+        prog.parse_failures = self.counts.parse_failures
+        prog.flips = self.counts.flips
+
+    def commit(self) -> None:
+        self.store.commit(self.batch, self.errors, self.drop)
+        self.prog.committed += len(self.batch)
+        self.batch, self.errors, self.drop = [], [], []
+
+    def judge_all(self, judge: Judge, out: str, fmt: str) -> list[str]:
+        """Judge every pair, committing every `commit_every` pairs or COMMIT_EVERY_SECONDS;
+        the files written (the store, or its export)."""
         deliver_pending()  # a signal held while the store was opened and the run recorded
-        for item in judge.run(pairs()):
-            if isinstance(item, Failure):
-                replaced(item.pair)
-                add_error(RowFailure.unjudged(item.pair, item.reason))
-            else:
-                replaced(item.pair)
-                batch.append(item)
-                counts.add(item)
-                prog.done += 1
-                prog.generations = counts.generations
-                prog.parse_failures = counts.parse_failures
-                prog.flips = counts.flips
-            prog.generated_tokens = engine.generated_tokens
-            if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
-                store.commit(batch, pending_errors, pending_drop)
-                prog.committed += len(batch)
-                batch, pending_errors, pending_drop = [], [], []
-                last_commit = time.monotonic()
+        for item in judge.run(self.pairs()):
+            self.add(item)
+            self.prog.generated_tokens = self.engine.generated_tokens
+            if (len(self.batch) >= self.commit_every
+                    or time.monotonic() - self.last_commit > COMMIT_EVERY_SECONDS):
+                self.commit()
+                self.last_commit = time.monotonic()
                 deliver_pending()
-            if on_progress:
-                on_progress(prog)
+            if self.on_progress:
+                self.on_progress(self.prog)
             deliver_pending()
-        pending_drop.extend(intake.dropped)
-        intake.dropped.clear()
-        store.commit(batch, pending_errors, pending_drop)
-        prog.committed += len(batch)
-        batch, pending_errors, pending_drop = [], [], []
+        self.drop.extend(self.intake.dropped)
+        self.intake.dropped.clear()
+        self.commit()
         deliver_pending()
-        files = [out] if fmt == "duckdb" else store.export(out, fmt)
-    except BaseException as exc:
+        return [out] if fmt == "duckdb" else self.store.export(out, fmt)
+
+    def stop(self, exc: BaseException, source: str, out: str) -> UserError | None:
+        """Keep what is done after `exc` stopped the run: the exception to raise instead
+        (Interrupted with the resume hint; a StoreError naming changed rows), or None to
+        raise `exc` itself."""
+        saved = _save_what_is_done(self.store, self.batch, self.errors, self.drop)
+        self.prog.committed += len(self.batch) if saved else 0
         if not isinstance(exc, (KeyboardInterrupt, Interrupted)):
-            prog.committed += (len(batch) if _save_what_is_done(store, batch, pending_errors,
-                                                                pending_drop) else 0)
-            _end_run(store, prog, engine, FAILED)
+            _end_run(self.store, self.prog, self.engine, FAILED)
             if isinstance(exc, ChangedRows):
-                raise StoreError(changed_rows_message(source, out, exc)) from None
-            raise
-        saved = _save_what_is_done(store, batch, pending_errors, pending_drop)
-        prog.committed += len(batch) if saved else 0
-        _end_run(store, prog, engine, INTERRUPTED)
-        n = store.pair_count()
-        raise Interrupted(
-            f"interrupted: {n} judged pairs are saved in {store.path}"
+                return StoreError(changed_rows_message(source, out, exc))
+            return None
+        _end_run(self.store, self.prog, self.engine, INTERRUPTED)
+        n = self.store.pair_count()
+        return Interrupted(
+            f"interrupted: {n} judged pairs are saved in {self.store.path}"
             + ("" if saved else " (the last few were lost)")
-            + "; rerun the same command to resume") from None
-    _end_run(store, prog, engine, FINISHED)
-    if prog.done and hasattr(engine, "on_gpu"):
+            + "; rerun the same command to resume")
+
+    def summary(self, spec: RunSpec, out: str, files: list[str]) -> Summary:
+        summary = self.counts.summary(self.store, out, files, self.prog, self.error_reasons)
+        summary.notes = spec.defaults_note()
+        summary.error_rows = self.error_rows
+        return replace(summary, **token_cost(self.engine))
+
+
+def _record_speed(engine, spec: RunSpec, run: _ScoreRun) -> None:
+    """The measured throughput the dry run estimates from (in-process engines)."""
+    if run.prog.done and hasattr(engine, "on_gpu"):
         from rmjudge.dryrun import record_throughput, throughput_key
         from rmjudge.engine.vocab import device_name
 
-        record_throughput(throughput_key(info.sha256, device_name(engine)), engine.generated_tokens,
-                          counts.generations, prog.elapsed, spec.settings.max_tokens)
-    summary = counts.summary(store, out, files, prog, error_reasons)
-    summary.notes = spec.defaults_note()
-    summary.error_rows = error_rows
-    return replace(summary, **token_cost(engine))
+        record_throughput(throughput_key(engine.info.sha256, device_name(engine)),
+                          engine.generated_tokens, run.counts.generations, run.prog.elapsed,
+                          spec.settings.max_tokens)
 
 
 def input_reading(mapper: Mapper) -> dict:
