@@ -49,39 +49,23 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     file.duckdb:table): it is judged first (the judging options apply) into -o."""
     import orjson
 
-    from rmjudge.analysis.metrics import EvalSettings, evaluate, render
-    from rmjudge.analysis.tables import is_judged, open_judged
+    from rmjudge.analysis.eval_run import evaluate_table
+    from rmjudge.analysis.metrics import EvalSettings, render
+    from rmjudge.review.agreement import render as render_human
 
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
-    engine = None
     table = input_source(table, kw)
-    path = table
     check_not_being_written(table, "eval")
-    if not is_judged(table):
-        from rmjudge.pipeline import default_output
-
-        summary = judge_input(table, output, parse_run_options(dict(kw)))
-        engine = summary.engine
-        path = output or default_output(table)
-    with open_judged(path) as t:
-        if greedy_baseline:
-            from rmjudge.analysis.greedy import run_greedy
-            from rmjudge.run import load_judge_engine
-
-            if engine is None:
-                opts = parse_run_options(dict(kw))
-                engine = load_judge_engine(opts.engine, opts.server)
-            g = run_greedy(t, engine, on_progress=lambda done, total: click.echo(
-                f"greedy baseline: {done}/{total} pair-orders", err=True))
-            click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
-                       f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
-                       err=True)
-        from rmjudge.review.agreement import render as render_human
-        from rmjudge.review.agreement import table_agreement
-
-        human = table_agreement(t, ev.resamples, ev.seed, ev.level)
-        # human labels alone (no gold label) still give the judge-vs-human figures
-        res = None if human is not None and t.count_labelled() == 0 else evaluate(t, ev)
+    run = evaluate_table(table, ev, parse_run_options(kw), output=output,
+                         greedy=greedy_baseline, judge=judge_input,
+                         greedy_progress=lambda done, total: click.echo(
+                             f"greedy baseline: {done}/{total} pair-orders", err=True))
+    g = run.greedy
+    if g is not None:
+        click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
+                   f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
+                   err=True)
+    res, human, path = run.results, run.human, run.path
     if as_json:
         data = res.as_dict() if res is not None else {"table": path, "labelled": 0}
         if human is not None:
