@@ -280,29 +280,15 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
     worker gets a copy of."""
     from rmjudge.prompts import prompt_style
+    from rmjudge.store import write_json
 
     style = prompt_style(js.criteria, js.prompt_template)  # read once, before anything is done
     try:
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-    from rmjudge.runspec import resolve
-    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
-                               not_a_store_message, other_settings_message, output_format,
-                               remove_tree, write_json)
 
-    if output_format(output) != "duckdb":
-        raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
-                          "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
-    work = os.path.abspath(rs.work_dir or output + ".ray")
-    if os.path.exists(output) and not is_rmjudge_store(output):
-        raise RayRunError(not_a_store_message(output, LEAVE_FIX, exists=True))
-    check_not_busy(output)
-    if overwrite and os.path.isdir(work):
-        if not os.path.exists(os.path.join(work, "settings.json")):
-            raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
-                              "is left untouched: pass another --work-dir")
-        remove_tree(work)
+    work = _prepare_output(output, rs, overwrite)
     started = time.monotonic()
     files = list_inputs(source)
     opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite)
@@ -312,23 +298,8 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)
     info = factory(vocab_only=True).info
-    settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
-    make_dir(os.path.join(work, "batches"))
-    settings_path = os.path.join(work, "settings.json")
-    if os.path.exists(settings_path):
-        old = _read_json(settings_path)
-        if old != settings:
-            raise RayRunError(other_settings_message(f"{work} holds batches", old, settings,
-                                                     RESUME_FIX))
-    else:
-        write_json(settings_path, settings)
-    if not ray.is_initialized():
-        try:
-            ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
-        except Exception as exc:  # connection refused, no cluster at "auto", ...
-            where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
-            raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
-                              "check --address (ray status on the head node)") from None
+    settings = _work_settings(work, js, es, info, style)
+    _start_ray(ray, rs)
     runs_path = os.path.join(work, "runs.json")
     runs = _read_json(runs_path) if os.path.exists(runs_path) else []
     run = {"run_id": len(runs) + 1,
@@ -338,19 +309,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     write_json(runs_path, runs)
 
     done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
-    gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
-    cpus = rs.cpus_per_worker or float(es.threads or 1)
-    ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)  # light: no CPU held back
-    ds = ds.flat_map(_Chunker(files, rs.rows_per_batch, done), num_cpus=0)
-    ds = _one_batch_per_block(ds)
-    with warnings.catch_warnings():  # restarts/retries have no named parameter yet
-        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        ds = ds.map_batches(
-            _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
-            num_cpus=cpus, num_gpus=gpus,
-            fn_constructor_kwargs={"factory": factory, "opts": opts, "settings": settings,
-                                   "work_dir": work, "run_id": run["run_id"]},
-            max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
+    ds = _batches(ray, files, done, rs, es, factory, opts, settings, work, run["run_id"])
     judged = tokens = n_batches = 0
     try:
         for row in ds.iter_rows():
@@ -374,6 +333,78 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                       batches=n_batches + len(done), batches_done_before=len(done), judged=judged,
                       pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
                       wall_seconds=time.monotonic() - started)
+
+
+def _prepare_output(output: str, rs: RaySettings, overwrite: bool) -> str:
+    """The checks of `output` (a DuckDB run store rmjudge made, not busy) and its work
+    directory (removed first with `overwrite`, when it is one); the work directory's path."""
+    from rmjudge.store import (LEAVE_FIX, check_not_busy, is_rmjudge_store, not_a_store_message,
+                               output_format, remove_tree)
+
+    if output_format(output) != "duckdb":
+        raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
+                          "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
+    work = os.path.abspath(rs.work_dir or output + ".ray")
+    if os.path.exists(output) and not is_rmjudge_store(output):
+        raise RayRunError(not_a_store_message(output, LEAVE_FIX, exists=True))
+    check_not_busy(output)
+    if overwrite and os.path.isdir(work):
+        if not os.path.exists(os.path.join(work, "settings.json")):
+            raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
+                              "is left untouched: pass another --work-dir")
+        remove_tree(work)
+    return work
+
+
+def _work_settings(work: str, js: JudgeSettings, es: EngineSettings, info, style) -> dict:
+    """The run's verdict settings (its spec on the model the driver's tokenizer describes),
+    written into the work directory or checked against those an earlier run wrote there."""
+    from rmjudge.runspec import resolve
+    from rmjudge.store import RESUME_FIX, make_dir, other_settings_message
+
+    from rmjudge.store import write_json
+
+    settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
+    make_dir(os.path.join(work, "batches"))
+    settings_path = os.path.join(work, "settings.json")
+    if os.path.exists(settings_path):
+        old = _read_json(settings_path)
+        if old != settings:
+            raise RayRunError(other_settings_message(f"{work} holds batches", old, settings,
+                                                     RESUME_FIX))
+    else:
+        write_json(settings_path, settings)
+    return settings
+
+
+def _start_ray(ray, rs: RaySettings) -> None:
+    if not ray.is_initialized():
+        try:
+            ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
+        except Exception as exc:  # connection refused, no cluster at "auto", ...
+            where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
+            raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
+                              "check --address (ray status on the head node)") from None
+
+
+def _batches(ray, files: list[str], done: set[str], rs: RaySettings, es: EngineSettings,
+             factory, opts: RunOptions, settings: dict, work: str, run_id: int):
+    """The dataset of the batches not `done`, each judged by the actor pool into its folder
+    (one row per batch: its key, pairs judged, errors, tokens, seconds)."""
+    gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
+    cpus = rs.cpus_per_worker or float(es.threads or 1)
+    ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)  # light: no CPU held back
+    ds = ds.flat_map(_Chunker(files, rs.rows_per_batch, done), num_cpus=0)
+    ds = _one_batch_per_block(ds)
+    with warnings.catch_warnings():  # restarts/retries have no named parameter yet
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ds.map_batches(
+            _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
+            num_cpus=cpus, num_gpus=gpus,
+            fn_constructor_kwargs={"factory": factory, "opts": opts, "settings": settings,
+                                   "work_dir": work, "run_id": run_id},
+            max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
+    return ds
 
 
 def _pool(ray, workers: int):
