@@ -184,6 +184,20 @@ def test_a_library_run_builds_its_spec_once_and_reads_each_option_file_once(
     assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
 
 
+def test_a_dry_run_reads_each_option_file_once(tmp_path, monkeypatch):
+    import rmjudge.engine
+    from rmjudge import run
+
+    counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
+    tokenizer = ScriptedEngine(_respond)
+    tokenizer.on_gpu, tokenizer.threads = False, 1
+    monkeypatch.setattr(rmjudge.engine, "load_engine", lambda es, **kw: tokenizer)
+    js = JudgeSettings(samples=1, max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
+    report = run.dry_run(_pairs(tmp_path), RunOptions(js, EngineSettings(), Mapper({}, seed=0)))
+    assert report.pairs == 3
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 0}
+
+
 def test_a_given_spec_is_used_as_it_is():
     engine = ScriptedEngine(_respond)
     spec = runspec.resolve(JudgeSettings(samples=1, max_tokens=16), engine.info, 512)
