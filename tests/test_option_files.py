@@ -186,8 +186,9 @@ def test_ordinary_templates_render_as_jinja2_renders_them():
     vars = dict(task="refl", context="Q" * 5000, response1="a" * 9000, response2="b",
                 critique1="c", critique2="d", answer_format="fmt")
     plain = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    text = GOOD_TEMPLATE + "{{ '-' * 40 }}{% for i in range(3) %}{{ i }}{% endfor %}" \
-        "{{ [1, 2]|join(', ') }}{{ 'x'.ljust(5) }}|{{ '%5s' % 'y' }}{{ response1|replace('a', 'aa') }}"
+    text = (GOOD_TEMPLATE + "{{ '-' * 40 }}{% for i in range(3) %}{{ i }}{% endfor %}"
+            "{{ [1, 2]|join(', ') }}{{ 'x'.ljust(5) }}|{{ '%5s' % 'y' }}"
+            "{{ response1|replace('a', 'aa') }}{% set ns = namespace(n=context) %}{{ ns.n }}")
     assert render_bounded(sandbox_environment().from_string(text), **vars) == \
         plain.from_string(text).render(**vars)
 
