@@ -7,10 +7,10 @@ Official scoring (RMB `eval/scripts/my_run_rm.py`): accuracy = pairs where chose
 rejected (strictly) over the pairs evaluated, run per goal; every published pair is evaluated,
 an empty or whitespace-only answer included (`eval/scripts/my_utils/utils.py`
 `load_eval_dataset` puts `answer` into the conversation as it is). rmjudge judges both orders;
-a pair scores the mean of its order scores, 1 right, 0 wrong or without a verdict. Shown: Helpfulness
-and Harmlessness accuracy, each broken down by scenario group, and their mean. RMB's own
-overall figure also averages its Best-of-N set, which bench does not run, so this mean is the
-pairwise part only.
+a pair scores the mean of its order scores, 1 right, 0 wrong or without a verdict. Shown:
+Helpfulness and Harmlessness accuracy, each broken down by scenario group, and their mean (n/a
+unless both goals have pairs). RMB's own overall figure also averages its Best-of-N set, which
+bench does not run, so this mean is the pairwise part only.
 """
 
 from __future__ import annotations

@@ -160,9 +160,11 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
 
     path = prepare(bench, source, outdir)
+    # blank_responses: each benchmark's `convert` decides which answers it keeps (RMB keeps
+    # whitespace-only ones, as its authors' code scores them)
     return score(path, engine, js, output=store_file(outdir, bench),
-                 mapper=Mapper({}, seed=js.seed, blank_responses=True), limit=item_rows(intake_keys(path), limit),
-                 shard=shard,
+                 mapper=Mapper({}, seed=js.seed, blank_responses=True),
+                 limit=item_rows(intake_keys(path), limit), shard=shard,
                  commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
                  announce=announce, n_ctx=n_ctx)
 
