@@ -59,6 +59,9 @@ def test_rmbench_domain_files_sharing_ids_are_all_judged(tmp_path):
     # code 1 wrong/wrong 0; code 2 right/none 0.5 -> 0.25 everywhere
     assert c["code"] == pytest.approx(0.25)
     assert [x.n for x in res.sections if x.label in ("chat", "code")] == [2, 2]
+    # each domain's easy, normal and hard are shown, as RM-Bench's code gives them per file
+    assert (c["chat easy"], c["chat normal"], c["chat hard"]) == pytest.approx((1, 0.75, 0.5))
+    assert (c["code easy"], c["code normal"], c["code hard"]) == pytest.approx((0.25,) * 3)
     # math and safety are not in the run: no total, and the note says why
     assert res.headline[0].value is None
     assert res.notes[0].startswith("RM-Bench total n/a: this run has no items in math, safety")
@@ -158,6 +161,13 @@ def test_rewardbench_without_a_section_shows_no_score_and_both_candidates():
         f"section 0, which gives {100 * official:.2f}, and the mean of the sections present is "
         f"{100 * present:.2f}: neither is a RewardBench score")]
     assert f"{100 * official:.2f}" == "52.15" and f"{100 * present:.2f}" == "69.53"
+    # the rule itself: Chat 75.0, Chat Hard 50.0, Safety 56.65, no Reasoning -> 45.41, where the
+    # mean of the three present is 60.55
+    from rmjudge.bench.rewardbench import official_score
+
+    got = official_score({"Chat": 0.75, "Chat Hard": 0.5, "Safety": 0.5665, "Reasoning": None})
+    assert f"{100 * got:.2f}" == "45.41"
+    assert f"{100 * (0.75 + 0.5 + 0.5665) / 3:.2f}" == "60.55"
     # with Reasoning present the score is the official mean of four
     full = get("rewardbench").score(items + [rb_item(6, "math-prm", True, False)])
     assert full.headline[0].value == pytest.approx((chat + 1.0 + 0.5 + 0.5) / 4)

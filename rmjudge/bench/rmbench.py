@@ -125,7 +125,9 @@ class RMBench(Benchmark):
                  for k in ("hard", "normal", "easy", "avg")}
         n = {d: len({it.fields["item"] for it in by_domain[d]}) for d in per}
         prompts = sum(n.values())
-        cells = [Cell(d, per[d]["avg"], n[d]) for d in per]
+        cells = [Cell(label, per[d][k], n[d]) for d in per
+                 for label, k in ((d, "avg"), (f"{d} easy", "easy"), (f"{d} normal", "normal"),
+                                  (f"{d} hard", "hard"))]
         cells += [Cell(k, total[k], prompts) for k in ("easy", "normal", "hard")]
         score = Cell("RM-Bench", total["avg"], prompts)
         notes = [note + " (so do easy, normal and hard; RM-Bench's compute_accuracy gives no "
