@@ -300,11 +300,22 @@ def test_check_reports_rows_refusals_and_duplicates_without_judging(tmp_path):
     assert "in all: 8 rows read from 5 file(s), 6 items (54 pairs), 2 refused, 1 duplicate " \
            "keys, 0 pairs refused by the intake, 1 file(s) not read" in out
     assert "refused: 1 x column 'chosen' must be a list of 3 non-empty responses" in out
+    assert f"absent: {data / 'total_dataset.json'}" in out  # the domain files are read instead
     assert f"duplicate: {data / 'chat_filtered.json'} row 3: duplicate key 'chat/1' (first at " \
            f"{data / 'chat_filtered.json'} row 1)" in out
     js = json.loads(bench_cli("--check", "--json", "--data", f"rmbench={data}").stdout)
     assert (js[0]["rows"], js[0]["items"], js[0]["pairs"], js[0]["refused"],
             js[0]["duplicates"]) == (8, 6, 54, 2, 1)
+    assert js[0]["absent_files"] == [str(data / "total_dataset.json")]
+    (data / "code_filtered.json").unlink()
+    js = json.loads(bench_cli("--check", "--json", "--data", f"rmbench={data}").stdout)
+    assert js[0]["absent_files"] == [str(data / n) for n in ("total_dataset.json",
+                                                             "code_filtered.json")]
+    llmbar = tmp_path / "llmbar"
+    shutil.copytree(DATA / "llmbar" / "Natural", llmbar / "Natural")
+    js = json.loads(bench_cli("--check", "--json", "--data", f"llmbar={llmbar}").stdout)
+    assert js[0]["absent_files"] == [str(llmbar / "Adversarial" / s / "dataset.json")
+                                     for s in ("Neighbor", "GPTInst", "GPTOut", "Manual")]
     assert not list(tmp_path.glob("**/*.duckdb")) and not list(tmp_path.glob("**/*.input.jsonl"))
     # bench without --check still needs -o
     r = bench_cli("--data", f"rmbench={data}")

@@ -113,6 +113,10 @@ class Benchmark:
         """The files (or Hub ids) to read for `source`, each with fields its rows inherit."""
         return [(source, {})]
 
+    def absent(self, source: str) -> list[str]:
+        """The published files a folder `source` lacks, where the layout names them all."""
+        return []
+
     def convert(self, n: int, obj: dict[str, Any], fields: dict[str, Any]) -> Iterator[dict]:
         """rmjudge intake rows (id, prompt, two responses, gold, grouping columns) for the
         published row number `n`; raise RowProblem when the row lacks the layout."""

@@ -43,6 +43,7 @@ class CheckReport:
     reasons: Counter = field(default_factory=Counter)  # refusal reason -> rows
     first_at: dict[str, str] = field(default_factory=dict)  # reason -> "FILE row N"
     duplicate_keys: list[str] = field(default_factory=list)  # the first few, with where
+    absent: list[str] = field(default_factory=list)  # published files the folder lacks
 
     def total(self, attr: str) -> int:
         return sum(getattr(f, attr) for f in self.files)
@@ -54,7 +55,7 @@ class CheckReport:
                 "files": [f.as_dict() for f in self.files],
                 "refused_reasons": [{"reason": r, "rows": n, "first_at": self.first_at[r]}
                                     for r, n in self.reasons.most_common()],
-                "duplicate_examples": self.duplicate_keys}
+                "duplicate_examples": self.duplicate_keys, "absent_files": self.absent}
 
 
 def check(bench: Benchmark, source: str) -> CheckReport:
@@ -77,6 +78,8 @@ def check(bench: Benchmark, source: str) -> CheckReport:
             except BenchError as exc:
                 by_path[path].error = str(exc)
 
+    if "://" not in source and os.path.exists(source):
+        report.absent = bench.absent(source)
     for c in converted(bench, source, rows()):
         f = by_path[c.published.file]
         f.rows += 1
@@ -124,6 +127,7 @@ def render(report: CheckReport) -> str:
                  "intake"
                  + (f", {sum(bool(f.error) for f in report.files)} file(s) not read"
                     if any(f.error for f in report.files) else ""))
+    lines += [f"  absent: {path}" for path in report.absent]
     for reason, n in report.reasons.most_common():
         lines.append(f"  refused: {n} x {reason} (first: {report.first_at[reason]})")
     lines += [f"  duplicate: {d}" for d in report.duplicate_keys]

@@ -41,15 +41,23 @@ class LLMBar(Benchmark):
         if not os.path.isdir(source):
             raise BenchError(f"LLMBar is read from its published folder ({self.layout}); "
                              f"{source} is not a folder: give --data llmbar=PATH/Dataset/LLMBar")
-        out = []
-        for sub in SUBSETS:
-            rel = "Natural" if sub == "Natural" else os.path.join("Adversarial", sub)
-            path = os.path.join(source, rel, "dataset.json")
-            if os.path.exists(path):
-                out.append((path, {"subset": sub}))
+        out = [(path, {"subset": sub}) for sub, path in self.paths(source)
+               if os.path.exists(path)]
         if not out:
             raise BenchError(f"{source} holds none of LLMBar's files ({self.layout})")
         return out
+
+    @staticmethod
+    def paths(source: str) -> list[tuple[str, str]]:
+        """(subset, its dataset.json) for every published subset."""
+        return [(sub, os.path.join(source, "Natural" if sub == "Natural"
+                                   else os.path.join("Adversarial", sub), "dataset.json"))
+                for sub in SUBSETS]
+
+    def absent(self, source: str) -> list[str]:
+        if not os.path.isdir(source):
+            return []
+        return [path for _, path in self.paths(source) if not os.path.exists(path)]
 
     def convert(self, n: int, obj: dict[str, Any], fields: dict[str, Any]) -> Iterator[dict]:
         label = obj.get("label")

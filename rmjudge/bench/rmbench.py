@@ -90,6 +90,12 @@ class RMBench(Benchmark):
                              f"({', '.join(DOMAIN_FILES)}): give --data rmbench=PATH/data")
         return out
 
+    def absent(self, source: str) -> list[str]:
+        if not os.path.isdir(source) or os.path.isfile(os.path.join(source, TOTAL)):
+            return []
+        return [os.path.join(source, n) for n in (TOTAL,) + DOMAIN_FILES
+                if not os.path.isfile(os.path.join(source, n))]
+
     def convert(self, n: int, obj: dict[str, Any], fields: dict[str, Any]) -> Iterator[dict]:
         prompt = text(obj, "prompt")
         named = fields.get("domain")
