@@ -80,11 +80,14 @@ class Mapper:
     label column to read (PKU-SafeRLHF: better|safer; otherwise a column name).
     `read_labels=False`: for callers that need only ids (merge's input check); a label value
     without a meaning is then left unlabelled instead of stopping the run.
+    `blank_responses=True`: an empty or whitespace-only response is judged like any other
+    (`rmjudge bench`, whose benchmarks decide which rows they keep), not refused as empty.
     """
 
     def __init__(self, mapping: dict[str, str] | None = None, seed: int = 0, *,
                  label_values: LabelValues | str | None = None,
-                 label_choice: str | None = None, read_labels: bool = True) -> None:
+                 label_choice: str | None = None, read_labels: bool = True,
+                 blank_responses: bool = False) -> None:
         self.mapping = dict(mapping or {})
         self.seed = seed
         if isinstance(label_values, str):
@@ -92,6 +95,7 @@ class Mapper:
         self.label_values = label_values
         self.label_choice = label_choice
         self.read_labels = read_labels
+        self.blank_responses = blank_responses
         self.checked = False  # check_labels vetted the label values of the first rows
         self._schema: Schema | None = None
 
@@ -110,6 +114,7 @@ class Mapper:
         """The input's schema, recognized from the first row that fits one, then kept."""
         if self._schema is None:
             self._schema = detect(obj, self.mapping, self.label_values, self.label_choice)
+            self._schema.blank_responses = self.blank_responses
         return self._schema
 
     def to_pair(self, row_number: int, obj: dict[str, Any]) -> Pair:
