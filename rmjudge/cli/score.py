@@ -122,21 +122,19 @@ def judge_input(source: str, output: str | None, opts, quiet: bool = False, engi
 
 
 def judgment_lines(s, total: int) -> list[str]:
-    """The summary's lines about the judgment: rollout counts, the named metrics
-    (rmjudge.analysis.counts), and the run spec's resolved defaults in words."""
+    """The summary's lines about the judgment: the named metrics (rmjudge.analysis.counts),
+    whether the two orders agree, then the rollout counts."""
     from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
 
-    lines = []
-    counts = rollout_counts_line(s.rollout_counts)
-    if counts:
-        lines.append(f"  {counts}")
+    lines = [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
     if s.both_orders:
         lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
-    lines += [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
     if s.labelled and s.labelled < 0.95 * total:
         lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
                      "label (ties, or values the label mapping leaves unlabelled)")
-    lines += [f"  {note}" for note in s.notes]
+    counts = rollout_counts_line(s.rollout_counts)
+    if counts:
+        lines.append(f"  {counts}")
     return lines
 
 
@@ -164,13 +162,22 @@ def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str
     return out
 
 
-def render_summary(s) -> str:
+SUMMARY_WIDTH = 80
+
+
+def render_summary(s, width: int | None = None) -> str:
+    """The run's summary: what was judged and where it went, then the verdicts and the
+    metrics, then how the rollouts went and the speed, then errors and notes. Every line is
+    wrapped at word boundaries to `width` (the terminal's, at most SUMMARY_WIDTH), so a path or
+    a count is never split mid-word."""
     lines = [
         f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
-        f"errors {s.errors} in {s.wall_seconds:.1f}s -> {', '.join(s.files)}"
+        f"errors {s.errors} in {s.wall_seconds:.1f}s",
+        "  output: " + ", ".join(s.files),
+    ] if s.files else [
+        f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
+        f"errors {s.errors} in {s.wall_seconds:.1f}s"
     ]
-    if s.error_reasons:
-        lines += error_lines(s.error_reasons, s.error_rows)
     total = sum(s.verdicts.values())
     if total:
         lines.append("  verdicts: " + ", ".join(f"{k} {v}" for k, v in s.verdicts.items()))
@@ -181,4 +188,27 @@ def render_summary(s) -> str:
     if s.tokens_sent is not None:
         lines.append(f"  server cost: {s.tokens_sent} prompt tokens sent, {s.tokens_received} "
                      "tokens received")
-    return "\n".join(lines)
+    if s.error_reasons:
+        lines += error_lines(s.error_reasons, s.error_rows)
+    lines += [f"  {note}" for note in s.notes]
+    return "\n".join(wrap_lines(lines, width or summary_width()))
+
+
+def summary_width() -> int:
+    """The terminal's width, at most SUMMARY_WIDTH (80 when it cannot be told)."""
+    import shutil
+
+    return min(SUMMARY_WIDTH, shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns)
+
+
+def wrap_lines(lines: list[str], width: int) -> list[str]:
+    """Each line wrapped at spaces to `width`, continuation lines indented two spaces more
+    than the line's own indent; a word longer than the width (a path) stays whole."""
+    import textwrap
+
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line, width=max(width, 40), subsequent_indent=indent + "  ",
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return out
