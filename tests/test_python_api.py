@@ -370,3 +370,27 @@ def test_the_python_page_examples_run(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "refused: nothing was judged" in out
     assert "20 pairs judged" in out
+
+
+def test_ctrl_c_in_the_loop_of_score_batches_is_interrupted_and_keeps_the_chunks(tmp_path):
+    rows = [{"id": f"p{i}", "prompt": f"q{i}", "chosen": "good", "rejected": "bad"}
+            for i in range(10)]
+    out = tmp_path / "j.duckdb"
+    batches = rmjudge.score_batches(rows, engine=judge(), samples=1, commit_every=2, output=out)
+    first = next(batches)
+    with pytest.raises(rmjudge.Interrupted, match="resume"):
+        batches.throw(KeyboardInterrupt)
+    store = rmjudge.open_store(out)
+    assert set(first["id"]) <= set(store.pairs["id"])
+    assert list(store.runs["status"]) == ["interrupted"]
+
+
+def test_without_pandas_the_api_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['pandas'] = None; import rmjudge\n"
+            "try:\n    rmjudge.score([{'prompt': 'p', 'chosen': 'a', 'rejected': 'b'}])\n"
+            "except rmjudge.MissingExtraError as exc:\n    print(exc)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert out == ("rmjudge's Python API (tables as pandas DataFrames) needs pandas, which is not "
+                   "installed: pip install '.[notebook]' in the rmjudge clone")
