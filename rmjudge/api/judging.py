@@ -98,7 +98,8 @@ def _not_kept(exc: UserError, output) -> UserError:
     return exc
 
 
-def _prepared(data, output, engine, model, server, split, config, kw):
+def _prepared(data, engine, model, server, split, config, kw):
+    """The input and the RunOptions of a call's arguments, checked before anything runs."""
     if engine is not None and (model is not None or server is not None):
         raise SettingsError("give either engine= (an engine already loaded) or model=/server=, "
                             "not both")
@@ -140,7 +141,7 @@ def score(data: Any, *, output: str | os.PathLike | None = None, model: str | No
     which every row was an error row; `rmjudge.Interrupted` on Ctrl-C (what was judged into
     `output=` is kept)."""
     require_pandas()
-    source, opts = _prepared(data, output, engine, model, server, split, config, dict(
+    source, opts = _prepared(data, engine, model, server, split, config, dict(
         settings=settings, map=map, label_values=label_values, label=label, limit=limit,
         shard=shard, commit_every=commit_every, overwrite=overwrite,
         rejudge_changed=rejudge_changed))
@@ -168,10 +169,6 @@ def _read_store(out: str):
         con.close()
 
 
-class _Stop(Exception):
-    """The loop over `score_batches` ended early."""
-
-
 def score_batches(data: Any, *, output: str | os.PathLike | None = None,
                   model: str | None = None, server: str | dict | None = None, engine: Any = None,
                   map: str | dict | None = None, label_values: str | None = None,
@@ -187,7 +184,7 @@ def score_batches(data: Any, *, output: str | os.PathLike | None = None,
     Ending the loop early stops the run: what was committed stays in `output=` and a later call
     resumes it."""
     require_pandas()
-    source, opts = _prepared(data, output, engine, model, server, split, config, dict(
+    source, opts = _prepared(data, engine, model, server, split, config, dict(
         settings=settings, map=map, label_values=label_values, label=label, limit=limit,
         shard=shard, commit_every=commit_every, overwrite=overwrite,
         rejudge_changed=rejudge_changed))
