@@ -394,3 +394,16 @@ def test_without_pandas_the_api_names_the_extra(tmp_path):
                          capture_output=True, text=True).stdout.strip()
     assert out == ("rmjudge's Python API (tables as pandas DataFrames) needs pandas, which is not "
                    "installed: pip install '.[notebook]' in the rmjudge clone")
+
+
+def test_open_store_reads_a_bare_export_whose_run_store_is_gone(tmp_path):
+    from rmjudge.store import store_path
+
+    out = tmp_path / "judged.parquet"
+    rows = ROWS + [{"prompt": "no responses"}]
+    table = rmjudge.score(rows, engine=judge(), samples=1, output=out)
+    Path(store_path(str(out))).unlink()  # copied elsewhere without its hidden run store
+    store = rmjudge.open_store(out)
+    assert list(store.pairs["id"]) == ["r1", "r2", "r3"] and len(store.samples) == 6
+    assert list(store.errors["row_number"]) == [4] and store.runs.empty
+    assert verdicts(store.results) == verdicts(table)
