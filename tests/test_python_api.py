@@ -90,10 +90,18 @@ def test_a_dataframe_nan_is_a_missing_value_and_numpy_values_are_plain():
     frame = pd.DataFrame(ROWS).drop(columns=["tags"])
     frame["weight"] = [1.0, float("nan"), 3.0]
     frame["count"] = pd.array([1, None, 3], dtype="Int64")
+    import numpy as np
+
+    frame["tags"] = [np.array(["x", "y"]), np.array([], dtype=str), np.array(["z"])]  # as
+    # pandas reads a Parquet list column
+    frame["when"] = pd.to_datetime(["2026-01-02", None, "2026-03-04"])
     table = rmjudge.score(frame, engine=judge(), samples=1)
     assert table["weight"].isna().tolist() == [False, True, False]
     assert table["count"].isna().tolist() == [False, True, False]
     assert table["count"][0] == 1
+    assert list(table["tags"]) == [["x", "y"], [], ["z"]]
+    assert table["when"].isna().tolist() == [False, True, False]
+    assert str(table["when"][0]).startswith("2026-01-02")
 
 
 def test_a_datasets_dataset_and_a_path_judge_alike(tmp_path):
