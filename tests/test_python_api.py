@@ -197,6 +197,7 @@ def test_map_takes_the_options_text_or_a_dict():
     (dict(limit=0), r"limit must be a whole number of at least 1"),
     (dict(shard="3/2"), r"--shard must look like I/N"),
     (dict(model="x.gguf"), r"give either engine= .* or model=/server=, not both"),
+    (dict(threads=2), r"threads= set how a model is loaded, and engine= is loaded already"),
     (dict(server={"url": "http://h:1/v1", "concurency": 2}), r"server= has no key 'concurency'"),
     (dict(split="train"), r"split= and config= choose a split of a Hugging Face dataset"),
 ])

@@ -103,6 +103,16 @@ def _prepared(data, engine, model, server, split, config, kw):
     if engine is not None and (model is not None or server is not None):
         raise SettingsError("give either engine= (an engine already loaded) or model=/server=, "
                             "not both")
+    if engine is not None:
+        from rmjudge.api.options import settings_keywords
+        from rmjudge.settings import EngineSettings
+
+        loading = [k for k in kw["settings"] if k != "n_ctx"
+                   and settings_keywords().get(k, (None,))[0] is EngineSettings]
+        if loading:
+            raise SettingsError(f"{', '.join(f'{k}=' for k in loading)} set how a model is "
+                                "loaded, and engine= is loaded already: pass them to "
+                                "rmjudge.load_engine(rmjudge.EngineSettings(...)) instead")
     source = input_of(data, split, config)
     opts = run_options(kw.pop("settings"), model=model, server=server, **kw)
     return source, opts
