@@ -136,12 +136,17 @@ def score(
     announce: Callable[[str], None] | None = None,
     rejudge_changed: bool = False,
     n_ctx: int | None = None,
+    on_commit: Callable[[Store, list[str], list[int]], None] | None = None,
 ) -> Summary:
-    """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
-    `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
-    before judging starts. A row judged by an earlier run that has changed since stops the run
-    (`StoreError` naming the rows), or with `rejudge_changed` is judged again and its new verdict
-    replaces the old one. `n_ctx`: the per-sequence limit `--ctx-size` sets (the run spec's).
+    """Judge `source` into `output` (a run: intake -> Judge -> store). `source`: an input path
+    (every form `rmjudge.io.readers` reads) or a `MemoryInput` (rows held in Python). `mapper`
+    (or the plain `mapping` of --map) turns rows into pairs; `announce` hears how the input is
+    read, once, before judging starts. A row judged by an earlier run that has changed since
+    stops the run (`StoreError` naming the rows), or with `rejudge_changed` is judged again and
+    its new verdict replaces the old one. `n_ctx`: the per-sequence limit `--ctx-size` sets (the
+    run spec's). `on_commit(store, pair ids, error row numbers)` hears each chunk once it is
+    committed (the streaming Python API reads it back); what it raises stops the run as an
+    exception from the loop would (KeyboardInterrupt: as an interrupt).
     """
     out = output or default_output(source)
     fmt = output_format(out)
@@ -166,13 +171,14 @@ def score(
     try:
         with graceful():
             return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                          commit_every, on_progress, identity, rejudge_changed, n_ctx)
+                          commit_every, on_progress, identity, rejudge_changed, n_ctx, on_commit)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None) -> Summary:
+           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None,
+           on_commit=None) -> Summary:
     spec = resolve(js, engine.info, n_ctx)
     settings = spec.verdict_settings()
     reading = input_reading(mapper)
@@ -182,7 +188,8 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     store.check_input(identity)
     info = engine.info
     store.start_run({
-        **run_record(info, settings, source, None if shard is None else f"{shard[0]}/{shard[1]}"),
+        **run_record(info, settings, str(source),
+                     None if shard is None else f"{shard[0]}/{shard[1]}"),
         "schema": mapper.describe() if mapper.schema is not None else None,
     })
     prog = Progress()
@@ -221,6 +228,10 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         prog.rows_read = intake.rows_read
         prog.skipped = intake.skipped
 
+    def committed(batch: list[PairResult], errors: list[dict]) -> None:
+        if on_commit is not None and (batch or errors):
+            on_commit(store, [r.pair.id for r in batch], [e["row_number"] for e in errors])
+
     judge = Judge(engine, js, n_ctx=n_ctx)
     batch: list[PairResult] = []
     last_commit = time.monotonic()
@@ -243,9 +254,11 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
             if len(batch) >= commit_every or time.monotonic() - last_commit > COMMIT_EVERY_SECONDS:
                 store.commit(batch, pending_errors, pending_drop)
                 prog.committed += len(batch)
+                done, done_errors = batch, pending_errors
                 batch, pending_errors, pending_drop = [], [], []
                 last_commit = time.monotonic()
                 deliver_pending()
+                committed(done, done_errors)
             if on_progress:
                 on_progress(prog)
             deliver_pending()
@@ -253,8 +266,10 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
         intake.dropped.clear()
         store.commit(batch, pending_errors, pending_drop)
         prog.committed += len(batch)
+        done, done_errors = batch, pending_errors
         batch, pending_errors, pending_drop = [], [], []
         deliver_pending()
+        committed(done, done_errors)
         files = [out] if fmt == "duckdb" else store.export(out, fmt)
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, Interrupted)):

@@ -22,6 +22,7 @@ from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
     from rmjudge.io.intake import Intake, RowFailure
+    from rmjudge.io.memory import MemoryInput
     from rmjudge.io.rows import RawRow
     from rmjudge.judge import Judge
     from rmjudge.pipeline import Summary
@@ -42,6 +43,21 @@ class RunOptions:
     overwrite: bool = False
     rejudge_changed: bool = False
     server: "ServerSettings | None" = None
+
+
+def make_run_options(js: JudgeSettings, es: EngineSettings, mapping: dict[str, str],
+                     label_values: str | None = None, label_choice: str | None = None,
+                     server: "ServerSettings | None" = None, **run: Any) -> RunOptions:
+    """The `RunOptions` of parsed settings: the Mapper of `--map` columns and the label options
+    (`--label-values`, `--label`, parsed here: a malformed one raises a UserError), and the
+    built-in criteria `--label` comes with. `run`: the other `RunOptions` fields. The CLI
+    (`rmjudge.cli.score.parse_run_options`) and the Python API (`rmjudge.api`) both make their
+    options here."""
+    from rmjudge.io.mapping import LabelOptions
+
+    labels = LabelOptions.parse(label_values, label_choice)
+    js = with_label_criteria(js, labels.choice)
+    return RunOptions(js, es, labels.mapper(mapping, js.seed), mapping, server=server, **run)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
@@ -156,7 +172,9 @@ def check_run_paths(source: str, output: str | None) -> None:
     """A missing or unreadable input and an unusable output fail before any model loads."""
     from rmjudge.io.readers import detect_format
     from rmjudge.pipeline import check_output, default_output
+    from rmjudge.store import check_platform
 
+    check_platform()
     if output is not None and not output.strip():
         raise SettingsError("-o is empty; give an output file name, or leave -o out for "
                             "INPUT.judged.duckdb")
@@ -181,24 +199,29 @@ def dry_run(source: str, opts: RunOptions):
                         opts.engine, server=None if server is None else server.public)
 
 
-def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,
-                status: Callable[[str], None] = _quiet,
-                progress: Callable[[int | None, Any], Any] | None = None) -> "Summary":
+def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOptions, *,
+                engine=None, status: Callable[[str], None] = _quiet,
+                progress: Callable[[int | None, Any], Any] | None = None,
+                on_commit: Callable[[Any, list[str], list[int]], None] | None = None
+                ) -> "Summary":
     """Judge `source` into `output` (as `rmjudge score` does). `engine`: one already loaded
     (else `load_judge_engine`). `status` hears one-line notes; `progress(total, engine)`
     (total: the input's rows, at most `--limit`) makes the progress display, which is called
     with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
-    it the rows are not counted. Returns the Summary, with the engine that judged.
+    it the rows are not counted. `on_commit`: see `rmjudge.pipeline.score`. `source`: a path
+    or rows held in Python (`rmjudge.io.memory.MemoryInput`, the Python API's). Returns the
+    Summary, with the engine that judged.
 
     Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
     loads, so one that arrives while llama.cpp loads it is not lost."""
     from rmjudge.interrupts import graceful
 
     with graceful():
-        return _judge_input(source, output, opts, engine, status, progress)
+        return _judge_input(source, output, opts, engine, status, progress, on_commit)
 
 
-def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> "Summary":
+def _judge_input(source, output, opts: RunOptions, engine, status, progress,
+                 on_commit=None) -> "Summary":
     from rmjudge.io.readers import count_rows
     from rmjudge.pipeline import Interrupted, score
 
@@ -222,7 +245,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
                         rejudge_changed=opts.rejudge_changed,
                         announce=(lambda line: display.note(f"rmjudge: {line}"))
                         if display is not None else None,
-                        n_ctx=opts.engine.n_ctx)
+                        n_ctx=opts.engine.n_ctx, on_commit=on_commit)
     except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
         # judge loaded can be delivered just after the load returned), or after it ended
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "

@@ -2,8 +2,8 @@
 `--label` (gold labels).
 
 `map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
-label options to a command; `label_settings(kw)` pops and parses them into a
-`LabelOptions` (a malformed value raises a UserError), and `build_mapper` makes the Mapper.
+label options to a command, which `rmjudge.run.make_run_options` parses (a malformed value
+raises a UserError) into the run's Mapper.
 """
 
 from __future__ import annotations
@@ -31,17 +31,3 @@ def label_options(f: Callable) -> Callable:
     f = click.option("--label-values", "label_values", default=None, metavar="VALUE=A|B|tie,...",
                      help=LABEL_VALUES_HELP)(f)
     return f
-
-
-def label_settings(kw: dict):
-    """Pop the options added by `label_options` from `kw`; a LabelOptions."""
-    from rmjudge.io.mapping import LabelOptions
-
-    return LabelOptions.parse(kw.pop("label_values"), kw.pop("label_choice"))
-
-
-def build_mapper(mapping: dict[str, str] | None, seed: int, labels=None):
-    """The Mapper for `--map` columns and the parsed label options."""
-    from rmjudge.io.mapping import LabelOptions
-
-    return (labels or LabelOptions()).mapper(mapping, seed)

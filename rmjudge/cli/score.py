@@ -7,7 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import engine_activity, make_progress, status
-from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings, map_option
+from rmjudge.cli.mapping_options import label_options, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
@@ -90,19 +90,18 @@ def parse_run_options(kw: dict):
     `--overwrite` alone) the command has, popped from kw; bad values raise SettingsError.
     `score`, `eval` and `ray-score` share it."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.run import RunOptions, parse_shard, with_label_criteria
+    from rmjudge.run import make_run_options, parse_shard
 
     js = judge_settings(kw)
     es = engine_settings(kw)
-    labels = label_settings(kw)
-    js = with_label_criteria(js, labels.choice)
+    label_values, label_choice = kw.pop("label_values"), kw.pop("label_choice")
     mapping = parse_map(kw.pop("mapping"))
     run = {k: kw.pop(k) for k in ("limit", "commit_every", "overwrite", "rejudge_changed")
            if k in kw}
     if "shard" in kw:
         run["shard"] = parse_shard(kw.pop("shard"))
-    return RunOptions(js, es, build_mapper(mapping, js.seed, labels), mapping,
-                      server=server_settings(kw), **run)
+    return make_run_options(js, es, mapping, label_values, label_choice,
+                            server=server_settings(kw), **run)
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):

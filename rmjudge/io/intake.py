@@ -102,9 +102,11 @@ def input_identity(source: str, first: RawRow | None) -> dict | None:
 
     blob = jsontext.dumps(first.obj, sort_keys=True).encode() \
         if first.obj is not None else (first.raw or "").encode()
+    fingerprint = hashlib.blake2b(blob, digest_size=16).hexdigest()
+    if not isinstance(source, str):  # rows held in Python (rmjudge.io.memory): no path
+        return {"source": str(source), "fingerprint": fingerprint}
     name = source if source == "-" or "://" in source else os.path.abspath(source)
-    return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest(),
-            **(resolved_revision(source) or {})}
+    return {"source": name, "fingerprint": fingerprint, **(resolved_revision(source) or {})}
 
 
 class ChangedRows(UserError):

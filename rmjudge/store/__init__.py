@@ -23,10 +23,12 @@ from rmjudge.store.bulk import (
 )
 from rmjudge.store.files import (
     LEAVE_FIX,
+    PlatformError,
     StoreBusyError,
     StoreError,
     check_exports_not_busy,
     check_not_busy,
+    check_platform,
     check_writable_target,
     clean_stale_temps,
     disk_error,
@@ -82,6 +84,7 @@ __all__ = [
     "NewStore",
     "OutputError",
     "PAIR_COLUMNS",
+    "PlatformError",
     "RESUME_FIX",
     "RUNNING",
     "RUN_COLUMNS",
@@ -94,6 +97,7 @@ __all__ = [
     "check_not_busy",
     "check_output",
     "check_output_is_not_input",
+    "check_platform",
     "check_writable_target",
     "clean_stale_temps",
     "column_types",

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import filecmp
 import os
 import re
@@ -31,6 +30,11 @@ from rmjudge.store.bulk import insert_rows
 from rmjudge.store.paths import export_files, store_path
 from rmjudge.store.schema import ddl, missing_core_tables, not_a_store_message
 
+try:  # POSIX only: on Windows the package imports, and `check_platform` says what is missing
+    import fcntl
+except ImportError:
+    fcntl = None
+
 
 class StoreError(UserError):
     """The output cannot be used as asked; the message names the fix."""
@@ -38,6 +42,22 @@ class StoreError(UserError):
 
 class StoreBusyError(StoreError, BusyError):
     """Another rmjudge process holds the store's lock."""
+
+
+class PlatformError(UserError):
+    """This system lacks what rmjudge's run store needs (POSIX file locks)."""
+
+
+PLATFORM_MESSAGE = ("rmjudge needs POSIX file locks (fcntl.flock) to keep two runs from writing "
+                    "one output, and this system has none (Windows): run rmjudge under WSL2 "
+                    "(Windows Subsystem for Linux), or on Linux or macOS")
+
+
+def check_platform() -> None:
+    """Raise PlatformError where the store's locks cannot work (no `fcntl`: Windows). Every
+    command and `rmjudge.score` call it before any work; `Lock` refuses the same way."""
+    if fcntl is None:
+        raise PlatformError(PLATFORM_MESSAGE)
 
 
 def first_line(exc: BaseException) -> str:
@@ -128,6 +148,7 @@ class Lock:
     the message when another process holds it."""
 
     def __init__(self, path: str, what: str = "writing", busy: str | None = None):
+        check_platform()
         self.path = path + ".lock"
         self._key: str | None = None
         for _ in range(5):

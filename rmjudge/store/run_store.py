@@ -279,6 +279,13 @@ class Store:
             "errors": q("SELECT count(*) FROM errors").fetchone()[0],
         }
 
+    def read(self, query: str, params: list | None = None):
+        """The result of a read-only `query` over the store's tables, on the run's own
+        connection (the streaming Python API reads each committed chunk back with it while the
+        run holds the store); a DuckDB result, read with `.fetchall()`, `.df()` or
+        `.arrow()`."""
+        return self.con.execute(query, params or [])
+
     # -- writes -----------------------------------------------------------------------------
     def column_for(self, key: str) -> str:
         """The `pairs` column that holds input key `key` (assigned once, kept in meta)."""
