@@ -617,14 +617,14 @@
     if (d.consistent === false) facts.appendChild(el("span", "flag fI", "the orders disagree" + (d.policy ? ": " + d.policy : "")));
     head.appendChild(facts);
     head.appendChild(reviewBar(i));
-    var top = el("div", "pair-top");
-    add(top, head, settingsCorner(d));
-    pv.appendChild(top);
     if (d.columns && d.columns.length) {
       var cols = el("div", "columns");
       d.columns.forEach(function (c) { add(cols, el("span", "colname", c[0]), el("span", "colval", c[1] === null ? "null" : c[1])); });
-      pv.appendChild(collapsible("Input columns (" + d.columns.length + ")", function () { return cols; }, false));
+      head.appendChild(collapsible("Input columns (" + d.columns.length + ")", function () { return cols; }, false));
     }
+    var top = el("div", "pair-top");
+    add(top, head, settingsCorner(d));
+    pv.appendChild(top);
     pv.appendChild(el("h3", "sect", "Prompt"));
     pv.appendChild(conversation(d));
     pv.appendChild(el("h3", "sect", "Responses"));
@@ -805,6 +805,7 @@
     $("loading").hidden = true;
     refresh();
     document.body.dataset.ready = "1";
+    if (window.performance && performance.mark) performance.mark("rmjudge-list-ready");
     if (location.hash.length > 1) fromHash();
     else $("list").focus();
   }
