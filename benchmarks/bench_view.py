@@ -33,34 +33,69 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson  # noqa: E402
 
-WORDS = ("model answer response prompt judge reason detail correct clear helpful concise step "
-         "evidence claim source example error fact number result method value check").split()
 TOPICS = ("the boiling point of water", "binary search", "the French revolution", "photosynthesis",
           "compound interest", "a haiku about autumn", "Python list comprehensions", "TCP handshakes",
           "the Pythagorean theorem", "how vaccines work", "sorting a linked list", "tax brackets")
+PROSE = [
+    "The short answer is that it depends on the inputs, so it helps to look at a simple case first.",
+    "Start from the definition and check each step against a small example before generalizing.",
+    "A common mistake is to skip the edge cases, which is where most of the surprises are.",
+    "In practice the first version is rarely the fastest, but it is the easiest to verify.",
+    "The key idea is to split the problem into parts that can be solved independently.",
+    "Most textbooks present this with a diagram, which makes the order of the steps clear.",
+    "If the numbers are large, round them first to see whether the result is plausible.",
+    "This works because every step keeps the invariant that the earlier steps established.",
+    "Historians still disagree about the causes, but the sequence of events is well documented.",
+    "The same reasoning applies to the general case once the notation is in place.",
+    "It is worth writing the result down in one sentence before adding any detail.",
+    "Measurements at sea level differ from those taken on a mountain, which explains the gap.",
+    "A quick sanity check is to compare the answer with a value you already know.",
+    "The difference matters mostly for large inputs; for small ones both approaches are fine.",
+]
+JUDGE = [
+    "Response {w} answers the question that was asked and stays on topic throughout.",
+    "Response {l} restates the prompt at length before it gets to an answer.",
+    "The steps in Response {w} come in a sensible order and each one is justified.",
+    "Response {l} contains a factual error in its second paragraph.",
+    "Both responses are fluent, but only Response {w} follows the requested format.",
+    "Response {l} is longer, yet the extra length adds nothing the user asked for.",
+    "Response {w} gives a concrete example that makes the explanation easy to check.",
+    "Response {l} leaves out the final check that the prompt explicitly asks for.",
+    "The code in Response {w} runs as written; the snippet in Response {l} has an off-by-one error.",
+    "Response {w} is concise without dropping any of the required details.",
+    "Response {l} hedges so much that the user is left without a usable answer.",
+    "On accuracy, helpfulness and clarity, Response {w} is ahead on all three.",
+]
+CRITIQUE = [
+    "Critique {w} identifies the factual error that Critique {l} overlooks.",
+    "Critique {l} praises the length of the answer, which is not a quality the task rewards.",
+    "Critique {w} checks the answer against the prompt's constraints one by one.",
+    "Critique {l} contradicts itself about which response follows the format.",
+    "Critique {w} is grounded in specific sentences of the responses; Critique {l} stays vague.",
+    "Both critiques agree on the facts, but Critique {w} weighs them correctly.",
+]
 
 
-def _sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+def _prose(rng: random.Random, pool: list[str], chars: int, **names) -> str:
+    out, size = [], 0
+    while size < chars:
+        sentence = rng.choice(pool).format(**names)
+        out.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(out)
 
 
 def _paragraph(rng: random.Random, chars: int) -> str:
-    out = []
-    size = 0
-    while size < chars:
-        s = _sentence(rng, rng.randint(8, 16))
-        out.append(s)
-        size += len(s) + 1
-    return " ".join(out)
+    return _prose(rng, PROSE, chars)
 
 
 def _response(rng: random.Random, k: int) -> str:
     body = _paragraph(rng, rng.randint(250, 450))
-    items = "\n".join(f"- {_sentence(rng, rng.randint(5, 9))}" for _ in range(rng.randint(2, 4)))
+    items = "\n".join(f"- {rng.choice(PROSE)}" for _ in range(rng.randint(2, 4)))
     code = ""
     if k % 3 == 0:
-        code = f"\n\n```python\ndef step_{k}(x):\n    return x * {k % 7 + 2}  # {rng.choice(WORDS)}\n```"
-    return f"{body}\n\n{items}{code}\n\n**In short:** {_sentence(rng, 10)}"
+        code = f"\n\n```python\ndef step_{k}(x):\n    return x * {k % 7 + 2}  # scale the input\n```"
+    return f"{body}\n\n{items}{code}\n\n**In short:** {rng.choice(PROSE)}"
 
 
 class Texts:
@@ -69,15 +104,17 @@ class Texts:
 
     def __init__(self, rng: random.Random, size: int = 3000):
         self.rng = rng
-        self.analysis = [_paragraph(rng, 560) for _ in range(size)]
-        self.cut = [_paragraph(rng, 700) for _ in range(size // 10)]
-        self.critique = [_paragraph(rng, 420) for _ in range(size)]
+        self.analysis = {p: [_prose(rng, JUDGE, 560, w=p, l=3 - p) for _ in range(size)]
+                         for p in (1, 2)}
+        self.cut = [_prose(rng, JUDGE, 700, w=1, l=2) for _ in range(size // 10)]
+        self.critique = {p: [_prose(rng, CRITIQUE, 420, w=p, l=3 - p) for _ in range(size)]
+                         for p in (1, 2)}
         self.prompt = [_paragraph(rng, 220) for _ in range(size)]
 
     def verdict(self, pred: int, refl: bool = False) -> str:
         from rmjudge.prompts import completion_text
 
-        body = self.rng.choice(self.critique if refl else self.analysis)
+        body = self.rng.choice((self.critique if refl else self.analysis)[pred])
         return completion_text("refl" if refl else "pref", body, pred)
 
 
@@ -132,7 +169,7 @@ def _order(rng: random.Random, texts: Texts, pid: str, order: str, n: int,
     share = n1 / (n1 + n2) if n1 + n2 else None
     for r in rollouts:
         text = (rng.choice(texts.cut) if r["finish"] == "length" else
-                rng.choice(texts.analysis) + "\nBoth have merits; I cannot decide."
+                rng.choice(texts.analysis[r["pred"]]) + "\nBoth have merits; I cannot decide."
                 if r["src"] == "forced" else texts.verdict(r["pred"]))
         tokens = len(text) // 4
         rows.append([pid, order, "rollout", r["idx"], text,
@@ -149,8 +186,10 @@ def _order(rng: random.Random, texts: Texts, pid: str, order: str, n: int,
 
 
 def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: int = 2000,
-               error_every: int = 500) -> dict:
-    """A synthetic judged store at `path` (see the module docstring); returns its counts."""
+               error_every: int = 500, data: list[dict] | None = None) -> dict:
+    """A synthetic judged store at `path` (see the module docstring); returns its counts.
+    `data`: rows {prompt, chosen, rejected, source, subset} whose texts are used (in turn)
+    instead of generated ones."""
     from rmjudge.store import PAIR_COLUMNS, SAMPLE_COLUMNS, Store, insert_rows
 
     rng = random.Random(seed)
@@ -161,7 +200,7 @@ def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: in
     pair_cols = [c for c, _ in PAIR_COLUMNS] + ["source", "subset"]
     sample_cols = [c for c, _ in SAMPLE_COLUMNS]
     n_samples = n_errors = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with Store(path) as store:
         store.set_meta("settings", settings)
         run_id = store.start_run({"version": "synthetic", "model_path": "synthetic-judge.gguf",
@@ -180,10 +219,19 @@ def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: in
                     row_number += 1
                 pid = f"syn-{k:06d}"
                 label = rng.choice("AB")
-                topic = rng.choice(TOPICS)
-                prompt = (f"Explain {topic} to a {rng.choice(('student', 'colleague', 'child'))}. "
-                          + rng.choice(texts.prompt))
-                a, b = rng.sample(responses, 2)
+                if data:
+                    d = data[k % len(data)]
+                    prompt, source, subset = d["prompt"], d.get("source"), d.get("subset")
+                    a, b = ((d["chosen"], d["rejected"]) if label == "A"
+                            else (d["rejected"], d["chosen"]))
+                else:
+                    topic = rng.choice(TOPICS)
+                    prompt = (f"Explain {topic} to a "
+                              f"{rng.choice(('student', 'colleague', 'child'))}. "
+                              + rng.choice(texts.prompt))
+                    a, b = rng.sample(responses, 2)
+                    source = rng.choice(("pandalm", "hh-rlhf", "arena"))
+                    subset = rng.choice(("easy", "hard", "chat", "code"))
                 good_ab = 1 if label == "A" else 2
                 s_ab, f_ab = _order(rng, texts, pid, "ab", samples, good_ab)
                 s_ba, f_ba = _order(rng, texts, pid, "ba", samples, 3 - good_ab)
@@ -204,8 +252,7 @@ def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: in
                     verdict == label if verdict in ("A", "B", "tie") else None,
                     f_ab["shortcut"], f_ba["shortcut"], None if consistent is not False else "tie",
                     f_ab["conf"], f_ba["conf"], samples, samples, prompt, messages, a, b, run_id,
-                    hashlib.sha256(pid.encode()).hexdigest()[:16],
-                    rng.choice(("pandalm", "hh-rlhf", "arena")), rng.choice(("easy", "hard", "chat", "code"))])
+                    hashlib.sha256(pid.encode()).hexdigest()[:16], source, subset])
             n_samples += len(srow)
             n_errors += len(erow)
 
@@ -218,7 +265,8 @@ def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: in
             store.write(statements)
         store.finish_run(status="finished", pairs_judged=pairs, errors=n_errors)
     return {"pairs": pairs, "samples": n_samples, "errors": n_errors,
-            "seconds": time.perf_counter() - t0, "bytes": os.path.getsize(path)}
+            "seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+            "bytes": os.path.getsize(path)}
 
 
 def chromium_times(page: str, pair_id: str, query: str) -> dict:
@@ -288,6 +336,9 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="folder for the store and the explorer "
                     "(default: a temporary folder, removed at the end)")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--data", default=None, help="JSONL of {prompt, chosen, rejected, source, "
+                    "subset} whose texts the store uses in turn (e.g. ../shared/data/pandalm/"
+                    "pairs.jsonl) instead of generated ones")
     args = ap.parse_args()
     if args.work:
         Path(args.work).mkdir(parents=True, exist_ok=True)
@@ -302,12 +353,19 @@ def run(work: Path, args) -> None:
 
     store = str(work / f"synthetic-{args.pairs}.duckdb")
     if not os.path.exists(store):
-        got = make_store(store, args.pairs, args.samples)
+        data = None
+        if args.data:
+            with open(args.data, "rb") as f:
+                data = [orjson.loads(line) for line in f if line.strip()]
+        got = make_store(store, args.pairs, args.samples, data=data)
         print(f"store: {got['pairs']} pairs, {got['samples']} samples, {got['errors']} error "
-              f"rows, {got['bytes'] / 1e6:.0f} MB, written in {got['seconds']:.1f} s")
-    t = time.perf_counter()
+              f"rows, {got['bytes'] / 1e6:.0f} MB, written in {got['seconds']:.1f} s "
+              f"({got['cpu']:.1f} s CPU)")
+    load = os.getloadavg()[0]
+    t, c = time.perf_counter(), time.process_time()
     s = build_view(store, str(work / "view"))
-    print(f"build: {time.perf_counter() - t:.1f} s wall, {s.files} files, "
+    print(f"build: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU "
+          f"(load average {load:.1f} at the start), {s.files} files, "
           f"{s.bytes / 1e6:.0f} MB ({s.parts})")
     sizes = {}
     for name in os.listdir(work / "view" / "data"):

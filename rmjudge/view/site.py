@@ -114,8 +114,11 @@ def _runs(t: JudgedTable) -> list[dict]:
 
 
 def _criteria(settings) -> str | None:
-    if not isinstance(settings, dict) or "criteria" not in settings:
+    """The run's rubric in a few words; "default" when the run gave none (`--criteria`)."""
+    if not isinstance(settings, dict):
         return None
+    if settings.get("criteria") is None:
+        return "default"
     from rmjudge.prompts.criteria import criteria_name
 
     return criteria_name(settings["criteria"])

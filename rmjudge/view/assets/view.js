@@ -172,12 +172,39 @@
     return loadDetail(k).then(function (rows) { return rows[i - k * S.meta.chunks.detail_size]; });
   }
 
-  var textNext = 0;
+  var textStarted = false;
   function loadTexts() {
-    // the search text, one chunk after the other; the search runs again as each arrives
-    if (textNext >= S.meta.chunks.text) return;
-    var k = textNext++;
-    loadScript(chunkName("text", k));
+    // every part of the search text at once (the browser reads them in parallel and runs
+    // them in order); each part is scanned once for the current query when it arrives
+    if (textStarted) return;
+    textStarted = true;
+    for (var k = 0; k < S.meta.chunks.text; k++) loadScript(chunkName("text", k));
+  }
+
+  // the current query's hits: one byte per item, filled part by part
+  var hits = { q: null, done: {}, bits: null };
+  function scanPart(k) {
+    var t = S.text[k], q = hits.q, size = S.meta.chunks.text_size, base = k * size;
+    for (var j = 0; j < t.length; j++) if (t[j].indexOf(q) >= 0) hits.bits[base + j] = 1;
+    hits.done[k] = true;
+  }
+  function searchHits(q) {
+    if (hits.q !== q) {
+      hits = { q: q, done: {}, bits: new Uint8Array(S.n) };
+      for (var i = 0; i < S.n; i++) {
+        var id = S.cols.id[i];
+        if (id !== null && String(id).toLowerCase().indexOf(q) >= 0) hits.bits[i] = 1;
+      }
+    }
+    for (var k in S.text) if (!hits.done[k]) scanPart(Number(k));
+    return hits.bits;
+  }
+
+  var refreshTimer = null;
+  function refreshSoon() {
+    // while the parts arrive, the list follows at most five times a second
+    if (refreshTimer) return;
+    refreshTimer = setTimeout(function () { refreshTimer = null; refresh(false); }, 200);
   }
 
   // -- registration (called by the data files) -----------------------------------------------
@@ -222,8 +249,10 @@
   api.text = function (k, texts) {
     S.text[k] = texts;
     S.textLoaded++;
-    if (S.query) { refresh(false); }
-    loadTexts();
+    if (S.query) {
+      if (S.textLoaded === S.meta.chunks.text) { clearTimeout(refreshTimer); refreshTimer = null; refresh(false); }
+      else refreshSoon();
+    }
   };
   window.rmjudgeView = api;
 
@@ -260,14 +289,8 @@
     ["unmarked", "not marked", function (i) { return S.marks[markKey(i)] === undefined && !isRow(i); }]
   ];
 
-  function textHit(i, q) {
-    if (S.cols.id[i] !== null && String(S.cols.id[i]).toLowerCase().indexOf(q) >= 0) return true;
-    var size = S.meta.chunks.text_size, k = Math.floor(i / size), t = S.text[k];
-    return t ? t[i - k * size].indexOf(q) >= 0 : false;
-  }
-
   function refresh(keepSel) {
-    var n = S.n, on = [], chipCount = {}, q = S.query;
+    var n = S.n, on = [], chipCount = {}, q = S.query, hit = q ? searchHits(q) : null;
     for (var c = 0; c < CHIPS.length; c++) { chipCount[CHIPS[c][0]] = 0; if (S.filters[CHIPS[c][0]]) on.push(c); }
     var groupsOn = [];
     for (var g = 0; g < S.meta.groups.length; g++) if (S.group[g] !== undefined && S.group[g] !== "") groupsOn.push(g);
@@ -279,7 +302,7 @@
         if (String(S.cols.groups[groupsOn[gi]][i]) !== S.group[groupsOn[gi]]) { ok = false; break; }
       }
       if (!ok) continue;
-      if (q && !textHit(i, q)) continue;
+      if (hit && !hit[i]) continue;
       // facet counts: a chip counts the items that pass every other filter and match it
       var failed = -1, nfail = 0;
       for (var a = 0; a < on.length; a++) {
@@ -824,7 +847,7 @@
       clearTimeout(searchTimer);
       searchTimer = setTimeout(function () {
         S.query = $("search").value.trim().toLowerCase();
-        if (S.query && textNext === 0) loadTexts();
+        if (S.query) loadTexts();
         refresh();
       }, 150);
     });
