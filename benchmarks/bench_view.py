@@ -301,6 +301,8 @@ def chromium_times(page: str, pair_id: str, query: str) -> dict:
             "p.name === 'first-contentful-paint'; })[0]; return e ? e.startTime / 1000 : null")
         out["list_ready"] = driver.execute_script(
             "return performance.getEntriesByName('rmjudge-list-ready')[0].startTime / 1000")
+        out["js_heap_mb_list"] = driver.execute_script(
+            "return performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null")
         t = time.perf_counter()
         driver.execute_script(f"location.hash = 'pair=' + encodeURIComponent({orjson.dumps(pair_id).decode()})")
         wait(f"return document.body.dataset.opened === 'pair=' + encodeURIComponent({orjson.dumps(pair_id).decode()})"
@@ -321,7 +323,7 @@ def chromium_times(page: str, pair_id: str, query: str) -> dict:
         out["search_all_text"] = time.perf_counter() - t
         out["search_hits"] = driver.execute_script(
             "return document.getElementById('count').textContent")
-        out["js_heap_mb"] = driver.execute_script(
+        out["js_heap_mb_searched"] = driver.execute_script(
             "return performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null")
     finally:
         driver.quit()
@@ -374,8 +376,9 @@ def run(work: Path, args) -> None:
     print("bytes by kind: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items())))
     if not args.no_browser:
         times = chromium_times(s.page, f"syn-{args.pairs // 2:06d}", "compound interest to a child")
-        print("chromium: " + ", ".join(f"{k} {v:.2f} s" if isinstance(v, float) else f"{k} {v}"
-                                       for k, v in times.items()))
+        print("chromium: " + ", ".join(
+            f"{k} {v:.0f}" if k.startswith("js_heap") else
+            f"{k} {v:.2f} s" if isinstance(v, float) else f"{k} {v}" for k, v in times.items()))
 
 
 if __name__ == "__main__":

@@ -377,6 +377,13 @@ def test_filters_search_and_sorting_follow_the_store(driver, judged, judged_view
     assert got == sorted(got)
     driver.execute_script("var s = document.getElementById('sort'); s.value = 'row';"
                           "s.dispatchEvent(new Event('change'))")
+    # Enter opens the selected pair (p8: the selection stays on the pair the search found);
+    # the browser's Back returns to the list
+    driver.find_element("tag name", "body").send_keys("\ue007")
+    wait(driver, "return document.body.dataset.opened === 'pair=p8'")
+    driver.back()
+    wait(driver, "return !document.body.dataset.opened && "
+                 "!document.getElementById('list-view').hidden")
 
 
 @browser

@@ -671,8 +671,12 @@
     var pos = S.view.indexOf(i);
     if (pos >= 0) S.sel = pos;
     if (push !== false) {
+      // opening from the list adds a history entry (Back returns to the list); moving from
+      // pair to pair replaces it
       var h = "#" + keyOf(i);
-      if (location.hash !== h) history.replaceState(null, "", h);
+      if (location.hash !== h) {
+        if (push === "push") history.pushState(null, "", h); else history.replaceState(null, "", h);
+      }
     }
     $("list-view").hidden = true;
     var pv = $("pair-view");
@@ -707,14 +711,13 @@
   function fromHash() {
     var h = location.hash.replace(/^#/, "");
     var m = /^pair=(.*)$/.exec(h), r = /^row=(\d+)$/.exec(h);
+    var i;
     if (m) {
-      var id = decodeURIComponent(m[1]);
-      var i = S.byKey.get("p" + id);
-      if (i !== undefined) { openItem(i, false); return; }
+      try { i = S.byKey.get("p" + decodeURIComponent(m[1])); } catch (e) { i = undefined; }
     } else if (r) {
-      var j = S.byKey.get("r" + r[1]);
-      if (j !== undefined) { openItem(j, false); return; }
+      i = S.byKey.get("r" + r[1]);
     }
+    if (i !== undefined) { if (S.open !== i) openItem(i, false); return; }
     if (S.open >= 0) closePair();
   }
 
@@ -841,7 +844,7 @@
       var row = e.target.closest(".row");
       if (!row) return;
       S.sel = Number(row.dataset.pos);
-      openItem(S.view[S.sel]);
+      openItem(S.view[S.sel], "push");
     });
     $("search").addEventListener("input", function () {
       clearTimeout(searchTimer);
@@ -861,6 +864,7 @@
       try { localStorage.setItem("rmjudge-view:reviewer", $("reviewer").value.trim()); } catch (e) { /* storage off */ }
     });
     window.addEventListener("hashchange", fromHash);
+    window.addEventListener("popstate", fromHash);
     document.addEventListener("keydown", function (e) {
       var t = e.target;
       if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA")) {
@@ -874,7 +878,7 @@
       else if (k === "k" || k === "ArrowUp") { step(-1); e.preventDefault(); }
       else if (k === "PageDown" && S.open < 0) { step(Math.floor($("list").clientHeight / S.rowH)); e.preventDefault(); }
       else if (k === "PageUp" && S.open < 0) { step(-Math.floor($("list").clientHeight / S.rowH)); e.preventDefault(); }
-      else if ((k === "Enter" || k === "o") && S.open < 0 && S.view.length) { openItem(S.view[S.sel]); e.preventDefault(); }
+      else if ((k === "Enter" || k === "o") && S.open < 0 && S.view.length) { openItem(S.view[S.sel], "push"); e.preventDefault(); }
       else if ((k === "Escape" || k === "u") && S.open >= 0) { closePair(); e.preventDefault(); }
       else if (k === "/") { if (S.open >= 0) closePair(); $("search").focus(); e.preventDefault(); }
       else if (cur !== undefined && S.view.length) {
