@@ -84,6 +84,7 @@ class PairItems:
 
     def __init__(self, t: JudgedTable):
         self.t = t
+        t.con.execute("SET enable_progress_bar = false")  # the command prints its own summary
         self.group_columns = [c for c in GROUP_COLUMNS if c in t.pair_columns]
         core = {c for c, _ in PAIR_COLUMNS}
         self.extra_columns = [c for c in t.pair_columns if c not in core]

@@ -280,12 +280,12 @@
     ["inconsistent", "orders disagree", function (i) { return (S.cols.flags[i] & FLAG.inconsistent) !== 0; }],
     ["tie", "tie", function (i) { return col("verdict", i) === "tie"; }],
     ["lowmargin", "low margin", function (i) { var m = margin(i); return m !== null && m <= S.margin + 1e-12; }],
-    ["cut", "cut at max tokens", function (i) { return (S.cols.flags[i] & FLAG.cut) !== 0; }],
+    ["cut", "cut", function (i) { return (S.cols.flags[i] & FLAG.cut) !== 0; }],
     ["unparsed", "unparsed", function (i) { return (S.cols.flags[i] & FLAG.unparsed) !== 0; }],
-    ["forced", "forced verdict", function (i) { return (S.cols.flags[i] & FLAG.forced) !== 0; }],
+    ["forced", "forced", function (i) { return (S.cols.flags[i] & FLAG.forced) !== 0; }],
     ["errors", "errors", isError],
     ["human", "human label", function (i) { return S.cols.human[i] >= 0; }],
-    ["marked", "marked here", function (i) { return S.marks[markKey(i)] !== undefined && !isRow(i); }],
+    ["marked", "marked", function (i) { return S.marks[markKey(i)] !== undefined && !isRow(i); }],
     ["unmarked", "not marked", function (i) { return S.marks[markKey(i)] === undefined && !isRow(i); }]
   ];
 
@@ -303,13 +303,13 @@
       }
       if (!ok) continue;
       if (hit && !hit[i]) continue;
-      // facet counts: a chip counts the items that pass every other filter and match it
-      var failed = -1, nfail = 0;
+      // a chip counts the items that pass every other filter (and the search) and match it:
+      // the list's items that match it
+      var nfail = 0;
       for (var a = 0; a < on.length; a++) {
-        if (!CHIPS[on[a]][2](i)) { nfail++; failed = on[a]; if (nfail > 1) break; }
+        if (!CHIPS[on[a]][2](i)) { nfail++; break; }
       }
-      if (nfail > 1) continue;
-      if (nfail === 1) { chipCount[CHIPS[failed][0]]++; continue; }
+      if (nfail) continue;
       view.push(i);
       for (var b = 0; b < CHIPS.length; b++) if (CHIPS[b][2](i)) chipCount[CHIPS[b][0]]++;
     }
@@ -349,6 +349,7 @@
 
   function renderChips(count) {
     var box = $("chips");
+    var keep = $("margin-box");
     clear(box);
     CHIPS.forEach(function (c) {
       var b = el("button", "chip" + (S.filters[c[0]] ? " on" : ""));
@@ -357,6 +358,7 @@
       add(b, c[1] + " ", el("span", "n", count[c[0]].toLocaleString("en-US")));
       b.addEventListener("click", function () { S.filters[c[0]] = !S.filters[c[0]]; refresh(); saveState(); });
       box.appendChild(b);
+      if (c[0] === "lowmargin") box.appendChild(keep);
     });
   }
 
