@@ -269,6 +269,53 @@ def make_store(path: str, pairs: int, samples: int = 8, seed: int = 0, batch: in
             "bytes": os.path.getsize(path)}
 
 
+def sql_json_details(t) -> int:
+    """The details as DuckDB builds them itself (`json_object` per pair, the samples
+    aggregated with `list(json_array(...) ORDER BY ...)`): the first way `rmjudge view` was
+    written, timed against `PairItems.detail_rows` (sorted streams joined in Python, orjson).
+    Returns the bytes made."""
+    from rmjudge.sql import quote_ident
+    from rmjudge.view.data import DETAIL_PAIR_FIELDS, SAMPLE_FIELDS, PairItems
+
+    PairItems(t)  # its `items` view
+    fields = ", ".join(f"s.{quote_ident(f)}" for f in SAMPLE_FIELDS)
+    pair = ", ".join(f"{sql_literal_(k)}, p.{quote_ident(c)}" for k, c in DETAIL_PAIR_FIELDS.items())
+    cur = t.con.execute(f"""
+        WITH sm AS (SELECT s.pair_id, to_json(list(json_array({fields})
+                        ORDER BY s."order", s.stage DESC, s.idx)) AS js
+                    FROM samples s GROUP BY s.pair_id)
+        SELECT json_object({pair}, 'samples', json(coalesce(sm.js, '[]')))::VARCHAR
+        FROM items i JOIN pairs p ON i.kind = 'pair' AND p.id = i.id
+        LEFT JOIN sm ON sm.pair_id = p.id ORDER BY i.pos""")
+    total = 0
+    while True:
+        rows = cur.fetchmany(5000)
+        if not rows:
+            return total
+        total += sum(len(r[0]) for r in rows)
+
+
+def sql_literal_(text: str) -> str:
+    from rmjudge.sql import sql_literal
+
+    return sql_literal(text)
+
+
+def compare_details(store: str) -> None:
+    """CPU and wall time of the two ways of making every pair's details, in this process."""
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.view.data import PairItems
+
+    for name, run in (("DuckDB JSON (json_object, list ORDER BY)", sql_json_details),
+                      ("sorted streams + orjson (rmjudge view)",
+                       lambda t: sum(len(x) for x in PairItems(t).detail_rows()))):
+        with open_judged(store) as t:
+            w, c = time.perf_counter(), time.process_time()
+            n = run(t)
+            print(f"details, {name}: {time.perf_counter() - w:.1f} s wall, "
+                  f"{time.process_time() - c:.1f} s CPU, {n / 1e6:.0f} MB")
+
+
 def chromium_times(page: str, pair_id: str, query: str) -> dict:
     """First contentful paint, list ready, opening a pair by its link, and a full-text search,
     in headless Chromium (seconds)."""
@@ -338,6 +385,8 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="folder for the store and the explorer "
                     "(default: a temporary folder, removed at the end)")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="also time the details made by "
+                    "DuckDB's own JSON functions against the way rmjudge view makes them")
     ap.add_argument("--data", default=None, help="JSONL of {prompt, chosen, rejected, source, "
                     "subset} whose texts the store uses in turn (e.g. ../shared/data/pandalm/"
                     "pairs.jsonl) instead of generated ones")
@@ -363,6 +412,8 @@ def run(work: Path, args) -> None:
         print(f"store: {got['pairs']} pairs, {got['samples']} samples, {got['errors']} error "
               f"rows, {got['bytes'] / 1e6:.0f} MB, written in {got['seconds']:.1f} s "
               f"({got['cpu']:.1f} s CPU)")
+    if args.compare:
+        compare_details(store)
     load = os.getloadavg()[0]
     t, c = time.perf_counter(), time.process_time()
     s = build_view(store, str(work / "view"))

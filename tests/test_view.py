@@ -176,7 +176,15 @@ def test_exports_and_error_rows(tmp_path):
     out = build(tmp_path, "e.parquet")
     s = build_view(out)
     assert s.output == str(tmp_path / "e.view") and s.pairs == 8
-    assert len(_details(tmp_path / "e.view")[4]["samples"]) > 0
+    assert len(_details(tmp_path / "e.view")[4]["samples"]) == 11  # (A,B) 4 + 3 reflections, (B,A) 4
+    out = build(tmp_path, "j.jsonl")
+    build_view(out)
+    assert [len(d["samples"]) for d in _details(tmp_path / "j.view")] == \
+        [len(d["samples"]) for d in _details(tmp_path / "e.view")]
+    (tmp_path / "e.samples.parquet").unlink()  # an export without its samples: pairs only
+    build_view(str(tmp_path / "e.parquet"))
+    assert [d["samples"] for d in _details(tmp_path / "e.view")] == [[]] * 8
+    assert _meta(tmp_path / "e.view")["samples"] is False
 
     src = str(Path(__file__).parent / "data" / "mixed_bad.jsonl")
     judged = str(tmp_path / "bad.duckdb")
@@ -458,6 +466,11 @@ def test_labels_marked_on_the_page_import_back(driver, judged, judged_view, tmp_
     assert "imported 3 labels" in r.output and "1 rows/tasks have no label yet" in r.output
     assert rows(str(store), "SELECT pair_id, reviewer, label FROM human_labels ORDER BY 1") == [
         ("p1", "ana", "A"), ("p3", "ana", "B"), ("p4", "ana", "tie")]
+    # the imported labels are the list's human labels in the next explorer of that store
+    build_view(str(store), str(tmp_path / "labelled"))
+    idx = _index(tmp_path / "labelled")
+    assert dict(zip(idx["id"], idx["human"])) == {"p1": "A", "p2": None, "p3": "B", "p4": "tie",
+                                                   "p5": None, "p6": None, "p7": None, "p8": None}
     # the marks survive a reload of the page
     open_page(driver, judged_view)
     assert driver.execute_script("return document.getElementById('download').textContent") == \

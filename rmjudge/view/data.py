@@ -160,8 +160,9 @@ class PairItems:
     def detail_rows(self) -> Iterator[bytes]:
         """One JSON object per item, in order (the keys are the page's, never data's: columns
         of the input travel as [name, value] pairs, so no name can become a property). Pairs
-        and their samples are read as two streams sorted by position and joined here:
-        DuckDB's own JSON aggregation took six times as long."""
+        and their samples are read as two streams sorted by position and joined here, each
+        object written by orjson: faster than DuckDB's own JSON functions (`json_object`, a
+        sorted `list` of `json_array`), which `benchmarks/bench_view.py --compare` times."""
         t = self.t
         extras = "".join(f", CAST(p.{quote_ident(c)} AS VARCHAR)" for c in self.extra_columns)
         errors = ("LEFT JOIN errors e ON i.kind = 'error' AND e.row_number = i.rn"
