@@ -543,13 +543,12 @@ GENERATOR = '<meta name="generator" content="rmjudge report">'
 def explorer_link(table: str, output: str) -> str | None:
     """The relative link from the report at `output` to the table's explorer, when `rmjudge
     view` wrote one in its default place (NAME.view beside the table)."""
-    from rmjudge.view.paths import PAGE, default_dir, is_view_dir
+    from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
 
     folder = default_dir(table)
     if not is_view_dir(folder):
         return None
-    page = os.path.join(os.path.abspath(folder), PAGE)
-    return os.path.relpath(page, os.path.dirname(os.path.abspath(output))).replace(os.sep, "/")
+    return relative_link(os.path.join(folder, PAGE), os.path.dirname(os.path.abspath(output)))
 
 
 def is_report_file(path: str) -> bool:

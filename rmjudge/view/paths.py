@@ -22,3 +22,11 @@ def is_view_dir(path: str) -> bool:
     GENERATOR)."""
     head = file_head(os.path.join(path, PAGE), 4096)
     return os.path.isdir(path) and head is not None and GENERATOR.encode() in head
+
+
+def relative_link(target: str, start: str) -> str:
+    """A link from the folder `start` to the file `target`, relative, with `/` separators; one
+    whose first part holds a colon starts with `./`, so a browser never reads it as a scheme
+    (a file named `javascript:x.html`)."""
+    link = os.path.relpath(os.path.abspath(target), os.path.abspath(start)).replace(os.sep, "/")
+    return f"./{link}" if ":" in link.split("/")[0] else link

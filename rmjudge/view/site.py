@@ -34,7 +34,7 @@ from rmjudge.analysis.tables import JudgedTable, open_judged
 from rmjudge.store import (OutputError, StoreError, check_not_busy, make_dir, remove_tree,
                            replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
-from rmjudge.view.paths import PAGE, default_dir, is_view_dir
+from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
 
 LIST_CHUNK = 25_000
 DETAIL_CHUNK = 100
@@ -129,7 +129,7 @@ def _report_link(table: str, output: str) -> str | None:
     report = f"{table_stem(table)}.report.html"
     if not os.path.isfile(report) or not is_report_file(report):
         return None
-    return os.path.relpath(os.path.abspath(report), os.path.abspath(output)).replace(os.sep, "/")
+    return relative_link(report, output)
 
 
 class _Writer:

@@ -806,7 +806,9 @@
     document.title = "rmjudge view: " + m.store_name;
     $("store").textContent = m.store + " · " + m.pairs.toLocaleString("en-US") + " pairs" +
       (m.errors ? ", " + m.errors.toLocaleString("en-US") + " error rows" : "");
-    if (m.report) { var a = $("report-link"); a.href = m.report; a.hidden = false; }
+    if (typeof m.report === "string" && !/^[a-z][a-z0-9+.-]*:/i.test(m.report)) {
+      var a = $("report-link"); a.href = m.report; a.hidden = false;
+    }
     loadMarks();
     loadState();
     $("sort").value = S.sort;
