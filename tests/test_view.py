@@ -241,6 +241,29 @@ def test_output_rules(judged, tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".v.new-")] == []
 
 
+def test_a_full_disk_leaves_the_earlier_explorer(judged, tmp_path, monkeypatch):
+    import rmjudge.view.site as site
+    from rmjudge.errors import DiskError
+
+    out = tmp_path / "v"
+    build_view(judged, str(out))
+    before = sorted(p.name for p in (out / "data").iterdir())
+    calls = []
+
+    def full(path, data, check=None):
+        calls.append(path)
+        if len(calls) > 3:
+            raise DiskError(f"cannot write {path}: No space left on device", path=path,
+                            reason="No space left on device")
+
+    monkeypatch.setattr(site, "write_file", full)
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    assert r.exit_code == 4 and r.output.count("Error:") == 1
+    assert f"cannot write {out}: No space left on device; nothing was placed" in r.output
+    assert sorted(p.name for p in (out / "data").iterdir()) == before
+    assert [p for p in os.listdir(tmp_path) if ".new-" in p] == []
+
+
 def test_report_and_explorer_link_each_other(judged):
     pytest.importorskip("matplotlib")
     stem = judged[: -len(".duckdb")]

@@ -31,8 +31,9 @@ import orjson
 from rmjudge import __version__
 from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
-from rmjudge.store import (OutputError, StoreError, check_not_busy, make_dir, remove_tree,
-                           replace_dir, table_stem, write_file)
+from rmjudge.errors import DiskError
+from rmjudge.store import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
+                           remove_tree, replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
 from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
 
@@ -202,8 +203,8 @@ def build_view(table: str, output: str | None = None) -> ViewSummary:
     try:
         make_dir(tmp)
     except OSError as exc:
-        raise StoreError(f"cannot create the folder {out}: {exc.strerror}; choose a writable "
-                         "-o") from None
+        raise disk_error(out, exc) or StoreError(
+            f"cannot create the folder {out}: {exc.strerror}; choose a writable -o") from None
     try:
         w = _Writer(tmp)
         with open_judged(table) as t:
@@ -211,6 +212,12 @@ def build_view(table: str, output: str | None = None) -> ViewSummary:
         assets = resources.files("rmjudge.view") / "assets"
         for name in ASSETS:
             w.put(name, (assets / name).read_bytes())
+    except DiskError as exc:
+        remove_tree(tmp)
+        why = exc.reason or str(exc)
+        raise DiskError(f"cannot write {out}: {why}; nothing was placed ({out} is as it was); "
+                        "free space or choose another -o, then run `rmjudge view` again",
+                        path=out, reason=exc.reason) from None
     except BaseException:
         remove_tree(tmp)
         raise
