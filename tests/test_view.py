@@ -516,8 +516,16 @@ def test_hostile_texts_run_no_script_and_load_nothing(driver, hostile, tmp_path)
                               " d.open = true; });"
                               "document.querySelectorAll('.resp .mini').forEach(function (b) {"
                               " b.click(); b.click(); });")
-    html = driver.execute_script("return document.getElementById('pair-view').textContent")
-    assert "window.__pwned" in html  # the texts are there, as text
+    driver.execute_script("location.hash = arguments[0]",
+                          "pair=" + driver.execute_script("return encodeURIComponent(arguments[0])", ids[0]))
+    wait(driver, "return document.querySelectorAll('.order').length === 2")
+    driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = true; })")
+    text = driver.execute_script("return document.getElementById('pair-view').textContent")
+    assert "window.__pwned" in text and "<img src=" in text  # the texts are there, as text
+    # Markdown from the data: its code block is a code element holding the script as text
+    code = driver.execute_script("return Array.from(document.querySelectorAll('#pair-view pre.code code'))"
+                                 ".map(function (c) { return c.textContent; })")
+    assert f"<script>{PWN}</script>" in code
     driver.execute_script("location.hash = ''")
     driver.execute_script("var s = document.getElementById('search'); s.value = 'onerror';"
                           "s.dispatchEvent(new Event('input'))")

@@ -369,14 +369,21 @@
     return el("span", cls + (extra ? " " + extra : ""), v === null || v === undefined ? "–" : v);
   }
 
-  var COLS = [["row", "row"], ["id", "id"], ["group", "group"], ["gold", "gold"], ["human", "human"],
-              ["verdict", "verdict"], ["ab", "(A,B)"], ["ba", "(B,A)"], ["share", "vote share A"],
-              ["conf", "conf."], ["flags", "flags"], ["len", "len A / B"]];
+  var COLS = [["row", "row", "the row number in the input"], ["id", "id", "the pair id"],
+              ["group", "group", "source and subset"], ["gold", "gold", "the input's label"],
+              ["human", "human", "the store's human label (review import), then your mark (dashed)"],
+              ["verdict", "verdict", "the final verdict of both orders"],
+              ["ab", "(A,B)", "the verdict of order (A, B), in the store's letters"],
+              ["ba", "(B,A)", "the verdict of order (B, A), in the store's letters"],
+              ["share", "vote share A", "the share of the final votes for A, averaged over the orders"],
+              ["conf", "conf.", "the orders' mean confidence (mean of the lowest 10% token log-probabilities of the voters)"],
+              ["flags", "flags", "flip: the orders disagree; cut, unparsed, forced: some generation was"],
+              ["len", "len A / B", "the responses' lengths in characters"]];
 
   function renderHead() {
     var h = $("list-head");
     clear(h);
-    COLS.forEach(function (c) { h.appendChild(el("span", "c c-" + c[0], c[1])); });
+    COLS.forEach(function (c) { var e = el("span", "c c-" + c[0], c[1]); e.title = c[2]; h.appendChild(e); });
   }
 
   function shareBar(p) {
