@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import orjson  # noqa: E402
+import orjson
 
 TOPICS = ("the boiling point of water", "binary search", "the French revolution", "photosynthesis",
           "compound interest", "a haiku about autumn", "Python list comprehensions", "TCP handshakes",
@@ -356,7 +356,7 @@ def chromium_times(page: str, pair_id: str, query: str) -> dict:
              " && !!document.querySelector('.order')")
         out["open_pair"] = time.perf_counter() - t
         t = time.perf_counter()
-        driver.execute_script(f"location.hash = 'pair=' + encodeURIComponent('syn-000050')")
+        driver.execute_script("location.hash = 'pair=' + encodeURIComponent('syn-000050')")
         wait("return document.body.dataset.opened === 'pair=syn-000050' && !!document.querySelector('.order')")
         out["open_next_in_same_part"] = time.perf_counter() - t
         driver.execute_script("location.hash = ''")

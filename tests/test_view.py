@@ -21,10 +21,10 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from click.testing import CliRunner
-
 from analysis_fixture import build
+from click.testing import CliRunner
 from helpers import pref, refl
+
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine, stage_of
 from rmjudge.pipeline import score
@@ -203,7 +203,7 @@ def test_exports_and_error_rows(tmp_path):
 
 
 def test_details_are_chunked_for_large_tables(tmp_path, monkeypatch):
-    import rmjudge.view.site as site
+    from rmjudge.view import site
 
     monkeypatch.setattr(site, "DETAIL_CHUNK", 3)
     monkeypatch.setattr(site, "LIST_CHUNK", 5)
@@ -242,8 +242,8 @@ def test_output_rules(judged, tmp_path):
 
 
 def test_a_full_disk_leaves_the_earlier_explorer(judged, tmp_path, monkeypatch):
-    import rmjudge.view.site as site
     from rmjudge.errors import DiskError
+    from rmjudge.view import site
 
     out = tmp_path / "v"
     build_view(judged, str(out))

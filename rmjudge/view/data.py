@@ -18,15 +18,15 @@ item's JSON written by orjson; docs/view.md has the figures for 100,000 pairs at
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import orjson
 
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.review.agreement import human_sql
 from rmjudge.review.select import slot_key
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.sql import quote_ident
 from rmjudge.store import PAIR_COLUMNS
 
 FORMAT = 1  # the layout of the data files (docs/view.md); a change the page cannot read bumps it
@@ -63,7 +63,7 @@ class Coded:
     codes: list[int]
 
     @classmethod
-    def of(cls, items: list) -> "Coded":
+    def of(cls, items: list) -> Coded:
         seen: dict[str, int] = {}
         codes = []
         for v in items:

@@ -21,10 +21,10 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Iterable, Iterator
 
 import orjson
 
@@ -32,8 +32,17 @@ from rmjudge import __version__
 from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
 from rmjudge.errors import DiskError
-from rmjudge.store import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
-                           remove_tree, replace_dir, table_stem, write_file)
+from rmjudge.store import (
+    OutputError,
+    StoreError,
+    check_not_busy,
+    disk_error,
+    make_dir,
+    remove_tree,
+    replace_dir,
+    table_stem,
+    write_file,
+)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
 from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
 
