@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -329,7 +330,8 @@ def chromium_times(page: str, pair_id: str, query: str) -> dict:
         opts.add_argument(a)
     profile = tempfile.mkdtemp(prefix="rmjudge-view-profile-")
     opts.add_argument(f"--user-data-dir={profile}")
-    driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+    opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser") or ""
+    driver = webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
     url = "file://" + os.path.abspath(page)
     out = {}
     try:
