@@ -173,7 +173,7 @@ def write_data(t: JudgedTable, w: _Writer, table: str, output: str) -> dict:
         part["groups"] = [g[start:start + LIST_CHUNK] for g in group_codes]
         w.put(f"data/list-{k:05d}.js", _script("list", str(k).encode(), _json(part)))
         parts["list"] += 1
-    for k, rows in enumerate(_chunks((items.detail_rows()), DETAIL_CHUNK)):
+    for k, rows in enumerate(_chunks(items.detail_rows(), DETAIL_CHUNK)):
         w.put(f"data/detail-{k:05d}.js",
               _script("detail", str(k).encode(), b"[" + b",\n".join(rows) + b"]"))
         parts["detail"] += 1
