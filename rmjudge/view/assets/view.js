@@ -884,6 +884,7 @@
         return;
       }
       if (e.ctrlKey || e.metaKey || e.altKey) return;
+      if (t && (t.tagName === "BUTTON" || t.tagName === "SUMMARY" || t.tagName === "A") && (e.key === "Enter" || e.key === " ")) return;
       var k = e.key, cur = S.open >= 0 ? S.open : S.view[S.sel];
       if (k === "j" || k === "ArrowDown") { step(1); e.preventDefault(); }
       else if (k === "k" || k === "ArrowUp") { step(-1); e.preventDefault(); }
