@@ -19,7 +19,7 @@
   };
   var FLAG = {};
 
-  // -- small DOM helpers ------------------------------------------------------------------
+  // -- small DOM functions ----------------------------------------------------------------
   function $(id) { return document.getElementById(id); }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
