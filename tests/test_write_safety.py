@@ -100,6 +100,7 @@ def _as_input(cmd: str, w: Path, t: Path):
         "score": ("rmjudge", ["score", pairs, "-o", pairs, "--model", MISSING_MODEL], pairs),
         "filter": ("rmjudge", ["filter", judged, "-o", judged], judged),
         "report": ("rmjudge", ["report", judged, "-o", judged], judged),
+        "view": ("rmjudge", ["view", judged, "-o", judged], judged),
         "push --dry-run": ("rmjudge", ["push", export, "org/name", "--dry-run", export], export),
         "merge": ("rmjudge", ["merge", judged, "-o", judged], judged),
         "ray-score": ("rmjudge", ["ray-score", f"{judged}:pairs", "-o", judged, "--model",
@@ -135,6 +136,7 @@ def _foreign(cmd: str, w: Path, t: Path):
                   f["duckdb"]),
         "filter": ("rmjudge", ["filter", judged, "-o", f["jsonl"]], f["jsonl"]),
         "report": ("rmjudge", ["report", judged, "-o", f["html"]], f["html"]),
+        "view": ("rmjudge", ["view", judged, "-o", folder], folder),
         "push --dry-run": ("rmjudge", ["push", w / "export.jsonl", "org/name", "--dry-run",
                                        folder], folder),
         "merge": ("rmjudge", ["merge", judged, "-o", f["duckdb"]], f["duckdb"]),
@@ -155,7 +157,7 @@ def _foreign(cmd: str, w: Path, t: Path):
     }[cmd]
 
 
-WRITERS = ["score", "filter", "report", "push --dry-run", "merge", "ray-score", "build-data",
+WRITERS = ["score", "filter", "report", "view", "push --dry-run", "merge", "ray-score", "build-data",
            "sft", "grpo", "export unpack", "export merge", "export convert", "export quantize",
            "export lora"]
 

@@ -41,6 +41,7 @@ from rmjudge.store.files import (
     remove_export,
     remove_file,
     remove_tree,
+    replace_dir,
     replace_file,
     write_file,
     write_json,
@@ -50,7 +51,8 @@ from rmjudge.store.files import (
     write_rows_file,
 )
 from rmjudge.store.outputs import OutputError, check_output, check_output_is_not_input, guard_output
-from rmjudge.store.paths import export_files, legacy_store_path, output_format, sidecar, store_path
+from rmjudge.store.paths import (export_files, legacy_store_path, output_format, sidecar,
+                                 store_path, table_stem)
 from rmjudge.store.run_store import Store
 from rmjudge.store.schema import (
     CORE_TABLES,
@@ -125,9 +127,11 @@ __all__ = [
     "remove_export",
     "remove_file",
     "remove_tree",
+    "replace_dir",
     "replace_file",
     "sidecar",
     "store_path",
+    "table_stem",
     "write_batch",
     "write_file",
     "write_json",

@@ -440,6 +440,34 @@ def place_dir(tmp: str, dest: str) -> bool:
     return True
 
 
+def replace_dir(tmp: str, dest: str, check=None) -> None:
+    """Put the finished folder `tmp` at `dest`. An earlier `dest`, which `check()` (run just
+    before, and free to refuse by raising) accepts as the caller's own, is moved aside, the new
+    folder moved in, and the old one removed; a failure puts the old one back. `tmp` is removed
+    whatever fails."""
+    aside = None
+    try:
+        if check is not None:
+            check()
+        if os.path.lexists(dest):
+            aside = temp_beside(dest)
+            os.rename(dest, aside)
+        try:
+            os.rename(tmp, dest)
+        except BaseException:
+            if aside is not None:
+                os.rename(aside, dest)
+                aside = None
+            raise
+    except OSError as exc:
+        raise disk_error(dest, exc) or StoreError(
+            f"cannot place {dest}: {exc.strerror or exc}; choose another -o") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+
 def remove_tree(path: str) -> None:
     """Delete the folder `path`, which rmjudge made (a work or temporary folder), with all it
     holds; nothing when it is gone already."""
