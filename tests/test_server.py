@@ -612,6 +612,64 @@ def test_non_numeric_logprobs_stop_the_run_with_one_line_and_resume(fake, templa
     assert recompute_all(str(out)) == 3
 
 
+MALFORMED_LOGPROBS = [  # (logprobs of a choice, what the message must show of it)
+    ("yes", '"yes"'),
+    ({"tokens": [" 1"], "token_logprobs": "-0.2"}, '"-0.2"'),
+    ({"tokens": [" 1"], "token_logprobs": [[-0.2]]}, "[-0.2]"),
+    ({"tokens": [" 1"], "token_logprobs": [math.inf]}, "Infinity"),
+    ({"tokens": [" 1"], "token_logprobs": [math.nan]}, "NaN"),
+    ({"tokens": [" 1"], "token_logprobs": [-0.2], "top_logprobs": [[[" 1", -0.2], [" 2", -1.8]]]},
+     '[" 1", -0.2]'),
+    ({"tokens": [" 1"], "token_logprobs": [-0.2], "top_logprobs": [{" 1": -0.2, " 2": -math.inf}]},
+     "-Infinity"),
+    ({"content": [{"token": " 1", "logprob": "high"}]}, '"high"'),
+    ({"content": [[" 1", -0.2]]}, '[" 1", -0.2]'),
+]
+
+
+@pytest.mark.parametrize("logprobs, shown", MALFORMED_LOGPROBS)
+def test_malformed_logprobs_are_reported_as_malformed_not_as_switched_off(fake, template,
+                                                                          logprobs, shown):
+    """A server that sends log-probabilities in another shape is broken (or a proxy rewrote its
+    answer): saying "enable them" would send the user to settings that are fine."""
+    def at_start(body):
+        return 200, {"choices": [{"text": " 1", "finish_reason": "length",
+                                  "logprobs": logprobs}]}, {}
+
+    f = fake(complete=at_start)
+    with pytest.raises(ServerError) as exc:
+        ServerEngine(settings(f.url, template))
+    msg = str(exc.value)
+    assert "returned malformed log-probabilities" in msg and shown in msg, msg
+    assert "no log-probabilities" not in msg and "enable them" not in msg
+    assert "\n" not in msg and "does not follow the OpenAI completions protocol" in msg
+
+    def in_a_generation(body):  # the start-up check passes, then a sample (or, for the
+        # alternatives, the forced verdict of a sample that does not parse) is malformed
+        if body["prompt"] == "Hello":
+            return ok_completion(body)
+        if "top_logprobs" in logprobs and body["max_tokens"] > 1:
+            return ok_completion(body, text="I cannot decide", finish="length")
+        return 200, {"choices": [{"text": "<Result>Response 1", "finish_reason": "stop",
+                                  "logprobs": logprobs}]}, {}
+
+    g = fake(complete=in_a_generation)
+    with ServerEngine(settings(g.url, template, prime=False)) as eng:
+        with pytest.raises(ServerError) as exc:
+            eng.generate([req(force=prompts.force_spec("pref"))])
+    msg = str(exc.value)
+    assert "returned malformed log-probabilities" in msg and shown in msg, msg
+    assert "enable them" not in msg and "rerun the same command to resume" in msg
+
+
+def test_absent_logprobs_still_name_the_settings_that_enable_them(fake, template):
+    for absent in (None, {}, {"tokens": [" 1"], "token_logprobs": None}, {"content": None}):
+        f = fake(complete=lambda body, lp=absent: (200, {"choices": [
+            {"text": " 1", "finish_reason": "length", "logprobs": lp}]}, {}))
+        with pytest.raises(ServerError, match="returns no log-probabilities.*enable them"):
+            ServerEngine(settings(f.url, template))
+
+
 @pytest.mark.parametrize("model_id", ["/models/judge-Q4_K_M.gguf", "./judge.gguf", "judge-alias",
                                       "not/on-the-hub", "org/name--x", "a/b/c"])
 def test_served_model_id_that_is_no_hub_name_never_crashes(fake, hub_home, model_id):

@@ -133,7 +133,9 @@ class ServerEngine:
                               f"({exc.reason}); check it and retry") from None
         except wire.ProtocolError as exc:
             self.close()
-            raise ServerError(f"the server at {self.url} {exc}") from None
+            raise ServerError(f"the server at {self.url} {exc}: it does not follow the OpenAI "
+                              "completions protocol; fix the server (or the proxy in front of "
+                              "it) and retry") from None
         except BaseException:
             self.close()
             raise
@@ -222,7 +224,8 @@ class ServerEngine:
             raise self._probe_error(exc) from None
         ch = wire.first_choice(out) or {}
         lp = ch.get("logprobs")
-        if not wire.token_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
+        # malformed ones raise ProtocolError (said as such, not as switched off)
+        if not wire.sampled_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs for confidences and forced verdicts; enable them "
                               f"({LOGPROB_FLAGS})")
@@ -244,7 +247,7 @@ class ServerEngine:
                                   "/v1/chat/completions; check --server") from None
             raise self._probe_error(exc) from None
         ch = wire.first_choice(out) or {}
-        if not wire.token_logprobs(ch.get("logprobs")):
+        if not wire.sampled_logprobs(ch.get("logprobs")):
             raise ServerError(f"the server at {self.url} returns no log-probabilities, which "
                               f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
         return "chat"
@@ -540,12 +543,11 @@ class ServerEngine:
             text = openai_chat.strip_prefix(text, req.assistant_prefix)
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
         text = wire.restore_stop(text, finish, req.stop, ch)
-        lps = wire.token_logprobs(ch.get("logprobs"))
+        lps = wire.sampled_logprobs(ch.get("logprobs"))
         if lps is None:
             raise ServerError(f"the server at {self.url} returned no log-probabilities for a "
                               f"generation; enable them ({LOGPROB_FLAGS})")
-        gen = Generation(text=text, token_logprobs=[wire.logprob(x) for x in lps if x is not None],
-                         finish_reason=finish)
+        gen = Generation(text=text, token_logprobs=lps, finish_reason=finish)
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
