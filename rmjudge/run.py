@@ -181,6 +181,15 @@ def dry_run(source: str, opts: RunOptions):
                         opts.engine, server=None if server is None else server.public)
 
 
+def _close_quietly(engine) -> None:
+    close = getattr(engine, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - the run's own error is the one to report
+            pass
+
+
 def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,
                 status: Callable[[str], None] = _quiet,
                 progress: Callable[[int | None, Any], Any] | None = None) -> "Summary":
@@ -208,6 +217,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
     if note:
         status(note)
     display = None
+    loaded = engine is None
     try:
         if engine is None:
             engine = load_judge_engine(opts.engine, opts.server, status)
@@ -223,10 +233,15 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
                         announce=(lambda line: display.note(f"rmjudge: {line}"))
                         if display is not None else None,
                         n_ctx=opts.engine.n_ctx)
-    except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
-        # judge loaded can be delivered just after the load returned), or after it ended
-        raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
-                          "resume") from None
+    except BaseException as exc:
+        if loaded:  # a failed run closes the engine it loaded (a server's requests in flight)
+            _close_quietly(engine)
+        if isinstance(exc, KeyboardInterrupt):  # before the run's own handling began (a
+            # Ctrl-C held while the judge loaded can be delivered just after the load
+            # returned), or after it ended
+            raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
+                              "resume") from None
+        raise
     finally:
         if display is not None:
             display.close()

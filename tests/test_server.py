@@ -564,6 +564,38 @@ def test_an_endless_response_body_is_capped(fake, template, tmp_path):
     assert sent["bytes"] < 64 << 20
 
 
+def test_a_capped_body_leaves_nothing_pending_after_the_error_line(fake, template, tmp_path,
+                                                                   caplog):
+    """The capped read left the body's async generator to the garbage collector, whose closing
+    task the closed loop destroyed: "Task was destroyed but it is pending!" printed below the
+    error line (about one run in two). Now the read closes it, and closing the client cancels
+    and awaits whatever is still in flight."""
+    import gc
+    import logging
+
+    f = fake(complete=lambda b: _endless({"bytes": 0}))  # the start-up check's body is endless
+    for n in range(2):
+        r = _cli(f.url, tmp_path / f"o{n}.duckdb", "--chat-template", template, "--limit", "1")
+        err = _one_error_line(r)
+        assert "sent a response of more than" in err
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    for _ in range(4):  # in this process too, where the collector can be asked at once
+        with pytest.raises(ServerError, match="sent a response of more than"):
+            ServerEngine(settings(f.url, template))
+        gc.collect()
+    # mid-run, with several requests in flight when one fails
+    g = fake(complete=lambda b: ok_completion(b) if b["max_tokens"] == 1 else _endless(
+        {"bytes": 0}))
+    eng = ServerEngine(settings(g.url, template, prime=False))
+    loop = eng.client._loop.loop
+    with pytest.raises(ServerError, match="sent a response of more than"):
+        eng.generate([req(n=2), req(n=2, seed=8)])
+    eng.close()
+    assert loop.is_closed()
+    gc.collect()
+    assert "was destroyed but it is pending" not in caplog.text, caplog.text
+
+
 def test_a_response_that_trickles_in_is_bounded_by_the_server_timeout(fake, template):
     def trickle(handler):
         handler.send_response(200)

@@ -5,6 +5,7 @@ outside the protocol with `ProtocolError`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Any
@@ -24,12 +25,16 @@ async def read_capped(resp, cap: int) -> bytes:
                             f"{cap / 1e6:.0f} MB rmjudge reads for one request")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in resp.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            raise ProtocolError(f"sent a response of more than {cap / 1e6:.0f} MB to one request, "
-                                "more than any generation of --max-tokens can need")
-        chunks.append(chunk)
+    # closed here when the cap stops the read: left to the garbage collector, the body's async
+    # generator would be closed by a task of its own, which a closing loop then destroys
+    # pending ("Task was destroyed but it is pending!" below the error line)
+    async with contextlib.aclosing(resp.aiter_bytes()) as body:
+        async for chunk in body:
+            size += len(chunk)
+            if size > cap:
+                raise ProtocolError(f"sent a response of more than {cap / 1e6:.0f} MB to one "
+                                    "request, more than any generation of --max-tokens can need")
+            chunks.append(chunk)
     return b"".join(chunks)
 
 
