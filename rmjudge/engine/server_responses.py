@@ -181,10 +181,10 @@ def top_at(lp: Any, i: int) -> dict[str, float]:
         raise malformed("`top_logprobs` is not a list", alts)
     out = {}
     for a in alts:
-        if not isinstance(a, dict) or "token" not in a:
+        if not isinstance(a, dict):
             raise malformed("a `top_logprobs` entry is not a {token, logprob} object", a)
-        if a.get("logprob") is not None:
-            out[str(a["token"])] = logprob(a["logprob"])
+        if "token" in a and a.get("logprob") is not None:  # as before: an entry without a
+            out[str(a["token"])] = logprob(a["logprob"])    # token names no choice
     return out
 
 
