@@ -615,3 +615,23 @@ def test_csv_neutralises_formula_cells_and_restores_them_exactly(tmp_path):
     assert r.exit_code == 0, r.output
     assert "warning" not in r.stderr
     assert human_rows(table) == sorted((k, "", v) for k, v in labels.items())
+
+
+def test_csv_cells_beyond_the_csv_modules_default_limit_are_read(table, tmp_path):
+    """A response longer than 128 KiB (the csv module's default cell limit) made `review
+    import` fail with a traceback."""
+    from rmjudge.review.formats import read_labels
+
+    path = tmp_path / "long.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "human_label", "response_a"])
+        w.writerow(["p1", "A", "x" * 300_000])
+        w.writerow(["p2", "B", "y\r\n" * 100_000])
+    before = csv.field_size_limit()
+    parsed = read_labels(str(path))
+    assert parsed.errors == [] and [(x.pair_id, x.label) for x in parsed.labels] == [
+        ("p1", "A"), ("p2", "B")]
+    assert csv.field_size_limit() == before  # the process-wide limit is left as it was
+    r = cli("review", "import", table, str(path))
+    assert r.exit_code == 0 and "imported 2 labels" in r.stderr, r.output
