@@ -568,16 +568,15 @@ def test_a_capped_body_leaves_nothing_pending_after_the_error_line(fake, templat
                                                                    caplog):
     """The capped read left the body's async generator to the garbage collector, whose closing
     task the closed loop destroyed: "Task was destroyed but it is pending!" printed below the
-    error line (about one run in two). Now the read closes it, and closing the client cancels
+    error line (about one CLI run in two; seven of eight failed start-ups in one process, where
+    the collector runs at once). Now the read closes it, and closing the client cancels
     and awaits whatever is still in flight."""
     import gc
     import logging
 
     f = fake(complete=lambda b: _endless({"bytes": 0}))  # the start-up check's body is endless
-    for n in range(2):
-        r = _cli(f.url, tmp_path / f"o{n}.duckdb", "--chat-template", template, "--limit", "1")
-        err = _one_error_line(r)
-        assert "sent a response of more than" in err
+    r = _cli(f.url, tmp_path / "o.duckdb", "--chat-template", template, "--limit", "1")
+    assert "sent a response of more than" in _one_error_line(r)
     caplog.set_level(logging.DEBUG, logger="asyncio")
     for _ in range(4):  # in this process too, where the collector can be asked at once
         with pytest.raises(ServerError, match="sent a response of more than"):
