@@ -13,6 +13,7 @@ options into `RunOptions` and prints what the hooks hand it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -233,17 +234,14 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
                         announce=(lambda line: display.note(f"rmjudge: {line}"))
                         if display is not None else None,
                         n_ctx=opts.engine.n_ctx)
-    except BaseException as exc:
-        if loaded:  # a failed run closes the engine it loaded (a server's requests in flight)
-            _close_quietly(engine)
-        if isinstance(exc, KeyboardInterrupt):  # before the run's own handling began (a
-            # Ctrl-C held while the judge loaded can be delivered just after the load
-            # returned), or after it ended
-            raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
-                              "resume") from None
-        raise
+    except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
+        # judge loaded can be delivered just after the load returned), or after it ended
+        raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
+                          "resume") from None
     finally:
         if display is not None:
             display.close()
+        if loaded and sys.exc_info()[1] is not None:  # the run failed: close the engine it
+            _close_quietly(engine)                     # loaded (a server's requests in flight)
     summary.engine = engine
     return summary

@@ -75,6 +75,34 @@ def test_library_run_setup_judges_with_a_given_engine_and_returns_it(tmp_path):
         assert con.execute("SELECT count(*) FROM pairs").fetchone()[0] == 2
 
 
+def test_a_failed_run_closes_the_engine_it_loaded_and_never_one_it_was_given(tmp_path,
+                                                                             monkeypatch):
+    """A server engine left open after a failed run kept its requests in flight until exit."""
+    import rmjudge.run
+    from rmjudge.models import ModelError
+
+    class Failing(ScriptedEngine):
+        closed = 0
+
+        def generate(self, requests):
+            raise ModelError("the judge stopped")
+
+        def close(self):
+            Failing.closed += 1
+
+    monkeypatch.setattr(rmjudge.run, "load_judge_engine", lambda *a, **k: Failing(_respond))
+    with pytest.raises(ModelError, match="the judge stopped"):
+        judge_input(_pairs(tmp_path), str(tmp_path / "a.duckdb"), _opts())
+    assert Failing.closed == 1
+    with pytest.raises(ModelError, match="the judge stopped"):
+        judge_input(_pairs(tmp_path), str(tmp_path / "b.duckdb"), _opts(),
+                    engine=Failing(_respond))
+    assert Failing.closed == 1  # the caller's engine is the caller's to close
+    summary = judge_input(_pairs(tmp_path), str(tmp_path / "c.duckdb"), _opts(),
+                          engine=ScriptedEngine(_respond))
+    assert summary.judged == 3
+
+
 def test_the_summary_declares_the_engine_that_judged():
     assert "engine" in {f.name for f in dataclasses.fields(Summary)}
 
