@@ -13,6 +13,7 @@ options into `RunOptions` and prints what the hooks hand it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -199,6 +200,15 @@ def dry_run(source: str, opts: RunOptions):
                         opts.engine, server=None if server is None else server.public)
 
 
+def _close_quietly(engine) -> None:
+    close = getattr(engine, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - the run's own error is the one to report
+            pass
+
+
 def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOptions, *,
                 engine=None, status: Callable[[str], None] = _quiet,
                 progress: Callable[[int | None, Any], Any] | None = None,
@@ -231,6 +241,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress,
     if note:
         status(note)
     display = None
+    loaded = engine is None
     try:
         if engine is None:
             engine = load_judge_engine(opts.engine, opts.server, status)
@@ -253,5 +264,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress,
     finally:
         if display is not None:
             display.close()
+        if loaded and sys.exc_info()[1] is not None:  # the run failed: close the engine it
+            _close_quietly(engine)                     # loaded (a server's requests in flight)
     summary.engine = engine
     return summary

@@ -195,6 +195,7 @@ def test_build_data_refuses_its_input_through_symlinks_relative_paths_and_hard_l
     line = _refused("train", ["build-data", one, "-o", tmp_path / "d.jsonl", "--cache", one],
                     one)
     assert "would overwrite the input" in line
+    assert line.endswith("; choose another --cache")  # the option to change, not -o
 
 
 def test_build_data_refuses_a_bad_extension_before_loading_a_model(world, tmp_path):

@@ -348,7 +348,8 @@ def check_outputs(source: str, output: str | Path, cache_path: str | Path | None
     check_output_name(output)
     cache = str(cache_path) if cache_path is not None else default_cache_path(output)
     stats = str(stats_path(output))
-    check_not_input([output, stats, cache], source, inputs)
+    check_not_input([output, stats], source, inputs)  # the stats file is named after -o
+    check_not_input([cache], source, inputs, flag="--cache")
     check_distinct({"-o": output, "the stats file": stats, "--cache": cache})
     check_file_target(output, BUILD_DATA, overwrite=overwrite, recognize=is_own_output,
                       mark=f"no stats file {Path(stats).name} beside it with its sha256")

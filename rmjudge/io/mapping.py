@@ -41,7 +41,7 @@ LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging
 
 def parse_map(spec: str | None) -> dict[str, str]:
     """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}; a malformed
-    spec raises SettingsError."""
+    spec (an unknown or repeated key, an entry without `=column`) raises SettingsError."""
     out: dict[str, str] = {}
     if not spec:
         return out
@@ -54,6 +54,9 @@ def parse_map(spec: str | None) -> dict[str, str]:
             raise SettingsError(f"--map entry {part!r} must look like key=column")
         if key not in MAP_KEYS:
             raise SettingsError(f"--map key {key!r} is not one of {', '.join(MAP_KEYS)}")
+        if key in out:  # the later one would silently win: say which column was meant
+            raise SettingsError(f"--map names {key}= twice ({key}={out[key]}, {key}={col}); "
+                                f"give each key once")
         out[key] = col
     if ("a" in out or "b" in out) and ("chosen" in out or "rejected" in out):
         raise SettingsError("--map takes either a=/b= (with label=) or chosen=/rejected=, not both")
