@@ -139,7 +139,7 @@ class JudgedStore:
         fmt = table.fmt
         reader = "read_parquet" if fmt == "parquet" else "read_json_auto"
         errors = sidecar(self.path, "errors")
-        if os.path.exists(errors):
+        if os.path.exists(errors) and "errors" not in table.tables:
             table.con.execute(f"CREATE VIEW errors AS SELECT * FROM {reader}"
                               f"({sql_literal(errors)})")
         for name, cols in (("errors", ERROR_COLUMNS), ("runs", RUN_COLUMNS),
