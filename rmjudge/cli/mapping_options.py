@@ -1,9 +1,11 @@
 """Click options that say how to read the input: `--map` (columns), `--label-values` and
-`--label` (gold labels).
+`--label` (gold labels), `--config` and `--split` (which part of a Hugging Face dataset).
 
 `map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
 label options to a command; `label_settings(kw)` pops and parses them into a
 `LabelOptions` (a malformed value raises a UserError), and `build_mapper` makes the Mapper.
+`dataset_options` adds `--config` / `--split` (generated from `DatasetChoice`'s fields) to every
+command that reads an input dataset, and `input_source(source, kw)` applies them.
 """
 
 from __future__ import annotations
@@ -45,3 +47,22 @@ def build_mapper(mapping: dict[str, str] | None, seed: int, labels=None):
     from rmjudge.io.mapping import LabelOptions
 
     return (labels or LabelOptions()).mapper(mapping, seed)
+
+
+def _dataset_options():
+    from rmjudge.cli.options import settings_options
+    from rmjudge.io.huggingface import DatasetChoice
+
+    return settings_options(DatasetChoice)
+
+
+dataset_options = _dataset_options()
+
+
+def input_source(source: str, kw: dict) -> str:
+    """INPUT with `--config` / `--split` applied (popped from kw; see
+    rmjudge.io.huggingface.with_config_split)."""
+    from rmjudge.cli.options import settings_from
+    from rmjudge.io.huggingface import DatasetChoice
+
+    return settings_from(DatasetChoice, kw).apply(source)
