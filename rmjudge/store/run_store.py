@@ -68,15 +68,18 @@ from rmjudge.store.schema import (
 )
 
 
-DUCKDB_MIN = (1, 2)  # the floor pyproject.toml declares; docs/scoring.md says why
+DUCKDB_MIN = (1, 4, 2)  # the floor pyproject.toml declares; docs/scoring.md says why
 
 
 def check_duckdb(version: str) -> None:
     """Refuse a DuckDB older than `DUCKDB_MIN` (installed past pip's check, e.g. with
     --no-deps): DuckDB 1.1 refuses an id deleted and inserted again in one transaction, which
-    `--rejudge-changed` does for an edited row that keeps its id."""
+    `--rejudge-changed` does for an edited row that keeps its id, and DuckDB 1.2 and 1.3 crash
+    the process (a segmentation fault) exporting a passthrough value nested 400 deep, and
+    1.4.0 and 1.4.1 refuse to attach a second judged table in `compare` ("Unique file handle
+    conflict")."""
     parts = []
-    for p in version.split(".")[:2]:
+    for p in version.split(".")[:3]:
         digits = "".join(c for c in p if c.isdigit())
         parts.append(int(digits) if digits else 0)
     if tuple(parts) < DUCKDB_MIN:
