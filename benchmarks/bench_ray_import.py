@@ -58,6 +58,7 @@ def make_batches(work: str, n: int) -> None:
     from rmjudge.engine.fake import ScriptedEngine
     from rmjudge.pipeline import score
     from rmjudge.settings import JudgeSettings
+    from rmjudge.store import write_json, write_query_file
 
     os.makedirs(os.path.join(work, "batches"))
     src = os.path.join(work, "in.jsonl")
@@ -76,13 +77,12 @@ def make_batches(work: str, n: int) -> None:
         for b in range(n):
             d = os.path.join(work, "batches", f"f00000-r{b * 8 + 1:012d}-{b * 8 + 8:012d}")
             os.makedirs(d)
-            con.execute(f"COPY (SELECT * REPLACE (id || '-{b}' AS id, row_number + {b * 8} AS "
-                        f"row_number) FROM pairs) TO '{d}/pairs.parquet'")
-            con.execute(f"COPY (SELECT * REPLACE (pair_id || '-{b}' AS pair_id) FROM samples) "
-                        f"TO '{d}/samples.parquet'")
-            con.execute(f"COPY (SELECT * FROM errors) TO '{d}/errors.parquet'")
-            with open(os.path.join(d, "columns.json"), "w") as f:
-                json.dump([[k, c, types[c]] for k, c in cmap.items()], f)
+            write_query_file(con, f"SELECT * REPLACE (id || '-{b}' AS id, row_number + "
+                             f"{b * 8} AS row_number) FROM pairs", f"{d}/pairs.parquet", "parquet")
+            write_query_file(con, f"SELECT * REPLACE (pair_id || '-{b}' AS pair_id) FROM "
+                             "samples", f"{d}/samples.parquet", "parquet")
+            write_query_file(con, "SELECT * FROM errors", f"{d}/errors.parquet", "parquet")
+            write_json(os.path.join(d, "columns.json"), [[k, c, types[c]] for k, c in cmap.items()])
 
 
 if __name__ == "__main__":

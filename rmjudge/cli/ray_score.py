@@ -28,10 +28,12 @@ from rmjudge.ray_runner import RaySettings
               "replacing their verdicts (without it such a resume is refused).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-batch lines and no summary.")
 def command(source: str, output: str, quiet: bool, **kw) -> None:
-    """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them; local or an
-    object-store URI) with ReflectRM on Ray: Ray Data reads it, an actor pool of engines judges
-    batches into Parquet, and the batches are merged into the same tables as `rmjudge score`.
-    Rerun the same command to resume after a failure."""
+    """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them, local or an
+    object-store URI; or a Hugging Face dataset, hf://datasets/ORG/NAME or a save_to_disk
+    folder, with --config/--split, read once by the driver) with ReflectRM on Ray: Ray Data
+    reads it, an actor pool of engines judges batches into Parquet, and the batches are merged
+    into the same tables as `rmjudge score`. Rerun the same command to resume after a failure
+    (edited rows are refused, or judged again with --rejudge-changed)."""
     from rmjudge.cli.score import parse_run_options
     from rmjudge.ray_runner import EngineFactory, ray_score
     from rmjudge.run import check_prompting
