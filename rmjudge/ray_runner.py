@@ -454,7 +454,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
                pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
     write_json(runs_path, runs)
-    pairs, errors, dups = assemble(work, output, settings, runs)
+    pairs, errors, dups = assemble(work, output, settings, runs, _identity(source, files))
     return RaySummary(output=output, work_dir=work, files=len(files),
                       batches=n_batches, batches_done_before=n_done, judged=judged,
                       pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
@@ -478,14 +478,29 @@ def _one_batch_per_block(ds):
     return ds
 
 
-def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[int, int, int]:
+def _identity(source: str, files: list[str]) -> dict | None:
+    """The input's identity as `score` records it (`io.intake.input_identity`: the first
+    readable row's fingerprint, and a Hub dataset's revision and commit), for `compare` and
+    `merge`; None for inputs on an object store (not read here)."""
+    if not files or "://" in files[0]:
+        return None
+    from rmjudge.io.intake import input_identity
+    from rmjudge.io.readers import read_rows
+
+    first = next((r for r in read_rows(files[0]) if r.obj is not None), None)
+    return input_identity(source, first)
+
+
+def assemble(work: str, output: str, settings: dict, runs: list[dict],
+             identity: dict | None = None) -> tuple[int, int, int]:
     """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`
-    (built aside and moved into place by the store). Returns (pairs, errors, duplicates moved
-    to errors)."""
+    (built aside and moved into place by the store), with the input's `identity` recorded as
+    `score` records it. Returns (pairs, errors, duplicates moved to errors)."""
     from rmjudge.store import NewStore, import_batches
 
     new = NewStore(output, settings, overwrite=True)
     try:
+        new.store.check_input(identity)
         counts = import_batches(new.store, os.path.join(work, "batches"), runs)
     except BaseException:
         new.discard()

@@ -650,6 +650,8 @@ def test_ray_run_and_score_give_the_same_types_and_keys_and_rejudge_edited_rows(
     rs = RaySettings(workers=1, rows_per_batch=2, cpus_per_worker=0.5)
     s = ray_score(src, settings(), EngineSettings(), out, rs=rs, engine_factory=FakeEngines())
     assert (s.batches, s.pairs, s.errors) == (3, 6, 0)
+    ident = "SELECT value FROM meta WHERE key = 'input'"
+    assert rows(out, ident) == rows(whole, ident) and "fingerprint" in rows(out, ident)[0][0]
     assert rows(out, PAIRS_COLS) == rows(whole, PAIRS_COLS)
     assert rows(out, COLUMN_MAP) == rows(whole, COLUMN_MAP)
     assert rows(out, TYPED_Q) == rows(whole, TYPED_Q)
