@@ -115,16 +115,23 @@ def build_judge(engine, opts: RunOptions) -> "Judge":
     return Judge(engine, opts.judge, n_ctx=opts.engine.n_ctx)
 
 
-def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
-               ) -> tuple[list["PairResult"], list["RowFailure"]]:
-    """Raw rows judged whole (a Ray worker's batch): the results, and the rows that did not
-    become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`)."""
+def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper, *,
+               judged: "dict[str, tuple[int, str | None]] | None" = None,
+               rejudge_changed: bool = False
+               ) -> tuple[list["PairResult"], list["RowFailure"], list[str]]:
+    """Raw rows judged whole (a Ray worker's batch): the results, the rows that did not
+    become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`),
+    and the stored pairs the results replace. `judged`: the pairs these rows were judged as
+    before (a finished batch met again): the same pairs are skipped, and an edited row is
+    refused with `ChangedRows`, before anything is judged, unless `rejudge_changed` (resume's
+    rules: rmjudge.io.intake)."""
     from rmjudge.io.intake import Intake, RowFailure
     from rmjudge.judge import Failure
 
     failures: list[RowFailure] = []
     pairs = []
-    for item in Intake(rows, mapper):
+    intake = Intake(rows, mapper, judged=judged, rejudge_changed=rejudge_changed)
+    for item in intake:
         if isinstance(item, RowFailure):
             failures.append(item)
         else:
@@ -135,7 +142,8 @@ def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
             failures.append(RowFailure.unjudged(item.pair, item.reason))
         else:
             results.append(item)
-    return results, failures
+    replaced = [intake.replaces[p.id] for p in pairs if p.id in intake.replaces]
+    return results, failures, replaced + intake.dropped
 
 
 def with_label_criteria(js: JudgeSettings, label_choice: str | None) -> JudgeSettings:

@@ -1,9 +1,11 @@
 """Click options that say how to read the input: `--map` (columns), `--label-values` and
-`--label` (gold labels).
+`--label` (gold labels), `--config` and `--split` (which part of a Hugging Face dataset).
 
 `map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
 label options to a command, which `rmjudge.run.make_run_options` parses (a malformed value
-raises a UserError) into the run's Mapper.
+raises a UserError) into the run's Mapper. `dataset_options` adds `--config` / `--split`
+(generated from `DatasetChoice`'s fields) to every command that reads an input dataset,
+and `input_source(source, kw)` applies them.
 """
 
 from __future__ import annotations
@@ -31,3 +33,22 @@ def label_options(f: Callable) -> Callable:
     f = click.option("--label-values", "label_values", default=None, metavar="VALUE=A|B|tie,...",
                      help=LABEL_VALUES_HELP)(f)
     return f
+
+
+def _dataset_options():
+    from rmjudge.cli.options import settings_options
+    from rmjudge.io.huggingface import DatasetChoice
+
+    return settings_options(DatasetChoice)
+
+
+dataset_options = _dataset_options()
+
+
+def input_source(source: str, kw: dict) -> str:
+    """INPUT with `--config` / `--split` applied (popped from kw; see
+    rmjudge.io.huggingface.with_config_split)."""
+    from rmjudge.cli.options import settings_from
+    from rmjudge.io.huggingface import DatasetChoice
+
+    return settings_from(DatasetChoice, kw).apply(source)

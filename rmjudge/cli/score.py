@@ -7,7 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import engine_activity, make_progress, status
-from rmjudge.cli.mapping_options import label_options, map_option
+from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
@@ -29,19 +29,8 @@ run_options = combine_options([
                  help="On resume, judge again the rows edited since they were judged, replacing "
                  "their verdicts (without it such a resume is refused)."),
     label_options,
-    click.option("--config", "hub_config", default=None, metavar="NAME",
-                 help="The config of a Hugging Face dataset input (hf://datasets/ORG/NAME)."),
-    click.option("--split", "hub_split", default=None, metavar="NAME",
-                 help="The split of a Hugging Face dataset input (hf://datasets/ORG/NAME, or a "
-                 "save_to_disk DatasetDict folder)."),
+    dataset_options,
 ])
-
-
-def input_source(source: str, kw: dict) -> str:
-    """INPUT with --config / --split applied (popped from kw); see rmjudge.io.huggingface."""
-    from rmjudge.io.huggingface import with_config_split
-
-    return with_config_split(source, kw.pop("hub_config"), kw.pop("hub_split"))
 
 
 @click.command("score")

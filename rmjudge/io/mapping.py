@@ -81,7 +81,8 @@ class Mapper:
     `mapping`: `--map` columns. `seed`: decides the slot of `chosen` in chosen/rejected data.
     `label_values`: a parsed `--label-values` (or its text). `label_choice`: `--label`, which
     label column to read (PKU-SafeRLHF: better|safer; otherwise a column name).
-    `read_labels=False`: for callers that need only ids (merge's input check); a label value
+    `read_labels=False`: for callers that read stores' inputs back (merge's input check of shards
+    that recorded no label options); a label value
     without a meaning is then left unlabelled instead of stopping the run.
     `blank_responses=True`: an empty or whitespace-only response is judged like any other
     (`rmjudge bench`, whose benchmarks decide which rows they keep), not refused as empty.

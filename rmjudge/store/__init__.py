@@ -13,7 +13,9 @@ Every public name is importable from `rmjudge.store` itself.
 
 from __future__ import annotations
 
-from rmjudge.store.assemble import NewStore, import_batches, import_stores, write_batch
+from rmjudge.store.assemble import (BATCH_COLUMNS, NewStore, batch_columns, batch_judged,
+                                    import_batches, import_stores, load_batch, recover_batches,
+                                    write_batch)
 from rmjudge.store.bulk import (
     column_types,
     delete_in,
@@ -26,10 +28,12 @@ from rmjudge.store.files import (
     PlatformError,
     StoreBusyError,
     StoreError,
+    TempDir,
     check_exports_not_busy,
     check_not_busy,
     check_platform,
     check_writable_target,
+    clean_folder_temps,
     clean_stale_temps,
     disk_error,
     file_head,
@@ -45,6 +49,7 @@ from rmjudge.store.files import (
     replace_file,
     write_file,
     write_json,
+    write_lines,
     write_once,
     write_produced,
     write_query_file,
@@ -75,6 +80,7 @@ from rmjudge.store.schema import (
 )
 
 __all__ = [
+    "BATCH_COLUMNS",
     "CORE_TABLES",
     "ERROR_COLUMNS",
     "FAILED",
@@ -95,12 +101,16 @@ __all__ = [
     "Store",
     "StoreBusyError",
     "StoreError",
+    "TempDir",
+    "batch_columns",
+    "batch_judged",
     "check_exports_not_busy",
     "check_not_busy",
     "check_output",
     "check_output_is_not_input",
     "check_platform",
     "check_writable_target",
+    "clean_folder_temps",
     "clean_stale_temps",
     "column_types",
     "delete_in",
@@ -117,6 +127,7 @@ __all__ = [
     "is_duckdb_file",
     "is_rmjudge_store",
     "legacy_store_path",
+    "load_batch",
     "make_dir",
     "missing_core_tables",
     "not_a_store_message",
@@ -124,6 +135,7 @@ __all__ = [
     "output_format",
     "place_copy",
     "place_dir",
+    "recover_batches",
     "remove_export",
     "remove_file",
     "remove_tree",
@@ -135,6 +147,7 @@ __all__ = [
     "write_batch",
     "write_file",
     "write_json",
+    "write_lines",
     "write_once",
     "write_produced",
     "write_query_file",

@@ -217,9 +217,10 @@ _TEMP_SUFFIX = re.compile(r"\.new-[0-9a-f]{8}(\.wal|\.lock)?")
 
 def clean_stale_temps(path: str) -> list[str]:
     """Remove the temporaries of `path` that a killed rmjudge process left behind (only names of
-    rmjudge's exact temporary pattern for this `path`). The caller holds the lock under which
-    such temporaries are written; a store still being built (`NewStore`) holds its own lock and
-    is left alone. Returns the files removed."""
+    rmjudge's exact temporary pattern for this `path`: files and folders). A live writer holds
+    its temporary's own lock (every writer here takes it before the temporary exists, and
+    removes it only once the temporary is gone), so those are left alone, as is a store still
+    being built (`NewStore`). Returns the files and folders removed."""
     head, tail = os.path.split(os.path.abspath(path))
     prefix = f".{tail}"
     try:
@@ -243,15 +244,33 @@ def clean_stale_temps(path: str) -> list[str]:
                 continue
         try:
             for name in sorted(members, key=lambda n: n.endswith(".lock")):
+                full_name = os.path.join(head, name)
                 try:
-                    os.remove(os.path.join(head, name))
-                    removed.append(os.path.join(head, name))
+                    if os.path.isdir(full_name) and not os.path.islink(full_name):
+                        shutil.rmtree(full_name)  # a folder built aside (`TempDir`)
+                    else:
+                        os.remove(full_name)
+                    removed.append(full_name)
                 except OSError:  # gone already, or not ours to remove here: left as it is
                     pass
         finally:
             if lock is not None:
                 lock.release()
     return removed
+
+
+_ANY_TEMP = re.compile(r"\.(.+?)\.new-[0-9a-f]{8}(\.wal|\.lock)?")
+
+
+def clean_folder_temps(folder: str) -> list[str]:
+    """`clean_stale_temps` for every file of `folder` that has temporaries there (an output
+    folder of `rmjudge-train`: its data files, checkpoints and model folders)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    bases = sorted({m.group(1) for n in names if (m := _ANY_TEMP.fullmatch(n))})
+    return [f for b in bases for f in clean_stale_temps(os.path.join(folder, b))]
 
 
 def prepare_dir(path: str) -> None:
@@ -304,6 +323,7 @@ def _write_beside(path: str, produce, check=None) -> None:
     import duckdb
 
     tmp = temp_beside(path)
+    lock = _temp_lock(tmp, path)  # so the next writer's clean-up leaves a live temporary alone
     try:
         produce(tmp)
         if check is not None:
@@ -319,6 +339,23 @@ def _write_beside(path: str, produce, check=None) -> None:
         if err is None:
             raise
         raise err from None
+    finally:
+        _drop_temp_lock(lock)
+
+
+def _temp_lock(tmp: str, path: str) -> "Lock":
+    try:
+        return Lock(tmp)
+    except StoreError as exc:
+        raise disk_error(path, OSError(errno.EACCES, str(exc))) or exc from None
+
+
+def _drop_temp_lock(lock: "Lock") -> None:
+    try:
+        os.remove(lock.path)  # while held: a clean-up never takes a lock about to vanish
+    except OSError:
+        pass
+    lock.release()
 
 
 def _link_new(tmp: str, path: str) -> bool:
@@ -380,6 +417,17 @@ def write_produced(path: str, produce, check=None) -> None:
     Parquet writer), moved into place so a reader never sees it half-written (see
     `_write_beside` for `check`)."""
     _write_beside(path, produce, check)
+
+
+def write_lines(path: str, lines: Iterable[bytes]) -> None:
+    """Write `lines` (each with its newline) as a whole file, streamed, so a reader never sees
+    it half-written."""
+    def produce(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            for line in lines:
+                f.write(line)
+
+    _write_beside(path, produce)
 
 
 def write_file(path: str, data: bytes, check=None) -> None:
@@ -466,6 +514,56 @@ def replace_dir(tmp: str, dest: str, check=None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
+
+
+def swap_dir(tmp: str, dest: str) -> None:
+    """Put the finished folder `tmp` in the place of the folder `dest` (which rmjudge made):
+    `dest` is set aside as `.old-NAME-XXXXXXXX`, `tmp` moved in, the old one deleted. A process
+    killed between the two moves leaves the old folder aside, which
+    `rmjudge.store.assemble.recover_batches` puts back."""
+    head, name = os.path.split(os.path.abspath(dest))
+    aside = os.path.join(head, f".old-{name}-{uuid.uuid4().hex[:8]}")
+    os.rename(dest, aside)
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        os.rename(aside, dest)
+        raise
+    remove_tree(aside)
+
+
+class TempDir:
+    """A folder of this process's own beside `dest`, `.NAME.new-XXXXXXXX`, with its lock held
+    (so `clean_stale_temps(dest)` removes it only once its process is gone), to fill and then
+    move into place (`install`) or drop (`close`). Used for folders written by other libraries
+    (transformers' checkpoints and `save_pretrained`), so `dest` is never seen half-written."""
+
+    def __init__(self, dest: str):
+        self.dest = os.path.abspath(dest)
+        self.path = temp_beside(self.dest)
+        make_dir(os.path.dirname(self.path))
+        self._lock = _temp_lock(self.path, dest)
+        try:
+            os.mkdir(self.path)
+        except OSError as exc:
+            _drop_temp_lock(self._lock)
+            raise disk_error(dest, exc) or exc from None
+
+    def install(self) -> None:
+        """Put the finished folder in the place of `dest` (replacing a folder rmjudge wrote
+        there before: `replace_dir`), then drop the lock."""
+        replace_dir(self.path, self.dest)
+        self.close()
+
+    def close(self) -> None:
+        remove_tree(self.path)
+        _drop_temp_lock(self._lock)
+
+    def __enter__(self) -> "TempDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def remove_tree(path: str) -> None:
