@@ -1,31 +1,50 @@
 """rmjudge: offline ReflectRM judging of pairwise preference data with a local GGUF judge.
 
-Library entry points (no heavy imports happen here):
-    from rmjudge import Judge, JudgeSettings, EngineSettings, load_engine, score
+The Python API (docs/python.md); nothing heavy is imported until a name is used:
+
+    import rmjudge
+    table = rmjudge.score(rows)                     # rows: list of dicts, DataFrame, Dataset, path
+    for chunk in rmjudge.score_batches(rows, output="judged.duckdb"): ...
+    store = rmjudge.open_store("judged.duckdb")     # .pairs .samples .errors .runs .results
+
+Errors are `rmjudge.UserError` and its subclasses (each message names the file and the fix).
 """
 
 from __future__ import annotations
 
 __version__ = "0.7.0"
 
-__all__ = ["Judge", "JudgeSettings", "EngineSettings", "load_engine", "score", "__version__"]
+# name -> the module that defines it (imported on first use)
+_PUBLIC = {
+    "score": "rmjudge.api.judging",
+    "score_batches": "rmjudge.api.judging",
+    "open_store": "rmjudge.api.tables",
+    "JudgedStore": "rmjudge.api.tables",
+    "load_engine": "rmjudge.engine",
+    "JudgeSettings": "rmjudge.settings",
+    "EngineSettings": "rmjudge.settings",
+    "UserError": "rmjudge.errors",
+    "BusyError": "rmjudge.errors",
+    "DiskError": "rmjudge.errors",
+    "ModelError": "rmjudge.errors",
+    "SettingsError": "rmjudge.settings",
+    "InputError": "rmjudge.io.rows",
+    "StoreError": "rmjudge.store.files",
+    "MissingExtraError": "rmjudge.extras",
+    "Interrupted": "rmjudge.pipeline",
+}
+
+__all__ = sorted(_PUBLIC) + ["__version__"]
 
 
 def __getattr__(name: str):
-    if name == "Judge":
-        from rmjudge.judge import Judge
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rmjudge' has no attribute {name!r}")
+    import importlib
 
-        return Judge
-    if name in ("JudgeSettings", "EngineSettings"):
-        from rmjudge import settings
+    return getattr(importlib.import_module(module), name)
 
-        return getattr(settings, name)
-    if name == "load_engine":
-        from rmjudge.engine import load_engine
 
-        return load_engine
-    if name == "score":
-        from rmjudge.pipeline import score
-
-        return score
-    raise AttributeError(name)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

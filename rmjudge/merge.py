@@ -4,8 +4,13 @@
 - every shard holds results made with the same verdict-deciding settings and model
   (`meta` key `settings`, which includes the model's sha256),
 - no pair id and no input row number sits in more than one shard,
-- with `input=`, every input row is in exactly one shard's `pairs` or `errors`, and the pair ids
-  agree with the input (rows in no shard are reported with the shard that owns them),
+- with `input=`, every input pair is in exactly one shard's `pairs` (matched by id, in any
+  row order) holding the content it was judged with (the content hash stored with each
+  verdict; the input is read with the `--map`, `--label-values` and `--label` the shards
+  recorded), and every other input row in a shard's `errors` (rows in no shard are reported
+  with the shard that owns them; edited rows are reported, never merged silently),
+- the shards were judged from one commit of their input when it is a Hub dataset (the merged
+  store records that input, commit included),
 - every `--shard I/N` of the runs is present and each shard's last run finished,
 - no two shards label one pair differently for one reviewer (`human_labels`).
 Disagreements (settings, doubled pairs or rows) always refuse; incompleteness (missing shards
@@ -102,13 +107,14 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
             except duckdb.Error as exc:
                 raise MergeError(f"cannot open {p} as DuckDB: {str(exc).splitlines()[0]}") from None
         settings = _check_settings(con, shards, aliases)
+        identity = _check_commits(con, shards, aliases)
         report = MergeReport(None, [_shard_info(con, p, a) for p, a in zip(shards, aliases)])
         _check_doubles(con, shards, aliases)
         _check_human_labels(con, shards, aliases)
         report.problems += _check_shard_specs(report.shards)
         if input is not None:
-            report.problems += _check_input(con, shards, aliases, input, mapping or {},
-                                            settings.get("seed", 0), report)
+            report.problems += _check_input(con, shards, aliases, input, mapping,
+                                            settings, identity, report)
         if report.problems and not allow_incomplete:
             return report
     except duckdb.Error as exc:
@@ -116,7 +122,7 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
                          "stores written by rmjudge score (and not damaged)?") from None
     finally:
         con.close()
-    _write(shards, output, settings, report, overwrite)
+    _write(shards, output, settings, identity, report, overwrite)
     return report
 
 
@@ -149,6 +155,28 @@ def _check_settings(con, shards: list[str], aliases: list[str]) -> dict:
                 f"{describe_differences(first, s)}; rerun the odd shard with the same model "
                 "and options (or merge only shards made alike)")
     return first
+
+
+def _check_commits(con, shards: list[str], aliases: list[str]) -> dict | None:
+    """The input the shards recorded (the first shard's record that has one; the merged store
+    keeps it). Shards judged from different commits of a Hub dataset are refused: their pairs
+    come from different versions of the data."""
+    found = []
+    for p, a in zip(shards, aliases):
+        row = con.execute(f"SELECT value FROM {quote_ident(a)}.meta WHERE key = 'input'").fetchone()
+        try:
+            value = orjson.loads(row[0]) if row else None
+        except orjson.JSONDecodeError:
+            value = None
+        found.append((p, value if isinstance(value, dict) else None))
+    commits = [(p, v["commit"]) for p, v in found if v and v.get("commit")]
+    if len({c for _, c in commits}) > 1:
+        (p0, c0), (p1, c1) = commits[0], next(x for x in commits if x[1] != commits[0][1])
+        raise MergeError(f"the shards were judged from different commits of their input: {p0} "
+                         f"from {c0}, {p1} from {c1}; rerun the odd shard with the input pinned "
+                         f"to one commit (hf://datasets/ORG/NAME@COMMIT)")
+    return next((v for _, v in found if v and v.get("commit")), None) or \
+        next((v for _, v in found if v), None)
 
 
 def _shard_info(con, path: str, alias: str) -> ShardInfo:
@@ -242,62 +270,119 @@ def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
     return problems
 
 
-def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
-                 report: MergeReport) -> list[str]:
-    """Every input row in exactly one shard's pairs or errors, with the id the input gives."""
-    from rmjudge.io.intake import RowFailure, in_shard
+def input_mapper(settings: dict, mapping: dict[str, str] | None):
+    """The Mapper the shards read their input with: the `--map`, `--label-values` and
+    `--label` they recorded (`input_reading` in their settings), with their seed; `mapping`
+    (merge's `--map`) stands in for a store that recorded no map."""
     from rmjudge.io.mapping import Mapper
+
+    reading = settings.get("input_reading") or {}
+    # without a recorded reading the shards read letter labels alone (any other label value
+    # would have needed --label-values, which is recorded): such a value is left unlabelled
+    # here instead of stopping the check
+    return Mapper(reading.get("map") or mapping or {}, seed=settings.get("seed", 0),
+                  label_values=reading.get("label_values"), label_choice=reading.get("label"),
+                  read_labels=bool(reading))
+
+
+def _check_input(con, shards, aliases, source: str, mapping: dict | None, settings: dict,
+                 identity: dict | None, report: MergeReport) -> list[str]:
+    """Every input pair in exactly one shard, by id, holding the content it was judged with
+    (the content hash stored with each verdict); every other input row in a shard's errors."""
+    from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.readers import InputError
     from rmjudge.run import open_input
 
-    recorded: dict[int, str | None] = dict(con.execute(
-        f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())
+    def hashed(a: str) -> str:  # stores made before content hashes hold none
+        has = con.execute("SELECT count(*) FROM duckdb_columns() WHERE database_name = ? AND "
+                          "table_name = 'pairs' AND column_name = 'content_hash'", [a]).fetchone()[0]
+        return (f"SELECT id, row_number, {'content_hash' if has else 'NULL'} AS content_hash "
+                f"FROM {quote_ident(a)}.pairs")
+
+    recorded: dict[str, tuple[int, str | None]] = {r[0]: (r[1], r[2]) for r in con.execute(
+        " UNION ALL ".join(hashed(a) for a in aliases)).fetchall()}
+    at_row = {rn: pid for pid, (rn, _) in recorded.items()}
     err_rows = {r[0] for r in con.execute(
         f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
     counts = {_spec(s)[1] for i in report.shards for s in i.specs if _spec(s)}  # type: ignore[index]
     n = counts.pop() if len(counts) == 1 else None  # the shard count, to name a missing shard
-    mapper = Mapper(mapping, seed=seed, read_labels=False)  # ids only: labels are not checked here
+    mapper = input_mapper(settings, mapping)
     missing: list[int] = []
     owners: set[str] = set()
     mismatched: list[int] = []
+    changed: list[int] = []
     seen_rows: set[int] = set()
+    seen_ids: set[str] = set()
     try:
         for item in open_input(source, mapper):
             rn = item.row_number
             seen_rows.add(rn)
-            pid = item.id if not isinstance(item, RowFailure) or item.duplicate_of is not None \
-                else None
-            if rn in recorded:
-                if pid is not None and recorded[rn] != pid:
+            if not isinstance(item, RowFailure):
+                seen_ids.add(item.id)
+                if item.id in recorded:
+                    stored = recorded[item.id][1]
+                    if stored is not None and stored != item.content_hash():
+                        changed.append(rn)
+                    continue
+                if rn in at_row:
                     mismatched.append(rn)
-            elif rn not in err_rows:
-                missing.append(rn)
-                if n is not None:
-                    key = pid if pid is not None else f"row:{rn}"
-                    owners.update(f"{i}/{n}" for i in range(n) if in_shard(key, (i, n)))
+                    continue
+                pid = item.id
+            else:
+                if rn in err_rows or (item.duplicate_of is not None and item.id in recorded):
+                    continue
+                if rn in at_row:
+                    seen_ids.add(at_row[rn])  # judged then, unreadable now: an edited row
+                    changed.append(rn)
+                    continue
+                pid = None
+            if rn in err_rows:
+                continue
+            missing.append(rn)
+            if n is not None:
+                key = pid if pid is not None else f"row:{rn}"
+                owners.update(f"{i}/{n}" for i in range(n) if in_shard(key, (i, n)))
     except InputError as exc:
         raise MergeError(f"cannot read --input: {exc}") from None
     report.input_rows = len(seen_rows)
     problems = []
+    if identity and identity.get("commit"):
+        from rmjudge.io.huggingface import resolved_revision
+
+        now = (resolved_revision(source) or {}).get("commit")
+        if now and now != identity["commit"]:
+            problems.append(f"the shards were judged from commit {identity['commit']} of "
+                            f"{identity.get('source')}, but {source} is commit {now}; give "
+                            f"--input pinned to that commit ({identity.get('pinned') or identity['commit']})")
     if missing:
         where = f" (they belong to shard {', '.join(sorted(owners))})" if owners else ""
         problems.append(f"{len(missing)} input row(s) are in no shard: rows {_listing(missing)}"
                         f"{where}; run the missing shard(s) and merge again")
-    extra = sorted((set(recorded) | err_rows) - seen_rows)
+    shown = set(mismatched)
+    extra = sorted({rn for pid, (rn, _) in recorded.items()
+                    if pid not in seen_ids and rn not in shown} | (err_rows - seen_rows))
     if extra:
         problems.append(f"{len(extra)} recorded row(s) are not in {source}: rows "
                         f"{_listing(extra)}; is it the input the shards were made from?")
     if mismatched:
         problems.append(f"{len(mismatched)} row(s) hold another pair id than {source} gives: rows "
-                        f"{_listing(mismatched)}; pass the --map the shards were scored with")
+                        f"{_listing(mismatched)}; pass the --map the shards were scored with (a "
+                        "row without an id column that was edited since gets a new id: rerun its "
+                        "shard with --rejudge-changed)")
+    if changed:
+        problems.append(f"{len(changed)} row(s) of {source} hold other content than the pair "
+                        f"judged for them: rows {_listing(changed)}; rerun their shard's rmjudge "
+                        "score command with --rejudge-changed, then merge again")
     return problems
 
 
-def _write(shards: list[str], output: str, settings: dict, report: MergeReport,
-           overwrite: bool) -> None:
+def _write(shards: list[str], output: str, settings: dict, identity: dict | None,
+           report: MergeReport, overwrite: bool) -> None:
     new = NewStore(output, settings, overwrite=overwrite)
     try:
         new.store.set_meta("merged_from", shards)
+        if identity is not None:  # what the shards were judged from, Hub commit included
+            new.store.set_meta("input", identity)
         counts = import_stores(new.store, shards)
     except BaseException:
         new.discard()

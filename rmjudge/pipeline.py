@@ -136,14 +136,18 @@ def score(
     announce: Callable[[str], None] | None = None,
     rejudge_changed: bool = False,
     n_ctx: int | None = None,
+    on_commit: Callable[[Store, list[str], list[int]], None] | None = None,
 ) -> Summary:
-    """Judge `source` into `output` (a run: intake -> Judge -> store). `js`: the judge settings,
-    resolved here for the engine's model within `n_ctx` (the per-sequence limit `--ctx-size`
-    sets), or a `RunSpec` already resolved for it. `mapper` (or the plain `mapping` of --map)
-    turns rows into pairs; `announce` hears how the input is read, once, before judging starts.
-    A row judged by an earlier run that has changed since stops the run (`StoreError` naming
-    the rows), or with `rejudge_changed` is judged again and its new verdict replaces the old
-    one.
+    """Judge `source` into `output` (a run: intake -> Judge -> store). `source`: an input path
+    (every form `rmjudge.io.readers` reads) or a `MemoryInput` (rows held in Python). `js`: the
+    judge settings, resolved here for the engine's model within `n_ctx` (the per-sequence limit
+    `--ctx-size` sets), or a `RunSpec` already resolved for it. `mapper` (or the plain `mapping`
+    of --map) turns rows into pairs; `announce` hears how the input is read, once, before
+    judging starts. A row judged by an earlier run that has changed since stops the run
+    (`StoreError` naming the rows), or with `rejudge_changed` is judged again and its new
+    verdict replaces the old one. `on_commit(store, pair ids, error row numbers)` hears each
+    chunk once it is committed (the streaming Python API reads it back); what it raises stops
+    the run as an exception from the loop would (KeyboardInterrupt: as an interrupt).
     """
     out = output or default_output(source)
     check_output(source, out)
@@ -152,7 +156,7 @@ def score(
                          mapper or Mapper(mapping or {}, seed=spec.settings.seed),
                          overwrite=overwrite, limit=limit, shard=shard,
                          commit_every=commit_every, on_progress=on_progress, announce=announce,
-                         rejudge_changed=rejudge_changed)
+                         rejudge_changed=rejudge_changed, on_commit=on_commit)
 
 
 def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, *,
@@ -160,7 +164,9 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
                   shard: tuple[int, int] | None = None, commit_every: int = COMMIT_EVERY_PAIRS,
                   on_progress: Callable[[Progress], None] | None = None,
                   announce: Callable[[str], None] | None = None,
-                  rejudge_changed: bool = False) -> Summary:
+                  rejudge_changed: bool = False,
+                  on_commit: Callable[[Store, list[str], list[int]], None] | None = None
+                  ) -> Summary:
     """`score` once its output `out` is checked (`check_output`) and its spec resolved for
     `engine`'s model: `run.judge_input` checks the output before the model loads and builds
     the spec once it has, so neither is done twice."""
@@ -184,19 +190,21 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
     try:
         with graceful():
             return _score(store, first, rows, engine, spec, out, fmt, source, mapper, limit,
-                          shard, commit_every, on_progress, identity, rejudge_changed)
+                          shard, commit_every, on_progress, identity, rejudge_changed,
+                          on_commit)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, mapper, limit,
-           shard, commit_every, on_progress, identity, rejudge_changed=False) -> Summary:
+           shard, commit_every, on_progress, identity, rejudge_changed=False,
+           on_commit=None) -> Summary:
     """A run in named steps: record it, judge every pair (committing in chunks), end it."""
     _start_run(store, engine, spec, mapper, source, shard, identity)
     stream = rows if first is None else chain([first], rows)
     intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
                     rejudge_changed=rejudge_changed)
-    run = _ScoreRun(store, intake, engine, commit_every, on_progress)
+    run = _ScoreRun(store, intake, engine, commit_every, on_progress, on_commit)
     try:
         files = run.judge_all(Judge(engine, spec), out, fmt)
     except BaseException as exc:
@@ -220,7 +228,7 @@ def _start_run(store: Store, engine, spec: RunSpec, mapper: Mapper, source: str,
     store.check_settings(settings)
     store.check_input(identity)
     store.start_run({
-        **run_record(engine.info, settings, source,
+        **run_record(engine.info, settings, str(source),
                      None if shard is None else f"{shard[0]}/{shard[1]}"),
         "schema": mapper.describe() if mapper.schema is not None else None,
     })
@@ -231,9 +239,11 @@ class _ScoreRun:
     next commit, the progress counts, and what stopping keeps."""
 
     def __init__(self, store: Store, intake: Intake, engine, commit_every: int,
-                 on_progress: Callable[[Progress], None] | None):
+                 on_progress: Callable[[Progress], None] | None,
+                 on_commit: Callable[[Store, list[str], list[int]], None] | None = None):
         self.store, self.intake, self.engine = store, intake, engine
         self.commit_every, self.on_progress = commit_every, on_progress
+        self.on_commit = on_commit
         self.prog = Progress()
         self.batch: list[PairResult] = []
         self.errors: list[dict] = []
@@ -285,10 +295,20 @@ class _ScoreRun:
         prog.parse_failures = self.counts.parse_failures
         prog.flips = self.counts.flips
 
-    def commit(self) -> None:
+    def commit(self) -> tuple[list[PairResult], list[dict]]:
+        """Commit the chunk; the results and error rows it held (for `heard`)."""
         self.store.commit(self.batch, self.errors, self.drop)
         self.prog.committed += len(self.batch)
+        done = self.batch, self.errors
         self.batch, self.errors, self.drop = [], [], []
+        return done
+
+    def heard(self, done: tuple[list[PairResult], list[dict]]) -> None:
+        """`on_commit` hears a committed chunk (after any held signal is delivered)."""
+        batch, errors = done
+        if self.on_commit is not None and (batch or errors):
+            self.on_commit(self.store, [r.pair.id for r in batch],
+                           [e["row_number"] for e in errors])
 
     def judge_all(self, judge: Judge, out: str, fmt: str) -> list[str]:
         """Judge every pair, committing every `commit_every` pairs or COMMIT_EVERY_SECONDS;
@@ -299,16 +319,18 @@ class _ScoreRun:
             self.prog.generated_tokens = self.engine.generated_tokens
             if (len(self.batch) >= self.commit_every
                     or time.monotonic() - self.last_commit > COMMIT_EVERY_SECONDS):
-                self.commit()
+                done = self.commit()
                 self.last_commit = time.monotonic()
                 deliver_pending()
+                self.heard(done)
             if self.on_progress:
                 self.on_progress(self.prog)
             deliver_pending()
         self.drop.extend(self.intake.dropped)
         self.intake.dropped.clear()
-        self.commit()
+        done = self.commit()
         deliver_pending()
+        self.heard(done)
         return [out] if fmt == "duckdb" else self.store.export(out, fmt)
 
     def stop(self, exc: BaseException, source: str, out: str) -> UserError | None:

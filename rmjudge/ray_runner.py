@@ -14,14 +14,20 @@ Flow (needs `pip install '.[ray]'`):
    `pairs`, `samples` and `errors` as Parquet files into `WORK_DIR/batches/KEY/`, built by the
    run store's own row code and moved into place only when complete.
 4. The driver merges all batch files into the output DuckDB (same tables as `rmjudge score`;
-   one `runs` row per `ray_score` invocation). A later duplicate of a pair id across batches is
-   moved to `errors`, as `rmjudge score` does.
+   one `runs` row per `ray_score` invocation). Passthrough columns keep their types and are
+   matched across batches by input key, as one `score` run names and widens them (each batch
+   records its key -> column map and types in `columns.json`); the map is saved in `meta`. A
+   later duplicate of a pair id across batches is moved to `errors`, as `rmjudge score` does.
 
-Resume: batches whose directory exists are skipped on a rerun of the same command (after a
-driver failure); a worker that dies is restarted by Ray (`max_restarts`) and its batch retried
-(`max_task_retries`), and a half-done batch leaves nothing behind. The work directory must be
-visible to every node (a shared filesystem). Row numbers: with one input file they are its line
-(or row) numbers; with several, file k's rows are numbered `k * 10**9 + row`.
+Resume: a rerun of the same command meets every batch again. A batch whose folder holds its
+rows as they are now (ids and content hashes, as `score` resumes) is kept as it is; rows edited
+since they were judged stop the run naming them (the batches without edits are still judged),
+and with `rejudge_changed` (`--rejudge-changed`) they are judged again and their batch folder
+rewritten; a file that grew gets its last batch completed. A worker that dies is restarted by
+Ray (`max_restarts`) and its batch retried (`max_task_retries`), and a half-done batch leaves
+nothing behind. The work directory must be visible to every node (a shared filesystem). Row
+numbers: with one input file they are its line (or row) numbers; with several, file k's rows are
+numbered `k * 10**9 + row`.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import orjson
 from rmjudge.extras import install_hint
 from rmjudge.io.mapping import Mapper
 from rmjudge.run import RunOptions
-from rmjudge.runspec import run_record
+from rmjudge.runspec import resolve, run_record
 from rmjudge.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
@@ -151,6 +157,39 @@ def list_inputs(source: str) -> list[str]:
     return sorted(prefix + f for f in files)
 
 
+SNAPSHOT = "input.jsonl"
+
+
+def is_dataset_source(source: str) -> bool:
+    """A Hugging Face dataset (a Hub id, or a `save_to_disk` folder or `folder@split`): read by
+    the driver into the work directory (`snapshot_input`) rather than by Ray."""
+    from rmjudge.io.huggingface import is_hub_source, is_saved_dataset, split_disk_source
+
+    if is_hub_source(source):
+        return True
+    if "://" in source:
+        return False
+    return (os.path.isdir(source) and is_saved_dataset(source)) or \
+        (not os.path.exists(source) and split_disk_source(source) is not None)
+
+
+def snapshot_input(source: str, work: str) -> str:
+    """The rows of the dataset `source`, read with rmjudge's readers (the Hub revision resolved
+    as `score` resolves it), written as JSON Lines to WORK/input.jsonl (one line per row, so
+    row numbers are the dataset's) on every run, so a rerun sees the rows as they are now."""
+    from rmjudge.io.readers import read_rows
+    from rmjudge.store import write_lines
+
+    def lines():
+        for raw in read_rows(source):
+            value = raw.obj if raw.obj is not None else (raw.raw or "")
+            yield orjson.dumps(value, default=str) + b"\n"
+
+    path = os.path.join(work, SNAPSHOT)
+    write_lines(path, lines())
+    return path
+
+
 def _file_rows(data: bytes, name: str):
     """rmjudge's readers over one file's bytes: JSONL from memory, Parquet/CSV via a temp file."""
     from rmjudge.io.readers import read_jsonl, read_rows
@@ -174,7 +213,9 @@ class _Chunker:
         self.index.update({f.split("://", 1)[-1]: k for k, f in enumerate(files)})
         self.multi = len(files) > 1
         self.rows_per_batch = rows_per_batch
-        self.done = done
+        # finished batches by (file, first row): a batch met again is checked against its
+        # folder, which may end at another row when its file grew since
+        self.done = {d.rsplit("-", 1)[0]: d for d in done}
 
     def _file_index(self, path: str) -> int:
         for p in (path, path.split("://", 1)[-1], os.path.abspath(path)):
@@ -190,9 +231,9 @@ class _Chunker:
 
         def flush() -> None:
             first, last = chunk[0][0], chunk[-1][0]
-            key = f"f{k:05d}-r{first:012d}-{last:012d}"
-            if key not in self.done:
-                out.append({"key": key, "rows": orjson.dumps(chunk, default=str)})
+            start = f"f{k:05d}-r{first:012d}"
+            out.append({"key": f"{start}-{last:012d}", "stored": self.done.get(start, ""),
+                        "rows": orjson.dumps(chunk, default=str)})
             chunk.clear()
 
         for raw in _file_rows(row["bytes"], name):
@@ -225,43 +266,66 @@ class _JudgeWorker:
                               "file on every node")
         self.judge = build_judge(self.engine, opts, spec)
         self.mapper = opts.mapper  # this worker's own copy (Ray hands each actor its own)
+        self.rejudge_changed = opts.rejudge_changed
         self.settings = settings
         self.batches = os.path.join(work_dir, "batches")
         self.run_id = run_id
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
-        keys, judged, errors, tokens, seconds = [], [], [], [], []
-        for key, blob in zip(batch["key"], batch["rows"]):
+        out: dict[str, list] = {k: [] for k in ("key", "state", "judged", "errors", "tokens",
+                                                "seconds", "changed")}
+        stored = batch.get("stored")
+        for n, (key, blob) in enumerate(zip(batch["key"], batch["rows"])):
             t0, tok0 = time.monotonic(), self.engine.generated_tokens
-            n_pairs, n_err = self._batch(str(key), orjson.loads(bytes(blob)))
-            keys.append(str(key))
-            judged.append(n_pairs)
-            errors.append(n_err)
-            tokens.append(self.engine.generated_tokens - tok0)
-            seconds.append(time.monotonic() - t0)
-        return {"key": keys, "judged": judged, "errors": errors, "tokens": tokens,
-                "seconds": seconds}
+            state, n_pairs, n_err, changed = self._batch(
+                str(key), orjson.loads(bytes(blob)), str(stored[n]) if stored is not None else "")
+            out["key"].append(str(key))
+            out["state"].append(state)
+            out["judged"].append(n_pairs)
+            out["errors"].append(n_err)
+            out["tokens"].append(self.engine.generated_tokens - tok0)
+            out["seconds"].append(time.monotonic() - t0)
+            out["changed"].append(orjson.dumps(changed).decode())
+        return out
 
-    def _batch(self, key: str, rows: list) -> tuple[int, int]:
+    def _batch(self, key: str, rows: list, stored: str) -> tuple[str, int, int, list[int]]:
+        """Judge one batch into its folder. Returns (state, pairs judged, error rows, changed
+        rows refused): state `new` (judged whole), `done` (its folder holds these rows
+        already), `updated` (a finished batch whose rows were edited, or whose file grew: the
+        rows not judged as they are now are judged, the folder rewritten) or `changed` (edited
+        rows met without `--rejudge-changed`: nothing written)."""
+        from rmjudge.io.intake import ChangedRows
         from rmjudge.io.readers import RawRow
         from rmjudge.run import judge_rows
-        from rmjudge.store import Store, write_batch
+        from rmjudge.store import Store, batch_judged, load_batch, write_batch
 
         final = os.path.join(self.batches, key)
-        if os.path.isdir(final):  # another attempt finished it
-            return 0, 0
+        previous = os.path.join(self.batches, stored) if stored else None
+        if previous is None and os.path.isdir(final):  # another attempt finished it
+            return "done", 0, 0, []
+        judged = batch_judged(previous) if previous is not None else None
         raw_rows = (RawRow(rn, obj, error, raw) for rn, obj, error, raw in rows)
-        results, failures = judge_rows(self.judge, raw_rows, self.mapper)
+        try:
+            results, failures, replaced = judge_rows(self.judge, raw_rows, self.mapper,
+                                                     judged=judged,
+                                                     rejudge_changed=self.rejudge_changed)
+        except ChangedRows as exc:
+            return "changed", 0, 0, list(exc.rows)
+        if previous is not None and stored == key and not results and not replaced:
+            return "done", 0, 0, []  # the same rows as judged: the folder stands
         errs = [f.as_error() for f in failures]
         with tempfile.TemporaryDirectory() as local:
             store = Store(os.path.join(local, "batch.duckdb"))
             try:
                 store.set_meta("settings", self.settings)
                 store.run_id = self.run_id
-                write_batch(store, results, errs, final)  # a concurrent attempt's wins
+                if previous is not None:
+                    load_batch(store, previous)
+                write_batch(store, results, errs, final, replaced=replaced,
+                            previous=previous)  # a new batch: a concurrent attempt's wins
             finally:
                 store.close()
-        return len(results), len(errs)
+        return ("new" if previous is None else "updated"), len(results), len(errs), []
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -274,72 +338,23 @@ def _read_json(path: str) -> Any:
 def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *,
               rs: RaySettings = RaySettings(), mapping: dict[str, str] | None = None,
               mapper: Mapper | None = None,
-              overwrite: bool = False, engine_factory: Callable | None = None,
+              overwrite: bool = False, rejudge_changed: bool = False,
+              engine_factory: Callable | None = None,
               on_batch: Callable[[dict, int, int], None] | None = None) -> RaySummary:
     """Judge `source` on Ray into the DuckDB run store `output`. See the module doc. `mapper`:
     how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
-    worker gets a copy of."""
+    worker gets a copy of. `rejudge_changed`: rows of finished batches edited since they were
+    judged are judged again (without it, the run stops naming them, as `rmjudge score` does)."""
     from rmjudge.prompts import prompt_style
-    from rmjudge.store import write_json
 
     style = prompt_style(js.criteria, js.prompt_template)  # read once, before anything is done
     try:
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-
-    work = _prepare_output(output, rs, overwrite)
-    started = time.monotonic()
-    files = list_inputs(source)
-    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite)
-    if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.run import open_input
-
-        open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
-    factory = engine_factory or EngineFactory(es)
-    info = factory(vocab_only=True).info
-    settings = _work_settings(work, js, es, info, style)
-    _start_ray(ray, rs)
-    runs_path = os.path.join(work, "runs.json")
-    runs = _read_json(runs_path) if os.path.exists(runs_path) else []
-    run = {"run_id": len(runs) + 1,
-           **run_record(info, orjson.dumps(settings).decode(), source, f"ray:{rs.workers}"),
-           "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
-    runs.append(run)
-    write_json(runs_path, runs)
-
-    done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
-    ds = _batches(ray, files, done, rs, es, factory, opts, settings, work, run["run_id"])
-    judged = tokens = n_batches = 0
-    try:
-        for row in ds.iter_rows():
-            judged += int(row["judged"])
-            tokens += int(row["tokens"])
-            n_batches += 1
-            if on_batch:
-                on_batch(row, n_batches, judged)
-    except Exception as exc:
-        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat())
-        write_json(runs_path, runs)
-        first = str(exc).strip().splitlines()
-        raise RayRunError(f"the Ray run failed ({first[-1] if first else type(exc).__name__}); "
-                          "rerun the same command to resume from the finished batches") from exc
-    wall = time.monotonic() - started
-    run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
-               pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
-    write_json(runs_path, runs)
-    pairs, errors, dups = assemble(work, output, settings, runs)
-    return RaySummary(output=output, work_dir=work, files=len(files),
-                      batches=n_batches + len(done), batches_done_before=len(done), judged=judged,
-                      pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
-                      wall_seconds=time.monotonic() - started)
-
-
-def _prepare_output(output: str, rs: RaySettings, overwrite: bool) -> str:
-    """The checks of `output` (a DuckDB run store rmjudge made, not busy) and its work
-    directory (removed first with `overwrite`, when it is one); the work directory's path."""
-    from rmjudge.store import (LEAVE_FIX, check_not_busy, is_rmjudge_store, not_a_store_message,
-                               output_format, remove_tree)
+    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
+                               not_a_store_message, other_settings_message, output_format,
+                               recover_batches, remove_tree, write_json)
 
     if output_format(output) != "duckdb":
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
@@ -353,19 +368,25 @@ def _prepare_output(output: str, rs: RaySettings, overwrite: bool) -> str:
             raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
                               "is left untouched: pass another --work-dir")
         remove_tree(work)
-    return work
+    started = time.monotonic()
+    dataset = is_dataset_source(source)
+    files = [] if dataset else list_inputs(source)
+    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite,
+                      rejudge_changed=rejudge_changed)
+    if files and "://" not in files[0]:  # labels that need --label-values stop the run here
+        from rmjudge.run import open_input
 
-
-def _work_settings(work: str, js: JudgeSettings, es: EngineSettings, info, style) -> dict:
-    """The run's verdict settings (its spec on the model the driver's tokenizer describes),
-    written into the work directory or checked against those an earlier run wrote there."""
-    from rmjudge.runspec import resolve
-    from rmjudge.store import RESUME_FIX, make_dir, other_settings_message
-
-    from rmjudge.store import write_json
-
+        open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
+    factory = engine_factory or EngineFactory(es)
+    info = factory(vocab_only=True).info
+    # the run's spec on the model the driver's tokenizer describes (each worker builds its own)
     settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
     make_dir(os.path.join(work, "batches"))
+    if dataset:  # rows Ray cannot read itself: read once here, as `score` reads them
+        from rmjudge.run import open_input
+
+        files = [snapshot_input(source, work)]
+        open_input(files[0], copy.deepcopy(opts.mapper))  # the labels, as for a file below
     settings_path = os.path.join(work, "settings.json")
     if os.path.exists(settings_path):
         old = _read_json(settings_path)
@@ -374,10 +395,6 @@ def _work_settings(work: str, js: JudgeSettings, es: EngineSettings, info, style
                                                      RESUME_FIX))
     else:
         write_json(settings_path, settings)
-    return settings
-
-
-def _start_ray(ray, rs: RaySettings) -> None:
     if not ray.is_initialized():
         try:
             ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
@@ -385,12 +402,16 @@ def _start_ray(ray, rs: RaySettings) -> None:
             where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
             raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
                               "check --address (ray status on the head node)") from None
+    runs_path = os.path.join(work, "runs.json")
+    runs = _read_json(runs_path) if os.path.exists(runs_path) else []
+    run = {"run_id": len(runs) + 1,
+           **run_record(info, orjson.dumps(settings).decode(), source, f"ray:{rs.workers}"),
+           "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
+    runs.append(run)
+    write_json(runs_path, runs)
 
-
-def _batches(ray, files: list[str], done: set[str], rs: RaySettings, es: EngineSettings,
-             factory, opts: RunOptions, settings: dict, work: str, run_id: int):
-    """The dataset of the batches not `done`, each judged by the actor pool into its folder
-    (one row per batch: its key, pairs judged, errors, tokens, seconds)."""
+    recover_batches(os.path.join(work, "batches"))
+    done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
     gpus = rs.gpus_per_worker if rs.gpus_per_worker is not None else (1 if es.device == "cuda" else 0)
     cpus = rs.cpus_per_worker or float(es.threads or 1)
     ds = ray.data.read_binary_files(files, include_paths=True, num_cpus=0)  # light: no CPU held back
@@ -402,9 +423,45 @@ def _batches(ray, files: list[str], done: set[str], rs: RaySettings, es: EngineS
             _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
             num_cpus=cpus, num_gpus=gpus,
             fn_constructor_kwargs={"factory": factory, "opts": opts, "settings": settings,
-                                   "work_dir": work, "run_id": run_id},
+                                   "work_dir": work, "run_id": run["run_id"]},
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
-    return ds
+    judged = tokens = n_batches = n_done = 0
+    changed: list[int] = []
+    try:
+        for row in ds.iter_rows():
+            judged += int(row["judged"])
+            tokens += int(row["tokens"])
+            n_batches += 1
+            if row["state"] == "done":
+                n_done += 1
+            changed += orjson.loads(row["changed"])
+            if on_batch and row["state"] in ("new", "updated"):
+                on_batch(row, n_batches, judged)
+    except Exception as exc:
+        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat())
+        write_json(runs_path, runs)
+        first = str(exc).strip().splitlines()
+        raise RayRunError(f"the Ray run failed ({first[-1] if first else type(exc).__name__}); "
+                          "rerun the same command to resume from the finished batches") from exc
+    if changed:
+        from rmjudge.io.intake import CHANGED_SHOWN, ChangedRows
+        from rmjudge.pipeline import changed_rows_message
+
+        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat(),
+                   pairs_judged=judged, generated_tokens=tokens)
+        write_json(runs_path, runs)
+        changed.sort()
+        raise RayRunError(changed_rows_message(
+            source, work, ChangedRows(changed[:CHANGED_SHOWN], len(changed) > CHANGED_SHOWN)))
+    wall = time.monotonic() - started
+    run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
+               pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
+    write_json(runs_path, runs)
+    pairs, errors, dups = assemble(work, output, settings, runs, _identity(source, files))
+    return RaySummary(output=output, work_dir=work, files=len(files),
+                      batches=n_batches, batches_done_before=n_done, judged=judged,
+                      pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
+                      wall_seconds=time.monotonic() - started)
 
 
 def _pool(ray, workers: int):
@@ -424,14 +481,29 @@ def _one_batch_per_block(ds):
     return ds
 
 
-def assemble(work: str, output: str, settings: dict, runs: list[dict]) -> tuple[int, int, int]:
+def _identity(source: str, files: list[str]) -> dict | None:
+    """The input's identity as `score` records it (`io.intake.input_identity`: the first
+    readable row's fingerprint, and a Hub dataset's revision and commit), for `compare` and
+    `merge`; None for inputs on an object store (not read here)."""
+    if not files or "://" in files[0]:
+        return None
+    from rmjudge.io.intake import input_identity
+    from rmjudge.io.readers import read_rows
+
+    first = next((r for r in read_rows(files[0]) if r.obj is not None), None)
+    return input_identity(source, first)
+
+
+def assemble(work: str, output: str, settings: dict, runs: list[dict],
+             identity: dict | None = None) -> tuple[int, int, int]:
     """Merge WORK/batches/*/{pairs,samples,errors}.parquet into the DuckDB store `output`
-    (built aside and moved into place by the store). Returns (pairs, errors, duplicates moved
-    to errors)."""
+    (built aside and moved into place by the store), with the input's `identity` recorded as
+    `score` records it. Returns (pairs, errors, duplicates moved to errors)."""
     from rmjudge.store import NewStore, import_batches
 
     new = NewStore(output, settings, overwrite=True)
     try:
+        new.store.check_input(identity)
         counts = import_batches(new.store, os.path.join(work, "batches"), runs)
     except BaseException:
         new.discard()

@@ -13,6 +13,7 @@ options into `RunOptions` and prints what the hooks hand it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -22,6 +23,7 @@ from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
     from rmjudge.io.intake import Intake, RowFailure
+    from rmjudge.io.memory import MemoryInput
     from rmjudge.io.rows import RawRow
     from rmjudge.judge import Judge
     from rmjudge.pipeline import Summary
@@ -43,6 +45,21 @@ class RunOptions:
     overwrite: bool = False
     rejudge_changed: bool = False
     server: "ServerSettings | None" = None
+
+
+def make_run_options(js: JudgeSettings, es: EngineSettings, mapping: dict[str, str],
+                     label_values: str | None = None, label_choice: str | None = None,
+                     server: "ServerSettings | None" = None, **run: Any) -> RunOptions:
+    """The `RunOptions` of parsed settings: the Mapper of `--map` columns and the label options
+    (`--label-values`, `--label`, parsed here: a malformed one raises a UserError), and the
+    built-in criteria `--label` comes with. `run`: the other `RunOptions` fields. The CLI
+    (`rmjudge.cli.score.parse_run_options`) and the Python API (`rmjudge.api`) both make their
+    options here."""
+    from rmjudge.io.mapping import LabelOptions
+
+    labels = LabelOptions.parse(label_values, label_choice)
+    js = with_label_criteria(js, labels.choice)
+    return RunOptions(js, es, labels.mapper(mapping, js.seed), server=server, **run)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
@@ -99,16 +116,23 @@ def build_judge(engine, opts: RunOptions, spec: "RunSpec | None" = None) -> "Jud
     return Judge(engine, spec or run_spec(engine, opts))
 
 
-def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
-               ) -> tuple[list["PairResult"], list["RowFailure"]]:
-    """Raw rows judged whole (a Ray worker's batch): the results, and the rows that did not
-    become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`)."""
+def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper, *,
+               judged: "dict[str, tuple[int, str | None]] | None" = None,
+               rejudge_changed: bool = False
+               ) -> tuple[list["PairResult"], list["RowFailure"], list[str]]:
+    """Raw rows judged whole (a Ray worker's batch): the results, the rows that did not
+    become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`),
+    and the stored pairs the results replace. `judged`: the pairs these rows were judged as
+    before (a finished batch met again): the same pairs are skipped, and an edited row is
+    refused with `ChangedRows`, before anything is judged, unless `rejudge_changed` (resume's
+    rules: rmjudge.io.intake)."""
     from rmjudge.io.intake import Intake, RowFailure
     from rmjudge.judge import Failure
 
     failures: list[RowFailure] = []
     pairs = []
-    for item in Intake(rows, mapper):
+    intake = Intake(rows, mapper, judged=judged, rejudge_changed=rejudge_changed)
+    for item in intake:
         if isinstance(item, RowFailure):
             failures.append(item)
         else:
@@ -119,7 +143,8 @@ def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
             failures.append(RowFailure.unjudged(item.pair, item.reason))
         else:
             results.append(item)
-    return results, failures
+    replaced = [intake.replaces[p.id] for p in pairs if p.id in intake.replaces]
+    return results, failures, replaced + intake.dropped
 
 
 def with_label_criteria(js: JudgeSettings, label_choice: str | None) -> JudgeSettings:
@@ -167,7 +192,9 @@ def check_run_paths(source: str, output: str | None) -> str:
     Returns the output (`output`, or the default next to the input)."""
     from rmjudge.io.readers import detect_format
     from rmjudge.pipeline import check_output, default_output
+    from rmjudge.store import check_platform
 
+    check_platform()
     if output is not None and not output.strip():
         raise SettingsError("-o is empty; give an output file name, or leave -o out for "
                             "INPUT.judged.duckdb")
@@ -195,33 +222,54 @@ def dry_run(source: str, opts: RunOptions):
                         style=style)
 
 
-def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=None,
-                status: Callable[[str], None] = _quiet,
-                progress: Callable[[int | None, Any], Any] | None = None) -> "Summary":
+def _close_quietly(engine) -> None:
+    close = getattr(engine, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - the run's own error is the one to report
+            pass
+
+
+def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOptions, *,
+                engine=None, status: Callable[[str], None] = _quiet,
+                progress: Callable[[int | None, Any], Any] | None = None,
+                on_commit: Callable[[Any, list[str], list[int]], None] | None = None,
+                style: "PromptStyle | None" = None, output_checked: bool = False
+                ) -> "Summary":
     """Judge `source` into `output` (as `rmjudge score` does). `engine`: one already loaded
     (else `load_judge_engine`). `status` hears one-line notes; `progress(total, engine)`
     (total: the input's rows, at most `--limit`) makes the progress display, which is called
     with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
-    it the rows are not counted. Returns the Summary, with the engine that judged.
+    it the rows are not counted. `on_commit`: see `rmjudge.pipeline.score`. `source`: a path
+    or rows held in Python (`rmjudge.io.memory.MemoryInput`, the Python API's). `style`: the
+    prompt style a caller already read with `check_prompting`; `output_checked`: the caller
+    already ran `check_run_paths` on this source and output (the API's `score_batches`, which
+    checks before its first chunk), so the option files are read and the output checked once.
+    Returns the Summary, with the engine that judged.
 
     Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
     loads, so one that arrives while llama.cpp loads it is not lost."""
     from rmjudge.interrupts import graceful
 
     with graceful():
-        return _judge_input(source, output, opts, engine, status, progress)
+        return _judge_input(source, output, opts, engine, status, progress, on_commit,
+                            style, output_checked)
 
 
-def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> "Summary":
+def _judge_input(source, output, opts: RunOptions, engine, status, progress,
+                 on_commit=None, style=None, output_checked=False) -> "Summary":
     from rmjudge.io.readers import count_rows
     from rmjudge.pipeline import Interrupted, score_checked
 
-    out = check_run_paths(source, output)
-    style = check_prompting(opts.judge)
+    out = output if output_checked else check_run_paths(source, output)
+    if style is None:
+        style = check_prompting(opts.judge)
     note = criteria_note(opts.judge, opts.mapper.label_choice)
     if note:
         status(note)
     display = None
+    loaded = engine is None
     try:
         if engine is None:
             engine = load_judge_engine(opts.engine, opts.server, status)
@@ -235,7 +283,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
                                 commit_every=opts.commit_every, on_progress=display,
                                 rejudge_changed=opts.rejudge_changed,
                                 announce=(lambda line: display.note(f"rmjudge: {line}"))
-                                if display is not None else None)
+                                if display is not None else None, on_commit=on_commit)
     except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
         # judge loaded can be delivered just after the load returned), or after it ended
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
@@ -243,5 +291,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> 
     finally:
         if display is not None:
             display.close()
+        if loaded and sys.exc_info()[1] is not None:  # the run failed: close the engine it
+            _close_quietly(engine)                     # loaded (a server's requests in flight)
     summary.engine = engine
     return summary

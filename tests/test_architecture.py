@@ -171,7 +171,7 @@ def _deferred_imports(tree: ast.Module):
 def test_no_deferred_import_closes_a_circle():
     """An import inside a function that loads a module which imports this one back (at its top
     level) is a circle too, only hidden until the call. The package facade `rmjudge/__init__.py`
-    (lazy `rmjudge.Judge`, `rmjudge.score`, ...) is the one module that may do that."""
+    (lazy `rmjudge.score`, `rmjudge.open_store`, ...) is the one module that may do that."""
     top = import_graph()
     deferred = import_graph(_deferred_imports)
     found = []

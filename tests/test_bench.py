@@ -67,10 +67,14 @@ def test_rmbench_style_matrix_easy_normal_hard(tmp_path):
     # math: ab as chat, ba without a verdict (0): hard 0, normal 0.5, easy 0.5
     assert c["math"] == pytest.approx(1 / 3)
     assert "code" not in c  # its only item is unreadable
-    assert c["hard"] == pytest.approx((0 + 0.5 + 0) / 3)
-    assert c["normal"] == pytest.approx((0.5 + 0.75 + 0.5) / 3)
-    assert c["easy"] == pytest.approx((1 + 1 + 0.5) / 3)
-    assert c["RM-Bench"] == pytest.approx((0.5 + 0.75 + 1 / 3) / 3)
+    # the totals average all four domains: with code missing they are n/a, and a note says why
+    # (the means over the three domains present would be hard 1/6, normal 0.583, easy 0.833)
+    assert c["hard"] is c["normal"] is c["easy"] is c["RM-Bench"] is None
+    assert res.headline[0].value is None
+    assert res.notes == [("RM-Bench total n/a: this run has no items in code; RM-Bench total "
+                          "averages chat, math, code, safety (so do easy, normal and hard; "
+                          "RM-Bench's compute_accuracy gives no total without all four "
+                          "domains: the domain figures are shown)")]
     assert res.items == 36 and res.no_verdict == 9 and res.unreadable == 1
     # correct in both orders: chat 3 easy cells, s1 all 9, s2 3 easy cells, math none
     assert res.consistency == pytest.approx(15 / 36)

@@ -5,6 +5,7 @@ display at 80 columns, the dry run's time estimate, and the exit-code table of t
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import shutil
@@ -84,7 +85,10 @@ def test_summary_shows_a_few_kinds_and_counts_the_rest(tmp_path, scripted):
     src.write_bytes(orjson.dumps(good(0)) + b"\n" + b"\n".join(bad) + b"\n")
     r = cli("score", src, "-o", tmp_path / "o.duckdb", "--samples", 2)
     assert r.exit_code == 0, r.output
-    shown = [ln for ln in r.stderr.splitlines() if ln.startswith("    ")]
+    lines = r.stderr.splitlines()
+    start = lines.index("  error rows (details and raw text in the errors table):") + 1
+    block = list(itertools.takewhile(lambda ln: ln.startswith("    "), lines[start:]))
+    shown = [ln for ln in block if not ln.startswith("     ")]  # a kind, not its wrapped tail
     # a row without "chosen" and one without "rejected" are one kind (no two responses)
     assert len(shown) == 6 and shown[-1] == "    and 3 more kinds: 6 rows", r.stderr
     counts = [int(m) for m in re.findall(r": (\d+) rows?\b", "\n".join(shown))]

@@ -414,3 +414,63 @@ def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
         assert r.exit_code == 3, r.output
         assert r.stderr.startswith("Error: another rmjudge process is writing")
         assert not Path(out).exists() if out.endswith(".parquet") else not is_jury_store(out)
+
+
+# -- pairs matched by id and checked by content, in any order ---------------------------------
+
+def test_tables_of_the_same_pairs_in_another_order_are_compared(tmp_path, judges):
+    """The input's first row no longer decides: the same pairs written in reverse order (so
+    another first row) are the same input, pair by pair."""
+    x, _, z = judges
+    src = tmp_path / "reversed.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in reversed(ROWS)))
+    rev = scripted(tmp_path, "rev.duckdb", judge_z, source=str(src))
+    d = compare_json(x, rev, "--resamples", "100")
+    assert d["common_pairs"] == 8 and d["judges"][1]["changed"] == 0
+    assert d["judges"][1]["accuracy"]["value"] == pytest.approx(1.0)
+    assert d["judges"][1]["accuracy"] == \
+        compare_json(x, z, "--resamples", "100")["judges"][1]["accuracy"]
+
+
+def test_an_edited_pair_is_reported_and_left_out_not_compared(tmp_path, judges):
+    x = judges[0]
+    edited = [dict(r) for r in ROWS]
+    edited[2]["response_b"] = "tca (edited)"  # p3
+    edited[5]["messages"] = [{"role": "system", "content": "Be terse."},
+                             {"role": "user", "content": edited[5].pop("prompt")}]  # p6
+    src = tmp_path / "edited.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in edited))
+    other = scripted(tmp_path, "edited.duckdb", judge_z, source=str(src))
+    d = compare_json(x, other, "--resamples", "100")
+    assert d["common_pairs"] == 6
+    assert (d["judges"][1]["changed"], d["judges"][1]["changed_ids"]) == (2, ["p3", "p6"])
+    assert d["judges"][0]["not_in_all"] == 0 and d["judges"][1]["not_in_all"] == 0
+    r = run(x, other, "--resamples", "100")
+    assert (f"{other}: 2 pairs hold other content than in {x} (edited since; left out), "
+            "e.g. 'p3', 'p6'") in r.stdout
+    jury = str(tmp_path / "jury.parquet")
+    r = run(x, other, "--jury", "-o", jury)
+    assert r.exit_code == 0, r.output
+    with duckdb.connect() as con:
+        ids = con.execute("SELECT id FROM read_parquet(?) ORDER BY id", [jury]).fetchall()
+    assert [i for (i,) in ids] == ["p1", "p2", "p4", "p5", "p7", "p8"]
+
+
+def test_compare_reports_each_tables_hub_commit(tmp_path, judges):
+    from rmjudge.store import Store
+
+    x = judges[0]
+    outs = []
+    for name, commit in (("c1.duckdb", "a" * 40), ("c2.duckdb", "b" * 40)):
+        out = scripted(tmp_path, name, judge_z)
+        with Store(out) as s:
+            s.set_meta("input", dict(s.meta("input"), source="hf://datasets/org/pairs",
+                                     revision="main", commit=commit))
+        outs.append(out)
+    d = compare_json(*outs)
+    assert [j["input"] for j in d["judges"]] == [
+        {"source": "hf://datasets/org/pairs", "revision": "main", "commit": c}
+        for c in ("a" * 40, "b" * 40)]
+    assert "judged from different commits of the input" in d["note"]
+    assert d["common_pairs"] == 8
+    assert compare_json(x, outs[0])["judges"][1]["input"]["commit"] == "a" * 40

@@ -228,6 +228,75 @@ def test_config_and_split_options_on_other_inputs_are_one_error_line(tmp_path):
         "give it once\n")
 
 
+def test_every_command_that_reads_an_input_dataset_has_config_and_split(tmp_path):
+    """score, eval, ray-score, merge --input and rmjudge-train build-data: the same two options,
+    generated from `DatasetChoice`, applied before anything else (one error line)."""
+    from dataclasses import fields
+
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.io.huggingface import DatasetChoice
+    from training.cli import main as train
+
+    x = str(tmp_path / "x.jsonl")
+    (tmp_path / "x.jsonl").write_text(json.dumps(OLD_TRAIN[0]) + "\n")
+    from rmjudge.cli import eval as eval_cli, merge as merge_cli, ray_score, score as score_cli
+
+    commands = {"score": score_cli.command, "eval": eval_cli.command,
+                "ray-score": ray_score.command, "merge": merge_cli.command,
+                "build-data": train.commands["build-data"]}
+    helps = {f.metadata["option"]: f.metadata["help"] for f in fields(DatasetChoice)}
+    for name, cmd in commands.items():
+        opts = {o: p.help for p in cmd.params for o in p.opts if o in helps}
+        assert opts == helps, name
+    error = ("Error: --config and --split choose the config and split of a Hugging Face dataset "
+             "(hf://datasets/ORG/NAME; --split also a save_to_disk DatasetDict folder), not of "
+             f"{x}\n")
+    out = str(tmp_path / "o.duckdb")
+    for prog, args in ((main, ["ray-score", x, "-o", out]),
+                       (main, ["merge", out, "-o", str(tmp_path / "m.duckdb"), "--input", x]),
+                       (train, ["build-data", x, "-o", str(tmp_path / "t.jsonl")])):
+        r = CliRunner().invoke(prog, [*args, "--split", "test"])
+        assert (r.exit_code, r.stderr) == (1, error), args
+    r = CliRunner().invoke(main, ["merge", out, "-o", str(tmp_path / "m.duckdb"), "--split", "x"])
+    assert r.exit_code == 1 and r.stderr.startswith("Error: --config and --split choose the "
+                                                    "config and split of the --input dataset")
+
+
+def test_merge_input_and_a_ray_snapshot_read_the_split_asked_for(tmp_path):
+    import datasets
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.pipeline import score
+    from rmjudge.ray_runner import is_dataset_source, snapshot_input
+    from rmjudge.settings import JudgeSettings
+
+    from helpers import pref, refl
+
+    dd = str(tmp_path / "dd")
+    datasets.DatasetDict(train=datasets.Dataset.from_list(OLD_TRAIN),
+                         test=datasets.Dataset.from_list(OLD_TEST)).save_to_disk(dd)
+    shard = str(tmp_path / "test.duckdb")
+
+    def respond(req, i):
+        return refl(1) if req.share_key[2] == "reflection" else pref(1)
+
+    score(f"{dd}@test", ScriptedEngine(respond), JudgeSettings(samples=1), output=shard)
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    r = CliRunner().invoke(main, ["merge", shard, "-o", str(tmp_path / "all.duckdb"),
+                                  "--input", dd, "--split", "test"])
+    assert r.exit_code == 0, r.output
+    assert "input: 2 rows" in r.stderr and "problem" not in r.stderr
+    assert is_dataset_source(f"{dd}@test") and is_dataset_source("hf://datasets/org/prefs")
+    assert not is_dataset_source(str(tmp_path / "x.jsonl"))
+    snap = snapshot_input(f"{dd}@test", str(tmp_path))
+    assert [json.loads(line) for line in Path(snap).read_text().splitlines()] == OLD_TEST
+
+
 # -- offline against the cache ----------------------------------------------------------------
 
 @pytest.mark.slow  # fresh interpreters, each importing datasets

@@ -125,6 +125,38 @@ def test_concatenated_gzip_members_and_zstd_frames_are_all_read(tmp_path):
         assert [o for _, o in _ok(read_rows(str(p)))] == ROWS, name
 
 
+NOT_COMPRESSED = {
+    "html": b"<!DOCTYPE html><html><body>Rate limit exceeded</body></html>\n",
+    "csv": b"prompt,chosen,rejected\nq,a,b\n",
+    "lz4": b"\x04\x22\x4d\x18\x64\x40\xa7" + bytes(range(200)),  # another compressor's frame
+}
+
+
+@pytest.mark.parametrize("suffix, tool", [(".gz", "gzip"), (".zst", "zstd"), (".bz2", "bzip2"),
+                                          (".xz", "xz")])
+@pytest.mark.parametrize("kind", sorted(NOT_COMPRESSED))
+def test_a_file_named_for_a_codec_whose_bytes_are_not_that_codec_says_so(tmp_path, suffix,
+                                                                         tool, kind):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    p = tmp_path / f"pairs.jsonl{suffix}"
+    p.write_bytes(NOT_COMPRESSED[kind])
+    with pytest.raises(InputError, match=rf"^{p} is not {tool} data: it starts with "):
+        detect_format(str(p))
+    assert count_rows(str(p)) is None
+    r = CliRunner().invoke(main, ["score", str(p), "-o", str(tmp_path / "o.duckdb")])
+    line, = r.stderr.splitlines()
+    assert r.exit_code == 1 and line.startswith(f"Error: {p} is not {tool} data"), r.stderr
+    assert f"rename it to {tmp_path / 'pairs.jsonl'}" in line and f"{tool} -k " in line
+    assert "cannot tell the format" not in line
+    # plain JSON Lines under a codec's name is read as it is
+    p.write_bytes(_jsonl(ROWS[:2]))
+    assert detect_format(str(p)) == "jsonl"
+    assert [o for _, o in _ok(read_rows(str(p)))] == ROWS[:2]
+
+
 @pytest.mark.parametrize("codec", ["gz", "zst"])
 def test_a_truncated_compressed_file_keeps_its_rows_and_ends_with_one_error_row(tmp_path, codec):
     rows = [{"id": str(i), "prompt": os.urandom(24).hex(), "chosen": "a", "rejected": "b"}

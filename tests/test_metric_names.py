@@ -86,10 +86,23 @@ def test_the_store_is_as_worked_out_by_hand(judged):
 
 def test_score_summary(judged):
     _, summary, _ = judged
-    text = render_summary(summary)
+    text = render_summary(summary, width=1000)
     for line in WANT:
         assert f"  {line}\n" in text + "\n"
     assert "forced verdicts: on (--forced)" in text
+
+
+def test_score_summary_fits_80_columns_without_splitting_a_word(judged):
+    """At 80 columns every line fits and only whole words move to the next line: the words
+    are those of the unwrapped summary, in order, with the output path whole."""
+    _, summary, _ = judged
+    narrow, wide = render_summary(summary, width=80), render_summary(summary, width=1000)
+    assert all(len(line) <= 80 for line in narrow.splitlines()), narrow
+    assert narrow.split() == wide.split()
+    assert len(narrow.splitlines()) > len(wide.splitlines())
+    lines = narrow.splitlines()
+    assert lines[0].startswith("rmjudge: read 6 rows: judged 6")
+    assert any(summary.files[0] in line for line in lines[1:3]), narrow
 
 
 def test_report_text_and_html(judged):

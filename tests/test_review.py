@@ -480,3 +480,158 @@ def test_malformed_label_studio_and_argilla_files_never_crash(table, tmp_path, b
     if r.exit_code == 1:
         assert r.stderr.startswith("Error: no label imported from")
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- hostile texts in the CSV ---------------------------------------------------------------------
+
+CONTROL = [chr(c) for c in range(0x20)] + ["\x7f", "\u2028", "\u2029", "\r\n"]
+
+
+def judged_with(tmp_path, pairs: dict[str, tuple[str, str, str]]) -> str:
+    """A run store of `pairs` (id -> prompt, chosen, rejected), judged without a model."""
+    from helpers import pref
+
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.pipeline import score
+    from rmjudge.settings import JudgeSettings
+
+    src = tmp_path / "hostile.jsonl"
+    src.write_text("".join(json.dumps({"id": k, "prompt": p, "chosen": c, "rejected": r}) + "\n"
+                           for k, (p, c, r) in pairs.items()))
+    out = str(tmp_path / "hostile.duckdb")
+    summary = score(str(src), ScriptedEngine(lambda req, i: pref(1)),
+                    JudgeSettings(samples=2, seed=0), output=out)
+    assert summary.judged == len(pairs)
+    return out
+
+
+def csv_records(path, restore=True) -> list[dict]:
+    """review.csv read by the csv module (as any CSV reader reads it), cells restored by the
+    documented rule (one leading `'` off) unless `restore` is False."""
+    from rmjudge.review.formats import restore_cell
+
+    with open(path, newline="", encoding="utf-8") as f:
+        got = list(csv.DictReader(f))
+    return [{k: restore_cell(v) if restore else v for k, v in r.items()} for r in got]
+
+
+def labelled_as_saved(path, labels: dict[str, str]) -> None:
+    """The reviewer fills human_label and the spreadsheet saves every cell again (the file is
+    re-written by a CSV writer, cells as they were read)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields, got = reader.fieldnames, list(reader)
+    from rmjudge.review.formats import restore_cell
+
+    for r in got:
+        r["human_label"] = labels[restore_cell(r["id"])]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(got)
+
+
+def check_csv_matches_jsonl(out) -> list[dict]:
+    """Every text cell of review.csv, read back, is the text of review.jsonl (the same rows)."""
+    lines = [json.loads(x) for x in (out / "review.jsonl").read_bytes().split(b"\n") if x]
+    got = csv_records(out / "review.csv")
+    assert [r["id"] for r in got] == [x["id"] for x in lines]
+    for r, x in zip(got, lines):
+        for k, v in x.items():
+            if isinstance(v, str):
+                assert r[k] == v, (x["id"], k)
+    return lines
+
+
+def test_csv_round_trips_every_control_character_with_its_slot_check(tmp_path):
+    """A lone CR was written unquoted: a reader split the record there, and the label of its
+    first half reached the store without the slot_key that the second half held."""
+    from rmjudge.review.formats import read_labels
+    from rmjudge.review.select import slot_key
+
+    pairs = {f"c{k}": (f"question{t}with {t} inside", f"{t}first{t}good\t{t}", f"bad{t}end{t}")
+             for k, t in enumerate(CONTROL)}
+    table = judged_with(tmp_path, pairs)
+    out = tmp_path / "rev"
+    export(table, out, "--select", "random:100", "--format", "csv", "--format", "jsonl")
+    lines = check_csv_matches_jsonl(out)
+    assert len(lines) == len(CONTROL)
+    stored = {i: (a, b) for i, a, b in rows(table, "SELECT id, response_a, response_b FROM pairs")}
+    assert {x["id"]: (x["response_a"], x["response_b"]) for x in lines} == stored
+    # the export as written: every row read, none labelled yet, none broken
+    parsed = read_labels(str(out / "review.csv"))
+    assert (parsed.errors, parsed.unlabelled, parsed.labels) == ([], len(CONTROL), [])
+
+    labels = {i: ("A", "B", "tie")[n % 3] for n, i in enumerate(sorted(pairs))}
+    labelled_as_saved(out / "review.csv", labels)
+    parsed = read_labels(str(out / "review.csv"))
+    assert parsed.errors == [] and len(parsed.labels) == len(CONTROL)
+    for lab in parsed.labels:  # every label goes through the slot check
+        assert lab.slot_key == slot_key(*stored[lab.pair_id]), lab.pair_id
+    r = cli("review", "import", table, str(out / "review.csv"), "--reviewer", "ann")
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.stderr and f"imported {len(CONTROL)} labels" in r.stderr
+    assert human_rows(table) == sorted((k, "ann", v) for k, v in labels.items())
+
+
+FORMULAS = ["=1+1", "+1", "-1", "@SUM(A1:A9)", "\t=1+1", "\r=1+1", "\n=2", "\x00=3",
+            '=HYPERLINK("http://example.com/x", "click")', "=cmd|' /C calc'!A0",
+            "\uff1d1+1", "\uff0b1", "\uff0d1", "\uff20SUM(A1)", "'quoted", "''twice", "'=1+1",
+            "-", "plain text", ""]
+
+
+def test_csv_neutralises_formula_cells_and_restores_them_exactly(tmp_path):
+    """OWASP's CSV-injection advice: a cell a spreadsheet would run as a formula starts with `'`;
+    import takes one `'` off every cell, so texts starting with `'` survive too."""
+    from rmjudge.review.formats import FORMULA_START, read_labels
+
+    pairs = {}
+    for n, t in enumerate(FORMULAS):
+        pid = t if t.strip() and t.isprintable() else f"f{n}"  # ids that are formulas too
+        pairs[pid] = (t or "q", f"{t} chosen" if t else "chosen", t or "rejected")
+    table = judged_with(tmp_path, pairs)
+    out = tmp_path / "rev"
+    export(table, out, "--select", "random:100", "--format", "csv", "--format", "jsonl")
+    check_csv_matches_jsonl(out)
+    raw = csv_records(out / "review.csv", restore=False)
+    assert len(raw) == len(pairs)
+    cells = [v for r in raw for v in r.values()]
+    for v in cells:  # no text cell starts as a formula; numbers stay numbers
+        if v.startswith(FORMULA_START):
+            float(v)
+    by_id = {r["id"]: r for r in raw}
+    for pid, cell in (("=1+1", "'=1+1"), ("'quoted", "''quoted"), ("'=1+1", "''=1+1"),
+                      ("@SUM(A1:A9)", "'@SUM(A1:A9)"), ("plain text", "plain text"),
+                      ("-", "'-")):
+        assert {by_id[cell]["response_a"], by_id[cell]["response_b"]} == {
+            cell, cell + " chosen"}, pid
+    assert sum(v.startswith("'") for v in cells) > len(FORMULAS)
+
+    labels = {i: ("A", "B", "tie")[n % 3] for n, i in enumerate(pairs)}
+    labelled_as_saved(out / "review.csv", labels)
+    parsed = read_labels(str(out / "review.csv"))
+    assert parsed.errors == [] and {lab.pair_id for lab in parsed.labels} == set(pairs)
+    r = cli("review", "import", table, str(out / "review.csv"))
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.stderr
+    assert human_rows(table) == sorted((k, "", v) for k, v in labels.items())
+
+
+def test_csv_cells_beyond_the_csv_modules_default_limit_are_read(table, tmp_path):
+    """A response longer than 128 KiB (the csv module's default cell limit) made `review
+    import` fail with a traceback."""
+    from rmjudge.review.formats import read_labels
+
+    path = tmp_path / "long.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "human_label", "response_a"])
+        w.writerow(["p1", "A", "x" * 300_000])
+        w.writerow(["p2", "B", "y\r\n" * 100_000])
+    before = csv.field_size_limit()
+    parsed = read_labels(str(path))
+    assert parsed.errors == [] and [(x.pair_id, x.label) for x in parsed.labels] == [
+        ("p1", "A"), ("p2", "B")]
+    assert csv.field_size_limit() == before  # the process-wide limit is left as it was
+    r = cli("review", "import", table, str(path))
+    assert r.exit_code == 0 and "imported 2 labels" in r.stderr, r.output

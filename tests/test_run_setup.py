@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import duckdb
 import pytest
@@ -72,6 +73,34 @@ def test_library_run_setup_judges_with_a_given_engine_and_returns_it(tmp_path):
     assert lines == []  # no engine was loaded, so nothing was said about one
     with duckdb.connect(out, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM pairs").fetchone()[0] == 2
+
+
+def test_a_failed_run_closes_the_engine_it_loaded_and_never_one_it_was_given(tmp_path,
+                                                                             monkeypatch):
+    """A server engine left open after a failed run kept its requests in flight until exit."""
+    import rmjudge.run
+    from rmjudge.models import ModelError
+
+    class Failing(ScriptedEngine):
+        closed = 0
+
+        def generate(self, requests):
+            raise ModelError("the judge stopped")
+
+        def close(self):
+            Failing.closed += 1
+
+    monkeypatch.setattr(rmjudge.run, "load_judge_engine", lambda *a, **k: Failing(_respond))
+    with pytest.raises(ModelError, match="the judge stopped"):
+        judge_input(_pairs(tmp_path), str(tmp_path / "a.duckdb"), _opts())
+    assert Failing.closed == 1
+    with pytest.raises(ModelError, match="the judge stopped"):
+        judge_input(_pairs(tmp_path), str(tmp_path / "b.duckdb"), _opts(),
+                    engine=Failing(_respond))
+    assert Failing.closed == 1  # the caller's engine is the caller's to close
+    summary = judge_input(_pairs(tmp_path), str(tmp_path / "c.duckdb"), _opts(),
+                          engine=ScriptedEngine(_respond))
+    assert summary.judged == 3
 
 
 def test_the_summary_declares_the_engine_that_judged():
@@ -174,13 +203,32 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
 
 def test_a_library_run_builds_its_spec_once_and_reads_each_option_file_once(
         tmp_path, monkeypatch):
-    from rmjudge import score
+    from rmjudge.pipeline import score
 
     counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
     js = JudgeSettings(samples=1, max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
     summary = score(_pairs(tmp_path), ScriptedEngine(_respond), js,
                     output=str(tmp_path / "out.duckdb"))
     assert summary.judged == 3
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_python_api_run_builds_its_spec_once_and_reads_each_option_file_once(
+        tmp_path, monkeypatch, streamed):
+    """`rmjudge.score` and `rmjudge.score_batches` (which checks the options and the output
+    before its first chunk and hands them on) read each option file once, build one spec and
+    check the output once."""
+    import rmjudge
+
+    counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
+    kw = dict(engine=ScriptedEngine(_respond), output=str(tmp_path / "out.duckdb"), samples=1,
+              max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
+    if streamed:
+        n = sum(len(t) for t in rmjudge.score_batches(_pairs(tmp_path), commit_every=1, **kw))
+    else:
+        n = len(rmjudge.score(_pairs(tmp_path), **kw))
+    assert n == 3
     assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
 
 
@@ -413,6 +461,32 @@ def test_commands_report_typed_errors_without_rewrapping(tmp_path):
     r = runner.invoke(main, ["merge", "a.duckdb", "-o", str(tmp_path / "m.duckdb"), "--map",
                              "x=y"])
     assert r.exit_code == 1 and "Error: --map key 'x'" in r.output, r.output
+
+
+def test_a_map_key_given_twice_is_one_error_line_in_every_command(tmp_path, monkeypatch):
+    """`--map prompt=prompt,prompt=chosen` once judged the chosen text as the prompt (the later
+    entry won): every command that takes --map refuses it before reading anything."""
+    import rmjudge.engine
+    import training.cli as tcli
+
+    from rmjudge.cli import main
+
+    def boom(*a, **k):
+        raise AssertionError("the engine must not load")
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", boom)
+    src, out = _pairs(tmp_path), str(tmp_path / "o.duckdb")
+    spec = "prompt=prompt,prompt=chosen"
+    want = ("Error: --map names prompt= twice (prompt=prompt, prompt=chosen); give each key "
+            "once\n")
+    for cli, args in ((main, ["score", src, "-o", out]), (main, ["eval", src]),
+                      (main, ["ray-score", src, "-o", out]), (main, ["merge", "a.duckdb", "-o", out]),
+                      (tcli.main, ["build-data", src, "-o", str(tmp_path / "t.jsonl")])):
+        r = CliRunner().invoke(cli, [*args, "--map", spec])
+        assert (r.exit_code, r.output) == (1, want), args
+    assert not os.path.exists(out)
+    with pytest.raises(SettingsError, match="names id= twice"):
+        parse_map("id=a, prompt=q,id=b")
 
 
 def test_the_upload_options_are_declared_once():

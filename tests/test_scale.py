@@ -443,10 +443,13 @@ def test_ray_input_listing_and_batches_without_ray(tmp_path, monkeypatch):
     out = chunk({"path": files[1], "bytes": (tmp_path / "b.jsonl").read_bytes()})
     import orjson
 
-    keys = [o["key"] for o in out]
-    # 15 rows in batches of 4; the batch already done is not emitted again
-    assert keys == ["f00001-r001000000001-001000000004", "f00001-r001000000009-001000000012",
-                    "f00001-r001000000014-001000000016"]
+    keys = [(o["key"], o["stored"]) for o in out]
+    # 15 rows in batches of 4; the batch already done comes with its folder, for the worker to
+    # check its rows against (edited rows), not to judge it again
+    assert keys == [("f00001-r001000000001-001000000004", ""),
+                    ("f00001-r001000000005-001000000008", "f00001-r001000000005-001000000008"),
+                    ("f00001-r001000000009-001000000012", ""),
+                    ("f00001-r001000000014-001000000016", "")]
     first = orjson.loads(out[0]["rows"])
     assert [r[0] for r in first] == [ROW_STRIDE + n for n in (1, 2, 3, 4)]
     assert first[1][1] is None and first[1][2].startswith("b.jsonl: line 2 is not valid JSON")
@@ -499,3 +502,209 @@ def test_ray_batches_record_a_repeated_id_with_intakes_reason(tmp_path):
     reason = rows(out, "SELECT reason FROM errors")[0][0]
     assert "duplicate id \"it's\" (first seen on row 2)" in reason
     assert rows(out, "SELECT response_b FROM pairs WHERE id = 'it''s'") == [("short 9",)]
+
+
+# -- Ray batches: types, keys, column map and edited rows, as `score` keeps them ---------------
+
+TYPED_ROWS = [
+    {"id": "p1", "prompt": "q1", "chosen": "a long answer 1", "rejected": "b1", "n": 1,
+     "score": 1, "meta": {"a": 1}, "flag": True, "Tag": "x"},
+    {"id": "p2", "prompt": "q2", "chosen": "a long answer 2", "rejected": "b2", "n": 2,
+     "score": 2, "meta": [1, 2], "flag": False, "Tag": "y"},
+    {"id": "p3", "prompt": "q3", "chosen": "a long answer 3", "rejected": "b3", "n": 3,
+     "score": 2.5, "tag": "lower"},
+    {"id": "p4", "prompt": "q4", "chosen": "a long answer 4", "rejected": "b4", "n": 4,
+     "flag": True, "tag": "z"},
+    {"id": "p5", "prompt": "q5", "chosen": "a long answer 5", "rejected": "b5", "n": 5,
+     "note": "only here", "Tag": "w"},
+    {"id": "p6", "prompt": "q6", "chosen": "a long answer 6", "rejected": "b6", "n": 6,
+     "score": 7},
+]
+PAIRS_COLS = ("SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'pairs' "
+              "ORDER BY column_index")
+COLUMN_MAP = "SELECT value FROM meta WHERE key = 'passthrough'"
+TYPED_Q = ('SELECT id, row_number, verdict, label, response_a, n, score, CAST(meta AS VARCHAR), '
+           'flag, "Tag", tag_2, note, content_hash FROM pairs ORDER BY id')
+
+
+def write_rows(path, objs) -> str:
+    import orjson
+
+    path.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in objs))
+    return str(path)
+
+
+def ray_batches_in_process(src: str, out: str, work: str, rows_per_batch: int,
+                           rejudge_changed: bool = False) -> list[dict]:
+    """What `ray_score` does, without Ray: the driver's tidying and chunking, one worker per
+    batch, the assembly. Returns the workers' answers (one per batch)."""
+    import orjson
+
+    from rmjudge.pipeline import verdict_settings
+    from rmjudge.ray_runner import _Chunker, _JudgeWorker, assemble, list_inputs
+    from rmjudge.run import RunOptions
+    from rmjudge.io.mapping import Mapper
+    from rmjudge.settings import EngineSettings
+    from rmjudge.store import recover_batches
+
+    engine = ScriptedEngine(seeded_judge)
+    js = settings()
+    opts = RunOptions(js, EngineSettings(), Mapper({}, seed=js.seed),
+                      rejudge_changed=rejudge_changed)
+    vs = orjson.loads(orjson.dumps(verdict_settings(js, engine.info)))
+    batches = os.path.join(work, "batches")
+    os.makedirs(batches, exist_ok=True)
+    recover_batches(batches)
+    files = list_inputs(src)
+    chunker = _Chunker(files, rows_per_batch, {d for d in os.listdir(batches)
+                                               if not d.startswith(".")})
+    worker = _JudgeWorker(lambda: engine, opts, vs, work, run_id=1)
+    answers = []
+    for f in files:
+        with open(f, "rb") as fh:
+            for b in chunker({"path": f, "bytes": fh.read()}):
+                got = worker({k: [v] for k, v in b.items()})
+                answers.append({k: v[0] for k, v in got.items()})
+    assemble(work, out, vs, [])
+    return answers
+
+
+def test_ray_batches_keep_the_types_keys_and_column_map_of_score(tmp_path):
+    """Batches of 2 rows: `score` (BIGINT -> DOUBLE across rows) and the Ray batches (BIGINT in
+    one batch, DOUBLE in another) give the same columns, types, values and key map; "Tag" and
+    "tag" (only in the second batch) stay two columns; JSON and BOOLEAN stay typed."""
+    src = write_rows(tmp_path / "in.jsonl", TYPED_ROWS)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole)
+    out = str(tmp_path / "ray.duckdb")
+    answers = ray_batches_in_process(src, out, str(tmp_path / "work"), 2)
+    assert [a["state"] for a in answers] == ["new"] * 3
+    assert rows(out, PAIRS_COLS) == rows(whole, PAIRS_COLS)
+    types = dict(rows(out, PAIRS_COLS))
+    assert (types["n"], types["score"], types["meta"], types["flag"], types["Tag"],
+            types["tag_2"]) == ("BIGINT", "DOUBLE", "JSON", "BOOLEAN", "VARCHAR", "VARCHAR")
+    assert rows(out, COLUMN_MAP) == rows(whole, COLUMN_MAP)
+    assert rows(out, TYPED_Q) == rows(whole, TYPED_Q)
+    assert rows(out, "SELECT tag_2 FROM pairs WHERE id = 'p3'") == [("lower",)]
+
+
+def test_ray_batches_find_edited_rows_and_judge_them_again_on_request(tmp_path):
+    """A rerun meets finished batches again: unchanged ones stand, an edited row is refused
+    (named) unless judged again, which rewrites its batch to what `score` of the edited
+    input holds; a file that grew completes its last batch without a duplicate."""
+    objs = [dict(r) for r in TYPED_ROWS[:5]]
+    src = write_rows(tmp_path / "in.jsonl", objs)
+    out, work = str(tmp_path / "ray.duckdb"), str(tmp_path / "work")
+    ray_batches_in_process(src, out, work, 2)
+    again = ray_batches_in_process(src, out, work, 2)
+    assert [a["state"] for a in again] == ["done"] * 3
+    objs[2]["chosen"] = "an edited answer 3"
+    src = write_rows(tmp_path / "in.jsonl", objs)
+    refused = ray_batches_in_process(src, out, work, 2)
+    assert [(a["state"], a["changed"]) for a in refused] == [
+        ("done", "[]"), ("changed", "[3]"), ("done", "[]")]
+    redone = ray_batches_in_process(src, out, work, 2, rejudge_changed=True)
+    assert [(a["state"], a["judged"]) for a in redone] == [("done", 0), ("updated", 1), ("done", 0)]
+    objs.append(dict(TYPED_ROWS[5]))
+    src = write_rows(tmp_path / "in.jsonl", objs)
+    grown = ray_batches_in_process(src, out, work, 2)
+    assert [(a["key"][-5:], a["state"], a["judged"]) for a in grown][-1] == ("00006", "updated", 1)
+    assert sorted(os.listdir(os.path.join(work, "batches"))) == [
+        "f00000-r000000000001-000000000002", "f00000-r000000000003-000000000004",
+        "f00000-r000000000005-000000000006"]
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole)
+    assert rows(out, TYPED_Q) == rows(whole, TYPED_Q)
+    assert rows(out, SAMPLE_Q) == rows(whole, SAMPLE_Q)
+    assert rows(out, "SELECT count(*) FROM errors") == [(0,)]
+
+
+def test_a_swap_of_batch_folders_cut_short_is_undone(tmp_path):
+    """A worker killed between setting a finished batch aside and moving its new folder in
+    leaves `.old-KEY-XXXXXXXX`: the next run puts it back; temporaries are removed."""
+    from rmjudge.store import recover_batches
+
+    batches = tmp_path / "batches"
+    key = "f00000-r000000000001-000000000002"
+    (batches / f".old-{key}-0123abcd").mkdir(parents=True)
+    (batches / f".old-{key}-0123abcd" / "pairs.parquet").write_bytes(b"x")
+    (batches / f".tmp-{key}-89abcdef").mkdir()
+    (batches / "f00000-r000000000003-000000000003").mkdir()
+    (batches / "f00000-r000000000003-000000000004").mkdir()  # the same batch, grown
+    recover_batches(str(batches))
+    assert sorted(os.listdir(batches)) == [key, "f00000-r000000000003-000000000004"]
+    assert (batches / key / "pairs.parquet").read_bytes() == b"x"
+
+
+@pytest.mark.slow
+def test_ray_run_and_score_give_the_same_types_and_keys_and_rejudge_edited_rows(tmp_path,
+                                                                                 local_ray):
+    from rmjudge.ray_runner import RayRunError, RaySettings, ray_score
+    from rmjudge.settings import EngineSettings
+
+    objs = [dict(r) for r in TYPED_ROWS]
+    src = write_rows(tmp_path / "in.jsonl", objs)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole)
+    out = str(tmp_path / "ray.duckdb")
+    rs = RaySettings(workers=1, rows_per_batch=2, cpus_per_worker=0.5)
+    s = ray_score(src, settings(), EngineSettings(), out, rs=rs, engine_factory=FakeEngines())
+    assert (s.batches, s.pairs, s.errors) == (3, 6, 0)
+    ident = "SELECT value FROM meta WHERE key = 'input'"
+    assert rows(out, ident) == rows(whole, ident) and "fingerprint" in rows(out, ident)[0][0]
+    assert rows(out, PAIRS_COLS) == rows(whole, PAIRS_COLS)
+    assert rows(out, COLUMN_MAP) == rows(whole, COLUMN_MAP)
+    assert rows(out, TYPED_Q) == rows(whole, TYPED_Q)
+    objs[3]["rejected"] = "an edited b4"
+    write_rows(tmp_path / "in.jsonl", objs)
+    with pytest.raises(RayRunError, match=r"row 4 now holds other content .* --rejudge-changed"):
+        ray_score(src, settings(), EngineSettings(), out, rs=rs, engine_factory=FakeEngines())
+    s = ray_score(src, settings(), EngineSettings(), out, rs=rs, engine_factory=FakeEngines(),
+                  rejudge_changed=True)
+    assert (s.batches, s.batches_done_before, s.judged, s.pairs) == (3, 2, 1, 6)
+    score(src, ScriptedEngine(seeded_judge), settings(), output=whole, overwrite=True)
+    assert rows(out, TYPED_Q) == rows(whole, TYPED_Q)
+
+
+# -- merge --input: pairs matched by id and checked by content; one Hub commit ----------------
+
+def test_merge_input_check_matches_pairs_by_id_and_reports_edited_rows(tmp_path):
+    lines = (DATA / "pandalm_5.jsonl").read_bytes().splitlines(True)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(lines))
+    outs = run_shards(str(src), tmp_path, 2)
+    reordered = tmp_path / "reordered.jsonl"
+    reordered.write_bytes(b"".join(reversed(lines)))
+    report = merge(outs, str(tmp_path / "all.duckdb"), input=str(reordered))
+    assert report.problems == [] and report.pairs == 5
+    import json
+
+    objs = [json.loads(x) for x in lines]
+    objs[1]["rejected"] = objs[1]["rejected"] + " (edited)"
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    report = merge(outs, str(tmp_path / "all2.duckdb"), input=str(edited))
+    assert report.output is None and report.problems == [
+        f"1 row(s) of {edited} hold other content than the pair judged for them: rows 2; rerun "
+        "their shard's rmjudge score command with --rejudge-changed, then merge again"]
+
+
+def test_merge_refuses_shards_of_two_hub_commits_and_records_the_commit(tmp_path):
+    from rmjudge.store import Store
+
+    outs = run_shards(str(DATA / "pandalm_5.jsonl"), tmp_path, 2)
+    for out, commit in zip(outs, ("a" * 40, "a" * 40)):
+        with Store(out) as s:
+            s.set_meta("input", dict(s.meta("input"), source="hf://datasets/org/pairs",
+                                     commit=commit))
+    merged = str(tmp_path / "all.duckdb")
+    merge(outs, merged)
+    import json
+
+    assert json.loads(rows(merged, "SELECT value FROM meta WHERE key = 'input'")[0][0])[
+        "commit"] == "a" * 40
+    with Store(outs[1]) as s:
+        s.set_meta("input", dict(s.meta("input"), commit="b" * 40))
+    with pytest.raises(MergeError, match=r"judged from different commits of their input: .*"
+                                         r"out-0\.duckdb from a{40}, .*out-1\.duckdb from b{40}"):
+        merge(outs, str(tmp_path / "all2.duckdb"))

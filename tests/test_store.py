@@ -1163,3 +1163,28 @@ def test_a_greedy_table_of_another_version_lacking_a_column_is_one_error_not_a_k
                                             r"prediction, letter"):
             store.add_greedy([["p1", "ab", "t", 1, "A", "generated", 0.5, 3, "stop", "x", 8]])
     assert rows(out, "SELECT count(*) FROM greedy") == [(0,)]
+
+
+def test_a_duckdb_below_the_floor_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """DuckDB 1.1 refuses an id deleted and inserted again in one transaction, which
+    `--rejudge-changed` does for an edited row that keeps its id, and 1.2 and 1.3 crash on the
+    export of `test_hostile_values_and_names_become_rows_not_crashes`, and 1.4.0 and 1.4.1
+    refuse compare's second ATTACH: the floor is 1.4.2, declared in pyproject.toml and checked
+    where a store opens (an install that went past pip)."""
+    import tomllib
+
+    import duckdb
+
+    from rmjudge.store.run_store import DUCKDB_MIN, check_duckdb
+
+    deps = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())[
+        "project"]["dependencies"]
+    assert "duckdb>=1.4.2" in deps and DUCKDB_MIN == (1, 4, 2)
+    for ok in (duckdb.__version__, "1.4.2", "1.10.1", "2.0.0.dev12", "2.0"):
+        check_duckdb(ok)
+    monkeypatch.setattr(duckdb, "__version__", "1.4.1")
+    out = tmp_path / "o.duckdb"
+    with pytest.raises(StoreError, match=r"^rmjudge needs DuckDB 1\.4\.2 or later, found 1\.4\.1: "
+                                         r"pip install -U 'duckdb>=1\.4\.2'$"):
+        Store(str(out))
+    assert os.listdir(tmp_path) == []

@@ -127,6 +127,9 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     summary2 = train(more, resume="latest", rollout_func=scripted_rollouts)
     assert summary2["resumed_from"].endswith("checkpoint-1") and summary2["steps"] == 2
     assert (run / "checkpoint-2").exists()
+    # checkpoints and the adapter were built aside and moved in whole: nothing is left aside
+    assert not [n for n in os.listdir(run) if ".new-" in n or n.startswith(".old-")]
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
 
 
 @pytest.mark.slow

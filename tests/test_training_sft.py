@@ -191,3 +191,9 @@ def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded
     summary2 = run(more, src, resume="latest")  # the later of the two kept: checkpoint-2, -3
     assert summary2["resumed_from"].endswith("checkpoint-3") and summary2["steps"] == 4
     assert not calls
+    # checkpoints (the newest 2 kept), adapter/ and model/ were built aside and moved in whole
+    warm = tmp_path / "warm"
+    assert sorted(n for n in os.listdir(warm) if n.startswith("checkpoint-")) == [
+        "checkpoint-3", "checkpoint-4"]
+    assert not [n for n in os.listdir(warm) if ".new-" in n or n.startswith(".old-")]
+    assert json.loads((warm / "trainer_state.json").read_text())["global_step"] == 4

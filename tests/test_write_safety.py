@@ -100,6 +100,7 @@ def _as_input(cmd: str, w: Path, t: Path):
         "score": ("rmjudge", ["score", pairs, "-o", pairs, "--model", MISSING_MODEL], pairs),
         "filter": ("rmjudge", ["filter", judged, "-o", judged], judged),
         "report": ("rmjudge", ["report", judged, "-o", judged], judged),
+        "view": ("rmjudge", ["view", judged, "-o", judged], judged),
         "push --dry-run": ("rmjudge", ["push", export, "org/name", "--dry-run", export], export),
         "merge": ("rmjudge", ["merge", judged, "-o", judged], judged),
         "ray-score": ("rmjudge", ["ray-score", f"{judged}:pairs", "-o", judged, "--model",
@@ -135,6 +136,7 @@ def _foreign(cmd: str, w: Path, t: Path):
                   f["duckdb"]),
         "filter": ("rmjudge", ["filter", judged, "-o", f["jsonl"]], f["jsonl"]),
         "report": ("rmjudge", ["report", judged, "-o", f["html"]], f["html"]),
+        "view": ("rmjudge", ["view", judged, "-o", folder], folder),
         "push --dry-run": ("rmjudge", ["push", w / "export.jsonl", "org/name", "--dry-run",
                                        folder], folder),
         "merge": ("rmjudge", ["merge", judged, "-o", f["duckdb"]], f["duckdb"]),
@@ -155,7 +157,7 @@ def _foreign(cmd: str, w: Path, t: Path):
     }[cmd]
 
 
-WRITERS = ["score", "filter", "report", "push --dry-run", "merge", "ray-score", "build-data",
+WRITERS = ["score", "filter", "report", "view", "push --dry-run", "merge", "ray-score", "build-data",
            "sft", "grpo", "export unpack", "export merge", "export convert", "export quantize",
            "export lora"]
 
@@ -193,6 +195,7 @@ def test_build_data_refuses_its_input_through_symlinks_relative_paths_and_hard_l
     line = _refused("train", ["build-data", one, "-o", tmp_path / "d.jsonl", "--cache", one],
                     one)
     assert "would overwrite the input" in line
+    assert line.endswith("; choose another --cache")  # the option to change, not -o
 
 
 def test_build_data_refuses_a_bad_extension_before_loading_a_model(world, tmp_path):
@@ -359,3 +362,102 @@ def test_a_folder_is_moved_in_without_replacing_a_file_that_appeared(tmp_path):
     install_folder(tmp, str(out), overwrite=True)
     assert (out / "config.json").read_text() == "newer"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+# -- temporaries of a killed writer: beside the output, cleaned by the next run ---------------
+
+_WRITER = """
+import sys, time
+from rmjudge.store import write_produced
+from training.outputs import StagedCheckpoints
+from pathlib import Path
+
+what, target = sys.argv[1], sys.argv[2]
+if what == "file":
+    def produce(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"half an output")
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+    write_produced(target, produce)
+else:
+    staged = StagedCheckpoints(Path(target), keep=2)
+    (Path(staged.path) / "checkpoint-5").mkdir()
+    (Path(staged.path) / "checkpoint-5" / "model.safetensors").write_bytes(b"half")
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+def _writer(what: str, target) -> subprocess.Popen:
+    """A process writing `target` through the store (a file, or trainer checkpoints), stopped
+    halfway: it prints "writing" and sleeps."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-c", _WRITER, what, str(target)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "writing"
+    return p
+
+
+def _killed(p: subprocess.Popen) -> None:
+    p.kill()
+    p.wait()
+
+
+def test_build_data_removes_a_killed_writers_temporaries_and_leaves_a_live_ones(tmp_path):
+    from test_training_data import build
+
+    out = tmp_path / "train.jsonl"
+    dead = _writer("file", out)
+    dead_files = sorted(n for n in os.listdir(tmp_path) if n.startswith(".train.jsonl.new-"))
+    _killed(dead)
+    assert len(dead_files) == 2 and dead_files[1].endswith(".lock")  # the temporary and its lock
+    live = _writer("file", out)
+    try:
+        live_files = sorted(set(n for n in os.listdir(tmp_path)
+                                if n.startswith(".train.jsonl.new-")) - set(dead_files))
+        build(tmp_path, ["mixed-1", "hard-1"])
+        left = sorted(n for n in os.listdir(tmp_path) if ".new-" in n)
+        assert left == live_files  # the killed one's gone; the live one's untouched
+    finally:
+        _killed(live)
+    assert out.is_file() and b"half an output" not in out.read_bytes()
+
+
+def test_training_checkpoints_are_staged_and_a_killed_runs_are_removed(tmp_path):
+    from types import SimpleNamespace
+
+    from training.outputs import StagedCheckpoints, claim_output_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    dead = _writer("checkpoints", out)
+    _killed(dead)
+    staged_dead = [n for n in os.listdir(out) if n.startswith(".checkpoints.new-")]
+    assert len(staged_dead) == 2  # a half checkpoint aside (never in out itself), and its lock
+    assert not any(n.startswith("checkpoint-") for n in os.listdir(out))
+    live = _writer("checkpoints", out)
+    try:
+        live_staged = sorted(set(n for n in os.listdir(out) if n.startswith(".checkpoints.new-"))
+                             - set(staged_dead))
+        claim_output_dir(SimpleNamespace(output_dir=str(out)), "rmjudge-train sft")
+        assert sorted(n for n in os.listdir(out) if ".new-" in n) == live_staged
+    finally:
+        _killed(live)
+    staged = StagedCheckpoints(out, keep=2)
+    try:
+        for step in (1, 2, 3):  # what the trainer writes, then its on_save
+            (Path(staged.path) / f"checkpoint-{step}").mkdir()
+            (Path(staged.path) / f"checkpoint-{step}" / "state.json").write_text(str(step))
+            assert staged.collect() == [str(out / f"checkpoint-{step}")]
+        (Path(staged.path) / "checkpoint-3").mkdir()  # saved again (a resumed run)
+        (Path(staged.path) / "checkpoint-3" / "state.json").write_text("again")
+        staged.collect()
+    finally:
+        staged.close()
+    assert sorted(n for n in os.listdir(out) if n.startswith("checkpoint-")) == [
+        "checkpoint-2", "checkpoint-3"]
+    assert (out / "checkpoint-3" / "state.json").read_text() == "again"
+    assert sorted(n for n in os.listdir(out) if ".new-" in n or n.startswith(".old-")) == \
+        live_staged  # this run's staging is gone; the killed live writer's waits for a run

@@ -20,7 +20,7 @@ import click
 from rmjudge import __version__
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.common import ExtrasGroup
-from rmjudge.cli.mapping_options import map_option
+from rmjudge.cli.mapping_options import dataset_options, input_source, map_option
 from rmjudge.cli.options import settings_options
 from rmjudge.extras import TRAIN, require
 
@@ -139,6 +139,7 @@ def format_stats(st: dict) -> str:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Read at most N rows.")
 @map_option
+@dataset_options
 @click.option("--cache", default=None, help="Rollout cache (default: OUTPUT.rollouts.jsonl).")
 @click.option("--chunk-items", default=16, show_default=True, help="Items per generate call.")
 @click.option("--parallel", type=int, default=None, help="llama.cpp live sequences per batch.")
@@ -160,6 +161,7 @@ def build_data_cmd(source, output, model, gguf_file, backend, samples, temperatu
     from training.rollouts import SamplingSettings
 
     server = server_settings(kw)
+    source = input_source(source, kw)
 
     config = DataConfig(ratio=ratio, seed=seed, limit=limit, mapping=parse_map(mapping),
                         chunk_items=chunk_items)

@@ -348,7 +348,8 @@ def check_outputs(source: str, output: str | Path, cache_path: str | Path | None
     check_output_name(output)
     cache = str(cache_path) if cache_path is not None else default_cache_path(output)
     stats = str(stats_path(output))
-    check_not_input([output, stats, cache], source, inputs)
+    check_not_input([output, stats], source, inputs)  # the stats file is named after -o
+    check_not_input([cache], source, inputs, flag="--cache")
     check_distinct({"-o": output, "the stats file": stats, "--cache": cache})
     check_file_target(output, BUILD_DATA, overwrite=overwrite, recognize=is_own_output,
                       mark=f"no stats file {Path(stats).name} beside it with its sha256")
@@ -438,8 +439,14 @@ def build_data(source: str, output: str | Path, rollout_source: RolloutSource, c
                cache_path: str | Path | None = None, progress=None,
                overwrite: bool = False) -> Stats:
     """The whole builder: read, sample (resumably), build, mix, write data and stats. The
-    outputs are checked first (`check_outputs`), and again just before they are replaced."""
+    outputs are checked first (`check_outputs`), and again just before they are replaced. The
+    temporaries a killed build-data left beside the output and its stats file
+    (`.NAME.new-XXXXXXXX`) are removed first, unless a live process holds them."""
+    from rmjudge.store import clean_stale_temps
+
     check_outputs(source, output, cache_path, overwrite=overwrite)
+    for path in (output, stats_path(output)):
+        clean_stale_temps(str(path))
     if cache_path is None:
         cache_path = default_cache_path(output)
     stats = Stats(rollout_settings=rollout_source.fingerprint())

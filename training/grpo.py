@@ -365,10 +365,13 @@ def train(s: GRPOSettings, resume: str | None = None,
                          f"--batch-size {s.batch_size} (prompts per step), so no step would "
                          "run; raise --max-prompt-tokens or lower --batch-size")
 
+    from training.outputs import StagedCheckpoints, write_model_dir
+
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
+    staged = StagedCheckpoints(out, s.save_total_limit)
     config = GRPOConfig(
-        output_dir=str(out),
+        output_dir=staged.path,
         num_train_epochs=s.epochs,
         max_steps=s.max_steps,
         per_device_train_batch_size=s.micro_batch,
@@ -414,18 +417,27 @@ def train(s: GRPOSettings, resume: str | None = None,
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[jsonl_log_callback(out / "log.jsonl", progress)], rollout_func=rollout_func,
+        callbacks=[jsonl_log_callback(out / "log.jsonl", progress), staged.callback()],
+        rollout_func=rollout_func,
     )
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # progress goes through `progress` and log.jsonl
     write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_state()
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        staged.collect()
+    finally:
+        staged.close()
+    staged.save_state(trainer)
     adapter_dir = out / "adapter"
-    trainer.save_model(str(adapter_dir))
-    tokenizer.save_pretrained(str(adapter_dir))
-    write_adapter_info(adapter_dir, prompt_format)  # `rmjudge-export lora` copies it
+
+    def save_adapter(folder: str) -> None:
+        trainer.save_model(folder)
+        tokenizer.save_pretrained(folder)
+        write_adapter_info(folder, prompt_format)  # `rmjudge-export lora` copies it
+
+    write_model_dir(adapter_dir, save_adapter)
 
     trained = trainer.model
     trained.eval()

@@ -6,12 +6,21 @@ marker `rmjudge.overwrite.MARKER` naming the command, written before anything el
 folder of an earlier version, a `settings.json` holding exactly that command's settings. Any
 other folder that holds files is refused unless `--overwrite`; a file given as the folder, or
 an input (source, data, model, adapter) given as the folder, is always refused.
+
+Nothing in the folder is ever half-written: files go through the store's writers, folders
+written by transformers (checkpoints, `save_pretrained`) are built aside as `.NAME.new-XXXXXXXX`
+(the store's `TempDir`, its lock held) and moved into place whole (`StagedCheckpoints`,
+`write_model_dir`); a killed run's temporaries are removed by the next run (`claim_output_dir`),
+those of a live run never.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
+from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -41,5 +50,83 @@ def check_output_dir(settings, command: str, *, source: str | None = None,
 
 
 def claim_output_dir(settings, command: str) -> None:
-    """Create the output folder and mark it as `command`'s (before anything is written)."""
+    """Create the output folder and mark it as `command`'s (before anything is written), and
+    remove what a killed run of it left half-written there (only rmjudge's temporaries that no
+    live process holds)."""
+    from rmjudge.store import clean_folder_temps
+
     write_marker(settings.output_dir, command)
+    clean_folder_temps(settings.output_dir)
+
+
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+class StagedCheckpoints:
+    """Trainer checkpoints written aside and moved into `out` whole. The trainer's
+    `output_dir` is `path` (`OUT/.checkpoints.new-XXXXXXXX`, held by this process); after each
+    save (`callback`, transformers' `on_save`, which runs once a checkpoint is complete) the new
+    `checkpoint-N` moves to `OUT/checkpoint-N`, and only the newest `keep` stay (the trainer's
+    `save_total_limit`, which it can no longer apply itself)."""
+
+    def __init__(self, out: Path, keep: int | None):
+        from rmjudge.store import TempDir
+
+        self.out = Path(out)
+        self.keep = keep
+        self._staging = TempDir(str(self.out / "checkpoints"))
+
+    @property
+    def path(self) -> str:
+        return self._staging.path
+
+    def collect(self) -> list[str]:
+        """Move the finished checkpoints in, then drop the oldest beyond `keep`; returns the
+        checkpoints moved in."""
+        from rmjudge.store import remove_tree, replace_dir
+
+        moved = []
+        for name in sorted(os.listdir(self.path)):
+            if _CHECKPOINT.fullmatch(name):
+                replace_dir(os.path.join(self.path, name), str(self.out / name))
+                moved.append(str(self.out / name))
+        if self.keep:
+            held = sorted((p for p in self.out.iterdir() if _CHECKPOINT.fullmatch(p.name)),
+                          key=lambda p: int(p.name.split("-")[1]))
+            for old in held[:-self.keep]:
+                remove_tree(str(old))
+        return moved
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        staged = self
+
+        class MoveCheckpoints(TrainerCallback):
+            def on_save(self, args, state, control, **kw):
+                staged.collect()
+
+        return MoveCheckpoints()
+
+    def save_state(self, trainer) -> None:
+        """`trainer.save_state()` into `out` (trainer_state.json, written whole)."""
+        from rmjudge.store import write_produced
+
+        write_produced(str(self.out / "trainer_state.json"), trainer.state.save_to_json)
+
+    def close(self) -> None:
+        self._staging.close()
+
+
+def write_model_dir(dest: Path, save: Callable[[str], None]) -> None:
+    """`save(folder)` (transformers' `save_pretrained` and the like) into a folder built beside
+    `dest` and moved into its place whole."""
+    from rmjudge.store import TempDir
+
+    tmp = TempDir(str(dest))
+    try:
+        save(tmp.path)
+        tmp.install()
+    except BaseException:
+        tmp.close()
+        raise

@@ -305,9 +305,12 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
 
     from datasets import Dataset
 
+    from training.outputs import StagedCheckpoints, write_model_dir
+
     cuda = torch.cuda.is_available()
+    staged = StagedCheckpoints(out, s.save_total_limit)
     args = TrainingArguments(
-        output_dir=str(out), num_train_epochs=s.epochs, max_steps=s.max_steps,
+        output_dir=staged.path, num_train_epochs=s.epochs, max_steps=s.max_steps,
         per_device_train_batch_size=s.micro_batch,
         gradient_accumulation_steps=s.batch_size // s.micro_batch,
         learning_rate=s.learning_rate, lr_scheduler_type="cosine",
@@ -318,23 +321,35 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         dataloader_drop_last=False)
     trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
                       data_collator=pad_collator(tokenizer.pad_token_id),
-                      callbacks=[jsonl_log_callback(out / "log.jsonl", progress)])
+                      callbacks=[jsonl_log_callback(out / "log.jsonl", progress),
+                                 staged.callback()])
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
     write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_state()
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        staged.collect()
+    finally:
+        staged.close()
+    staged.save_state(trainer)
 
     model = trainer.model
     if s.method == "lora":
-        model.save_pretrained(str(out / "adapter"))
-        tokenizer.save_pretrained(str(out / "adapter"))
-        write_adapter_info(out / "adapter", PROMPT_FORMAT)  # targets built with these prompts
+        def save_adapter(folder: str) -> None:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            write_adapter_info(folder, PROMPT_FORMAT)  # targets built with these prompts
+
+        write_model_dir(out / "adapter", save_adapter)
         model = model.merge_and_unload()
     model_dir = out / "model"
-    model.save_pretrained(str(model_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(model_dir))
+
+    def save_model(folder: str) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    write_model_dir(model_dir, save_model)
     after = None
     if check:
         model.eval()

@@ -1,13 +1,15 @@
 """`rmjudge compare`: several judges on the same input, side by side.
 
 Inputs are judged tables (`open_judged`: run stores or their Parquet/JSONL exports) of one
-input. They are checked to be of the same input: the recorded input fingerprints agree (when
-both tables have one), they share pair ids, and every shared pair has the same prompt,
-responses and gold label, or the same with A and B exchanged (with chosen/rejected input the
-slot of the chosen response is drawn from the run's seed): such rows are aligned to the first
-table's slots (`aligned`), and every figure is in the first table's terms. Pairs judged in only
-some tables are counted per table and left out: every figure is computed on the pairs judged
-in all of them (the common pairs).
+input, in any row order. Pairs are matched by id and checked by content: the same content hash
+(`pairs.content_hash`, stored with each verdict), or the same conversation, responses and gold
+label, or the same with A and B exchanged (with chosen/rejected input the slot of the chosen
+response is drawn from the run's seed): such rows are aligned to the first table's slots
+(`aligned`), and every figure is in the first table's terms. A pair holding other content
+(an edited row) is reported per table and left out; a table with no pair in common is refused.
+The recorded input (source, Hub revision and commit) of each table is reported. Pairs judged
+in only some tables are counted per table and left out: every figure is computed on the pairs
+judged in all of them (the common pairs).
 
 Figures (see docs/evaluation.md, "Comparing judges"):
 - accuracy, both orders pooled (the paper's): per labelled pair, the share of its orders whose
@@ -81,6 +83,9 @@ class Judge:
     fingerprint: str | None
     source: str | None
     swapped: int = 0  # pairs whose slots are swapped against the first table (aligned)
+    hashes: dict[str, tuple] = field(default_factory=dict)  # id -> (content hash, messages digest)
+    input: dict = field(default_factory=dict)  # the recorded input: source, revision, commit
+    changed: list[str] = field(default_factory=list)  # ids holding another pair than the first
 
 
 TEXTS = ("prompt", "response_a", "response_b")  # loaded as digests, for the same-input check
@@ -90,8 +95,11 @@ def load_judge(table: JudgedTable) -> Judge:
     cols = ", ".join(f"md5(coalesce({quote_ident(c)}, chr(0)))" if c in TEXTS else
                      quote_ident(c) for c in PAIR_FIELDS)
     rows = {r[0]: r for r in table.sql(f"SELECT {cols} FROM pairs")}
+    hashes = {r[0]: (r[1], r[2]) for r in table.sql(
+        "SELECT id, content_hash, md5(coalesce(CAST(messages AS VARCHAR), chr(0))) FROM pairs")}
     ident = table.meta.get("input") if isinstance(table.meta.get("input"), dict) else {}
-    return Judge(table.path, rows, ident.get("fingerprint"), ident.get("source"))
+    return Judge(table.path, rows, ident.get("fingerprint"), ident.get("source"), hashes=hashes,
+                 input={k: ident[k] for k in ("source", "revision", "commit") if ident.get(k)})
 
 
 SWAP = {"A": "B", "B": "A"}
@@ -128,10 +136,40 @@ def aligned(row: tuple) -> tuple:
     return tuple(r)
 
 
+def same_pair(first: Judge, j: Judge, pid: str) -> str | None:
+    """How pair `pid` of `j` stands to the first table's: "same" (the same content hash; or,
+    for a table without hashes or rows that differ only in passthrough columns, the same
+    conversation, responses and gold label), "swapped" (A and B exchanged: `is_swapped`), or
+    None when it holds another pair (an edited row)."""
+    (h1, m1), (h2, m2) = first.hashes.get(pid, (None, None)), j.hashes.get(pid, (None, None))
+    if h1 is not None and h1 == h2:
+        return "same"
+    a, b = first.rows[pid], j.rows[pid]
+    if m1 != m2:
+        return None
+    if all(a[PAIR_FIELDS.index(k)] == b[PAIR_FIELDS.index(k)] for k in SAME_FIELDS):
+        return "same"
+    return "swapped" if is_swapped(a, b) else None
+
+
+SAME_FIELDS = ("prompt", "response_a", "response_b", "label")
+
+
+def _difference(first: Judge, j: Judge, pid: str) -> str:
+    a, b = first.rows[pid], j.rows[pid]
+    differ = [k for k in SAME_FIELDS if a[PAIR_FIELDS.index(k)] != b[PAIR_FIELDS.index(k)]]
+    if not differ:
+        return "conversation"
+    return "gold label" if differ[0] == "label" else differ[0]
+
+
 def check_same_input(judges: list[Judge]) -> list[str]:
-    """The ids judged in every table, in the first table's row order. Rows whose slots are
-    swapped against the first table are aligned to it in place (`aligned`). CompareError names
-    the table that is not of the same input as the first."""
+    """The ids judged in every table with the same content, in the first table's row order.
+    Pairs are aligned by id and checked by content (`same_pair`: the content hash stored with
+    each verdict), whatever order the tables hold them in. Rows whose slots are swapped against
+    the first table are aligned to it in place (`aligned`); a pair that holds other content
+    than in the first table (an edited row) goes to the table's `changed` and is left out.
+    CompareError names a table that shares no pair with the first."""
     first = judges[0]
     fix = "compare tables judged from the same input"
     seen: set[str] = set()
@@ -140,34 +178,46 @@ def check_same_input(judges: list[Judge]) -> list[str]:
         if real in seen:
             raise CompareError(f"{j.path} is given twice; give each judged table once")
         seen.add(real)
-    fields = ("prompt", "response_a", "response_b", "label")
     for j in judges[1:]:
-        if j.fingerprint and first.fingerprint and j.fingerprint != first.fingerprint:
-            raise CompareError(
-                f"{j.path} holds judgments of another input ({j.source}) than {first.path} "
-                f"({first.source}): {fix}")
         shared = first.rows.keys() & j.rows.keys()
         if not shared:
             raise CompareError(f"{j.path} shares no pair id with {first.path}, so it is not "
                                f"of the same input: {fix}")
         for pid in sorted(shared):
-            a, b = first.rows[pid], j.rows[pid]
-            differ = [k for k in fields if a[PAIR_FIELDS.index(k)] != b[PAIR_FIELDS.index(k)]]
-            if not differ:
-                continue
-            if is_swapped(a, b):
-                j.rows[pid] = aligned(b)
+            how = same_pair(first, j, pid)
+            if how == "swapped":
+                j.rows[pid] = aligned(j.rows[pid])
                 j.swapped += 1
-                continue
-            what = "gold label" if differ[0] == "label" else differ[0]
+            elif how is None:
+                j.changed.append(pid)
+        if len(j.changed) == len(shared):  # not one pair in common: another input
+            if j.fingerprint and first.fingerprint and j.fingerprint != first.fingerprint:
+                raise CompareError(
+                    f"{j.path} holds judgments of another input ({j.source}) than {first.path} "
+                    f"({first.source}): none of their {len(shared)} shared pair ids holds the "
+                    f"same pair; {fix}")
+            pid = j.changed[0]
             raise CompareError(
-                f"{j.path}: pair {pid!r} has another {what} than in {first.path}, so it is "
-                f"not of the same input: {fix} (and the same label mapping)")
+                f"{j.path}: pair {pid!r} has another {_difference(first, j, pid)} than in "
+                f"{first.path}, so it is not of the same input: {fix} (and the same label "
+                "mapping)")
     common = set(first.rows)
     for j in judges[1:]:
-        common &= j.rows.keys()
+        common &= j.rows.keys() - set(j.changed)
     rn = PAIR_FIELDS.index("row_number")
     return sorted(common, key=lambda i: (first.rows[i][rn] is None, first.rows[i][rn], i))
+
+
+def input_note(judges: list[Judge]) -> str | None:
+    """A line when the tables' recorded inputs name different Hub commits (pairs are compared
+    by content all the same); None otherwise."""
+    commits = {j.input["commit"] for j in judges if j.input.get("commit")}
+    if len(commits) < 2:
+        return None
+    named = "; ".join(f"{j.path}: {j.input.get('source')} at {j.input['commit']}"
+                      for j in judges if j.input.get("commit"))
+    return (f"the tables were judged from different commits of the input ({named}); pairs are "
+            "matched by id and compared by content, an edited pair is left out")
 
 
 # -- the comparison ---------------------------------------------------------------------------
@@ -182,6 +232,8 @@ class Comparison:
     flips: list[dict]
     settings: dict
     human: list[dict] | None = None  # per judge, vs the first table's human labels
+    note: str | None = None  # the tables name different Hub commits of their input
+    edited: list[str] = field(default_factory=list)  # ids some table holds with other content
 
     def as_dict(self) -> dict:
         out = {"judges": self.judges, "common_pairs": self.common,
@@ -191,6 +243,8 @@ class Comparison:
                "flips": self.flips, "settings": self.settings}
         if self.human is not None:
             out["human"] = self.human
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
 
@@ -217,6 +271,7 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
                                         r[i][idx["verdict_ba"]]) for i in labelled})
     out = []
     common = set(ids)
+    edited = {i for j in judges for i in j.changed}
     for k, j in enumerate(judges):
         only = sorted(set(j.rows) - common)
         acc = bootstrap_mean([correct[k][i] for i in labelled], cs.resamples, cs.seed,
@@ -224,7 +279,10 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
         gain = None
         if k > 0 and labelled:
             gain = paired_gain(correct[0], correct[k], cs.resamples, cs.seed, cs.level)
+        only = sorted(set(only) - edited)
         out.append({"path": j.path, "pairs": len(j.rows), "swapped": j.swapped,
+                    "input": j.input or None,
+                    "changed": len(j.changed), "changed_ids": j.changed[:5],
                     "not_in_all": len(only), "not_in_all_ids": only[:5],
                     "accuracy": _stat(acc, len(labelled)),
                     "gain": None if k == 0 else _stat(gain, len(labelled))})
@@ -261,7 +319,8 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
              j.rows[i][idx["verdict_ba"]], first[i][idx["label"]]) for i in ids}
         for j in judges], cs)
     return Comparison(out, len(ids), len(labelled), kj, kg, flips,
-                      {"resamples": cs.resamples, "seed": cs.seed, "level": cs.level}, human)
+                      {"resamples": cs.resamples, "seed": cs.seed, "level": cs.level}, human,
+                      input_note(judges), sorted(edited))
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -294,7 +353,13 @@ def render(c: Comparison, max_flips: int = 20) -> str:
     if not c.labelled:
         lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
                      "need labelled input (chosen/rejected, or a label column)")
+    if c.note:
+        lines.append(f"  {c.note}")
     for j in c.judges:
+        if j["changed"]:
+            ex = ", ".join(repr(x) for x in j["changed_ids"])
+            lines.append(f"  {j['path']}: {j['changed']} pairs hold other content than in "
+                         f"{c.judges[0]['path']} (edited since; left out), e.g. {ex}")
         if j["swapped"]:
             lines.append(f"  {j['path']}: {j['swapped']} pairs hold A and B in the other slots "
                          "(chosen/rejected input judged with another --seed); compared in the "

@@ -65,9 +65,10 @@ PASSED = ("id", "row_number", "verdict", "verdict_ab", "verdict_ba", "p_a", "p_a
           "label", "prompt", "messages", "response_a", "response_b")
 
 
-def jury_query(tables: list[JudgedTable]) -> str:
+def jury_query(tables: list[JudgedTable], leave_out: list[str] = ()) -> str:
     """The jury's rows (common pairs, the first table's row order) as a query on the first
-    table's connection, once `attach_judges` made the other tables visible there."""
+    table's connection, once `attach_judges` made the other tables visible there. `leave_out`:
+    pair ids that some table holds with other content (`Comparison.edited`)."""
     import orjson
 
     n = len(tables)
@@ -125,8 +126,10 @@ def jury_query(tables: list[JudgedTable]) -> str:
         "CAST(jury_votes_b AS INTEGER) AS jury_votes_b",
     ] + [f"CAST(verdict_j{k} AS VARCHAR) AS verdict_j{k}" for k in range(1, n + 1)] + \
         [f"CAST(p_a_j{k} AS DOUBLE) AS p_a_j{k}" for k in range(1, n + 1)]
+    where = (f" WHERE j1.id NOT IN ({', '.join(sql_literal(i) for i in sorted(leave_out))})"
+             if leave_out else "")
     return (f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} "
-            f"FROM {' '.join(froms)}) ORDER BY row_number, id")
+            f"FROM {' '.join(froms)}{where}) ORDER BY row_number, id")
 
 
 def attach_judges(tables: list[JudgedTable]) -> None:
@@ -259,9 +262,9 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
         remove_tree(folder)
 
 
-def write_jury(tables: list[JudgedTable], output: str) -> int:
+def write_jury(tables: list[JudgedTable], output: str, leave_out: list[str] = ()) -> int:
     """Write the jury table of `tables` to `output` (.parquet, .jsonl, or a .duckdb run
-    store); returns its rows."""
+    store), without the pairs in `leave_out`; returns its rows."""
     from rmjudge.store import output_format, write_query_file
 
     fmt = output_format(output)
@@ -271,7 +274,7 @@ def write_jury(tables: list[JudgedTable], output: str) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     attach_judges(tables)
     try:
-        query = jury_query(tables)
+        query = jury_query(tables, leave_out)
         if fmt == "duckdb":
             write_jury_store(tables, query, output)
         else:

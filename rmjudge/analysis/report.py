@@ -450,7 +450,8 @@ def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
     return f"<table{attr}><tr>{head}</tr>{body}</table>"
 
 
-def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
+def render_html(r: ReportData, figs: dict[str, bytes], view_href: str | None = None) -> str:
+    """The page; `view_href`: a relative link to the table's explorer (`rmjudge view`)."""
     o, p, ls = r.overview, r.position, r.length_summary
     kpis = [("pairs", str(o["pairs"])), ("labelled", str(o["labelled"])),
             (ACCURACY, pct(o["accuracy"])), (CONSISTENCY, pct(o["consistency"])),
@@ -464,6 +465,8 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
         f"<title>rmjudge report: {html.escape(r.path)}</title><style>{CSS}</style></head><body>",
         "<h1>rmjudge report</h1>",
         f"<div class='sub'>{html.escape(r.path)}</div>",
+        (f"<p><a href=\"{html.escape(view_href)}\">Every pair, with its rollouts and "
+         "reflections, in the explorer</a> (rmjudge view)</p>" if view_href else ""),
         "<div class='kpi'>" + "".join(f"<div><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>"
                                       for k, v in kpis) + "</div>",
         "<p>Verdicts: " + html.escape(", ".join(f"{k} {v}" for k, v in o["verdicts"].items())) + "</p>",
@@ -537,6 +540,17 @@ def render_html(r: ReportData, figs: dict[str, bytes]) -> str:
 GENERATOR = '<meta name="generator" content="rmjudge report">'
 
 
+def explorer_link(table: str, output: str) -> str | None:
+    """The relative link from the report at `output` to the table's explorer, when `rmjudge
+    view` wrote one in its default place (NAME.view beside the table)."""
+    from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
+
+    folder = default_dir(table)
+    if not is_view_dir(folder):
+        return None
+    return relative_link(os.path.join(folder, PAGE), os.path.dirname(os.path.abspath(output)))
+
+
 def is_report_file(path: str) -> bool:
     """True when `path` is a page `rmjudge report` wrote (its head carries GENERATOR)."""
     head = file_head(path, 4096)
@@ -556,7 +570,7 @@ def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None)
     is replaced, through a temporary file beside it moved into place."""
     check_report_output(t, output)
     data = build_report(t, group_by)
-    page = render_html(data, make_figures(data))
+    page = render_html(data, make_figures(data), explorer_link(t.path, output))
     from rmjudge.store import write_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

@@ -2,8 +2,10 @@
 (`x.parquet` + `x.samples.parquet`, `x.jsonl` + `x.samples.jsonl`).
 
 `open_judged(path)` returns a `JudgedTable` whose in-memory DuckDB connection has views `pairs`,
-`samples` (when the samples were kept) and `greedy` (when `rmjudge eval --greedy-baseline` stored
-one), with the store's column types whatever the file format, so every analysis is plain SQL.
+`samples` (when the samples were kept), `errors` (the rows that could not be judged, when the
+store or the `x.errors.*` sidecar holds them) and `greedy` (when `rmjudge eval --greedy-baseline`
+stored one), with the store's column types whatever the file format, so every analysis is plain
+SQL.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from dataclasses import dataclass, field
 import duckdb
 
 from rmjudge.sql import quote_ident, sql_literal
-from rmjudge.store import (GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, StoreBusyError,
+from rmjudge.store import (ERROR_COLUMNS, GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS,
+                           StoreBusyError,
                            check_not_busy, output_format, sidecar, store_path)
 
 REQUIRED = ("id", "verdict", "verdict_ab", "verdict_ba", "consistent", "p_a", "label")
-_TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS}
+_TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS
+          + ERROR_COLUMNS}
 
 
 class TableError(UserError):
@@ -47,6 +51,10 @@ class JudgedTable:
     @property
     def has_samples(self) -> bool:
         return "samples" in self.tables
+
+    @property
+    def has_errors(self) -> bool:
+        return "errors" in self.tables
 
     @property
     def has_greedy(self) -> bool:
@@ -124,7 +132,8 @@ class JudgedTable:
         self.close()
 
 
-_KNOWN = {"pairs": PAIR_COLUMNS, "samples": SAMPLE_COLUMNS, "greedy": GREEDY_COLUMNS}
+_KNOWN = {"pairs": PAIR_COLUMNS, "samples": SAMPLE_COLUMNS, "greedy": GREEDY_COLUMNS,
+          "errors": ERROR_COLUMNS}
 
 
 def is_nested_type(t: str) -> bool:
@@ -206,7 +215,7 @@ def open_judged(path: str) -> JudgedTable:
             if "pairs" not in present:
                 raise TableError(f"{path} has no `pairs` table, so it is not a judged output: "
                                  "run `rmjudge score INPUT` to make one")
-            for t in ("pairs", "samples", "greedy"):
+            for t in ("pairs", "samples", "greedy", "errors"):
                 if t in present:
                     got = _typed_view(con, t, f"judged.{t}", types if t == "pairs" else None)
                     if t == "pairs":
@@ -230,7 +239,7 @@ def open_judged(path: str) -> JudgedTable:
                 raise TableError(f"cannot read {path} as {fmt}: "
                                  f"{str(exc).splitlines()[0]}") from None
             tables.add("pairs")
-            for t in ("samples", "greedy"):
+            for t in ("samples", "greedy", "errors"):
                 side = sidecar(path, t)
                 if os.path.exists(side):
                     _typed_view(con, t, _reader(side, fmt))

@@ -73,6 +73,7 @@ class BenchResult:
     unlabelled: int = 0  # items without a gold label, left out (HelpSteer3 ties)
     unreadable: int = 0  # published rows without the benchmark's layout (errors table)
     rule: str = ""  # how the figures are computed, one line
+    notes: list[str] = field(default_factory=list)  # why a figure is n/a, what a run left out
 
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title,
@@ -81,7 +82,7 @@ class BenchResult:
                 "positional_consistency": self.consistency, "items": self.items,
                 "judged": self.judged, "no_verdict": self.no_verdict,
                 "unlabelled": self.unlabelled, "unreadable": self.unreadable,
-                "rule": self.rule}
+                "rule": self.rule, "notes": list(self.notes)}
 
 
 def mean(values: Iterable[float]) -> float | None:
@@ -112,6 +113,10 @@ class Benchmark:
         """The files (or Hub ids) to read for `source`, each with fields its rows inherit."""
         return [(source, {})]
 
+    def absent(self, source: str) -> list[str]:
+        """The published files a folder `source` lacks, where the layout names them all."""
+        return []
+
     def convert(self, n: int, obj: dict[str, Any], fields: dict[str, Any]) -> Iterator[dict]:
         """rmjudge intake rows (id, prompt, two responses, gold, grouping columns) for the
         published row number `n`; raise RowProblem when the row lacks the layout."""
@@ -126,10 +131,33 @@ class Benchmark:
         raise NotImplementedError
 
     def result(self, items: list[Item], headline: list[Cell], sections: list[Cell],
-               unlabelled: int = 0) -> BenchResult:
+               unlabelled: int = 0, notes: list[str] | None = None) -> BenchResult:
         return BenchResult(self.name, self.title, headline, sections, consistency(items),
                            len(items), sum(it.judged for it in items), no_verdicts(items),
-                           unlabelled=unlabelled, rule=self.rule)
+                           unlabelled=unlabelled, rule=self.rule, notes=list(notes or []))
+
+
+def item_key(row: dict) -> str:
+    """The published item an intake row belongs to: its `item` column (RM-Bench's nine style
+    pairs of one prompt share one), else its id. `--limit` counts items, and a key published
+    twice is a duplicate."""
+    return str(row["item"] if row.get("item") is not None else row["id"])
+
+
+def missing_parts(label: str, parts: Iterable[str], present: Iterable[str],
+                  what: str) -> str | None:
+    """The note for a headline `label` that averages named `parts` when some have no items in
+    the run (None when every part has some): bench shows such a headline as n/a, as a mean over
+    the parts present is not the benchmark's figure."""
+    parts = list(parts)
+    have = set(present)
+    absent = [p for p in parts if p not in have]
+    if not absent:
+        return None
+    if len(parts) == 1:
+        return f"{label} n/a: this run has no {what} in {parts[0]}"
+    return (f"{label} n/a: this run has no {what} in {', '.join(absent)}; {label} averages "
+            f"{', '.join(parts)}")
 
 
 def text(obj: dict, col: str) -> str:

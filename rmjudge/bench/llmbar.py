@@ -7,7 +7,8 @@ both orders; accuracy ("correct_average") is the number of correct decisions ove
 divided by twice the instances, a missing decision being wrong; positional agreement ("equal")
 is the share of instances whose two decisions are the same (two missing decisions count as the
 same, as there). The paper reports Natural and the four Adversarial subsets with their plain
-average.
+average. A headline needs its parts: Natural n/a without Natural instances, Adversarial n/a
+unless all four Adversarial subsets have instances (a note says which are missing).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from typing import Any, Iterator
 
 from rmjudge.bench.base import (BenchError, BenchResult, Benchmark, Cell, Item, RowProblem, mean,
-                                text)
+                                missing_parts, text)
 
 ADVERSARIAL = ("Neighbor", "GPTInst", "GPTOut", "Manual")
 SUBSETS = ("Natural",) + ADVERSARIAL
@@ -40,15 +41,23 @@ class LLMBar(Benchmark):
         if not os.path.isdir(source):
             raise BenchError(f"LLMBar is read from its published folder ({self.layout}); "
                              f"{source} is not a folder: give --data llmbar=PATH/Dataset/LLMBar")
-        out = []
-        for sub in SUBSETS:
-            rel = "Natural" if sub == "Natural" else os.path.join("Adversarial", sub)
-            path = os.path.join(source, rel, "dataset.json")
-            if os.path.exists(path):
-                out.append((path, {"subset": sub}))
+        out = [(path, {"subset": sub}) for sub, path in self.paths(source)
+               if os.path.exists(path)]
         if not out:
             raise BenchError(f"{source} holds none of LLMBar's files ({self.layout})")
         return out
+
+    @staticmethod
+    def paths(source: str) -> list[tuple[str, str]]:
+        """(subset, its dataset.json) for every published subset."""
+        return [(sub, os.path.join(source, "Natural" if sub == "Natural"
+                                   else os.path.join("Adversarial", sub), "dataset.json"))
+                for sub in SUBSETS]
+
+    def absent(self, source: str) -> list[str]:
+        if not os.path.isdir(source):
+            return []
+        return [path for _, path in self.paths(source) if not os.path.exists(path)]
 
     def convert(self, n: int, obj: dict[str, Any], fields: dict[str, Any]) -> Iterator[dict]:
         label = obj.get("label")
@@ -68,6 +77,11 @@ class LLMBar(Benchmark):
                 cells.append(Cell(f"{s} agreement", agreement(by[s]), len(by[s])))
         adv = [acc[s] for s in ADVERSARIAL if acc[s] is not None]
         n_adv = sum(len(by[s]) for s in ADVERSARIAL)
+        have = [s for s in SUBSETS if by[s]]
+        notes = [n for n in (missing_parts("LLMBar Natural", ("Natural",), have, "instances"),
+                             missing_parts("LLMBar Adversarial", ADVERSARIAL, have,
+                                           "instances")) if n]
         head = [Cell("LLMBar Natural", acc["Natural"], len(by["Natural"])),
-                Cell("LLMBar Adversarial", mean(adv), n_adv)]
-        return self.result(items, head, cells + head)
+                Cell("LLMBar Adversarial", mean(adv) if len(adv) == len(ADVERSARIAL) else None,
+                     n_adv)]
+        return self.result(items, head, cells + head, notes=notes)

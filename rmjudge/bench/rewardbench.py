@@ -9,7 +9,14 @@ Official scoring (allenai/reward-bench: `scripts/run_generative.py`, `rewardbenc
 - the four sections average their subsets weighted by the fixed example counts below, in which
   math-prm counts 984 (it has 447 pairs) so that math weighs as much as the six HumanEvalPack
   code subsets together;
-- the score is the mean of the four sections.
+- the score is the mean of the four sections; `calculate_scores_per_section` scores a section
+  with no subset in the results 0, so a run missing a section (`--limit`, a shard, a copy
+  without some subsets) would get a score lowered by a quarter per missing section.
+
+bench shows no score for such a run: the headline is n/a and a note names the missing sections
+with both the figure the official rule gives (empty sections 0) and the mean of the sections
+present, neither of which is a RewardBench score. A section with some of its subsets is scored
+by the official rule (its subsets present, weighted).
 
 rmjudge judges both orders; the expected score of one random order is the mean of the two, so a
 pair scores the mean of its two order scores (1 / 0 / 0.5 each). With `--orders ab` the single
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from rmjudge.bench.base import BenchResult, Benchmark, Cell, Item, mean, text
+from rmjudge.bench.base import BenchResult, Benchmark, Cell, Item, mean, missing_parts, text
 
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Chat": ("alpacaeval-easy", "alpacaeval-length", "alpacaeval-hard", "mt-bench-easy",
@@ -42,6 +49,12 @@ WEIGHTS: dict[str, int] = {
     "hep-go": 164, "hep-java": 164, "hep-js": 164, "hep-python": 164, "hep-rust": 164,
 }
 MISSING = 0.5  # a verdict the judge could not give
+
+
+def official_score(sections: dict[str, float | None]) -> float:
+    """The score RewardBench's own code gives: the mean of the four sections, a section
+    without subsets counting 0 (`calculate_scores_per_section`)."""
+    return sum(v or 0.0 for v in sections.values()) / len(SECTIONS)
 
 
 def section_scores(subset_acc: dict[str, float]) -> dict[str, float | None]:
@@ -79,12 +92,22 @@ class RewardBench(Benchmark):
         sections = section_scores(acc)  # type: ignore[arg-type]
         counts = {sec: sum(len(by_subset.get(s, [])) for s in subs)
                   for sec, subs in SECTIONS.items()}
-        present = [v for v in sections.values() if v is not None]
+        present = {sec: v for sec, v in sections.items() if v is not None}
         scored = sum(counts.values())
-        score = Cell("RewardBench", mean(present), scored)
+        note = missing_parts("RewardBench", SECTIONS, present, "pairs")
+        notes = []
+        if note:
+            official = 100 * official_score(sections)
+            rest = mean(present.values())
+            notes.append(note + f"; RewardBench's calculate_scores_per_section scores an empty "
+                         f"section 0, which gives {official:.2f}"
+                         + (f", and the mean of the sections present is {100 * rest:.2f}"
+                            if rest is not None else "")
+                         + ": neither is a RewardBench score")
+        score = Cell("RewardBench", None if note else mean(present.values()), scored)
         cells = [Cell(sec, v, counts[sec]) for sec, v in sections.items()]
         known = {s for subs in SECTIONS.values() for s in subs}
         cells += [Cell(f"{s} (not scored)", acc[s], len(by_subset[s]))
                   for s in sorted(by_subset) if s not in known]
         return self.result([it for it in items if it.fields["subset"] in known], [score],
-                           cells + [score])
+                           cells + [score], notes=notes)

@@ -4,11 +4,13 @@
 reject: {llm_name, answer}, category_path}.
 
 Official scoring (RMB `eval/scripts/my_run_rm.py`): accuracy = pairs where chosen beats
-rejected (strictly) over the pairs evaluated, run per goal. rmjudge judges both orders; a pair
-scores the mean of its order scores, 1 right, 0 wrong or without a verdict. Shown: Helpfulness
-and Harmlessness accuracy, each broken down by scenario group, and their mean. RMB's own
-overall figure also averages its Best-of-N set, which bench does not run, so this mean is the
-pairwise part only.
+rejected (strictly) over the pairs evaluated, run per goal; every published pair is evaluated,
+an empty or whitespace-only answer included (`eval/scripts/my_utils/utils.py`
+`load_eval_dataset` puts `answer` into the conversation as it is). rmjudge judges both orders;
+a pair scores the mean of its order scores, 1 right, 0 wrong or without a verdict. Shown:
+Helpfulness and Harmlessness accuracy, each broken down by scenario group, and their mean (n/a
+unless both goals have pairs). RMB's own overall figure also averages its Best-of-N set, which
+bench does not run, so this mean is the pairwise part only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 from typing import Any, Iterator
 
 from rmjudge.bench.base import (BenchError, BenchResult, Benchmark, Cell, Item, RowProblem, mean,
-                                text)
+                                missing_parts)
 
 GOALS = ("Helpfulness", "Harmlessness")
 MISSING = 0.0
@@ -35,10 +37,13 @@ def messages(obj: dict) -> list[dict]:
 
 
 def answer(obj: dict, col: str) -> str:
+    """The answer text as published. An empty or whitespace-only answer is kept and judged: RMB's
+    code puts it in the conversation as it is and scores the pair like any other (Harmlessness
+    S5, pair_uid 13586 and 13587, reject whitespace only)."""
     v = obj.get(col)
-    if not isinstance(v, dict):
-        raise RowProblem(f"column {col!r} is not an object with an answer")
-    return text(v, "answer")
+    if not isinstance(v, dict) or not isinstance(v.get("answer"), str):
+        raise RowProblem(f"column {col!r} is not an object with an answer string")
+    return v["answer"]
 
 
 class RMB(Benchmark):
@@ -86,6 +91,7 @@ class RMB(Benchmark):
                 cells.append(Cell(f"{goal}/{g}", mean(it.pooled(MISSING) for it in sub), len(sub)))
             goal_acc[goal] = Cell(goal, mean(it.pooled(MISSING) for it in its), len(its))
             cells.append(goal_acc[goal])
-        present = [c.value for c in goal_acc.values() if c.value is not None]
-        head = Cell("RMB (pairwise)", mean(present), len(items))
-        return self.result(items, [head], cells + [head])
+        present = {g: c.value for g, c in goal_acc.items() if c.value is not None}
+        note = missing_parts("RMB (pairwise)", GOALS, present, "pairs")
+        head = Cell("RMB (pairwise)", None if note else mean(present.values()), len(items))
+        return self.result(items, [head], cells + [head], notes=[note] if note else [])

@@ -10,20 +10,23 @@ Output folder layout, per benchmark NAME:
 - `NAME.duckdb`: the run store, with the store's usual contract (resume after a kill,
   `--shard` and `rmjudge merge`).
 
-Published rows that lack the benchmark's layout are written after the good ones, so they land
-in the store's errors table with their raw text; they are counted, never scored.
+Published rows that lack the benchmark's layout, and rows whose item key (`base.item_key`) an
+earlier row already gave, are written after the good ones, so they land in the store's errors
+table with their raw text; they are counted, never scored. `--limit N` counts items (an
+RM-Bench prompt is one item of nine pairs), so an item is never cut partway.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProblem
-from rmjudge.bench.sources import read_published
+from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProblem, item_key
+from rmjudge.bench.sources import Published, read_published
 from rmjudge.errors import DiskError
 from rmjudge.io.intake import in_shard, raw_text
 from rmjudge.store import make_dir, write_once
@@ -42,29 +45,87 @@ def store_file(outdir: str, bench: Benchmark) -> str:
     return os.path.join(outdir, f"{bench.name}.duckdb")
 
 
+@dataclass
+class Converted:
+    """One published row: its intake rows, or why it is refused (`problem`, its `raw` text)."""
+
+    published: Published
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    problem: str | None = None
+    raw: str | None = None
+    duplicate: bool = False  # refused because an earlier row gave the same item key
+
+
+def converted(bench: Benchmark, source: str,
+              published: Iterable[Published] | None = None) -> Iterator[Converted]:
+    """Every published row of `bench` under `source` (or the rows `published` gives),
+    converted or refused, in file order; a row whose item key an earlier row gave is refused as
+    a duplicate, naming the first."""
+    first: dict[str, Published] = {}
+    for p in (read_published(bench, source) if published is None else published):
+        if p.obj is None:
+            yield Converted(p, problem=p.problem or "unreadable row", raw=p.raw)
+            continue
+        try:
+            rows = list(bench.convert(p.row_number, p.obj, p.fields))
+        except RowProblem as exc:
+            yield Converted(p, problem=str(exc), raw=raw_text(p.obj))
+            continue
+        if not rows:
+            continue
+        key = item_key(rows[0])
+        if key in first:
+            was = first[key]
+            yield Converted(p, problem=f"duplicate key {key!r} (first at {was.file} row "
+                            f"{was.row_number})", raw=raw_text(p.obj), duplicate=True)
+            continue
+        first[key] = p
+        yield Converted(p, rows)
+
+
 def intake_rows(bench: Benchmark, source: str) -> Iterator[dict[str, Any]]:
-    """The benchmark's rows in rmjudge's intake layout, streamed; rows without the layout come
-    last as problem rows (`problem`, `raw`), which the intake records as errors."""
+    """The benchmark's rows in rmjudge's intake layout, streamed; rows without the layout (and
+    duplicates) come last as problem rows (`problem`, `raw`), which the intake records as
+    errors."""
     problems: list[dict] = []
     good = 0
-    for p in read_published(bench, source):
-        reason, raw = p.problem, p.raw
-        if p.obj is not None:
-            try:
-                rows = list(bench.convert(p.row_number, p.obj, p.fields))
-            except RowProblem as exc:
-                reason, raw = str(exc), raw_text(p.obj)
-            else:
-                good += len(rows)
-                yield from rows
-                continue
+    for c in converted(bench, source):
+        if c.rows:
+            good += len(c.rows)
+            yield from c.rows
+            continue
+        p = c.published
         problems.append({"id": f"unreadable/{os.path.basename(p.file)}/{p.row_number}",
-                         "problem": f"{p.file} row {p.row_number}: {reason}", "raw": raw})
+                         "problem": f"{p.file} row {p.row_number}: {c.problem}", "raw": c.raw})
     if not good:
         raise BenchError(f"no {bench.title} pairs could be read from {source}"
                          + (f" ({problems[0]['problem']})" if problems else "")
                          + f"; give its published files ({bench.layout})")
     yield from problems
+
+
+def item_rows(rows: Iterable[dict[str, Any]], limit: int | None) -> int | None:
+    """How many intake rows hold the first `limit` items (None: no limit)."""
+    if limit is None:
+        return None
+    keys: set[str] = set()
+    n = 0
+    for r in rows:
+        key = str(r["id"]) if "problem" in r else item_key(r)
+        if key not in keys:
+            if len(keys) == limit:
+                break
+            keys.add(key)
+        n += 1
+    return n
+
+
+def intake_keys(path: str) -> Iterator[dict[str, Any]]:
+    """The intake file's rows without their texts (ids and grouping columns)."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                yield {k: v for k, v in orjson.loads(line).items() if k not in TEXT_KEYS}
 
 
 def prepare(bench: Benchmark, source: str, outdir: str) -> str:
@@ -101,9 +162,12 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     from rmjudge.runspec import RunSpec
 
     path = prepare(bench, source, outdir)
+    # blank_responses: each benchmark's `convert` decides which answers it keeps (RMB keeps
+    # whitespace-only ones, as its authors' code scores them)
     seed = (js.settings if isinstance(js, RunSpec) else js).seed
     return score(path, engine, js, output=store_file(outdir, bench),
-                 mapper=Mapper({}, seed=seed), limit=limit, shard=shard,
+                 mapper=Mapper({}, seed=seed, blank_responses=True),
+                 limit=item_rows(intake_keys(path), limit), shard=shard,
                  commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
                  announce=announce, n_ctx=n_ctx)
 
@@ -119,18 +183,24 @@ def require_results(bench: Benchmark, outdir: str, intake: bool = False) -> None
 
 
 def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
-               shard: tuple[int, int] | None = None) -> tuple[list[Item], int]:
+               shard: tuple[int, int] | None = None) -> tuple[list[Item], int, str | None]:
     """The benchmark's items the run covers (the intake rows within `limit` and `shard`), each
-    with its per-order verdicts from the store; and the count of unreadable published rows."""
+    with its per-order verdicts from the store; the count of unreadable published rows; and a
+    note when `limit` left published items out."""
     from rmjudge.analysis.tables import open_judged
 
     require_results(bench, outdir, intake=True)
     path, db = intake_file(outdir, bench), store_file(outdir, bench)
-    with open(path, "rb") as f:  # the grouping columns only: the texts stay on disk
-        rows = [{k: v for k, v in orjson.loads(line).items() if k not in TEXT_KEYS}
-                for line in f if line.strip()]
-    if limit is not None:
-        rows = rows[:limit]
+    rows = list(intake_keys(path))  # the grouping columns only: the texts stay on disk
+    cut = item_rows(rows, limit)
+    note = None
+    if cut is not None:
+        published = len({item_key(r) for r in rows if "problem" not in r})
+        rows = rows[:cut]
+        covered = len({item_key(r) for r in rows if "problem" not in r})
+        if covered < published:
+            note = (f"{bench.title}: --limit {limit}: the first {covered} of its {published} "
+                    "published items only")
     # the intake's shard rule: pairs by id, rows it cannot map by their row number
     rows = [r for n, r in enumerate(rows, 1)
             if in_shard(f"row:{n}" if "problem" in r else str(r["id"]), shard)]
@@ -164,7 +234,7 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
             items.append(Item(rid, fields, {o: None for o in orders},
                               {o: None for o in orders}, labelled=bench.labelled(r),
                               judged=False))
-    return items, unreadable
+    return items, unreadable, note
 
 
 def stored_judge(bench: Benchmark, outdir: str) -> str:
@@ -188,7 +258,9 @@ def judge_name(model_path: str, lora: str | None = None) -> str:
 def score_stored(bench: Benchmark, outdir: str, *, limit: int | None = None,
                  shard: tuple[int, int] | None = None) -> BenchResult:
     """The benchmark's official figures from the store in `outdir` (read-only)."""
-    items, unreadable = read_items(bench, outdir, limit=limit, shard=shard)
+    items, unreadable, note = read_items(bench, outdir, limit=limit, shard=shard)
     res = bench.score(items)
     res.unreadable = unreadable
+    if note:
+        res.notes.insert(0, note)
     return res

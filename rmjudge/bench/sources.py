@@ -33,10 +33,18 @@ def read_published(bench: Benchmark, source: str) -> Iterator[Published]:
                          f"its published files ({bench.layout}) or a Hub id "
                          "(hf://datasets/ORG/NAME[:CONFIG][@SPLIT])")
     for path, fields in bench.files(source):
-        yield from _read_file(path, fields)
+        yield from read_file(path, fields)
 
 
-def _read_file(path: str, fields: dict[str, Any]) -> Iterator[Published]:
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def read_file(path: str, fields: dict[str, Any]) -> Iterator[Published]:
+    """The published rows of one file (or Hub id); BenchError when the file cannot be read at
+    all (a Git LFS pointer, not a JSON array)."""
+    if "://" not in path and _head(path).startswith(LFS_POINTER):
+        raise BenchError(f"{path} is a Git LFS pointer, not the data: fetch the file itself "
+                         "(`git lfs pull` in the clone)")
     if "://" not in path and path.lower().endswith(".json") and _is_json_array(path):
         try:
             with open(path, "rb") as f:
@@ -57,10 +65,15 @@ def _read_file(path: str, fields: dict[str, Any]) -> Iterator[Published]:
             yield Published(path, r.row_number, r.obj, fields)
 
 
-def _is_json_array(path: str) -> bool:
+def _head(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            return f.read(4096)
+    except IsADirectoryError:
+        return b""
     except OSError as exc:
         raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[")
+
+
+def _is_json_array(path: str) -> bool:
+    return _head(path).removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[")

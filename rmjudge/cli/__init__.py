@@ -16,6 +16,7 @@ COMMANDS = {
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
     "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
     "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),
+    "view": ("view", "Explore every judgment of a judged table in the browser, offline; mark pairs."),
     "filter": ("filter", "Write a cleaned TRL preference dataset (DPO, RM or KTO) from a judged table."),
     "push": ("push", "Upload a filtered dataset with its card to the Hugging Face Hub."),
     "compare": ("compare", "Compare judges of the same input: accuracy, paired gain, kappa, flips, jury."),

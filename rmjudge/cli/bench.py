@@ -20,23 +20,29 @@ from rmjudge.bench import BENCHMARKS
 @click.option("--data", "data", multiple=True, metavar="NAME=PATH",
               help="Where a benchmark's published files are: a local copy (file or folder as "
               "published) or hf://datasets/ORG/NAME[:CONFIG][@SPLIT]. Repeatable.")
-@click.option("-o", "--output", "outdir", required=True, metavar="DIR",
-              help="Folder for the run stores (NAME.duckdb) and intake files; rerun to resume.")
+@click.option("-o", "--output", "outdir", default=None, metavar="DIR",
+              help="Folder for the run stores (NAME.duckdb) and intake files; rerun to resume. "
+              "Required unless --check.")
 @judge_options
 @engine_options
 @server_options
 @click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="Judge only the first N pairs of each benchmark.")
+              help="Judge only the first N items of each benchmark (an RM-Bench item is a prompt "
+              "with its nine style pairs: an item is never cut partway).")
 @click.option("--shard", default=None, metavar="I/N",
               help="Judge only shard I of N of each benchmark (then `rmjudge merge`).")
 @click.option("--commit-every", default=8, show_default=True,
               help="Commit results every N pairs.")
 @click.option("--score-only", is_flag=True,
               help="Judge nothing: score the stores already in DIR (after a merge, say).")
+@click.option("--check", is_flag=True,
+              help="Judge and write nothing: read each benchmark's published files and report "
+              "rows read, items, pairs, rows refused with their reasons and duplicate keys.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines or run summaries.")
-def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, limit, shard,
-            commit_every: int, score_only: bool, as_json: bool, quiet: bool, **kw) -> None:
+def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str | None, limit, shard,
+            commit_every: int, score_only: bool, check: bool, as_json: bool, quiet: bool,
+            **kw) -> None:
     """Judge standard pairwise benchmarks with the same judge options as `score` and print a
     table in the paper's layout, each benchmark scored as its authors score it (docs/bench.md).
     """
@@ -46,6 +52,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
                                       stored_judge)
     from rmjudge.cli.score import render_summary
     from rmjudge.run import check_prompting, load_judge_engine, parse_shard
+    from rmjudge.settings import SettingsError
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
@@ -58,6 +65,11 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             raise BenchError(f"{bench.title} has no Hub default; give --data {name}=PATH "
                              f"({bench.layout})")
         plan.append((bench, src))
+    if check:
+        return check_files(plan, as_json)
+    if outdir is None:
+        raise SettingsError("give -o DIR, the folder for the run stores (or --check to only "
+                            "read the benchmarks' files)")
     js, es, server = judge_settings(kw), engine_settings(kw), server_settings(kw)
     shard_spec = parse_shard(shard)
     if not score_only:  # a bad --criteria or --prompt-template: before anything is written
@@ -87,19 +99,35 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             if not quiet:
                 click.echo(render_summary(summary), err=True)
     results = [score_stored(b, outdir, limit=limit, shard=shard_spec) for b, _ in plan]
+    from rmjudge.bench.table import averages, render
+
     if as_json:
         import orjson
 
         click.echo(orjson.dumps({"judge": judge_name, "settings": js.as_dict(),
-                                 "benchmarks": [r.as_dict() for r in results]},
+                                 "benchmarks": [r.as_dict() for r in results],
+                                 "averages": [a.as_dict() for a in averages(results)]},
                                 option=orjson.OPT_INDENT_2).decode())
         return
-    from rmjudge.bench.table import render
 
     click.echo(render(results, judge_name))
     if shard_spec is not None:
         click.echo(f"\nnote: shard {shard_spec[0]}/{shard_spec[1]} only; merge the shards' "
                    "stores with `rmjudge merge` and rerun with --score-only for the full table")
+
+
+def check_files(plan: list, as_json: bool) -> None:
+    """`--check`: each benchmark's published files read and counted, nothing judged."""
+    from rmjudge.bench.check import check, render
+
+    reports = [check(bench, src) for bench, src in plan]
+    if as_json:
+        import orjson
+
+        click.echo(orjson.dumps([r.as_dict() for r in reports],
+                                option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo("\n\n".join(render(r) for r in reports))
 
 
 def parse_data(specs: tuple[str, ...]) -> dict[str, str]:

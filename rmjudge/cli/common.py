@@ -45,6 +45,10 @@ class UserErrorGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
+            if ctx.invoked_subcommand is not None and not {"--help", "-h"} & set(ctx.args):
+                from rmjudge.store.files import check_platform
+
+                check_platform()  # Windows: one line naming what is missing, before any work
             return super().invoke(ctx)
         except click.UsageError as exc:  # a subcommand's options and arguments
             _usage_exit(exc)

@@ -48,7 +48,7 @@ def command(tables: tuple[str, ...], resamples: int, seed: int, level: float, ma
         rows = None
         if jury:
             try:
-                rows = write_jury(opened, output)
+                rows = write_jury(opened, output, result.edited)
             except OSError as exc:
                 fail(f"cannot write {output}: {exc.strerror or exc}; choose another -o")
     if as_json:

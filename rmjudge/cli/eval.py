@@ -9,7 +9,8 @@ import click
 
 from rmjudge.cli.common import check_not_being_written
 from rmjudge.cli.options import engine_options, judge_options
-from rmjudge.cli.score import input_source, judge_input, parse_run_options, run_options
+from rmjudge.cli.mapping_options import input_source
+from rmjudge.cli.score import judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
 
 

@@ -1,9 +1,11 @@
 """Click options that say how to read the input: `--map` (columns), `--label-values` and
-`--label` (gold labels).
+`--label` (gold labels), `--config` and `--split` (which part of a Hugging Face dataset).
 
 `map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
-label options to a command; `label_settings(kw)` pops and parses them into a
-`LabelOptions` (a malformed value raises a UserError), and `build_mapper` makes the Mapper.
+label options to a command, which `rmjudge.run.make_run_options` parses (a malformed value
+raises a UserError) into the run's Mapper. `dataset_options` adds `--config` / `--split`
+(generated from `DatasetChoice`'s fields) to every command that reads an input dataset,
+and `input_source(source, kw)` applies them.
 """
 
 from __future__ import annotations
@@ -33,15 +35,20 @@ def label_options(f: Callable) -> Callable:
     return f
 
 
-def label_settings(kw: dict):
-    """Pop the options added by `label_options` from `kw`; a LabelOptions."""
-    from rmjudge.io.mapping import LabelOptions
+def _dataset_options():
+    from rmjudge.cli.options import settings_options
+    from rmjudge.io.huggingface import DatasetChoice
 
-    return LabelOptions.parse(kw.pop("label_values"), kw.pop("label_choice"))
+    return settings_options(DatasetChoice)
 
 
-def build_mapper(mapping: dict[str, str] | None, seed: int, labels=None):
-    """The Mapper for `--map` columns and the parsed label options."""
-    from rmjudge.io.mapping import LabelOptions
+dataset_options = _dataset_options()
 
-    return (labels or LabelOptions()).mapper(mapping, seed)
+
+def input_source(source: str, kw: dict) -> str:
+    """INPUT with `--config` / `--split` applied (popped from kw; see
+    rmjudge.io.huggingface.with_config_split)."""
+    from rmjudge.cli.options import settings_from
+    from rmjudge.io.huggingface import DatasetChoice
+
+    return settings_from(DatasetChoice, kw).apply(source)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from rmjudge.cli.mapping_options import label_options, map_option
+from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
 from rmjudge.ray_runner import RaySettings
@@ -19,18 +19,25 @@ from rmjudge.ray_runner import RaySettings
 @engine_options
 @map_option
 @label_options
+@dataset_options
 @server_options
 @settings_options(RaySettings)
 @click.option("--overwrite", is_flag=True, help="Discard the output and its batches; start again.")
+@click.option("--rejudge-changed", is_flag=True,
+              help="On resume, judge again the rows edited since their batch was judged, "
+              "replacing their verdicts (without it such a resume is refused).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-batch lines and no summary.")
 def command(source: str, output: str, quiet: bool, **kw) -> None:
-    """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them; local or an
-    object-store URI) with ReflectRM on Ray: Ray Data reads it, an actor pool of engines judges
-    batches into Parquet, and the batches are merged into the same tables as `rmjudge score`.
-    Rerun the same command to resume after a failure."""
+    """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them, local or an
+    object-store URI; or a Hugging Face dataset, hf://datasets/ORG/NAME or a save_to_disk
+    folder, with --config/--split, read once by the driver) with ReflectRM on Ray: Ray Data
+    reads it, an actor pool of engines judges batches into Parquet, and the batches are merged
+    into the same tables as `rmjudge score`. Rerun the same command to resume after a failure
+    (edited rows are refused, or judged again with --rejudge-changed)."""
     from rmjudge.cli.score import parse_run_options
     from rmjudge.ray_runner import EngineFactory, ray_score
 
+    source = input_source(source, kw)
     opts = parse_run_options(kw)
     rs = settings_from(RaySettings, kw)
 
@@ -41,6 +48,7 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
 
     s = ray_score(source, opts.judge, opts.engine, output, rs=rs, mapper=opts.mapper,
                   overwrite=opts.overwrite,
+                  rejudge_changed=opts.rejudge_changed,
                   engine_factory=EngineFactory(opts.engine, opts.server), on_batch=on_batch)
     if not quiet:
         click.echo(f"rmjudge ray-score: {s.files} file(s), {s.batches} batches "

@@ -10,12 +10,9 @@ from rmjudge.errors import DiskError
 
 
 def default_output(table: str) -> str:
-    stem = table
-    for ext in (".duckdb", ".parquet", ".jsonl", ".json"):
-        if stem.lower().endswith(ext):
-            stem = stem[: -len(ext)]
-            break
-    return f"{stem}.report.html"
+    from rmjudge.store import table_stem
+
+    return f"{table_stem(table)}.report.html"
 
 
 @click.command("report")

@@ -7,7 +7,7 @@ import sys
 import click
 
 from rmjudge.cli.common import engine_activity, make_progress, status
-from rmjudge.cli.mapping_options import build_mapper, label_options, label_settings, map_option
+from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
@@ -29,19 +29,8 @@ run_options = combine_options([
                  help="On resume, judge again the rows edited since they were judged, replacing "
                  "their verdicts (without it such a resume is refused)."),
     label_options,
-    click.option("--config", "hub_config", default=None, metavar="NAME",
-                 help="The config of a Hugging Face dataset input (hf://datasets/ORG/NAME)."),
-    click.option("--split", "hub_split", default=None, metavar="NAME",
-                 help="The split of a Hugging Face dataset input (hf://datasets/ORG/NAME, or a "
-                 "save_to_disk DatasetDict folder)."),
+    dataset_options,
 ])
-
-
-def input_source(source: str, kw: dict) -> str:
-    """INPUT with --config / --split applied (popped from kw); see rmjudge.io.huggingface."""
-    from rmjudge.io.huggingface import with_config_split
-
-    return with_config_split(source, kw.pop("hub_config"), kw.pop("hub_split"))
 
 
 @click.command("score")
@@ -90,19 +79,18 @@ def parse_run_options(kw: dict):
     `--overwrite` alone) the command has, popped from kw; bad values raise SettingsError.
     `score`, `eval` and `ray-score` share it."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.run import RunOptions, parse_shard, with_label_criteria
+    from rmjudge.run import make_run_options, parse_shard
 
     js = judge_settings(kw)
     es = engine_settings(kw)
-    labels = label_settings(kw)
-    js = with_label_criteria(js, labels.choice)
+    label_values, label_choice = kw.pop("label_values"), kw.pop("label_choice")
     mapping = parse_map(kw.pop("mapping"))
     run = {k: kw.pop(k) for k in ("limit", "commit_every", "overwrite", "rejudge_changed")
            if k in kw}
     if "shard" in kw:
         run["shard"] = parse_shard(kw.pop("shard"))
-    return RunOptions(js, es, build_mapper(mapping, js.seed, labels), server=server_settings(kw),
-                      **run)
+    return make_run_options(js, es, mapping, label_values, label_choice,
+                            server=server_settings(kw), **run)
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):
@@ -122,21 +110,19 @@ def judge_input(source: str, output: str | None, opts, quiet: bool = False, engi
 
 
 def judgment_lines(s, total: int) -> list[str]:
-    """The summary's lines about the judgment: rollout counts, the named metrics
-    (rmjudge.analysis.counts), and the run spec's resolved defaults in words."""
+    """The summary's lines about the judgment: the named metrics (rmjudge.analysis.counts),
+    whether the two orders agree, then the rollout counts."""
     from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
 
-    lines = []
-    counts = rollout_counts_line(s.rollout_counts)
-    if counts:
-        lines.append(f"  {counts}")
+    lines = [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
     if s.both_orders:
         lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
-    lines += [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
     if s.labelled and s.labelled < 0.95 * total:
         lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
                      "label (ties, or values the label mapping leaves unlabelled)")
-    lines += [f"  {note}" for note in s.notes]
+    counts = rollout_counts_line(s.rollout_counts)
+    if counts:
+        lines.append(f"  {counts}")
     return lines
 
 
@@ -164,13 +150,22 @@ def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str
     return out
 
 
-def render_summary(s) -> str:
+SUMMARY_WIDTH = 80
+
+
+def render_summary(s, width: int | None = None) -> str:
+    """The run's summary: what was judged and where it went, then the verdicts and the
+    metrics, then how the rollouts went and the speed, then errors and notes. Every line is
+    wrapped at word boundaries to `width` (the terminal's, at most SUMMARY_WIDTH), so a path or
+    a count is never split mid-word."""
     lines = [
         f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
-        f"errors {s.errors} in {s.wall_seconds:.1f}s -> {', '.join(s.files)}"
+        f"errors {s.errors} in {s.wall_seconds:.1f}s",
+        "  output: " + ", ".join(s.files),
+    ] if s.files else [
+        f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
+        f"errors {s.errors} in {s.wall_seconds:.1f}s"
     ]
-    if s.error_reasons:
-        lines += error_lines(s.error_reasons, s.error_rows)
     total = sum(s.verdicts.values())
     if total:
         lines.append("  verdicts: " + ", ".join(f"{k} {v}" for k, v in s.verdicts.items()))
@@ -181,4 +176,27 @@ def render_summary(s) -> str:
     if s.tokens_sent is not None:
         lines.append(f"  server cost: {s.tokens_sent} prompt tokens sent, {s.tokens_received} "
                      "tokens received")
-    return "\n".join(lines)
+    if s.error_reasons:
+        lines += error_lines(s.error_reasons, s.error_rows)
+    lines += [f"  {note}" for note in s.notes]
+    return "\n".join(wrap_lines(lines, width or summary_width()))
+
+
+def summary_width() -> int:
+    """The terminal's width, at most SUMMARY_WIDTH (80 when it cannot be told)."""
+    import shutil
+
+    return min(SUMMARY_WIDTH, shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns)
+
+
+def wrap_lines(lines: list[str], width: int) -> list[str]:
+    """Each line wrapped at spaces to `width`, continuation lines indented two spaces more
+    than the line's own indent; a word longer than the width (a path) stays whole."""
+    import textwrap
+
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line, width=max(width, 40), subsequent_indent=indent + "  ",
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return out

@@ -88,6 +88,20 @@ def sample_seed(seed: int, index: int) -> int:
     return int.from_bytes(h, "big") & 0x7FFFFFFF
 
 
+async def gather_all(aws) -> list:
+    """`asyncio.gather` of `aws` that, when one fails, cancels the others and waits for them
+    before raising (plain gather leaves them running: requests in flight after the run has
+    stopped, destroyed pending when the loop closes)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 def _common_prefix(texts: list[str]) -> str:
     if not texts:
         return ""
@@ -126,7 +140,9 @@ class ServerEngine:
                               f"({exc.reason}); check it and retry") from None
         except wire.ProtocolError as exc:
             self.close()
-            raise ServerError(f"the server at {self.url} {exc}") from None
+            raise ServerError(f"the server at {self.url} {exc}: it does not follow the OpenAI "
+                              "completions protocol; fix the server (or the proxy in front of "
+                              "it) and retry") from None
         except BaseException:
             self.close()
             raise
@@ -284,23 +300,16 @@ class ServerEngine:
                 return
             if self.share_prompt:  # one request of n samples per prompt: no priming needed
                 firsts = [(i, p) for i, s, p in members if s == 0]
-                await asyncio.gather(*(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
-                                       for i, p in firsts))  # type: ignore[arg-type]
+                await gather_all(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
+                                 for i, p in firsts)  # type: ignore[arg-type]
                 return
             if self.settings.prime and len(members) > 1 and self.endpoint == "completions":
                 prefix = _common_prefix([p for _, _, p in members])  # type: ignore[misc]
                 if prefix:
                     await self._prime(prefix)
-            await asyncio.gather(*(one(*m) for m in members))
+            await gather_all(one(*m) for m in members)
 
-        tasks = [asyncio.ensure_future(group(m)) for m in groups.values()]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        await gather_all(group(m) for m in groups.values())
         return out  # type: ignore[return-value]
 
     async def _prime(self, prefix: str | list[int]) -> None:
@@ -347,8 +356,7 @@ class ServerEngine:
                                      "choices")
         choices = sorted(choices, key=lambda c: c.get("index") if isinstance(
             c.get("index"), int) else 0)
-        return list(await asyncio.gather(*(self._read_choice(req, ch, prompt)
-                                           for ch in choices)))
+        return list(await gather_all(self._read_choice(req, ch, prompt) for ch in choices))
 
     async def _read_choice(self, req: GenRequest, ch: dict,
                            prompt: str | list[int] | None) -> Generation:
@@ -364,12 +372,11 @@ class ServerEngine:
             text = openai_chat.strip_prefix(text, req.assistant_prefix)
         finish = "length" if ch.get("finish_reason") == "length" else "stop"
         text = wire.restore_stop(text, finish, req.stop, ch)
-        lps = wire.token_logprobs(ch.get("logprobs"))
+        lps = wire.sampled_logprobs(ch.get("logprobs"))
         if lps is None:
             raise ServerError(f"the server at {self.url} returned no log-probabilities for a "
                               f"generation; enable them ({LOGPROB_FLAGS})")
-        gen = Generation(text=text, token_logprobs=[wire.logprob(x) for x in lps if x is not None],
-                         finish_reason=finish)
+        gen = Generation(text=text, token_logprobs=lps, finish_reason=finish)
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:

@@ -4,7 +4,9 @@
 
 - **Connection**: an asyncio event loop in a daemon thread runs an `httpx.AsyncClient`
   (`run(coro)` from any thread, even inside another loop); a semaphore bounds the requests in
-  flight (`--server-concurrency`). The API key is read from `RMJUDGE_API_KEY` and sent as a
+  flight (`--server-concurrency`). `close()` (also at interpreter exit) cancels and awaits what
+  is still in flight, closes the client and the loop, so a stopped run prints nothing after its
+  error line. The API key is read from `RMJUDGE_API_KEY` and sent as a
   bearer token, never stored; a query string in `--server` (an API version, a gateway's key) goes
   with every request, after the path rmjudge appends.
 - **Requests** (`request`): 429, 5xx, connection errors and timeouts are retried with exponential
@@ -26,6 +28,7 @@ import json
 import os
 import random
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -129,13 +132,24 @@ class Served:
 
 
 class EventLoop:
-    """An asyncio loop in a daemon thread: `run(coro)` from any thread, even inside a loop."""
+    """An asyncio loop in a daemon thread: `run(coro)` from any thread, even inside a loop.
+
+    `close()` ends it cleanly: every task still on it (requests a failed run left in flight,
+    backoff sleeps) is cancelled and awaited, the `closers` run (the HTTP client's), async
+    generators are finalised, then the loop stops and is closed. So nothing is left for the
+    garbage collector to report ("Task was destroyed but it is pending!") after the run's one
+    error line. It runs at interpreter exit too, for a loop nobody closed."""
+
+    DRAIN_SECONDS = 5.0  # a task that ignores cancellation does not hold the exit longer
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.closers: list = []  # coroutine functions run on close, after the tasks ended
         self.thread = threading.Thread(target=self.loop.run_forever, name="rmjudge-http",
                                        daemon=True)
         self.thread.start()
+        self._closed = weakref.finalize(self, _close_loop, self.loop, self.thread, self.closers,
+                                        self.DRAIN_SECONDS)
 
     def run(self, coro):
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -146,8 +160,39 @@ class EventLoop:
             raise
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
+        self._closed()
+
+
+async def _drain(loop: asyncio.AbstractEventLoop, closers: list) -> None:
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks(loop) if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for close in closers:
+        try:
+            await close()
+        except Exception:  # noqa: BLE001 - closing must not mask the run's own error
+            pass
+    await loop.shutdown_asyncgens()
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, closers: list,
+                wait: float) -> None:
+    """EventLoop.close (a finalizer: it holds no reference to the EventLoop)."""
+    if loop.is_closed() or not thread.is_alive():
+        return
+    if threading.current_thread() is thread:  # collected on the loop itself: cannot wait here
+        loop.stop()
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(_drain(loop, closers), loop).result(wait)
+    except Exception:  # noqa: BLE001 - a drain that fails or times out still stops the loop
+        pass
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=wait)
+    if not thread.is_alive():
+        loop.close()
 
 
 class ServerClient:
@@ -203,19 +248,13 @@ class ServerClient:
             limits=httpx.Limits(max_connections=k + 4, max_keepalive_connections=k + 4),
         )
         self._sem = asyncio.Semaphore(k)
-
-    async def _aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        self._loop.closers.append(self._client.aclose)  # type: ignore[union-attr]
 
     def close(self) -> None:
-        """Close the HTTP client and its thread (also done at interpreter exit)."""
+        """Cancel what is still in flight, close the HTTP client and its thread (also done at
+        interpreter exit); see EventLoop."""
         if self._loop is None:
             return
-        try:
-            self._loop.run(self._aclose())
-        except Exception:  # noqa: BLE001 - closing must not mask the original error
-            pass
         self._loop.close()
         self._loop = None
 

@@ -54,7 +54,8 @@ async def probe_endpoint(client: ServerClient, bodies: RequestBodies, top_logpro
         raise probe_error(client.url, exc) from None
     ch = wire.first_choice(out) or {}
     lp = ch.get("logprobs")
-    if not wire.token_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
+    # malformed ones raise ProtocolError (said as such, not as switched off)
+    if not wire.sampled_logprobs(lp) or len(wire.top_at(lp, 0)) < 2:
         raise ServerError(f"the server at {client.url} returns no log-probabilities, which "
                           f"rmjudge needs for confidences and forced verdicts; enable them "
                           f"({LOGPROB_FLAGS})")
@@ -77,7 +78,7 @@ async def probe_chat(client: ServerClient, bodies: RequestBodies, top_logprobs: 
                               "/v1/chat/completions; check --server") from None
         raise probe_error(client.url, exc) from None
     ch = wire.first_choice(out) or {}
-    if not wire.token_logprobs(ch.get("logprobs")):
+    if not wire.sampled_logprobs(ch.get("logprobs")):
         raise ServerError(f"the server at {client.url} returns no log-probabilities, which "
                           f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
     return "chat"

@@ -5,6 +5,7 @@ outside the protocol with `ProtocolError`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Any
@@ -24,12 +25,16 @@ async def read_capped(resp, cap: int) -> bytes:
                             f"{cap / 1e6:.0f} MB rmjudge reads for one request")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in resp.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            raise ProtocolError(f"sent a response of more than {cap / 1e6:.0f} MB to one request, "
-                                "more than any generation of --max-tokens can need")
-        chunks.append(chunk)
+    # closed here when the cap stops the read: left to the garbage collector, the body's async
+    # generator would be closed by a task of its own, which a closing loop then destroys
+    # pending ("Task was destroyed but it is pending!" below the error line)
+    async with contextlib.aclosing(resp.aiter_bytes()) as body:
+        async for chunk in body:
+            size += len(chunk)
+            if size > cap:
+                raise ProtocolError(f"sent a response of more than {cap / 1e6:.0f} MB to one "
+                                    "request, more than any generation of --max-tokens can need")
+            chunks.append(chunk)
     return b"".join(chunks)
 
 
@@ -82,37 +87,105 @@ def first_choice(out: dict) -> dict | None:
     return None
 
 
+def _shown(x: Any) -> str:
+    """A received value as the user sees it in a message: JSON, clipped."""
+    try:
+        text = json.dumps(x, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(x)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def malformed(what: str, x: Any) -> ProtocolError:
+    """The error for log-probabilities that are present but not as the protocol has them."""
+    return ProtocolError(f"returned malformed log-probabilities ({what}: {_shown(x)})")
+
+
 def logprob(x: Any) -> float:
-    """A log-probability from a response: a JSON number (not NaN), else `ProtocolError`."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
-        raise ProtocolError(f"returned a log-probability that is not a number: {str(x)[:40]!r}")
+    """A log-probability from a response: a finite JSON number, else `ProtocolError` (NaN and
+    infinities are no JSON; a lenient parser reads `NaN`, `Infinity` or `1e999` as them)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise malformed("a log-probability that is not a number", x)
     return float(x)
 
 
-def token_logprobs(lp: Any) -> list[float | None] | None:
-    """Sampled tokens' log-probabilities from either logprobs format, or None when absent."""
+def token_logprobs(lp: Any) -> list | None:
+    """Sampled tokens' log-probabilities as received, from either logprobs format, or None when
+    absent; not checked (for counting tokens; `sampled_logprobs` checks them)."""
     if not isinstance(lp, dict):
         return None
     if isinstance(lp.get("token_logprobs"), list):  # legacy completions (vLLM, llama-cpp-python)
         return lp["token_logprobs"]
     if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
-        return [c.get("logprob") for c in lp["content"] if isinstance(c, dict)]
+        return [c.get("logprob") if isinstance(c, dict) else c for c in lp["content"]]
     return None
 
 
-def top_at(lp: Any, i: int) -> dict[str, float]:
-    """token -> log-probability of the alternatives at generated position i."""
+def sampled_logprobs(lp: Any) -> list[float] | None:
+    """The sampled tokens' log-probabilities of a choice's `logprobs`: None when the server sent
+    none (no `logprobs`, or neither `token_logprobs` nor `content`: they are switched off),
+    `ProtocolError` when it sent them in another shape (a string, nested lists, a value that is
+    no finite number): a broken server or proxy, not a setting. A null entry (the first token
+    of an echoed prompt) is skipped."""
+    if lp is None:
+        return None
     if not isinstance(lp, dict):
+        raise malformed("`logprobs` is not an object", lp)
+    legacy, content = lp.get("token_logprobs"), lp.get("content")
+    if legacy is None and content is None:
+        return None
+    if legacy is not None:
+        if not isinstance(legacy, list):
+            raise malformed("`token_logprobs` is not a list", legacy)
+        return [logprob(x) for x in legacy if x is not None]
+    if not isinstance(content, list):
+        raise malformed("`content` is not a list", content)
+    out = []
+    for c in content:
+        if not isinstance(c, dict):
+            raise malformed("a `content` entry is not an object", c)
+        if c.get("logprob") is not None:
+            out.append(logprob(c["logprob"]))
+    return out
+
+
+def top_at(lp: Any, i: int) -> dict[str, float]:
+    """token -> log-probability of the alternatives at generated position i ({} when the
+    server sent none there); `ProtocolError` when they are not in the protocol's shape."""
+    if lp is None:
         return {}
+    if not isinstance(lp, dict):
+        raise malformed("`logprobs` is not an object", lp)
     top = lp.get("top_logprobs")
-    if isinstance(top, list) and len(top) > i and isinstance(top[i], dict):
+    if top is not None:
+        if not isinstance(top, list):
+            raise malformed("`top_logprobs` is not a list", top)
+        if len(top) <= i or top[i] is None:
+            return {}
+        if not isinstance(top[i], dict):
+            raise malformed("a `top_logprobs` entry is not an object", top[i])
         return {str(k): logprob(v) for k, v in top[i].items() if v is not None}
     content = lp.get("content")
-    if isinstance(content, list) and len(content) > i and isinstance(content[i], dict):
-        alts = content[i].get("top_logprobs") or []
-        return {str(a["token"]): logprob(a["logprob"]) for a in alts
-                if isinstance(a, dict) and "token" in a and a.get("logprob") is not None}
-    return {}
+    if content is None:
+        return {}
+    if not isinstance(content, list):
+        raise malformed("`content` is not a list", content)
+    if len(content) <= i:
+        return {}
+    if not isinstance(content[i], dict):
+        raise malformed("a `content` entry is not an object", content[i])
+    alts = content[i].get("top_logprobs")
+    if alts is None:
+        return {}
+    if not isinstance(alts, list):
+        raise malformed("`top_logprobs` is not a list", alts)
+    out = {}
+    for a in alts:
+        if not isinstance(a, dict):
+            raise malformed("a `top_logprobs` entry is not a {token, logprob} object", a)
+        if "token" in a and a.get("logprob") is not None:  # as before: an entry without a
+            out[str(a["token"])] = logprob(a["logprob"])    # token names no choice
+    return out
 
 
 def choice_logprobs(top: dict[str, float], c1: str, c2: str) -> tuple[float, float] | None:

@@ -11,7 +11,10 @@ standard library, zstd through the `zstandard` package), and the ordinary JSONL 
 each line. A compressed CSV goes through the CSV reader the same way.
 
 The codec is recognised by the file's magic bytes, not its name: a gzip file named `x.jsonl`
-is read like `x.jsonl.gz`, and a `.gz` name on a plain file does no harm. A file damaged
+is read like `x.jsonl.gz`, and a `.gz` name on plain JSON Lines does no harm. A file named for a
+codec whose bytes are neither that codec's (no magic bytes) nor JSON Lines (an HTML error page
+saved by a failed download, another compressor's output, plain CSV) is refused as "not gzip
+data", with its first bytes and the fix, never guessed at (files.py). A file damaged
 part-way keeps the rows before the damage; `SafeLines` records the error so the reader can end
 with one error row saying so.
 
@@ -59,6 +62,15 @@ def sniff(head: bytes) -> str | None:
     for codec, magic in MAGIC.items():
         if head.startswith(magic):
             return codec
+    return None
+
+
+def named_codec(name: str) -> tuple[str, str] | None:
+    """(suffix, codec) when `name` ends with a codec suffix ('x.jsonl.zst' -> ('.zst', 'zst'))."""
+    lower = name.lower()
+    for suffix, codec in SUFFIXES.items():
+        if lower.endswith(suffix):
+            return name[-len(suffix):], codec
     return None
 
 

@@ -13,7 +13,8 @@ becomes one error row. A file is refused as binary only when its first 4 KB do n
 text at all (over 30% control bytes or invalid UTF-8, e.g. an image or random bytes), or when it
 is UTF-16/UTF-32 or a ZIP archive, each with the command that fixes it. Compressed files are
 recognised by their magic bytes whatever their name, so a gzip file named `x.jsonl` is read
-like `x.jsonl.gz`.
+like `x.jsonl.gz`; a file named `x.jsonl.gz` without gzip's magic bytes is read when it is plain
+JSON Lines and otherwise refused as "not gzip data" (`_not_compressed`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def file_format(path: str) -> str:
         return "parquet"
     codec = compressed.sniff(head)
     if codec is None:
+        named = compressed.named_codec(lower)
+        if named is not None:
+            return _not_compressed(path, head, *named)
         return _text_format(path, lower, head)
     inner = compressed.strip_suffix(lower)
     if inner.endswith(".parquet"):
@@ -72,6 +76,25 @@ def file_format(path: str) -> str:
                          f"pages, so decompress it ({compressed.TOOLS[codec]} -d {path}) and "
                          "give the .parquet")
     return _text_format(path, inner, compressed.read_head(path, codec, HEAD_BYTES)) + "." + codec
+
+
+def _not_compressed(path: str, head: bytes, suffix: str, codec: str) -> str:
+    """A file named for `codec` (x.jsonl.gz) whose first bytes are not that codec's: plain JSON
+    Lines is read as it is (the name does no harm); anything else is refused as not being
+    `codec` data, since what it is (a saved error page, another compressor, plain CSV) cannot
+    be told safely."""
+    from rmjudge.io import compressed
+
+    stripped = head.removeprefix(UTF8_BOM).lstrip()
+    if not stripped or stripped.startswith(b"{"):
+        return "jsonl"
+    tool = compressed.TOOLS[codec]
+    magic = compressed.MAGIC[codec].hex(" ")
+    plain = path[: -len(suffix)]
+    raise InputError(f"{path} is not {tool} data: it starts with {head[:12]!r}, not {tool}'s "
+                     f"magic bytes {magic} (a failed download or another compressor?); "
+                     f"download or compress it again ({tool} -k {plain}), or if it is plain "
+                     f"text, rename it to {plain}")
 
 
 def _text_format(path: str, lower: str, head: bytes) -> str:

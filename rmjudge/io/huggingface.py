@@ -53,7 +53,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, quote, unquote
 
@@ -130,6 +130,24 @@ def hub_uri(repo: str, revision: str | None, config: str | None, split: str | No
     query = "&".join(f"{k}={quote(v, safe='-_.~')}"
                      for k, v in (("config", config), ("split", split)) if v)
     return text + ("?" + query if query else "")
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """`--config` / `--split`: which config and split of a Hugging Face dataset input to read
+    (every command that reads an input dataset has both, generated from these fields)."""
+
+    hub_config: str | None = field(default=None, metadata={
+        "option": "--config", "metavar": "NAME",
+        "help": "The config of a Hugging Face dataset input (hf://datasets/ORG/NAME)."})
+    hub_split: str | None = field(default=None, metadata={
+        "option": "--split", "metavar": "NAME",
+        "help": "The split of a Hugging Face dataset input (hf://datasets/ORG/NAME, or a "
+                "save_to_disk DatasetDict folder)."})
+
+    def apply(self, source: str) -> str:
+        """`source` with these applied (`with_config_split`)."""
+        return with_config_split(source, self.hub_config, self.hub_split)
 
 
 def with_config_split(source: str, config: str | None, split: str | None) -> str:

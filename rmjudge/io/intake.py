@@ -81,7 +81,7 @@ def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
 def checked_rows(source: str, mapper: Mapper, limit: int | None = None) -> Iterator[RawRow]:
     """The raw rows of `source`; labels that need `--label-values` stop here, before anything
     is judged (`check_labels` over the first rows, at most `limit`), unless the mapper reads no
-    labels (`read_labels=False`: merge's id check)."""
+    labels (`read_labels=False`: merge's input check of shards that recorded no label options)."""
     from rmjudge.io.mapping import check_labels
     from rmjudge.io.readers import read_rows
 
@@ -102,9 +102,11 @@ def input_identity(source: str, first: RawRow | None) -> dict | None:
 
     blob = jsontext.dumps(first.obj, sort_keys=True).encode() \
         if first.obj is not None else (first.raw or "").encode()
+    fingerprint = hashlib.blake2b(blob, digest_size=16).hexdigest()
+    if not isinstance(source, str):  # rows held in Python (rmjudge.io.memory): no path
+        return {"source": str(source), "fingerprint": fingerprint}
     name = source if source == "-" or "://" in source else os.path.abspath(source)
-    return {"source": name, "fingerprint": hashlib.blake2b(blob, digest_size=16).hexdigest(),
-            **(resolved_revision(source) or {})}
+    return {"source": name, "fingerprint": fingerprint, **(resolved_revision(source) or {})}
 
 
 class ChangedRows(UserError):

@@ -41,7 +41,7 @@ LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging
 
 def parse_map(spec: str | None) -> dict[str, str]:
     """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}; a malformed
-    spec raises SettingsError."""
+    spec (an unknown or repeated key, an entry without `=column`) raises SettingsError."""
     out: dict[str, str] = {}
     if not spec:
         return out
@@ -54,6 +54,9 @@ def parse_map(spec: str | None) -> dict[str, str]:
             raise SettingsError(f"--map entry {part!r} must look like key=column")
         if key not in MAP_KEYS:
             raise SettingsError(f"--map key {key!r} is not one of {', '.join(MAP_KEYS)}")
+        if key in out:  # the later one would silently win: say which column was meant
+            raise SettingsError(f"--map names {key}= twice ({key}={out[key]}, {key}={col}); "
+                                f"give each key once")
         out[key] = col
     if ("a" in out or "b" in out) and ("chosen" in out or "rejected" in out):
         raise SettingsError("--map takes either a=/b= (with label=) or chosen=/rejected=, not both")
@@ -78,13 +81,17 @@ class Mapper:
     `mapping`: `--map` columns. `seed`: decides the slot of `chosen` in chosen/rejected data.
     `label_values`: a parsed `--label-values` (or its text). `label_choice`: `--label`, which
     label column to read (PKU-SafeRLHF: better|safer; otherwise a column name).
-    `read_labels=False`: for callers that need only ids (merge's input check); a label value
+    `read_labels=False`: for callers that read stores' inputs back (merge's input check of shards
+    that recorded no label options); a label value
     without a meaning is then left unlabelled instead of stopping the run.
+    `blank_responses=True`: an empty or whitespace-only response is judged like any other
+    (`rmjudge bench`, whose benchmarks decide which rows they keep), not refused as empty.
     """
 
     def __init__(self, mapping: dict[str, str] | None = None, seed: int = 0, *,
                  label_values: LabelValues | str | None = None,
-                 label_choice: str | None = None, read_labels: bool = True) -> None:
+                 label_choice: str | None = None, read_labels: bool = True,
+                 blank_responses: bool = False) -> None:
         self.mapping = dict(mapping or {})
         self.seed = seed
         if isinstance(label_values, str):
@@ -92,6 +99,7 @@ class Mapper:
         self.label_values = label_values
         self.label_choice = label_choice
         self.read_labels = read_labels
+        self.blank_responses = blank_responses
         self.checked = False  # check_labels vetted the label values of the first rows
         self._schema: Schema | None = None
 
@@ -110,6 +118,7 @@ class Mapper:
         """The input's schema, recognized from the first row that fits one, then kept."""
         if self._schema is None:
             self._schema = detect(obj, self.mapping, self.label_values, self.label_choice)
+            self._schema.blank_responses = self.blank_responses
         return self._schema
 
     def to_pair(self, row_number: int, obj: dict[str, Any]) -> Pair:

@@ -83,8 +83,10 @@ def prompt_messages(value: Any, col: str) -> tuple[Message, ...]:
     raise RowError(f"field {col!r} must be a string or a list of messages, got {type_name(value)}")
 
 
-def response_text(value: Any, col: str) -> str:
-    """A response: a string, a message object, or a conversation ending in the answer."""
+def response_text(value: Any, col: str, *, blank: bool = False) -> str:
+    """A response: a string, a message object, or a conversation ending in the answer.
+    `blank`: an empty or whitespace-only answer is a response too (benchmarks whose authors
+    score such answers: `rmjudge bench`), not an empty field."""
     if isinstance(value, list) and value and isinstance(value[-1], dict):
         last = message(value[-1], f"field {col!r}: message {len(value) - 1}")
         if last["role"] not in ("assistant", "model", "gpt", "bot"):
@@ -95,7 +97,7 @@ def response_text(value: Any, col: str) -> str:
         value = message(value, f"field {col!r}")["content"]
     if not isinstance(value, str):
         raise RowError(f"field {col!r} must be a string, got {type_name(value)}")
-    if not value.strip():
+    if not value.strip() and not blank:
         raise RowError(f"field {col!r} is empty")
     return value
 

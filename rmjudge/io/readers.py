@@ -22,6 +22,7 @@ from typing import BinaryIO, Iterator
 from rmjudge.io.files import (JSONL_SUFFIXES, KNOWN_FORMS, RAW_LIMIT,  # noqa: F401  (re-exported)
                               count_file, damaged_row, file_format, read_csv_lines, read_file,
                               read_duckdb_table, read_jsonl, read_parquet)
+from rmjudge.io.memory import MemoryInput
 from rmjudge.io.rows import InputError, RawRow  # noqa: F401  (re-exported)
 
 
@@ -34,12 +35,15 @@ def split_duckdb_source(source: str) -> tuple[str, str] | None:
     return None
 
 
-def detect_format(source: str) -> str:
+def detect_format(source: "str | MemoryInput") -> str:
     """What `source` is, checked enough to fail before any work starts.
 
-    'jsonl' | 'parquet' | 'csv' | 'duckdb' | 'shards' | 'hf-hub' | 'hf-disk', and for a
-    compressed file the inner format with the codec: 'jsonl.gz', 'jsonl.zst', 'csv.bz2', ...
+    'jsonl' | 'parquet' | 'csv' | 'duckdb' | 'shards' | 'hf-hub' | 'hf-disk', for a
+    compressed file the inner format with the codec: 'jsonl.gz', 'jsonl.zst', 'csv.bz2', ...,
+    and 'memory' for rows held in Python (`rmjudge.io.memory`).
     """
+    if isinstance(source, MemoryInput):
+        return "memory"
     if source == "-":
         return "jsonl"
     from rmjudge.io import huggingface, shards
@@ -65,10 +69,12 @@ def detect_format(source: str) -> str:
     return file_format(source)
 
 
-def read_rows(source: str, stdin: BinaryIO | None = None) -> Iterator[RawRow]:
+def read_rows(source: "str | MemoryInput", stdin: BinaryIO | None = None) -> Iterator[RawRow]:
     """Rows of any supported source. Raises InputError for whole-input problems."""
     fmt = detect_format(source)
-    if source == "-":
+    if isinstance(source, MemoryInput):
+        yield from source.rows()
+    elif source == "-":
         yield from _read_stdin(stdin or sys.stdin.buffer)
     elif fmt == "hf-hub":
         from rmjudge.io import huggingface
@@ -122,11 +128,13 @@ def _read_stdin(stream: BinaryIO) -> Iterator[RawRow]:
         yield error
 
 
-def count_rows(source: str) -> int | None:
+def count_rows(source: "str | MemoryInput") -> int | None:
     """Rows in the input, when cheap to know (for the progress total); None otherwise.
 
     For line-based files this counts lines (blank ones included), decompressing if need be.
     """
+    if isinstance(source, MemoryInput):
+        return source.count
     if source == "-":
         return None
     try:

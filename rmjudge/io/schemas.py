@@ -68,6 +68,7 @@ class Schema:
     title = ""
     label_column: str | None = None
     label_meaning = ""
+    blank_responses = False  # an empty or whitespace-only response is judged (Mapper's choice)
 
     def __init__(self, values: LabelValues | None = None) -> None:
         self.values = values  # --label-values: overrides the published meaning
@@ -135,8 +136,10 @@ class _ThreeColumns(Schema):
 
     def read(self, obj: dict) -> Reading:
         messages = prompt_messages(_need(obj, self.prompt_col, self.name), self.prompt_col)
-        a = response_text(_need(obj, self.a_col, self.name), self.a_col)
-        b = response_text(_need(obj, self.b_col, self.name), self.b_col)
+        a = response_text(_need(obj, self.a_col, self.name), self.a_col,
+                          blank=self.blank_responses)
+        b = response_text(_need(obj, self.b_col, self.name), self.b_col,
+                          blank=self.blank_responses)
         label = self.label(obj)
         return Reading(messages, a, b, label, {self.prompt_col, self.a_col, self.b_col,
                                                self.label_column})
@@ -312,8 +315,8 @@ class ChosenRejected(_Generic):
             messages = prompt_messages(obj[p_col], p_col)
             used.add(p_col)
             messages = self._history(messages, obj[p_col], chosen, rejected, c_col, r_col)
-            good = response_text(chosen, c_col)
-            bad = response_text(rejected, r_col)
+            good = response_text(chosen, c_col, blank=self.blank_responses)
+            bad = response_text(rejected, r_col, blank=self.blank_responses)
         return Reading(messages, good, bad, None, used, chosen_rejected=True)
 
     @staticmethod
@@ -419,8 +422,8 @@ class ResponseAB(_Generic):
         if p_col is None:
             raise self.missing(obj, "prompt column (prompt, question, instruction, ...)")
         messages = prompt_messages(obj[p_col], p_col)
-        a = response_text(obj[a_col], a_col)
-        b = response_text(obj[b_col], b_col)
+        a = response_text(obj[a_col], a_col, blank=self.blank_responses)
+        b = response_text(obj[b_col], b_col, blank=self.blank_responses)
         used = {p_col, a_col, b_col}
         if self.label_column is not None and self.label_column in obj:
             used.add(self.label_column)

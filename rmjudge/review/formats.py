@@ -11,6 +11,14 @@ reads back.
 Labels: A, B or tie, read case-insensitively from `A`/`B`/`tie`, `Response 1`/`Response 2`/`Tie`,
 `response_1`/`response_2`, `1`/`2`; Label Studio's pairwise `left`/`right` are Response 1/2.
 Response 1 is always the store's slot A.
+
+The CSV is RFC 4180 (records end with CRLF; a cell holding a comma, a quote, a CR or a LF is
+quoted), so every text, control characters included, reads back as written. A text cell that a
+spreadsheet would run as a formula (its first character one of `FORMULA_START`: `=` `+` `-` `@`,
+tab, CR, LF, NUL and the full-width `＝` `＋` `－` `＠`; OWASP's CSV-injection advice) is written with
+one `'` before it, and so is a text that starts with `'` itself; import takes exactly one leading
+`'` off every cell, so the texts come back unchanged (`neutralize_cell`, `restore_cell`).
+Numbers are written as numbers (a negative number is no formula).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 from dataclasses import dataclass
 from xml.sax.saxutils import quoteattr
 
@@ -44,6 +53,22 @@ def normalize_label(value) -> str | None:
 
 # -- export -----------------------------------------------------------------------------------
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\x00", "\uff1d", "\uff0b", "\uff0d",
+                 "\uff20")
+ESCAPE = "'"
+
+
+def neutralize_cell(text: str) -> str:
+    """A text as a review.csv cell: one `'` before a text a spreadsheet would run as a formula,
+    and before one starting with `'` (so that `restore_cell` takes exactly one off)."""
+    return ESCAPE + text if text.startswith((*FORMULA_START, ESCAPE)) else text
+
+
+def restore_cell(text: str) -> str:
+    """A review.csv cell as the text it was exported from (`neutralize_cell` undone)."""
+    return text[1:] if text.startswith(ESCAPE) else text
+
+
 def _cell(v) -> str:
     if v is None:
         return ""
@@ -51,13 +76,18 @@ def _cell(v) -> str:
         return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:.4f}"
-    return str(v)
+    if isinstance(v, int):
+        return str(v)
+    return neutralize_cell(str(v))
 
 
 def csv_bytes(rows: list[dict]) -> bytes:
     buf = io.StringIO(newline="")
     if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        # CRLF records: the csv module quotes a cell holding any character of the line
+        # terminator, so a lone CR in a text is quoted too (with "\n" it was not, and a reader
+        # split the record there)
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\r\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: _cell(v) for k, v in r.items()})
@@ -245,26 +275,46 @@ def _flat(where: str, row: dict, errors: list, fmt: str) -> Label | None | bool:
                  where)
 
 
+CSV_FIELD_LIMIT = 2**31 - 1  # a response may be far longer than the csv module's 128 KiB default
+
+
 def _csv(path: str) -> Parsed:
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, CSV_FIELD_LIMIT))
+    try:
+        return _csv_rows(path)
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_rows(path: str) -> Parsed:
     labels, errors, unlabelled = [], [], 0
     # utf-8-sig: spreadsheets (Excel) save CSV with a byte-order mark before the header
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
-        reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        if "human_label" not in fields or not ({"id", "pair_id"} & set(fields)):
-            raise LabelFileError(f"{path} has no `id` and `human_label` columns: give the "
-                                 "review.csv written by `rmjudge review export`, with "
-                                 "human_label filled in")
-        for row in reader:
-            where = f"line {reader.line_num}"
-            if None in row:
-                errors.append((where, f"{len(row[None])} more cells than the header has columns"))
-                continue
-            got = _flat(where, row, errors, "csv")
-            if got is False:
-                unlabelled += 1
-            elif got is not None:
-                labels.append(got)
+        # Python 3.10's csv module refuses NUL; a NUL in a text cell is no part of a label
+        lines = f if sys.version_info >= (3, 11) else (x.replace("\0", "\ufffd") for x in f)
+        reader = csv.DictReader(lines)
+        try:
+            fields = reader.fieldnames or []
+            if "human_label" not in fields or not ({"id", "pair_id"} & set(fields)):
+                raise LabelFileError(f"{path} has no `id` and `human_label` columns: give the "
+                                     "review.csv written by `rmjudge review export`, with "
+                                     "human_label filled in")
+            for row in reader:
+                where = f"line {reader.line_num}"
+                if None in row:
+                    errors.append((where, f"{len(row[None])} more cells than the header has "
+                                          "columns"))
+                    continue
+                row = {k: v if v is None else restore_cell(v) for k, v in row.items()}
+                got = _flat(where, row, errors, "csv")
+                if got is False:
+                    unlabelled += 1
+                elif got is not None:
+                    labels.append(got)
+        except csv.Error as exc:
+            raise LabelFileError(f"{path} line {reader.line_num} is not CSV ({exc}); save the "
+                                 "file again as CSV (comma-separated, UTF-8)") from None
     return Parsed(labels, errors, unlabelled, "csv")
 
 

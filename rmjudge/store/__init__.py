@@ -13,7 +13,9 @@ Every public name is importable from `rmjudge.store` itself.
 
 from __future__ import annotations
 
-from rmjudge.store.assemble import NewStore, import_batches, import_stores, write_batch
+from rmjudge.store.assemble import (BATCH_COLUMNS, NewStore, batch_columns, batch_judged,
+                                    import_batches, import_stores, load_batch, recover_batches,
+                                    write_batch)
 from rmjudge.store.bulk import (
     column_types,
     delete_in,
@@ -23,11 +25,15 @@ from rmjudge.store.bulk import (
 )
 from rmjudge.store.files import (
     LEAVE_FIX,
+    PlatformError,
     StoreBusyError,
     StoreError,
+    TempDir,
     check_exports_not_busy,
     check_not_busy,
+    check_platform,
     check_writable_target,
+    clean_folder_temps,
     clean_stale_temps,
     disk_error,
     file_head,
@@ -39,16 +45,19 @@ from rmjudge.store.files import (
     remove_export,
     remove_file,
     remove_tree,
+    replace_dir,
     replace_file,
     write_file,
     write_json,
+    write_lines,
     write_once,
     write_produced,
     write_query_file,
     write_rows_file,
 )
 from rmjudge.store.outputs import OutputError, check_output, check_output_is_not_input, guard_output
-from rmjudge.store.paths import export_files, legacy_store_path, output_format, sidecar, store_path
+from rmjudge.store.paths import (export_files, legacy_store_path, output_format, sidecar,
+                                 store_path, table_stem)
 from rmjudge.store.run_store import Store
 from rmjudge.store.schema import (
     CORE_TABLES,
@@ -71,6 +80,7 @@ from rmjudge.store.schema import (
 )
 
 __all__ = [
+    "BATCH_COLUMNS",
     "CORE_TABLES",
     "ERROR_COLUMNS",
     "FAILED",
@@ -82,6 +92,7 @@ __all__ = [
     "NewStore",
     "OutputError",
     "PAIR_COLUMNS",
+    "PlatformError",
     "RESUME_FIX",
     "RUNNING",
     "RUN_COLUMNS",
@@ -90,11 +101,16 @@ __all__ = [
     "Store",
     "StoreBusyError",
     "StoreError",
+    "TempDir",
+    "batch_columns",
+    "batch_judged",
     "check_exports_not_busy",
     "check_not_busy",
     "check_output",
     "check_output_is_not_input",
+    "check_platform",
     "check_writable_target",
+    "clean_folder_temps",
     "clean_stale_temps",
     "column_types",
     "delete_in",
@@ -111,6 +127,7 @@ __all__ = [
     "is_duckdb_file",
     "is_rmjudge_store",
     "legacy_store_path",
+    "load_batch",
     "make_dir",
     "missing_core_tables",
     "not_a_store_message",
@@ -118,15 +135,19 @@ __all__ = [
     "output_format",
     "place_copy",
     "place_dir",
+    "recover_batches",
     "remove_export",
     "remove_file",
     "remove_tree",
+    "replace_dir",
     "replace_file",
     "sidecar",
     "store_path",
+    "table_stem",
     "write_batch",
     "write_file",
     "write_json",
+    "write_lines",
     "write_once",
     "write_produced",
     "write_query_file",

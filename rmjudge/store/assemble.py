@@ -7,6 +7,7 @@ error row with the reason `rmjudge.io.intake` gives a duplicate id.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 import orjson
@@ -26,10 +27,13 @@ from rmjudge.store.files import (
     remove_file,
     remove_tree,
     replace_file,
+    swap_dir,
+    write_json,
     write_query_file,
 )
 from rmjudge.store.run_store import Store
-from rmjudge.store.schema import PAIR_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, human_labels_ddl
+from rmjudge.store.schema import (PAIR_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, human_labels_ddl,
+                                   wider)
 
 
 def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
@@ -112,10 +116,43 @@ def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
             con.execute(f"DETACH {quote_ident(a)}")
     return counts  # type: ignore[return-value]
 
+BATCH_COLUMNS = "columns.json"  # a batch's passthrough columns: input key, column, type
+
+
+def batch_columns(folder: str) -> list[tuple[str, str, str]] | None:
+    """The passthrough columns of the batch `folder` as (input key, column, type), in the order
+    its rows first held the keys; None for a folder without the record (a batch written by
+    0.7, or the jury's): its columns are then taken by name with their Parquet types."""
+    path = os.path.join(folder, BATCH_COLUMNS)
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return [tuple(c) for c in orjson.loads(f.read())]  # type: ignore[misc]
+
+
+def _parquet_types(con, path: str) -> dict[str, str]:
+    return {r[0]: r[1] for r in con.execute(
+        f"DESCRIBE SELECT * FROM read_parquet({sql_literal(path)})").fetchall()}
+
+
+def _batch_plan(store: Store, con, folder: str) -> list[tuple[str, str, str]]:
+    """The passthrough columns of a batch as (its column, the store's column, its type): by
+    input key through the store's column map, as `Store.commit` names them, so keys that
+    differ only by case stay apart across batches as they do in one run."""
+    core = {c.lower() for c, _ in PAIR_COLUMNS}
+    recorded = batch_columns(folder)
+    if recorded is None:
+        types = _parquet_types(con, os.path.join(folder, "pairs.parquet"))
+        recorded = [(c, c, t) for c, t in types.items() if c.lower() not in core]
+    return [(col, store.column_for(key), typ) for key, col, typ in recorded]
+
+
 def import_batches(store: Store, batch_dir: str, runs: list[dict]) -> tuple[int, int, int]:
     """Copy the Parquet batches of a Ray run (`batch_dir/*/{pairs,samples,errors}.parquet`)
-    in; a later duplicate of a pair id across batches goes to `errors`. Returns (pairs,
-    errors, duplicates)."""
+    in. Passthrough columns keep their types and are matched by input key (`BATCH_COLUMNS`),
+    widened across batches as one run widens them (BIGINT -> DOUBLE -> VARCHAR, any other mix
+    -> VARCHAR), and the key -> column map is saved as a run saves it. A later duplicate of a
+    pair id across batches goes to `errors`. Returns (pairs, errors, duplicates)."""
     con = store.con
     have = [d for d in sorted(os.listdir(batch_dir)) if not d.startswith(".")]
     dups = 0
@@ -126,29 +163,54 @@ def import_batches(store: Store, batch_dir: str, runs: list[dict]) -> tuple[int,
     def statements(con) -> None:
         nonlocal dups
         if have:
-            con.execute(f"CREATE TEMP VIEW bp AS SELECT *, row_number() OVER (PARTITION BY id "
-                        f"ORDER BY row_number) AS _rank FROM read_parquet({glob('pairs')}, "
-                        "union_by_name = true, filename = '_file')")
-            cols = [r[0] for r in con.execute("DESCRIBE bp").fetchall()
-                    if r[0] not in ("_file", "_rank")]
-            store.add_columns(cols, con)
-            sel = ", ".join(quote_ident(c) for c in cols)
-            con.execute(f"INSERT INTO pairs ({sel}) SELECT {sel} FROM bp WHERE _rank = 1 "
-                        "ORDER BY row_number")
+            folders = [os.path.join(batch_dir, d) for d in have]
+            plans = [_batch_plan(store, con, f) for f in folders]
+            final: dict[str, str] = {}
+            for plan in plans:
+                for _, dest, typ in plan:
+                    final[dest] = wider(final[dest], typ) if dest in final else typ
+            for dest, typ in final.items():
+                now = store.column_type(dest)
+                if now is None:
+                    store.add_columns({dest: typ}, con)
+                elif wider(now, typ) != now:
+                    store.widen(con, dest, wider(now, typ))
+            # which copy of a pair id is kept: the first by row number, whichever batch
+            files = ", ".join(sql_literal(os.path.join(f, "pairs.parquet")) for f in folders)
+            con.execute(f"""CREATE TEMP TABLE batch_ids AS SELECT id, row_number, run_id,
+                parse_dirpath(_file) AS dir, row_number() OVER (PARTITION BY id
+                ORDER BY row_number) AS _rank
+                FROM read_parquet([{files}], union_by_name = true, filename = '_file')""")
+            groups: dict[tuple, list[str]] = {}  # batches alike: read together
+            for folder, plan in zip(folders, plans):
+                groups.setdefault(tuple(plan), []).append(folder)
+            core = [c for c, _ in PAIR_COLUMNS]
+            for plan, members in groups.items():
+                dest = core + [d for _, d, _ in plan]
+                src = [f"t.{quote_ident(c)}" for c in core] + [
+                    f"CAST(t.{quote_ident(c)} AS {store.column_type(d)})" for c, d, _ in plan]
+                paths = ", ".join(sql_literal(os.path.join(f, "pairs.parquet")) for f in members)
+                con.execute(f"""INSERT INTO pairs ({', '.join(quote_ident(c) for c in dest)})
+                    SELECT {', '.join(src)} FROM read_parquet([{paths}], filename = '_file') t
+                    WHERE NOT EXISTS (SELECT 1 FROM batch_ids b WHERE b._rank > 1
+                        AND b.id = t.id AND b.dir = parse_dirpath(t._file))
+                    ORDER BY t.row_number""")
             con.execute(f"""INSERT INTO samples BY NAME
                 SELECT s.* EXCLUDE (_file) FROM read_parquet({glob("samples")},
                     filename = '_file') s
-                JOIN bp ON bp.id = s.pair_id AND bp._rank = 1
-                 AND parse_dirpath(bp._file) = parse_dirpath(s._file)""")
+                WHERE NOT EXISTS (SELECT 1 FROM batch_ids b WHERE b._rank > 1
+                    AND b.id = s.pair_id AND b.dir = parse_dirpath(s._file))""")
             con.execute(f"INSERT INTO errors BY NAME SELECT * FROM read_parquet({glob('errors')})")
             later = con.execute("""SELECT d.row_number, d.id, f.row_number, d.run_id
-                FROM bp d JOIN bp f ON f.id = d.id AND f._rank = 1 WHERE d._rank > 1
-                ORDER BY d.row_number""").fetchall()
+                FROM batch_ids d JOIN batch_ids f ON f.id = d.id AND f._rank = 1
+                WHERE d._rank > 1 ORDER BY d.row_number""").fetchall()
+            con.execute("DROP TABLE batch_ids")
             if later:
                 insert_rows(con, "errors", [[rn, pid, duplicate_reason(rn, pid, first), run_id]
                                             for rn, pid, first, run_id in later],
                             ["row_number", "id", "reason", "run_id"])
             dups = len(later)
+            store.save_column_map(con)
         for r in runs:
             cols = [c for c, _ in RUN_COLUMNS if r.get(c) is not None]
             con.execute(f"INSERT INTO runs ({', '.join(quote_ident(c) for c in cols)}) "
@@ -159,12 +221,47 @@ def import_batches(store: Store, batch_dir: str, runs: list[dict]) -> tuple[int,
     n_err = con.execute("SELECT count(*) FROM errors").fetchone()[0]
     return n_pairs, n_err, dups
 
+
+def batch_judged(folder: str) -> dict[str, tuple[int, str | None]]:
+    """{pair id: (row number, content hash)} of the pairs a finished batch holds: what the
+    intake of the same rows compares them to (a resume's changed-row check)."""
+    import duckdb
+
+    with duckdb.connect() as con:
+        return {r[0]: (r[1], r[2]) for r in con.execute(
+            "SELECT id, row_number, content_hash FROM read_parquet(?)",
+            [os.path.join(folder, "pairs.parquet")]).fetchall()}
+
+
+def load_batch(store: Store, folder: str) -> None:
+    """Copy the finished batch `folder` into the scratch `store` (its column map and types
+    adopted), so that judging some of its rows again writes the batch whole."""
+    def statements(con) -> None:
+        recorded = batch_columns(folder)
+        pairs = os.path.join(folder, "pairs.parquet")
+        if recorded is None:
+            core = {c.lower() for c, _ in PAIR_COLUMNS}
+            types = _parquet_types(con, pairs)
+            recorded = [(c, c, t) for c, t in types.items() if c.lower() not in core]
+        store.adopt_columns({k: c for k, c, _ in recorded}, {c: t for _, c, t in recorded}, con)
+        for table in ("pairs", "samples", "errors"):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
+                        f"read_parquet({sql_literal(os.path.join(folder, table + '.parquet'))})")
+
+    store.write(statements)
+
+
 def write_batch(store: Store, results: list[PairResult], errors: list[dict],
-                dest_dir: str) -> None:
-    """Commit a Ray batch into `store` (a scratch store) and write its tables as Parquet files
-    into `dest_dir`, built under a temporary name beside it and moved into place whole; when
-    another attempt placed `dest_dir` first, its files are kept and this one's dropped."""
-    store.commit(results, errors)
+                dest_dir: str, *, replaced: list[str] = (), previous: str | None = None) -> None:
+    """Commit a Ray batch into `store` (a scratch store) and write its tables as Parquet files,
+    with its passthrough columns (`BATCH_COLUMNS`), into `dest_dir`, built under a temporary name
+    beside it and moved into place whole; when another attempt placed `dest_dir` first, its
+    files are kept and this one's dropped. `previous`: the finished folder this batch
+    supersedes (its rows judged again, or fewer rows of a file that grew since): the store
+    already holds it (`load_batch`); the pairs in `replaced` are dropped as the new verdicts
+    come in (`Store.commit`), and the new folder takes its place (`recover_batches` finishes
+    a swap a killed worker left half done)."""
+    store.commit(results, errors, replaced)
     parent, name = os.path.split(os.path.abspath(dest_dir))
     make_dir(parent)
     tmp = os.path.join(parent, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
@@ -173,9 +270,52 @@ def write_batch(store: Store, results: list[PairResult], errors: list[dict],
         for table in ("pairs", "samples", "errors"):
             write_query_file(store.con, f"SELECT * FROM {table}",
                              os.path.join(tmp, f"{table}.parquet"), "parquet")
-        place_dir(tmp, dest_dir)
+        cmap = store.column_map()
+        write_json(os.path.join(tmp, BATCH_COLUMNS),
+                   [[k, c, store.column_type(c)] for k, c in cmap.items()])
+        if previous is None:
+            place_dir(tmp, dest_dir)
+            return
+        previous = os.path.abspath(previous)
+        if previous == os.path.abspath(dest_dir):
+            swap_dir(tmp, dest_dir)
+        else:
+            place_dir(tmp, dest_dir)
+            remove_tree(previous)
     finally:
         remove_tree(tmp)
+
+
+def recover_batches(batch_dir: str) -> None:
+    """Tidy the batch folders before a run reads them: a swap a killed worker left half done
+    is finished the safe way (the folder it set aside goes back when no new one took its
+    place), temporaries are removed, and of two folders of one file starting at the same row
+    (a batch that grew with its file) the longer is kept. Only names rmjudge gives are
+    touched."""
+    if not os.path.isdir(batch_dir):
+        return
+    names = os.listdir(batch_dir)
+    for n in sorted(names):
+        m = _ASIDE.fullmatch(n)
+        if m is None:
+            continue
+        full, target = os.path.join(batch_dir, n), os.path.join(batch_dir, m.group(2))
+        if m.group(1) == "old" and not os.path.exists(target):
+            place_dir(full, target)
+        else:
+            remove_tree(full)
+    by_start: dict[str, list[str]] = {}
+    for n in os.listdir(batch_dir):
+        m = _BATCH_KEY.fullmatch(n)
+        if m is not None:
+            by_start.setdefault(m.group(1), []).append(n)
+    for members in by_start.values():
+        for n in sorted(members)[:-1]:  # the last row is zero-padded: the longest sorts last
+            remove_tree(os.path.join(batch_dir, n))
+
+
+_ASIDE = re.compile(r"\.(tmp|old)-(.+)-[0-9a-f]{8}")
+_BATCH_KEY = re.compile(r"(f\d{5}-r\d{12})-\d{12}")
 
 
 class NewStore:

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import filecmp
 import os
 import re
@@ -31,6 +30,11 @@ from rmjudge.store.bulk import insert_rows
 from rmjudge.store.paths import export_files, store_path
 from rmjudge.store.schema import ddl, missing_core_tables, not_a_store_message
 
+try:  # POSIX only: on Windows the package imports, and `check_platform` says what is missing
+    import fcntl
+except ImportError:
+    fcntl = None
+
 
 class StoreError(UserError):
     """The output cannot be used as asked; the message names the fix."""
@@ -38,6 +42,22 @@ class StoreError(UserError):
 
 class StoreBusyError(StoreError, BusyError):
     """Another rmjudge process holds the store's lock."""
+
+
+class PlatformError(UserError):
+    """This system lacks what rmjudge's run store needs (POSIX file locks)."""
+
+
+PLATFORM_MESSAGE = ("rmjudge needs POSIX file locks (fcntl.flock) to keep two runs from writing "
+                    "one output, and this system has none (Windows): run rmjudge under WSL2 "
+                    "(Windows Subsystem for Linux), or on Linux or macOS")
+
+
+def check_platform() -> None:
+    """Raise PlatformError where the store's locks cannot work (no `fcntl`: Windows). Every
+    command and `rmjudge.score` call it before any work; `Lock` refuses the same way."""
+    if fcntl is None:
+        raise PlatformError(PLATFORM_MESSAGE)
 
 
 def first_line(exc: BaseException) -> str:
@@ -128,6 +148,7 @@ class Lock:
     the message when another process holds it."""
 
     def __init__(self, path: str, what: str = "writing", busy: str | None = None):
+        check_platform()
         self.path = path + ".lock"
         self._key: str | None = None
         for _ in range(5):
@@ -196,9 +217,10 @@ _TEMP_SUFFIX = re.compile(r"\.new-[0-9a-f]{8}(\.wal|\.lock)?")
 
 def clean_stale_temps(path: str) -> list[str]:
     """Remove the temporaries of `path` that a killed rmjudge process left behind (only names of
-    rmjudge's exact temporary pattern for this `path`). The caller holds the lock under which
-    such temporaries are written; a store still being built (`NewStore`) holds its own lock and
-    is left alone. Returns the files removed."""
+    rmjudge's exact temporary pattern for this `path`: files and folders). A live writer holds
+    its temporary's own lock (every writer here takes it before the temporary exists, and
+    removes it only once the temporary is gone), so those are left alone, as is a store still
+    being built (`NewStore`). Returns the files and folders removed."""
     head, tail = os.path.split(os.path.abspath(path))
     prefix = f".{tail}"
     try:
@@ -222,15 +244,33 @@ def clean_stale_temps(path: str) -> list[str]:
                 continue
         try:
             for name in sorted(members, key=lambda n: n.endswith(".lock")):
+                full_name = os.path.join(head, name)
                 try:
-                    os.remove(os.path.join(head, name))
-                    removed.append(os.path.join(head, name))
+                    if os.path.isdir(full_name) and not os.path.islink(full_name):
+                        shutil.rmtree(full_name)  # a folder built aside (`TempDir`)
+                    else:
+                        os.remove(full_name)
+                    removed.append(full_name)
                 except OSError:  # gone already, or not ours to remove here: left as it is
                     pass
         finally:
             if lock is not None:
                 lock.release()
     return removed
+
+
+_ANY_TEMP = re.compile(r"\.(.+?)\.new-[0-9a-f]{8}(\.wal|\.lock)?")
+
+
+def clean_folder_temps(folder: str) -> list[str]:
+    """`clean_stale_temps` for every file of `folder` that has temporaries there (an output
+    folder of `rmjudge-train`: its data files, checkpoints and model folders)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    bases = sorted({m.group(1) for n in names if (m := _ANY_TEMP.fullmatch(n))})
+    return [f for b in bases for f in clean_stale_temps(os.path.join(folder, b))]
 
 
 def prepare_dir(path: str) -> None:
@@ -283,6 +323,7 @@ def _write_beside(path: str, produce, check=None) -> None:
     import duckdb
 
     tmp = temp_beside(path)
+    lock = _temp_lock(tmp, path)  # so the next writer's clean-up leaves a live temporary alone
     try:
         produce(tmp)
         if check is not None:
@@ -298,6 +339,23 @@ def _write_beside(path: str, produce, check=None) -> None:
         if err is None:
             raise
         raise err from None
+    finally:
+        _drop_temp_lock(lock)
+
+
+def _temp_lock(tmp: str, path: str) -> "Lock":
+    try:
+        return Lock(tmp)
+    except StoreError as exc:
+        raise disk_error(path, OSError(errno.EACCES, str(exc))) or exc from None
+
+
+def _drop_temp_lock(lock: "Lock") -> None:
+    try:
+        os.remove(lock.path)  # while held: a clean-up never takes a lock about to vanish
+    except OSError:
+        pass
+    lock.release()
 
 
 def _link_new(tmp: str, path: str) -> bool:
@@ -361,6 +419,17 @@ def write_produced(path: str, produce, check=None) -> None:
     _write_beside(path, produce, check)
 
 
+def write_lines(path: str, lines: Iterable[bytes]) -> None:
+    """Write `lines` (each with its newline) as a whole file, streamed, so a reader never sees
+    it half-written."""
+    def produce(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            for line in lines:
+                f.write(line)
+
+    _write_beside(path, produce)
+
+
 def write_file(path: str, data: bytes, check=None) -> None:
     """Write a whole file so a reader never sees it half-written (see `_write_beside`)."""
     def produce(tmp: str) -> None:
@@ -417,6 +486,84 @@ def place_dir(tmp: str, dest: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def replace_dir(tmp: str, dest: str, check=None) -> None:
+    """Put the finished folder `tmp` at `dest`. An earlier `dest`, which `check()` (run just
+    before, and free to refuse by raising) accepts as the caller's own, is moved aside, the new
+    folder moved in, and the old one removed; a failure puts the old one back. `tmp` is removed
+    whatever fails."""
+    aside = None
+    try:
+        if check is not None:
+            check()
+        if os.path.lexists(dest):
+            aside = temp_beside(dest)
+            os.rename(dest, aside)
+        try:
+            os.rename(tmp, dest)
+        except BaseException:
+            if aside is not None:
+                os.rename(aside, dest)
+                aside = None
+            raise
+    except OSError as exc:
+        raise disk_error(dest, exc) or StoreError(
+            f"cannot place {dest}: {exc.strerror or exc}; choose another -o") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+def swap_dir(tmp: str, dest: str) -> None:
+    """Put the finished folder `tmp` in the place of the folder `dest` (which rmjudge made):
+    `dest` is set aside as `.old-NAME-XXXXXXXX`, `tmp` moved in, the old one deleted. A process
+    killed between the two moves leaves the old folder aside, which
+    `rmjudge.store.assemble.recover_batches` puts back."""
+    head, name = os.path.split(os.path.abspath(dest))
+    aside = os.path.join(head, f".old-{name}-{uuid.uuid4().hex[:8]}")
+    os.rename(dest, aside)
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        os.rename(aside, dest)
+        raise
+    remove_tree(aside)
+
+
+class TempDir:
+    """A folder of this process's own beside `dest`, `.NAME.new-XXXXXXXX`, with its lock held
+    (so `clean_stale_temps(dest)` removes it only once its process is gone), to fill and then
+    move into place (`install`) or drop (`close`). Used for folders written by other libraries
+    (transformers' checkpoints and `save_pretrained`), so `dest` is never seen half-written."""
+
+    def __init__(self, dest: str):
+        self.dest = os.path.abspath(dest)
+        self.path = temp_beside(self.dest)
+        make_dir(os.path.dirname(self.path))
+        self._lock = _temp_lock(self.path, dest)
+        try:
+            os.mkdir(self.path)
+        except OSError as exc:
+            _drop_temp_lock(self._lock)
+            raise disk_error(dest, exc) or exc from None
+
+    def install(self) -> None:
+        """Put the finished folder in the place of `dest` (replacing a folder rmjudge wrote
+        there before: `replace_dir`), then drop the lock."""
+        replace_dir(self.path, self.dest)
+        self.close()
+
+    def close(self) -> None:
+        remove_tree(self.path)
+        _drop_temp_lock(self._lock)
+
+    def __enter__(self) -> "TempDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def remove_tree(path: str) -> None:

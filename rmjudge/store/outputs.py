@@ -57,7 +57,7 @@ def check_output_is_not_input(source: str, out: str) -> None:
     if not out or out.endswith(os.sep) or os.path.isdir(out):
         raise StoreError(f"-o {out!r} is not a file name; give one such as "
                          f"{os.path.join(out or '.', 'judged.duckdb')}")
-    if source == "-":
+    if not isinstance(source, str) or source == "-":  # stdin, or rows held in Python
         return
     if "://" not in source and (os.path.isdir(source) or any(c in source for c in "*?[")):
         import fnmatch

@@ -17,6 +17,15 @@ def output_format(out: str) -> str:
     return "duckdb"
 
 
+def table_stem(table: str) -> str:
+    """A judged table's path without its format's extension (`x.duckdb` -> `x`): the stem of
+    the outputs written beside it (`x.report.html`, `x.view/`)."""
+    for ext in (".duckdb", ".parquet", ".jsonl", ".json"):
+        if table.lower().endswith(ext):
+            return table[: -len(ext)]
+    return table
+
+
 def store_path(out: str) -> str:
     """The DuckDB file that holds a run: the output itself, or for a Parquet/JSONL output a
     hidden working file beside it (`.x.parquet.rmjudge.duckdb`), out of the way of

@@ -68,6 +68,25 @@ from rmjudge.store.schema import (
 )
 
 
+DUCKDB_MIN = (1, 4, 2)  # the floor pyproject.toml declares; docs/scoring.md says why
+
+
+def check_duckdb(version: str) -> None:
+    """Refuse a DuckDB older than `DUCKDB_MIN` (installed past pip's check, e.g. with
+    --no-deps): DuckDB 1.1 refuses an id deleted and inserted again in one transaction, which
+    `--rejudge-changed` does for an edited row that keeps its id, and DuckDB 1.2 and 1.3 crash
+    the process (a segmentation fault) exporting a passthrough value nested 400 deep, and
+    1.4.0 and 1.4.1 refuse to attach a second judged table in `compare` ("Unique file handle
+    conflict")."""
+    parts = []
+    for p in version.split(".")[:3]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    if tuple(parts) < DUCKDB_MIN:
+        raise StoreError(f"rmjudge needs DuckDB {'.'.join(map(str, DUCKDB_MIN))} or later, "
+                         f"found {version}: pip install -U 'duckdb>={'.'.join(map(str, DUCKDB_MIN))}'")
+
+
 class Store:
     """An open, locked run store. `overwrite` empties it first (only when it is rmjudge's own
     and nobody else holds it)."""
@@ -75,6 +94,7 @@ class Store:
     def __init__(self, path: str, *, overwrite: bool = False, exports: list[str] = ()):
         import duckdb
 
+        check_duckdb(duckdb.__version__)
         self.path = path
         prepare_dir(path)
         out = exports[0] if exports else None
@@ -279,6 +299,13 @@ class Store:
             "errors": q("SELECT count(*) FROM errors").fetchone()[0],
         }
 
+    def read(self, query: str, params: list | None = None):
+        """The result of a read-only `query` over the store's tables, on the run's own
+        connection (the streaming Python API reads each committed chunk back with it while the
+        run holds the store); a DuckDB result, read with `.fetchall()`, `.df()` or
+        `.arrow()`."""
+        return self.con.execute(query, params or [])
+
     # -- writes -----------------------------------------------------------------------------
     def column_for(self, key: str) -> str:
         """The `pairs` column that holds input key `key` (assigned once, kept in meta)."""
@@ -314,6 +341,22 @@ class Store:
                 self.pair_columns.append(name)
                 self._types[name] = typ
                 have.add(name.lower())
+
+    def column_map(self) -> dict[str, str]:
+        """The input-key -> `pairs` column map (a copy), in the order the keys were met."""
+        return dict(self._columns_map)
+
+    def adopt_columns(self, mapping: dict[str, str], types: dict[str, str], con=None) -> None:
+        """Take over the passthrough columns of another store of the same run (a Ray batch
+        judged again): its input-key -> column map and the columns' types, so the rows copied
+        from it land in the same columns (within the caller's transaction when `con` is
+        given)."""
+        for key, col in mapping.items():
+            self._columns_map.setdefault(key, col)
+        con = con or self.con
+        self.add_columns({c: types.get(c, "VARCHAR") for c in mapping.values()}, con)
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('passthrough', ?)",
+                    [orjson.dumps(self._columns_map).decode()])
 
     def column_type(self, col: str) -> str | None:
         """The type of the `pairs` column `col` (None when there is no such column)."""

@@ -1,0 +1,545 @@
+"""`rmjudge view`: the explorer's data against the store, its output rules, and the page itself
+driven in a real browser (Debian's chromium + chromium-driver through selenium; those tests
+skip with the reason when either is missing, and `.ci/run` installs them).
+
+Stores: `analysis_fixture` (eight pairs judged by a scripted judge with known anchors, winning
+reflections, a forced verdict and flips) and a hostile store (script tags, onerror images,
+javascript: links, remote images and `</script>` in ids, texts, analyses and column names, and
+a row that cannot be read). The browser tests share one Chromium (module fixture) and run on
+one worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+from analysis_fixture import build
+from click.testing import CliRunner
+from helpers import pref, refl
+
+from rmjudge.cli import main
+from rmjudge.engine.fake import ScriptedEngine, stage_of
+from rmjudge.pipeline import score
+from rmjudge.review.select import slot_key
+from rmjudge.settings import JudgeSettings
+from rmjudge.view.data import FLAG_NAMES
+from rmjudge.view.paths import is_view_dir
+from rmjudge.view.site import DETAIL_CHUNK, build_view
+
+PWN = "window.__pwned = (window.__pwned || 0) + 1"
+HOSTILE = [
+    f"<script>{PWN}</script>",
+    f'<img src="x" onerror="{PWN}">',
+    f"[click me](javascript:{PWN}) and <a href=\"javascript:{PWN}\">here</a>",
+    '![tracker](https://example.com/pixel.png) <img src="https://example.com/p.png">',
+    f"</script><script>{PWN}</script>",
+    "<style>@import url(https://example.com/x.css);</style><iframe src=\"https://example.com\">",
+    "<svg onload=\"" + PWN + "\"></svg> <object data=\"https://example.com/o.swf\"></object>",
+]
+HOSTILE_ID = f"</script><script>{PWN}</script>"
+HOSTILE_COLUMN = f"</script><script>{PWN}</script>"
+
+
+pytestmark = pytest.mark.xdist_group("view")  # one worker: the browser is started once
+
+
+def _data(view: Path, kind: str) -> list:
+    """The JSON arguments of every data file of `kind`, in order (`rmjudgeView.kind(k, X);`)."""
+    out = []
+    for f in sorted((view / "data").glob(f"{kind}-*.js")):
+        text = f.read_text()
+        head = f"rmjudgeView.{kind}("
+        assert text.startswith(head) and text.endswith(");\n")
+        k, _, body = text[len(head):-3].partition(",")
+        assert int(k) == len(out)
+        out.append(json.loads(body))
+    return out
+
+
+def _meta(view: Path) -> dict:
+    text = (view / "data" / "meta.js").read_text()
+    return json.loads(text[len("rmjudgeView.meta("):-3])
+
+
+def _index(view: Path) -> dict:
+    parts = _data(view, "list")
+    meta = _meta(view)
+    cols: dict = {}
+    for p in parts:
+        for k, v in p.items():
+            if k == "groups":
+                cols.setdefault(k, [[] for _ in v])
+                for g, codes in zip(cols[k], v):
+                    g.extend(codes)
+            else:
+                cols.setdefault(k, []).extend(v)
+    for name, values in meta["vocab"].items():
+        cols[name] = [None if c < 0 else values[c] for c in cols[name]]
+    return cols
+
+
+def _details(view: Path) -> list[dict]:
+    return [d for part in _data(view, "detail") for d in part]
+
+
+def rows(db: str, sql: str) -> list:
+    con = duckdb.connect(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("view"))
+
+
+def _hostile_judge(req, i):
+    if stage_of(req) == "reflection":
+        return refl(1 if i % 2 == 0 else 2)
+    text = HOSTILE[i % len(HOSTILE)] + "\n\n```html\n<script>" + PWN + "</script>\n```"
+    return pref(1 if i % 3 else 2, -0.1 * (i + 1), text)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    src = d / "hostile.jsonl"
+    lines = []
+    for k, text in enumerate(HOSTILE):
+        lines.append(orjson.dumps({
+            "id": HOSTILE_ID if k == 0 else f"h{k}<img src=x onerror=\"{PWN}\">",
+            "prompt": [{"role": "system", "content": HOSTILE[(k + 1) % len(HOSTILE)]},
+                       {"role": "user", "content": text}],
+            "chosen": HOSTILE[(k + 2) % len(HOSTILE)] + " good", "rejected": text,
+            HOSTILE_COLUMN: text, "__proto__": {"polluted": True}, "subset": text[:20],
+        }).decode())
+    lines.insert(3, '{"id": "<script>' + PWN + '</script>", "prompt": oops')
+    src.write_text("\n".join(lines) + "\n")
+    out = str(d / "hostile.duckdb")
+    s = score(str(src), ScriptedEngine(_hostile_judge), JudgeSettings(samples=3, seed=1),
+              output=out)
+    assert s.judged == len(HOSTILE) and s.errors == 1
+    return out
+
+
+# -- the data against the store ---------------------------------------------------------------
+def test_list_and_details_hold_what_the_store_holds(judged, tmp_path):
+    s = build_view(judged, str(tmp_path / "v"))
+    view = tmp_path / "v"
+    assert (s.pairs, s.errors) == (8, 0) and is_view_dir(str(view))
+    idx = _index(view)
+    store = rows(judged, """SELECT id, label, verdict, verdict_ab, verdict_ba, consistent, p_a,
+                            length(response_a) FROM pairs ORDER BY row_number""")
+    assert idx["id"] == [r[0] for r in store]
+    assert idx["label"] == [r[1] for r in store] and idx["verdict"] == [r[2] for r in store]
+    assert [(a, b) for a, b in zip(idx["verdict_ab"], idx["verdict_ba"])] == [(r[3], r[4]) for r in store]
+    assert idx["p_a"] == [pytest.approx(r[6]) for r in store]
+    assert idx["len_a"] == [r[7] for r in store]
+    flipped = {r[0] for r in store if r[5] is False}
+    assert {i for i, f in zip(idx["id"], idx["flags"]) if f & FLAG_NAMES["inconsistent"]} == flipped
+    forced = {r[0] for r in rows(judged, "SELECT DISTINCT pair_id FROM samples "
+                                         "WHERE verdict_source = 'forced'")}
+    assert forced == {"p2"}
+    assert {i for i, f in zip(idx["id"], idx["flags"]) if f & FLAG_NAMES["forced"]} == forced
+    meta = _meta(view)
+    assert [g["name"] for g in meta["groups"]] == ["source", "subset"]
+    assert meta["settings"]["samples"] == 4 and meta["count"] == 8
+
+    details = {d["id"]: d for d in _details(view)}
+    for pid, a, b in rows(judged, "SELECT id, response_a, response_b FROM pairs"):
+        assert details[pid]["slot_key"] == slot_key(a, b)  # what review import checks
+    got = [tuple(s) for s in details["p5"]["samples"]]
+    want = rows(judged, """SELECT "order", stage, idx, text, prediction, confidence, is_anchor,
+                           reflection_of, reflection_slot, won_reflection, verdict_source, tokens,
+                           finish_reason, p_first FROM samples WHERE pair_id = 'p5'
+                           ORDER BY "order", stage DESC, idx""")
+    assert got == [tuple(r) for r in want]
+    anchor = [s for s in got if s[1] == "rollout" and s[0] == "ab" and s[6]]
+    assert [s[2] for s in anchor] == [0]  # the wrong, most confident first rollout
+    assert sorted(s[2] for s in got if s[0] == "ab" and s[9]) == [1, 2, 3]
+    assert ["source", "handwritten"] in details["p5"]["columns"]
+    texts = [t for part in _data(view, "text") for t in part]
+    assert "william shakespeare" in texts[7] and texts[7] == texts[7].lower()
+
+
+def test_exports_and_error_rows(tmp_path):
+    out = build(tmp_path, "e.parquet")
+    s = build_view(out)
+    assert s.output == str(tmp_path / "e.view") and s.pairs == 8
+    assert len(_details(tmp_path / "e.view")[4]["samples"]) == 11  # (A,B) 4 + 3 reflections, (B,A) 4
+    out = build(tmp_path, "j.jsonl")
+    build_view(out)
+    assert [len(d["samples"]) for d in _details(tmp_path / "j.view")] == \
+        [len(d["samples"]) for d in _details(tmp_path / "e.view")]
+    (tmp_path / "e.samples.parquet").unlink()  # an export without its samples: pairs only
+    build_view(str(tmp_path / "e.parquet"))
+    assert [d["samples"] for d in _details(tmp_path / "e.view")] == [[]] * 8
+    assert _meta(tmp_path / "e.view")["samples"] is False
+
+    src = str(Path(__file__).parent / "data" / "mixed_bad.jsonl")
+    judged = str(tmp_path / "bad.duckdb")
+    score(src, ScriptedEngine(lambda req, i: refl(1) if stage_of(req) == "reflection"
+                                   else pref(1 + i % 2)), JudgeSettings(samples=2), output=judged)
+    n_pairs, n_errors = rows(judged, "SELECT (SELECT count(*) FROM pairs), "
+                                     "(SELECT count(*) FROM errors)")[0]
+    s = build_view(judged, str(tmp_path / "bad-view"))
+    assert (s.pairs, s.errors) == (n_pairs, n_errors) and n_errors > 0
+    idx = _index(tmp_path / "bad-view")
+    assert idx["row"] == sorted(idx["row"])  # pairs and error rows in row order
+    err = [d for d in _details(tmp_path / "bad-view") if d["kind"] == "error"]
+    reasons = {r[0]: r[1] for r in rows(judged, "SELECT row_number, reason FROM errors")}
+    assert {d["row"]: d["error"]["reason"] for d in err} == reasons
+    assert sum(1 for f in idx["flags"] if f & FLAG_NAMES["error_row"]) == n_errors
+
+
+def test_details_are_chunked_for_large_tables(tmp_path, monkeypatch):
+    from rmjudge.view import site
+
+    monkeypatch.setattr(site, "DETAIL_CHUNK", 3)
+    monkeypatch.setattr(site, "LIST_CHUNK", 5)
+    monkeypatch.setattr(site, "TEXT_CHUNK", 4)
+    judged = build(tmp_path)
+    s = build_view(judged, str(tmp_path / "v"))
+    assert s.parts == {"list": 2, "detail": 3, "text": 2}
+    meta = _meta(tmp_path / "v")
+    assert meta["chunks"]["detail_size"] == 3
+    assert [d["id"] for d in _details(tmp_path / "v")] == _index(tmp_path / "v")["id"]
+    assert DETAIL_CHUNK >= 50  # the real size keeps the file count down
+
+
+def test_output_rules(judged, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(foreign)])
+    assert r.exit_code == 1 and r.output.count("Error:") == 1 and "did not write" in r.output
+    assert (foreign / "notes.txt").read_text() == "keep me" and len(os.listdir(foreign)) == 1
+    afile = tmp_path / "f.html"
+    afile.write_text("x")
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(afile)])
+    assert r.exit_code == 1 and "not a folder" in r.output and afile.read_text() == "x"
+    r = CliRunner().invoke(main, ["view", str(tmp_path / "missing.duckdb")])
+    assert r.exit_code == 1 and r.output.count("Error:") == 1 and "Traceback" not in r.output
+    # an earlier explorer is replaced whole (no stale data file survives)
+    out = tmp_path / "v"
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "8 pairs" in r.output and str(out / "index.html") in r.output
+    (out / "data" / "detail-00099.js").write_text("stale")
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    assert r.exit_code == 0 and not (out / "data" / "detail-00099.js").exists()
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".v.new-")] == []
+
+
+def test_a_full_disk_leaves_the_earlier_explorer(judged, tmp_path, monkeypatch):
+    from rmjudge.errors import DiskError
+    from rmjudge.view import site
+
+    out = tmp_path / "v"
+    build_view(judged, str(out))
+    before = sorted(p.name for p in (out / "data").iterdir())
+    calls = []
+
+    def full(path, data, check=None):
+        calls.append(path)
+        if len(calls) > 3:
+            raise DiskError(f"cannot write {path}: No space left on device", path=path,
+                            reason="No space left on device")
+
+    monkeypatch.setattr(site, "write_file", full)
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    assert r.exit_code == 4 and r.output.count("Error:") == 1
+    assert f"cannot write {out}: No space left on device; nothing was placed" in r.output
+    assert sorted(p.name for p in (out / "data").iterdir()) == before
+    assert [p for p in os.listdir(tmp_path) if ".new-" in p] == []
+
+
+def test_report_and_explorer_link_each_other(judged):
+    pytest.importorskip("matplotlib")
+    stem = judged[: -len(".duckdb")]
+    r = CliRunner().invoke(main, ["report", judged])
+    assert r.exit_code == 0, r.output
+    build_view(judged)
+    assert _meta(Path(f"{stem}.view"))["report"] == "../judged.report.html"
+    r = CliRunner().invoke(main, ["report", judged])
+    assert r.exit_code == 0, r.output
+    assert 'href="judged.view/index.html"' in Path(f"{stem}.report.html").read_text()
+
+
+# -- in the browser --------------------------------------------------------------------------
+def _browser_missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install '.[test]')"
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        return "no chromium (Debian: apt-get install -y chromium chromium-driver)"
+    if not shutil.which("chromedriver"):
+        return "no chromedriver (Debian: apt-get install -y chromium-driver)"
+    return None
+
+
+browser = pytest.mark.skipif(_browser_missing() is not None, reason=str(_browser_missing()))
+
+WATCH = """
+window.__violations = [];
+document.addEventListener('securitypolicyviolation', function (e) {
+  window.__violations.push(e.violatedDirective + ' ' + e.blockedURI);
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--window-size=1400,900"):
+        opts.add_argument(a)
+    profile = tempfile.mkdtemp(prefix="rmjudge-view-test-")
+    opts.add_argument(f"--user-data-dir={profile}")
+    opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    d = webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
+    d.downloads = tmp_path_factory.mktemp("downloads")
+    d.execute_cdp_cmd("Browser.setDownloadBehavior",
+                      {"behavior": "allow", "downloadPath": str(d.downloads)})
+    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH})
+    yield d
+    d.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def wait(driver, js: str, limit: float = 20.0):
+    t = time.monotonic()
+    while True:
+        got = driver.execute_script(js)
+        if got:
+            return got
+        if time.monotonic() - t > limit:
+            raise AssertionError(f"timed out waiting for: {js}")
+        time.sleep(0.02)
+
+
+def open_page(driver, view: Path, hash_: str = "") -> None:
+    driver.get("about:blank")
+    driver.get((view / "index.html").as_uri() + hash_)
+    wait(driver, "return document.body && document.body.dataset.ready === '1'")
+
+
+def shown(driver) -> list[str]:
+    """The ids of the rows drawn in the list (all of them: these lists are short)."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#list .row')).sort(function (a, b) {"
+        " return a.dataset.pos - b.dataset.pos; }).map(function (r) {"
+        " return r.querySelector('.c-id').textContent; })")
+
+
+def chip(driver, name: str) -> None:
+    driver.execute_script(f"document.querySelector('.chip[data-chip=\"{name}\"]').click()")
+
+
+def count(driver) -> str:
+    return driver.execute_script("return document.getElementById('count').textContent")
+
+
+@pytest.fixture(scope="module")
+def judged_view(judged, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pages") / "judged.view"
+    build_view(judged, str(out))
+    return out
+
+
+@browser
+def test_filters_search_and_sorting_follow_the_store(driver, judged, judged_view):
+    open_page(driver, judged_view)
+    every = [r[0] for r in rows(judged, "SELECT id FROM pairs ORDER BY row_number")]
+    assert shown(driver) == every and count(driver) == "8 of 8 shown"
+    chip(driver, "inconsistent")
+    flipped = [r[0] for r in rows(judged, "SELECT id FROM pairs WHERE consistent = false "
+                                          "ORDER BY row_number")]
+    assert shown(driver) == flipped
+    chip(driver, "inconsistent")
+    chip(driver, "disagree")
+    disagree = [r[0] for r in rows(judged, "SELECT id FROM pairs WHERE label IN ('A','B') AND "
+                                           "verdict IN ('A','B','tie') AND verdict <> label "
+                                           "ORDER BY row_number")]
+    assert shown(driver) == disagree
+    # the chips' counts follow the other filters: forced verdicts among the disagreeing pairs
+    n_forced = driver.execute_script(
+        "return document.querySelector('.chip[data-chip=\"forced\"] .n').textContent")
+    assert int(n_forced) == len({"p2"} & set(disagree))
+    chip(driver, "disagree")
+    sel = driver.execute_script(
+        "var s = document.querySelectorAll('#groups select')[1];"
+        "s.value = String(Array.from(s.options).findIndex(function (o) {"
+        " return o.text === 'subset: y'; }) - 1); s.dispatchEvent(new Event('change'));"
+        "return s.value")
+    assert sel != "-1"
+    assert shown(driver) == [r[0] for r in rows(judged, "SELECT id FROM pairs WHERE subset = 'y' "
+                                                        "ORDER BY row_number")]
+    driver.execute_script("var s = document.querySelectorAll('#groups select')[1]; s.value = '';"
+                          "s.dispatchEvent(new Event('change'))")
+    # full-text search reads the responses (not the ids): Shakespeare is in p8's response A
+    driver.execute_script("var s = document.getElementById('search'); s.value = 'SHAKESPEARE';"
+                          "s.dispatchEvent(new Event('input'))")
+    wait(driver, "return /searched ids/.test(document.getElementById('search-status').textContent)")
+    assert shown(driver) == ["p8"]
+    driver.execute_script("var s = document.getElementById('search'); s.value = '';"
+                          "s.dispatchEvent(new Event('input'))")
+    wait(driver, "return document.querySelectorAll('#list .row').length === 8")
+    # sort by margin: lowest first puts the ties (p_a 0.5) before the rest
+    driver.execute_script("var s = document.getElementById('sort'); s.value = 'margin-asc';"
+                          "s.dispatchEvent(new Event('change'))")
+    margins = dict(rows(judged, "SELECT id, abs(p_a - 0.5) FROM pairs"))
+    got = [margins[i] for i in shown(driver)]
+    assert got == sorted(got)
+    driver.execute_script("var s = document.getElementById('sort'); s.value = 'row';"
+                          "s.dispatchEvent(new Event('change'))")
+    # Enter opens the selected pair (p8: the selection stays on the pair the search found);
+    # the browser's Back returns to the list
+    driver.find_element("tag name", "body").send_keys("\ue007")
+    wait(driver, "return document.body.dataset.opened === 'pair=p8'")
+    driver.back()
+    wait(driver, "return !document.body.dataset.opened && "
+                 "!document.getElementById('list-view').hidden")
+
+
+@browser
+def test_a_pair_shows_its_anchor_reflections_and_survives_a_reload(driver, judged, judged_view):
+    open_page(driver, judged_view, "#pair=p5")
+    wait(driver, "return document.body.dataset.opened === 'pair=p5' && "
+                 "document.querySelectorAll('.order').length === 2")
+    ab = driver.execute_script("""
+        var o = document.querySelectorAll('.order')[0];
+        return {anchor: Array.from(o.querySelectorAll('.rollout.anchor .ridx')).map(function (e) { return e.textContent; }),
+                won: Array.from(o.querySelectorAll('.rollout.won .ridx')).map(function (e) { return e.textContent; }),
+                refl: o.querySelectorAll('.reflection').length,
+                title: document.querySelector('.pid').textContent}""")
+    anchor = rows(judged, "SELECT idx FROM samples WHERE pair_id = 'p5' AND \"order\" = 'ab' "
+                          "AND stage = 'rollout' AND is_anchor")
+    won = rows(judged, "SELECT idx FROM samples WHERE pair_id = 'p5' AND \"order\" = 'ab' "
+                       "AND won_reflection ORDER BY idx")
+    n_refl = rows(judged, "SELECT count(*) FROM samples WHERE pair_id = 'p5' AND "
+                          "\"order\" = 'ab' AND stage = 'reflection'")[0][0]
+    assert ab["anchor"] == [f"#{r[0]}" for r in anchor]
+    assert ab["won"] == [f"#{r[0]}" for r in won] and ab["refl"] == n_refl == 3
+    assert ab["title"] == "Pair p5"
+    driver.refresh()
+    wait(driver, "return document.body.dataset.opened === 'pair=p5' && "
+                 "document.querySelectorAll('.order').length === 2")
+    # keyboard: j opens the next pair of the list, Escape goes back to the list
+    body = driver.find_element("tag name", "body")
+    body.send_keys("j")
+    wait(driver, "return document.body.dataset.opened === 'pair=p6'")
+    assert driver.execute_script("return location.hash") == "#pair=p6"
+    body.send_keys("\ue00c")  # Escape
+    wait(driver, "return !document.body.dataset.opened && "
+                 "!document.getElementById('list-view').hidden")
+
+
+@browser
+def test_labels_marked_on_the_page_import_back(driver, judged, judged_view, tmp_path):
+    open_page(driver, judged_view)
+    driver.execute_script("localStorage.clear()")
+    open_page(driver, judged_view)
+    body = driver.find_element("tag name", "body")
+    body.send_keys("a")  # p1 (the selected row): A
+    body.send_keys("j")
+    body.send_keys("j")
+    body.send_keys("b")  # p3: B
+    body.send_keys("j")
+    body.send_keys("s")  # p4: skipped
+    body.send_keys("\ue007")  # Enter opens p4
+    wait(driver, "return document.body.dataset.opened === 'pair=p4'")
+    body.send_keys("t")  # p4 now tie; the page moves on to p5
+    wait(driver, "return document.body.dataset.opened === 'pair=p5'")
+    body.send_keys("s")  # p5 skipped
+    wait(driver, "return document.body.dataset.opened === 'pair=p6'")
+    driver.execute_script("document.getElementById('reviewer').value = 'ana';"
+                          "document.getElementById('reviewer').dispatchEvent(new Event('change'))")
+    assert driver.execute_script("return document.getElementById('download').textContent") == \
+        "Download labels (4)"
+    for f in driver.downloads.iterdir():
+        f.unlink()
+    driver.execute_script("document.getElementById('download').click()")
+    wait(driver, "return document.body.dataset.downloaded === '4'")
+    t = time.monotonic()
+    target = driver.downloads / "judged.labels.jsonl"
+    while not target.exists() and time.monotonic() - t < 10:
+        time.sleep(0.05)
+    lines = [json.loads(x) for x in target.read_text().splitlines()]
+    assert {x["id"]: x["human_label"] for x in lines} == {"p1": "A", "p3": "B", "p4": "tie",
+                                                          "p5": None}
+    store = shutil.copy(judged, tmp_path / "copy.duckdb")
+    r = CliRunner().invoke(main, ["review", "import", str(store), str(target)])
+    assert r.exit_code == 0, r.output
+    assert "imported 3 labels" in r.output and "1 rows/tasks have no label yet" in r.output
+    assert rows(str(store), "SELECT pair_id, reviewer, label FROM human_labels ORDER BY 1") == [
+        ("p1", "ana", "A"), ("p3", "ana", "B"), ("p4", "ana", "tie")]
+    # the imported labels are the list's human labels in the next explorer of that store
+    build_view(str(store), str(tmp_path / "labelled"))
+    idx = _index(tmp_path / "labelled")
+    assert dict(zip(idx["id"], idx["human"])) == {"p1": "A", "p2": None, "p3": "B", "p4": "tie",
+                                                   "p5": None, "p6": None, "p7": None, "p8": None}
+    # the marks survive a reload of the page
+    open_page(driver, judged_view)
+    assert driver.execute_script("return document.getElementById('download').textContent") == \
+        "Download labels (4)"
+
+
+@browser
+def test_hostile_texts_run_no_script_and_load_nothing(driver, hostile, tmp_path):
+    out = tmp_path / "hostile.view"
+    build_view(hostile, str(out))
+    open_page(driver, out)
+    ids = [r[0] for r in rows(hostile, "SELECT id FROM pairs ORDER BY row_number")]
+    assert HOSTILE_ID in shown(driver) and len(shown(driver)) == len(ids) + 1  # + the error row
+    # every pair, with every analysis opened, and the error row
+    for key in ["pair=" + driver.execute_script("return encodeURIComponent(arguments[0])", i)
+                for i in ids] + ["row=4"]:
+        driver.execute_script("location.hash = arguments[0]", key)
+        wait(driver, f"return document.body.dataset.opened === {json.dumps(key)}")
+        driver.execute_script("document.querySelectorAll('details').forEach(function (d) {"
+                              " d.open = true; });"
+                              "document.querySelectorAll('.resp .mini').forEach(function (b) {"
+                              " b.click(); b.click(); });")
+    driver.execute_script("location.hash = arguments[0]",
+                          "pair=" + driver.execute_script("return encodeURIComponent(arguments[0])", ids[0]))
+    wait(driver, "return document.querySelectorAll('.order').length === 2")
+    driver.execute_script("document.querySelectorAll('details').forEach(function (d) { d.open = true; })")
+    text = driver.execute_script("return document.getElementById('pair-view').textContent")
+    assert "window.__pwned" in text and "<img src=" in text  # the texts are there, as text
+    # Markdown from the data: its code block is a code element holding the script as text
+    code = driver.execute_script("return Array.from(document.querySelectorAll('#pair-view pre.code code'))"
+                                 ".map(function (c) { return c.textContent; })")
+    assert f"<script>{PWN}</script>" in code
+    driver.execute_script("location.hash = ''")
+    driver.execute_script("var s = document.getElementById('search'); s.value = 'onerror';"
+                          "s.dispatchEvent(new Event('input'))")
+    wait(driver, "return /searched ids/.test(document.getElementById('search-status').textContent)")
+    time.sleep(0.3)
+    state = driver.execute_script("""return {
+        pwned: window.__pwned || 0, violations: window.__violations,
+        remote: performance.getEntriesByType('resource').map(function (e) { return e.name; })
+                  .filter(function (u) { return u.indexOf('file://') !== 0; }),
+        made: document.querySelectorAll('#pair-view img, #pair-view script, #pair-view iframe,'
+              + ' #pair-view a, #pair-view svg, #pair-view object, #pair-view style').length,
+        proto: ({}).polluted === undefined}""")
+    assert state == {"pwned": 0, "violations": [], "remote": [], "made": 0, "proto": True}
+    logs = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert logs == []
+
+
