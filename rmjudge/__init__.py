@@ -2,13 +2,15 @@
 
 Library entry points (no heavy imports happen here):
     from rmjudge import Judge, JudgeSettings, EngineSettings, load_engine, score
+    from rmjudge import rank_candidates   # best-of-N rankings (rmjudge.rank.rank)
 """
 
 from __future__ import annotations
 
 __version__ = "0.7.0"
 
-__all__ = ["Judge", "JudgeSettings", "EngineSettings", "load_engine", "score", "__version__"]
+__all__ = ["Judge", "JudgeSettings", "EngineSettings", "load_engine", "score", "rank_candidates",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -28,4 +30,8 @@ def __getattr__(name: str):
         from rmjudge.pipeline import score
 
         return score
+    if name == "rank_candidates":
+        from rmjudge.rank import rank
+
+        return rank
     raise AttributeError(name)

@@ -11,7 +11,7 @@ import re
 import time
 from itertools import chain
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import critical, deliver_pending, graceful
@@ -136,6 +136,9 @@ def score(
     announce: Callable[[str], None] | None = None,
     rejudge_changed: bool = False,
     n_ctx: int | None = None,
+    rows: Iterable[RawRow] | None = None,
+    identity: dict | None = None,
+    extra_settings: dict | None = None,
 ) -> Summary:
     """Judge `source` into `output` (a run: intake -> Judge -> store). `mapper` (or the plain
     `mapping` of --map) turns rows into pairs; `announce` hears how the input is read, once,
@@ -148,7 +151,8 @@ def score(
     check_output(source, out)
     mapper = mapper or Mapper(mapping or {}, seed=js.seed)
     # Labels that need --label-values stop the run here, before any output is touched.
-    rows: Iterator[RawRow] = checked_rows(source, mapper, limit)
+    given = rows is not None
+    rows = iter(rows) if given else checked_rows(source, mapper, limit)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     ahead = [first] if first is not None else []
     while ahead and ahead[-1].obj is None and len(ahead) < 10_000:  # the first readable row
@@ -156,8 +160,9 @@ def score(
         if nxt is None:
             break
         ahead.append(nxt)
-    identity = input_identity(source, next((r for r in ahead if r.obj is not None),
-                                           ahead[0] if ahead else None))
+    if not given:
+        identity = input_identity(source, next((r for r in ahead if r.obj is not None),
+                                               ahead[0] if ahead else None))
     rows = chain(ahead[1:], rows)
     if announce and mapper.schema is not None:
         announce(f"input read as {mapper.describe()}")
@@ -166,15 +171,18 @@ def score(
     try:
         with graceful():
             return _score(store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-                          commit_every, on_progress, identity, rejudge_changed, n_ctx)
+                          commit_every, on_progress, identity, rejudge_changed, n_ctx,
+                          given, extra_settings)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limit, shard,
-           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None) -> Summary:
+           commit_every, on_progress, identity, rejudge_changed=False, n_ctx=None,
+           given=False, extra_settings=None) -> Summary:
     spec = resolve(js, engine.info, n_ctx)
     settings = spec.verdict_settings()
+    settings.update(extra_settings or {})
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
         settings["input_reading"] = reading
@@ -190,7 +198,8 @@ def _score(store: Store, first, rows, engine, js, out, fmt, source, mapper, limi
     error_reasons: dict[str, int] = {}
     error_rows: dict[str, list[int]] = {}
     stream = rows if first is None else chain([first], rows)
-    intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
+    intake = Intake(stream, mapper, shard=None if given else shard,
+                    limit=None if given else limit, judged=store.judged(),
                     rejudge_changed=rejudge_changed)
     pending_drop: list[str] = []  # stored pairs whose changed rows were judged again
 

@@ -46,7 +46,10 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     judge's agreement with them follows (accuracy, kappa, intervals).
 
     TABLE may also be labelled input that was not judged yet (.jsonl, .parquet, .csv,
-    file.duckdb:table): it is judged first (the judging options apply) into -o."""
+    file.duckdb:table): it is judged first (the judging options apply) into -o.
+
+    A ranked store (`rmjudge rank`) gets top-1 accuracy and Kendall tau against its gold ranks,
+    with bootstrap intervals over prompts (docs/rank.md)."""
     import orjson
 
     from rmjudge.analysis.metrics import EvalSettings, evaluate, render
@@ -57,6 +60,17 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     table = input_source(table, kw)
     path = table
     check_not_being_written(table, "eval")
+    if is_judged(table):
+        from rmjudge.rank.outputs import evaluate_ranked, render_eval
+        from rmjudge.rank.table import is_ranked
+
+        with open_judged(table) as t:
+            ranked = evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(group_by)) \
+                if is_ranked(t) else None
+        if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
+            click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
+                       if as_json else render_eval(ranked))
+            return
     if not is_judged(table):
         from rmjudge.pipeline import default_output
 
