@@ -49,7 +49,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
-             or [n for n, b in BENCHMARKS.items() if b.default_source])
+             or [n for n, b in BENCHMARKS.items() if b.default_source and b.in_default_set])
     plan = []
     for name in dict.fromkeys(names):
         bench = get(name)
@@ -84,7 +84,12 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str, lim
             finally:
                 progress.close()
             if not quiet:
-                click.echo(render_summary(summary), err=True)
+                if bench.ranked:
+                    from rmjudge.cli.rank import render_summary as render_ranked
+
+                    click.echo(render_ranked(summary), err=True)
+                else:
+                    click.echo(render_summary(summary), err=True)
     results = [score_stored(b, outdir, limit=limit, shard=shard_spec) for b, _ in plan]
     if as_json:
         import orjson
