@@ -336,3 +336,15 @@ def test_eval_reports_top1_and_kendall_tau_against_hand_computed_values(tmp_path
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["ranked"] and data["top1_accuracy"]["value"] == pytest.approx(2 / 3)
+
+
+def test_the_schedule_interleaves_the_prompts_of_a_block():
+    from rmjudge.rank.runner import schedule
+
+    ps = [Prompt(f"p{n}", n, ({"role": "user", "content": "q"},), ("a", "b", "c")) for n in range(3)]
+    plan = [(p, round_robin(3)) for p in ps]
+    got = [(p.id, i, j) for p, i, j in schedule(plan, 2)]
+    assert got == [("p0", 0, 1), ("p1", 0, 1), ("p0", 0, 2), ("p1", 0, 2), ("p0", 1, 2),
+                   ("p1", 1, 2), ("p2", 0, 1), ("p2", 0, 2), ("p2", 1, 2)]
+    assert sorted(schedule(plan, 1), key=lambda x: (x[0].id, x[1], x[2])) == \
+        sorted(schedule(plan, 3), key=lambda x: (x[0].id, x[1], x[2]))
