@@ -42,13 +42,16 @@ from rmjudge.rank.strategies import ROUND_ROBIN_MAX, STRATEGIES
               help="Commit results every N comparisons.")
 @click.option("--overwrite", is_flag=True,
               help="Discard an existing output (a store no other run is writing) and start again.")
+@click.option("--rejudge-changed", is_flag=True,
+              help="On resume, judge again the comparisons whose prompt or candidates were "
+              "edited since, replacing their verdicts (without it such a resume is refused).")
 @click.option("--strict", is_flag=True,
               help=f"Exit {EXIT_STRICT} when any prompt or comparison lands in errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
 def command(source: str, output: str | None, strategy: str, layout: str | None,
             group_by: str | None, gold_field: str, max_candidates: int, limit: int | None,
-            shard: str | None, commit_every: int, overwrite: bool, strict: bool, quiet: bool,
-            **kw) -> None:
+            shard: str | None, commit_every: int, overwrite: bool, rejudge_changed: bool,
+            strict: bool, quiet: bool, **kw) -> None:
     """Rank the candidate responses of each prompt in INPUT: each compared pair is judged by
     ReflectRM in both orders, and the verdicts are aggregated into Bradley-Terry scores, win
     counts and a confidence per rank, stored with every comparison in a resumable run store
@@ -62,7 +65,7 @@ def command(source: str, output: str | None, strategy: str, layout: str | None,
     js = judge_settings(kw)
     opts = RunOptions(js, engine_settings(kw), Mapper({}, seed=js.seed), {}, limit=limit,
                       shard=parse_shard(shard), commit_every=commit_every, overwrite=overwrite,
-                      server=server_settings(kw))
+                      rejudge_changed=rejudge_changed, server=server_settings(kw))
     ropts = RankOptions(strategy=strategy, layout=layout, group_by=group_by,
                         gold_field=gold_field, max_candidates=max_candidates)
 

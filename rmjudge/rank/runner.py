@@ -256,6 +256,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
                 s = score(source, engine, opts.judge, output=out, mapper=Mapper({}, seed=0),
                           overwrite=opts.overwrite and round_no == 1, limit=opts.limit,
                           shard=opts.shard, commit_every=opts.commit_every,
+                          rejudge_changed=opts.rejudge_changed,
                           on_progress=display, n_ctx=opts.engine.n_ctx, rows=rows,
                           identity=identity, extra_settings=settings)
             finally:
@@ -289,6 +290,8 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
                            "<> 0")[0]
     with Store(out) as store:
         store.set_rankings(ranking_rows(rankings))
+        # a prompt that was an error row in an earlier run and is fine now
+        store.drop_errors([p.row_number * ROW_STRIDE for p in prompts])
     kinds: dict[str, int] = {}
     rows: dict[str, list[int]] = {}
     for q in problems:

@@ -444,6 +444,10 @@ class Store:
 
         self.write(statements)
 
+    def drop_errors(self, row_numbers: list[int]) -> None:
+        """Delete the error rows of these row numbers (input rows that are fine now)."""
+        self.write(lambda con: delete_in(con, "errors", "row_number", row_numbers, "BIGINT"))
+
     def add_human_labels(self, rows: list[tuple[str, str, str, str]]) -> int:
         """Store human labels, rows of (pair_id, reviewer, label A|B|tie, source file), all
         stamped with the same import time; a row for a pair and reviewer already held replaces
