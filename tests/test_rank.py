@@ -159,6 +159,15 @@ def test_equal_scores_are_ordered_by_the_seeded_hash_not_the_published_order():
 
 # -- runs -------------------------------------------------------------------------------------
 
+def test_the_slot_a_candidate_is_drawn_per_comparison(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(4, 5))
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    got = rows(out, "SELECT count(*) FILTER (cand_a < cand_b), count(*) FILTER (cand_a > cand_b), "
+                    "count(*) FILTER (response_a = response_b) FROM pairs")
+    assert got[0][0] > 0 and got[0][1] > 0 and got[0][2] == 0
+
+
 def test_rank_stores_one_row_per_comparison_and_ranks_as_the_judge_says(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", responses_rows(3, 4))
     out = str(tmp_path / "r.duckdb")
@@ -374,4 +383,5 @@ def test_a_prompt_fixed_since_leaves_the_errors_table_and_an_edit_needs_rejudge(
     opts = RunOptions(JS, EngineSettings(), Mapper({}), {}, rejudge_changed=True)
     s = rank_input(str(src), out, opts, RankOptions(), engine=quality_engine())
     assert s.judged == 2  # the two comparisons of the edited candidate
-    assert rows(out, "SELECT response_b FROM pairs WHERE id = 'p1#1-2'") == [("edited q=1",)]
+    assert rows(out, "SELECT list_sort([response_a, response_b]) FROM pairs "
+                     "WHERE id = 'p1#1-2'") == [(sorted(["answer 1 q=2", "edited q=1"]),)]

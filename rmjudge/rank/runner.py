@@ -2,8 +2,8 @@
 normal score pipeline (`rmjudge.pipeline.score`, the run store's guarantees) -> rankings.
 
 The run, round by round: every prompt's comparisons of the round (rmjudge/rank/strategies.py)
-become intake rows in rmjudge's own layout (id `PROMPT#i-j`, the prompt, candidates i and j as
-responses A and B, the gold letter when the gold ranks them apart, and `prompt_id`, `cand_a`,
+become intake rows in rmjudge's own layout (id `PROMPT#i-j`, i < j, the prompt, the two
+candidates as responses A and B in a seeded order, the gold letter when the gold ranks them apart, and `prompt_id`, `cand_a`,
 `cand_b`, `n_candidates`, `gold_a`, `gold_b`, `gold_kind`, `round` plus the prompt's own
 columns passing through) and are judged by `pipeline.score` into the store: one row per
 comparison, both orders, resumable, locked. Comparisons judged before are skipped, so a rerun
@@ -100,25 +100,34 @@ def default_output(source: str) -> str:
     return f"{default_output_stem(source)}.ranked.duckdb"
 
 
-def comparison_row(p: Prompt, i: int, j: int, round_no: int) -> dict:
+def comparison_row(p: Prompt, i: int, j: int, round_no: int, seed: int = 0) -> dict:
+    """The intake row of comparing candidates i < j. Which of the two sits in slot A is drawn
+    from the seed and the comparison id (as `score` places chosen/rejected), so with
+    `--orders ab` no candidate (RewardBench 2's chosen is candidate 0) always has the first
+    slot; `cand_a` names the candidate in slot A."""
+    from rmjudge.seeds import derive_seed
+
+    cid = f"{p.id}#{i}-{j}"
+    if derive_seed(seed, cid, "slot") & 1:
+        i, j = j, i
     ga = p.gold[i] if p.gold else None
     gb = p.gold[j] if p.gold else None
     label = None if ga is None or gb is None or ga == gb else ("A" if ga < gb else "B")
-    return {"id": f"{p.id}#{i}-{j}", "prompt": list(p.messages), "response_a": p.candidates[i],
+    return {"id": cid, "prompt": list(p.messages), "response_a": p.candidates[i],
             "response_b": p.candidates[j], "label": label, "prompt_id": p.id, "cand_a": i,
             "cand_b": j, "n_candidates": p.k, "gold_a": ga, "gold_b": gb,
             "gold_kind": p.gold_kind, "round": round_no, **p.fields}
 
 
 def comparison_rows(plan: list[tuple[Prompt, list[tuple[int, int]]]], round_no: int,
-                    block: int = 1):
+                    block: int = 1, seed: int = 0):
     """The raw rows of one round, in the order that lets the engine's prefix cache serve a
     prompt's comparisons (`schedule`)."""
     from rmjudge.io.rows import RawRow
 
     for p, i, j in schedule(plan, block):
         yield RawRow(p.row_number * ROW_STRIDE + 1 + pair_number(i, j, p.k),
-                     comparison_row(p, i, j, round_no))
+                     comparison_row(p, i, j, round_no, seed))
 
 
 def schedule(plan: list[tuple[Prompt, list[tuple[int, int]]]], block: int
@@ -245,7 +254,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
             if not plan and round_no > 1:
                 break
             total = sum(len(pairs) for _, pairs in plan)
-            rows: Iterator = comparison_rows(plan, round_no, block)
+            rows: Iterator = comparison_rows(plan, round_no, block, opts.judge.seed)
             if round_no == 1:
                 from itertools import chain
 

@@ -121,7 +121,7 @@ def next_round(strategy: str, k: int, seed: int, prompt_id: str, round_no: int,
         return round_robin(k) if round_no == 1 else []
     if round_no > swiss_rounds(k):
         return []
-    played = {(i, j) for i, j, _ in outcomes}
+    played = {(min(i, j), max(i, j)) for i, j, _ in outcomes}
     key = [tiebreak(seed, prompt_id, c) for c in range(k)]
     return swiss_pairs(k, played, points(k, outcomes), key)
 
