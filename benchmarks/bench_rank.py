@@ -18,9 +18,10 @@ Variants (each in its own process, a fresh engine and prefix cache):
                  the same seeds and samples), prompt by prompt: what expanding the candidates
                  into a pairs file gives
   flat_shuffled  (--shuffled) the same pairs in a seeded random order
-Reported per variant: wall seconds, generated tokens/s, comparisons/s, prompt tokens evaluated
-and restored from the prefix cache per comparison, and the 1-minute load average before and
-after; then each variant's speed-up over `flat` and whether every comparison got the same
+Reported per variant: wall seconds, generated tokens/s, comparisons/s, generated tokens per CPU
+second of the process (with --threads 1 a busy shared machine distorts it far less than
+tokens/s), prompt tokens evaluated and restored from the prefix cache per comparison (exact
+counts, whatever the load), and the 1-minute load average before and after; then each variant's speed-up over `flat` and whether every comparison got the same
 per-order verdicts in every variant.
 """
 
@@ -85,6 +86,7 @@ def run_variant(args) -> dict:
     work = Path(args.workdir)
     out = str(work / f"{args.variant}.duckdb")
     load_before = os.getloadavg()[0]
+    cpu0 = time.process_time()
     t0 = time.monotonic()
     if args.variant == "rank":
         from rmjudge.rank import rank
@@ -98,10 +100,12 @@ def run_variant(args) -> dict:
         s = score(str(work / f"{args.variant}.jsonl"), engine, js, output=out)
         comparisons = s.judged
     wall = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
     return {"variant": args.variant, "wall_s": round(wall, 2), "comparisons": comparisons,
             "generated_tokens": engine.generated_tokens,
             "generated_tok_s": round(engine.generated_tokens / wall, 1),
-            "comparisons_s": round(comparisons / wall, 4),
+            "comparisons_s": round(comparisons / wall, 4), "cpu_s": round(cpu, 2),
+            "generated_tok_per_cpu_s": round(engine.generated_tokens / cpu, 1),
             "prompt_tokens_evaluated": engine.prompt_tokens_evaluated,
             "prompt_tokens_reused": engine.prompt_tokens_reused,
             "prompt_evaluated_per_comparison": round(engine.prompt_tokens_evaluated
@@ -171,6 +175,9 @@ def main() -> None:
         "cpu_count": os.cpu_count(), "results": results,
         "speedup_vs_flat": {r["variant"]: round(r["generated_tok_s"] / base["generated_tok_s"],
                                                 3) for r in results},
+        "speedup_vs_flat_cpu": {r["variant"]: round(r["generated_tok_per_cpu_s"]
+                                                    / base["generated_tok_per_cpu_s"], 3)
+                                for r in results},
         "same_verdicts": all(verdicts(str(work / f"{v}.duckdb")) == ref for v in variants[1:]),
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "results"}, indent=1))

@@ -385,3 +385,9 @@ def test_a_prompt_fixed_since_leaves_the_errors_table_and_an_edit_needs_rejudge(
     assert s.judged == 2  # the two comparisons of the edited candidate
     assert rows(out, "SELECT list_sort([response_a, response_b]) FROM pairs "
                      "WHERE id = 'p1#1-2'") == [(sorted(["answer 1 q=2", "edited q=1"]),)]
+
+
+def test_the_library_facade_names_the_call():
+    import rmjudge
+
+    assert rmjudge.rank_candidates is rank and "rank_candidates" in rmjudge.__all__
