@@ -64,12 +64,19 @@ def candidates(path: str, n_prompts: int, k: int) -> list[dict]:
     return [{"id": f"pandalm-{pid}", "prompt": p, "responses": top} for _, pid, p, top in fit]
 
 
-def flat_rows(prompts: list[dict], shuffled: bool) -> list[dict]:
+def flat_rows(prompts: list[dict], shuffled: bool, seed: int) -> list[dict]:
+    """The comparisons `rank` makes (round-robin), as flat pairs: the same ids, and each pair's
+    candidates in the slots `rank` draws for them, so every prompt is the same text."""
+    from rmjudge.io.rows import RawRow
+    from rmjudge.rank.layouts import read_prompts
+    from rmjudge.rank.runner import comparison_row
     from rmjudge.rank.strategies import round_robin
 
-    rows = [{"id": f"{p['id']}#{i}-{j}", "prompt": p["prompt"], "response_a": p["responses"][i],
-             "response_b": p["responses"][j]}
-            for p in prompts for i, j in round_robin(len(p["responses"]))]
+    rows = []
+    for p in read_prompts(RawRow(n, obj) for n, obj in enumerate(prompts, 1)):
+        for i, j in round_robin(p.k):
+            c = comparison_row(p, i, j, 1, seed)
+            rows.append({k: c[k] for k in ("id", "prompt", "response_a", "response_b")})
     if shuffled:
         random.Random(0).shuffle(rows)
     return rows
@@ -154,10 +161,18 @@ def main() -> None:
     (work / "candidates.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
     variants = ["rank", "flat"] + (["flat_shuffled"] if args.shuffled else [])
     for v in variants[1:]:
-        rows = flat_rows(prompts, v == "flat_shuffled")
+        rows = flat_rows(prompts, v == "flat_shuffled", args.seed)
         (work / f"{v}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     results = []
-    passthrough = [a for a in sys.argv[1:] if not a.startswith("--out")]
+    passthrough = []
+    skip = False
+    for a in sys.argv[1:]:  # the options of a variant: all but --out and --workdir
+        if skip:
+            skip = False
+        elif a in ("--out", "--workdir"):
+            skip = True
+        elif not a.startswith(("--out=", "--workdir=")):
+            passthrough.append(a)
     for v in variants:
         cmd = [sys.executable, __file__, *passthrough, "--workdir", str(work), "--variant", v]
         done = subprocess.run(cmd, capture_output=True, text=True)
