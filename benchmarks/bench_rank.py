@@ -12,8 +12,7 @@ responses as candidates.
 
 Variants (each in its own process, a fresh engine and prefix cache):
   rank           `rmjudge rank` (round-robin: K(K-1)/2 comparisons per prompt, both orders),
-                 which orders the comparisons so a prompt's later comparisons restore its
-                 cached prompt prefix (rmjudge/rank/runner.py `schedule`)
+                 in its judging order (rmjudge/rank/runner.py `schedule`)
   flat           `rmjudge score` on the same comparisons written as flat pairs (same ids, so
                  the same seeds and samples), prompt by prompt: what expanding the candidates
                  into a pairs file gives

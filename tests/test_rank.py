@@ -347,44 +347,14 @@ def test_eval_reports_top1_and_kendall_tau_against_hand_computed_values(tmp_path
     assert data["ranked"] and data["top1_accuracy"]["value"] == pytest.approx(2 / 3)
 
 
-def test_the_schedule_interleaves_the_prompts_of_a_block():
+def test_the_schedule_goes_prompt_by_prompt_and_candidate_by_candidate():
     from rmjudge.rank.runner import schedule
 
-    ps = [Prompt(f"p{n}", n, ({"role": "user", "content": "q"},), ("a", "b", "c")) for n in range(3)]
-    plan = [(p, round_robin(3)) for p in ps]
-    got = [(p.id, i, j) for p, i, j in schedule(plan, 2)]
-    assert got == [("p0", 0, 1), ("p1", 0, 1), ("p0", 0, 2), ("p1", 0, 2), ("p0", 1, 2),
-                   ("p1", 1, 2), ("p2", 0, 1), ("p2", 0, 2), ("p2", 1, 2)]
-    assert sorted(schedule(plan, 1), key=lambda x: (x[0].id, x[1], x[2])) == \
-        sorted(schedule(plan, 3), key=lambda x: (x[0].id, x[1], x[2]))
-
-
-def test_a_prompt_fixed_since_leaves_the_errors_table_and_an_edit_needs_rejudge(tmp_path):
-    from rmjudge.store import StoreError
-
-    objs = responses_rows(2, 3)
-    good = dict(objs[1])
-    objs[1] = {**good, "responses": ["same", "same"]}
-    src = tmp_path / "in.jsonl"
-    out = str(tmp_path / "r.duckdb")
-    rank(write_jsonl(src, objs), out, engine=quality_engine(), judge=JS)
-    assert rows(out, "SELECT row_number FROM errors") == [(20000,)]
-    objs[1] = good
-    s = rank(write_jsonl(src, objs), out, engine=quality_engine(), judge=JS)
-    assert s.judged == 3 and rows(out, "SELECT count(*) FROM errors") == [(0,)]
-    objs[1] = {**objs[1], "responses": objs[1]["responses"][:2] + ["edited q=1"]}
-    with pytest.raises(StoreError, match="--rejudge-changed"):
-        rank(write_jsonl(src, objs), out, engine=quality_engine(), judge=JS)
-    from rmjudge.rank.runner import RankOptions, rank_input
-    from rmjudge.io.mapping import Mapper
-    from rmjudge.run import RunOptions
-    from rmjudge.settings import EngineSettings
-
-    opts = RunOptions(JS, EngineSettings(), Mapper({}), {}, rejudge_changed=True)
-    s = rank_input(str(src), out, opts, RankOptions(), engine=quality_engine())
-    assert s.judged == 2  # the two comparisons of the edited candidate
-    assert rows(out, "SELECT list_sort([response_a, response_b]) FROM pairs "
-                     "WHERE id = 'p1#1-2'") == [(sorted(["answer 1 q=2", "edited q=1"]),)]
+    ps = [Prompt(f"p{n}", n, ({"role": "user", "content": "q"},), ("a", "b", "c")) for n in range(2)]
+    plan = [(p, list(reversed(round_robin(3)))) for p in ps]
+    got = [(p.id, i, j) for p, i, j in schedule(plan)]
+    assert got == [("p0", 0, 1), ("p0", 0, 2), ("p0", 1, 2), ("p1", 0, 1), ("p1", 0, 2),
+                   ("p1", 1, 2)]
 
 
 def test_the_library_facade_names_the_call():

@@ -120,34 +120,28 @@ def comparison_row(p: Prompt, i: int, j: int, round_no: int, seed: int = 0) -> d
 
 
 def comparison_rows(plan: list[tuple[Prompt, list[tuple[int, int]]]], round_no: int,
-                    block: int = 1, seed: int = 0):
+                    seed: int = 0):
     """The raw rows of one round, in the order that lets the engine's prefix cache serve a
     prompt's comparisons (`schedule`)."""
     from rmjudge.io.rows import RawRow
 
-    for p, i, j in schedule(plan, block):
+    for p, i, j in schedule(plan):
         yield RawRow(p.row_number * ROW_STRIDE + 1 + pair_number(i, j, p.k),
                      comparison_row(p, i, j, round_no, seed))
 
 
-def schedule(plan: list[tuple[Prompt, list[tuple[int, int]]]], block: int
+def schedule(plan: list[tuple[Prompt, list[tuple[int, int]]]]
              ) -> Iterator[tuple[Prompt, int, int]]:
-    """A round's comparisons in judging order: prompts in blocks of `block` (the pairs the
-    judge keeps in flight), and within a block the first comparison of every prompt, then the
-    second of every prompt, ... So a prompt's first comparison has evaluated (and cached) the
-    prompt and its first response before the prompt's next comparison is admitted, which then
-    restores that prefix instead of evaluating it again; prompt by prompt, the comparisons of
-    one prompt would be admitted together and each evaluate the whole prompt. Within a prompt
-    the pairs come candidate by candidate ((0,1), (0,2), ..., (1,2), ...), so consecutive ones
-    share their first response. The order changes the time a run takes, never its verdicts
-    (each comparison's samples depend on its id and content only)."""
-    from itertools import zip_longest
-
-    block = max(1, block)
-    for start in range(0, len(plan), block):
-        chunk = plan[start:start + block]
-        for wave in zip_longest(*[[(p, i, j) for i, j in sorted(pairs)] for p, pairs in chunk]):
-            yield from (item for item in wave if item is not None)
+    """A round's comparisons in judging order: prompt by prompt, and within a prompt candidate
+    by candidate ((0,1), (0,2), ..., (1,2), ...), so consecutive comparisons share the prompt
+    and often their first response, which the engine's prefix cache then restores instead of
+    evaluating again. (Interleaving the comparisons of several prompts, so that a prompt's
+    first comparison is cached before its next one starts, was measured slower: with 8 prompts
+    at a time their cached prefixes no longer fit the cache together; docs/speed.md.) The
+    order changes the time a run takes, never its verdicts."""
+    for p, pairs in plan:
+        for i, j in sorted(pairs):
+            yield p, i, j
 
 
 def problem_rows(problems: list[PromptProblem]):
@@ -227,7 +221,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
 
     from rmjudge.io.mapping import Mapper
     from rmjudge.pipeline import Interrupted, score
-    from rmjudge.run import build_judge, check_prompting, check_run_paths, load_judge_engine
+    from rmjudge.run import check_prompting, check_run_paths, load_judge_engine
 
     out = output or default_output(source)
     check_rank_output(out)
@@ -241,7 +235,6 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     try:
         if engine is None:
             engine = load_judge_engine(opts.engine, opts.server, status)
-        block = build_judge(engine, opts).pairs_in_flight  # see `schedule`
         outcomes: dict[str, list] = {}
         round_no = 1
         while True:
@@ -254,7 +247,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
             if not plan and round_no > 1:
                 break
             total = sum(len(pairs) for _, pairs in plan)
-            rows: Iterator = comparison_rows(plan, round_no, block, opts.judge.seed)
+            rows: Iterator = comparison_rows(plan, round_no, opts.judge.seed)
             if round_no == 1:
                 from itertools import chain
 
