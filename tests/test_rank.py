@@ -361,3 +361,19 @@ def test_the_library_facade_names_the_call():
     import rmjudge
 
     assert rmjudge.rank_candidates is rank and "rank_candidates" in rmjudge.__all__
+
+
+def test_rank_leaves_a_file_it_did_not_write_untouched(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    foreign = tmp_path / "notes.duckdb"
+    foreign.write_text("my own notes\n")
+    r = CliRunner().invoke(main, ["rank", src, "-o", str(foreign), "--model", "/missing.gguf"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert foreign.read_text() == "my own notes\n"
+    r = CliRunner().invoke(main, ["rank", src, "-o", src, "--model", "/missing.gguf"])
+    assert r.exit_code != 0 and "give a .duckdb file" in r.output
