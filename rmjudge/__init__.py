@@ -6,6 +6,7 @@ The Python API (docs/python.md); nothing heavy is imported until a name is used:
     table = rmjudge.score(rows)                     # rows: list of dicts, DataFrame, Dataset, path
     for chunk in rmjudge.score_batches(rows, output="judged.duckdb"): ...
     store = rmjudge.open_store("judged.duckdb")     # .pairs .samples .errors .runs .results
+    rmjudge.rank_candidates("bon.jsonl", "ranked.duckdb")  # best-of-N rankings (docs/rank.md)
 
 Errors are `rmjudge.UserError` and its subclasses (each message names the file and the fix).
 """
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 __version__ = "0.7.0"
 
-# name -> the module that defines it (imported on first use)
+# name -> the module that defines it, "module:attr" where its name there differs (imported on
+# first use)
 _PUBLIC = {
     "score": "rmjudge.api.judging",
     "score_batches": "rmjudge.api.judging",
     "open_store": "rmjudge.api.tables",
+    "rank_candidates": "rmjudge.rank:rank",
     "JudgedStore": "rmjudge.api.tables",
     "load_engine": "rmjudge.engine",
     "JudgeSettings": "rmjudge.settings",
@@ -38,12 +41,13 @@ __all__ = sorted(_PUBLIC) + ["__version__"]
 
 
 def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
+    where = _PUBLIC.get(name)
+    if where is None:
         raise AttributeError(f"module 'rmjudge' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    module, _, attr = where.partition(":")  # "module:attr" where the name differs
+    return getattr(importlib.import_module(module), attr or name)
 
 
 def __dir__() -> list[str]:

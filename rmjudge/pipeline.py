@@ -11,7 +11,7 @@ import re
 import time
 from itertools import chain
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rmjudge.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.interrupts import critical, deliver_pending, graceful
@@ -137,6 +137,9 @@ def score(
     rejudge_changed: bool = False,
     n_ctx: int | None = None,
     on_commit: Callable[[Store, list[str], list[int]], None] | None = None,
+    rows: Iterable[RawRow] | None = None,
+    identity: dict | None = None,
+    extra_settings: dict | None = None,
 ) -> Summary:
     """Judge `source` into `output` (a run: intake -> Judge -> store). `source`: an input path
     (every form `rmjudge.io.readers` reads) or a `MemoryInput` (rows held in Python). `js`: the
@@ -148,6 +151,9 @@ def score(
     verdict replaces the old one. `on_commit(store, pair ids, error row numbers)` hears each
     chunk once it is committed (the streaming Python API reads it back); what it raises stops
     the run as an exception from the loop would (KeyboardInterrupt: as an interrupt).
+    `rows` (with the input's `identity`): raw rows made by the caller instead of read from
+    `source` (`rmjudge rank`'s comparisons; `limit` and `shard` were applied when they were
+    made); `extra_settings`: more settings a rerun must match (rank's strategy and layout).
     """
     out = output or default_output(source)
     check_output(source, out)
@@ -156,7 +162,8 @@ def score(
                          mapper or Mapper(mapping or {}, seed=spec.settings.seed),
                          overwrite=overwrite, limit=limit, shard=shard,
                          commit_every=commit_every, on_progress=on_progress, announce=announce,
-                         rejudge_changed=rejudge_changed, on_commit=on_commit)
+                         rejudge_changed=rejudge_changed, on_commit=on_commit, rows=rows,
+                         identity=identity, extra_settings=extra_settings)
 
 
 def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, *,
@@ -165,14 +172,16 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
                   on_progress: Callable[[Progress], None] | None = None,
                   announce: Callable[[str], None] | None = None,
                   rejudge_changed: bool = False,
-                  on_commit: Callable[[Store, list[str], list[int]], None] | None = None
-                  ) -> Summary:
+                  on_commit: Callable[[Store, list[str], list[int]], None] | None = None,
+                  rows: Iterable[RawRow] | None = None, identity: dict | None = None,
+                  extra_settings: dict | None = None) -> Summary:
     """`score` once its output `out` is checked (`check_output`) and its spec resolved for
     `engine`'s model: `run.judge_input` checks the output before the model loads and builds
     the spec once it has, so neither is done twice."""
     fmt = output_format(out)
     # Labels that need --label-values stop the run here, before any output is touched.
-    rows: Iterator[RawRow] = checked_rows(source, mapper, limit)
+    given = rows is not None
+    rows = iter(rows) if given else checked_rows(source, mapper, limit)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     ahead = [first] if first is not None else []
     while ahead and ahead[-1].obj is None and len(ahead) < 10_000:  # the first readable row
@@ -180,8 +189,9 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
         if nxt is None:
             break
         ahead.append(nxt)
-    identity = input_identity(source, next((r for r in ahead if r.obj is not None),
-                                           ahead[0] if ahead else None))
+    if not given:
+        identity = input_identity(source, next((r for r in ahead if r.obj is not None),
+                                               ahead[0] if ahead else None))
     rows = chain(ahead[1:], rows)
     if announce and mapper.schema is not None:
         announce(f"input read as {mapper.describe()}")
@@ -189,20 +199,22 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
         store = Store(store_path(out), overwrite=overwrite, exports=export_files(out))
     try:
         with graceful():
-            return _score(store, first, rows, engine, spec, out, fmt, source, mapper, limit,
-                          shard, commit_every, on_progress, identity, rejudge_changed,
-                          on_commit)
+            return _score(store, first, rows, engine, spec, out, fmt, source, mapper,
+                          None if given else limit, shard, commit_every, on_progress, identity,
+                          rejudge_changed, on_commit, given, extra_settings)
     finally:
         store.close()
 
 
 def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, mapper, limit,
            shard, commit_every, on_progress, identity, rejudge_changed=False,
-           on_commit=None) -> Summary:
-    """A run in named steps: record it, judge every pair (committing in chunks), end it."""
-    _start_run(store, engine, spec, mapper, source, shard, identity)
+           on_commit=None, given=False, extra_settings=None) -> Summary:
+    """A run in named steps: record it, judge every pair (committing in chunks), end it.
+    `given`: the rows were made by the caller, who applied --limit and --shard."""
+    _start_run(store, engine, spec, mapper, source, shard, identity, extra_settings)
     stream = rows if first is None else chain([first], rows)
-    intake = Intake(stream, mapper, shard=shard, limit=limit, judged=store.judged(),
+    intake = Intake(stream, mapper, shard=None if given else shard, limit=limit,
+                    judged=store.judged(),
                     rejudge_changed=rejudge_changed)
     run = _ScoreRun(store, intake, engine, commit_every, on_progress, on_commit)
     try:
@@ -218,10 +230,11 @@ def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, m
 
 
 def _start_run(store: Store, engine, spec: RunSpec, mapper: Mapper, source: str,
-               shard: tuple[int, int] | None, identity) -> None:
+               shard: tuple[int, int] | None, identity, extra_settings=None) -> None:
     """Check that the store's earlier runs judged alike and read the same input, then record
     this run."""
     settings = spec.verdict_settings()
+    settings.update(extra_settings or {})
     reading = input_reading(mapper)
     if reading:  # how rows become pairs and labels: a rerun must read them alike
         settings["input_reading"] = reading

@@ -58,6 +58,41 @@ def engine(rollouts, reflect=None, **kw) -> ScriptedEngine:
     return ScriptedEngine(Script(rollouts, reflect), **kw)
 
 
+def slot_responses(req: GenRequest) -> tuple[str, str]:
+    """The responses shown in slots 1 and 2 of a preference prompt."""
+    body = req.messages[-1]["content"]
+    two = body.split("### Response 2\n", 1)[1].split("\n\n", 1)[0]
+    return first_slot_response(req), two
+
+
+def quality_engine(flip: set[str] = frozenset(), **kw) -> ScriptedEngine:
+    """A scripted judge that prefers the response whose text holds the larger `q=N`; rollouts
+    of a pair whose slot-1 text is in `flip` always pick slot 1 (so its two orders disagree)."""
+    import re
+
+    def q(text: str) -> int:
+        return int(re.search(r"q=(\d+)", text).group(1))
+
+    def respond(req: GenRequest, i: int):
+        if stage_of(req) != "rollout":
+            return refl(1)
+        a, b = slot_responses(req)
+        if a in flip:
+            return pref(1)
+        return pref(1 if q(a) > q(b) else 2)
+
+    return ScriptedEngine(respond, **kw)
+
+
+# A preamble for kill_after_commits: `rmjudge` judges with quality_engine (tests/ on sys.path).
+SCRIPTED_CLI = """
+import sys, rmjudge.run
+sys.path.insert(0, %r)
+from helpers import quality_engine
+rmjudge.run.load_judge_engine = lambda *a, **k: quality_engine()
+""" % __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+
+
 def rows(db: str, sql: str) -> list[tuple]:
     """All rows of `sql` on a run store, opened read-only and closed again."""
     con = duckdb.connect(db, read_only=True)
@@ -130,14 +165,17 @@ main(prog_name="rmjudge")
 """
 
 
-def kill_after_commits(args: list, commits: int, **popen) -> int:
+def kill_after_commits(args: list, commits: int, preamble: str = "", **popen) -> int:
     """Run `rmjudge ARGS`, SIGKILL it right after its `commits`-th commit of judged pairs (or
-    let it end first); returns the number of commits it made."""
+    let it end first); returns the number of commits it made. `preamble`: Python code run
+    first in that interpreter (e.g. `rmjudge.run.load_judge_engine` replaced by a scripted
+    engine)."""
     import signal
     import subprocess
     import sys
 
-    p = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_CLI, *map(str, args)],
+    p = subprocess.Popen([sys.executable, "-c", preamble + "\n" + _ANNOUNCING_CLI,
+                          *map(str, args)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **popen)
     seen = 0
     for line in p.stdout:

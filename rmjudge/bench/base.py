@@ -106,6 +106,8 @@ class Benchmark:
     name = ""
     title = ""
     default_source: str | None = None  # a Hub id, when the benchmark is published there
+    in_default_set = True  # run by `rmjudge bench` without -b when it has a Hub default
+    ranked = False  # best-of-N: judged with `rmjudge rank` and scored from its rankings
     layout = ""  # the published files, for help and errors
     rule = ""  # the scoring rule, one line
 
@@ -166,3 +168,41 @@ def text(obj: dict, col: str) -> str:
     if not isinstance(v, str) or not v.strip():
         raise RowProblem(f"column {col!r} is missing or not a non-empty string")
     return v
+
+
+class RankedBenchmark(Benchmark):
+    """A best-of-N benchmark: each published row is a prompt with K candidates, converted to a
+    layout of `rmjudge rank` (`rank_layout`), judged through rank's comparisons and scored from
+    the prompts' rankings (`rmjudge.rank.table.PromptRanking`) as its authors score a reward
+    model's per-candidate scores."""
+
+    ranked = True
+    in_default_set = False
+    rank_layout = ""
+
+    def score(self, items: list[Item]) -> BenchResult:
+        raise BenchError(f"{self.title} is scored from rankings (score_rankings)")
+
+    def score_rankings(self, prompts: list[tuple[dict, Any]]) -> BenchResult:
+        """The official figures over (intake row's grouping fields, its PromptRanking or None
+        when no comparison of it is stored), every prompt the run covers."""
+        raise NotImplementedError
+
+    def ranked_result(self, prompts: list[tuple[dict, Any]], headline: list[Cell],
+                      sections: list[Cell]) -> BenchResult:
+        games = [g for _, p in prompts if p is not None for g in p.games]
+        both = [g for g in games if all(x in ("A", "B") for x in g.letters)]
+        return BenchResult(
+            self.name, self.title, headline, sections,
+            mean(float(g.letters[0] == g.letters[-1]) for g in both), len(prompts),
+            sum(p is not None and bool(p.games) for _, p in prompts),
+            sum(x not in ("A", "B") for g in games for x in g.letters), rule=self.rule)
+
+
+def candidate_scores(ranking, k: int) -> list[float]:
+    """Each candidate's Bradley-Terry score in candidate order; all equal (0) for a prompt
+    without stored comparisons (the authors' "no score" case: every candidate ties)."""
+    if ranking is None:
+        return [0.0] * k
+    by = ranking.by_candidate()
+    return [by[c].score if c in by else 0.0 for c in range(k)]

@@ -35,6 +35,9 @@ from rmjudge.store import make_dir, write_once
 TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "response_a", "response_b", "label",
                        "context", "response1", "response2"})
 ORDERS = {"both": ("ab", "ba"), "ab": ("ab",)}
+# A best-of-N intake row's texts (rmjudge rank's layouts); its other columns group results.
+RANK_TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "conversation_input", "bon_best",
+                            "loser_list"})
 
 
 def intake_file(outdir: str, bench: Benchmark) -> str:
@@ -164,12 +167,42 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     path = prepare(bench, source, outdir)
     # blank_responses: each benchmark's `convert` decides which answers it keeps (RMB keeps
     # whitespace-only ones, as its authors' code scores them)
-    seed = (js.settings if isinstance(js, RunSpec) else js).seed
+    settings = js.settings if isinstance(js, RunSpec) else js
+    seed = settings.seed
+    if bench.ranked:  # best-of-N: rank's comparisons, through the same pipeline
+        from rmjudge.rank.layouts import HARD_MAX_CANDIDATES
+        from rmjudge.rank.runner import RankOptions, rank_input
+        from rmjudge.run import RunOptions
+        from rmjudge.settings import EngineSettings
+
+        opts = RunOptions(settings, EngineSettings(n_ctx=n_ctx), Mapper({}, seed=seed),
+                          limit=limit, shard=shard,
+                          commit_every=commit_every or COMMIT_EVERY_PAIRS)
+        ropts = RankOptions(layout=bench.rank_layout, max_candidates=HARD_MAX_CANDIDATES)
+        return rank_input(path, store_file(outdir, bench), opts, ropts, engine=engine,
+                          progress=None if on_progress is None else
+                          (lambda total, engine: _SharedDisplay(on_progress)))
     return score(path, engine, js, output=store_file(outdir, bench),
                  mapper=Mapper({}, seed=seed, blank_responses=True),
                  limit=item_rows(intake_keys(path), limit), shard=shard,
                  commit_every=commit_every or COMMIT_EVERY_PAIRS, on_progress=on_progress,
                  announce=announce, n_ctx=n_ctx)
+
+
+class _SharedDisplay:
+    """The caller's progress display, for every round of a ranking (the caller closes it)."""
+
+    def __init__(self, display):
+        self.display = display
+
+    def __call__(self, prog) -> None:
+        self.display(prog)
+
+    def note(self, line: str) -> None:
+        getattr(self.display, "note", lambda _: None)(line)
+
+    def close(self) -> None:
+        pass
 
 
 def require_results(bench: Benchmark, outdir: str, intake: bool = False) -> None:
@@ -255,9 +288,41 @@ def judge_name(model_path: str, lora: str | None = None) -> str:
     return name + (f" + {os.path.basename(lora)}" if lora else "")
 
 
+def read_ranked(bench: Benchmark, outdir: str, *, limit: int | None = None,
+                shard: tuple[int, int] | None = None) -> tuple[list[tuple[dict, Any]], int]:
+    """A best-of-N benchmark's prompts the run covers (the intake rows within `limit` and
+    `shard`: rank's rules, by prompt id), each with its ranking from the store (None: no
+    comparison of it is stored), and the count of unreadable published rows."""
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.table import read_rankings
+
+    require_results(bench, outdir, intake=True)
+    with open(intake_file(outdir, bench), "rb") as f:
+        rows = [{k: v for k, v in orjson.loads(line).items() if k not in RANK_TEXT_KEYS}
+                for line in f if line.strip()]
+    if limit is not None:
+        rows = rows[:limit]
+    with open_judged(store_file(outdir, bench)) as table:
+        ranked = {p.prompt_id: p for p in read_rankings(table)}
+    out, unreadable, seen = [], 0, set()
+    for n, r in enumerate(rows, 1):
+        if "problem" in r or str(r["id"]) in seen:
+            unreadable += in_shard(f"row:{n}", shard) if "problem" in r else 1
+            continue
+        seen.add(str(r["id"]))
+        if in_shard(str(r["id"]), shard):
+            out.append((r, ranked.get(str(r["id"]))))
+    return out, unreadable
+
+
 def score_stored(bench: Benchmark, outdir: str, *, limit: int | None = None,
                  shard: tuple[int, int] | None = None) -> BenchResult:
     """The benchmark's official figures from the store in `outdir` (read-only)."""
+    if bench.ranked:
+        prompts, unreadable = read_ranked(bench, outdir, limit=limit, shard=shard)
+        res = bench.score_rankings(prompts)  # type: ignore[attr-defined]
+        res.unreadable = unreadable
+        return res
     items, unreadable, note = read_items(bench, outdir, limit=limit, shard=shard)
     res = bench.score(items)
     res.unreadable = unreadable

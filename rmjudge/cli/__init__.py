@@ -14,6 +14,7 @@ from rmjudge.cli.common import UserErrorGroup
 COMMANDS = {
     "score": ("score", "Judge preference pairs with ReflectRM (the main job)."),
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
+    "rank": ("rank", "Rank K candidate responses per prompt (best-of-N) with pairwise ReflectRM."),
     "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
     "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),
     "view": ("view", "Explore every judgment of a judged table in the browser, offline; mark pairs."),

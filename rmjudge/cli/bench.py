@@ -56,7 +56,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str | No
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
-             or [n for n, b in BENCHMARKS.items() if b.default_source])
+             or [n for n, b in BENCHMARKS.items() if b.default_source and b.in_default_set])
     plan = []
     for name in dict.fromkeys(names):
         bench = get(name)
@@ -97,7 +97,12 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str | No
             finally:
                 progress.close()
             if not quiet:
-                click.echo(render_summary(summary), err=True)
+                if bench.ranked:
+                    from rmjudge.cli.rank import render_summary as render_ranked
+
+                    click.echo(render_ranked(summary), err=True)
+                else:
+                    click.echo(render_summary(summary), err=True)
     results = [score_stored(b, outdir, limit=limit, shard=shard_spec) for b, _ in plan]
     from rmjudge.bench.table import averages, render
 

@@ -47,7 +47,10 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     judge's agreement with them follows (accuracy, kappa, intervals).
 
     TABLE may also be labelled input that was not judged yet (.jsonl, .parquet, .csv,
-    file.duckdb:table): it is judged first (the judging options apply) into -o."""
+    file.duckdb:table): it is judged first (the judging options apply) into -o.
+
+    A ranked store (`rmjudge rank`) gets top-1 accuracy and Kendall tau against its gold ranks,
+    with bootstrap intervals over prompts (docs/rank.md)."""
     import orjson
 
     from rmjudge.analysis.eval_run import evaluate_table
@@ -57,6 +60,19 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     table = input_source(table, kw)
     check_not_being_written(table, "eval")
+    from rmjudge.analysis.tables import is_judged, open_judged
+
+    if is_judged(table):
+        from rmjudge.rank.outputs import evaluate_ranked, render_eval
+        from rmjudge.rank.table import is_ranked
+
+        with open_judged(table) as t:
+            ranked = evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(group_by)) \
+                if is_ranked(t) else None
+        if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
+            click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
+                       if as_json else render_eval(ranked))
+            return
     run = evaluate_table(table, ev, parse_run_options(kw), output=output,
                          greedy=greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(

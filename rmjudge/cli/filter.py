@@ -55,17 +55,28 @@ def default_output(table: str, fmt: str) -> str:
 @click.option("--keep-columns", default="", metavar="COL,...",
               help="Columns of the judged table to carry along (passthrough columns, id, p_a, ...);"
               " passthrough columns get their input types back (numbers, lists, structs).")
+@click.option("--rank-pairs", type=click.Choice(["best-worst", "all"]), default="best-worst",
+              show_default=True,
+              help="A ranked store (rmjudge rank): the top candidate against the bottom one per "
+              "prompt, or every pair of candidates reaching --rank-margin.")
+@click.option("--rank-margin", default=0.5, show_default=True,
+              help="A ranked store: keep a pair only when the Bradley-Terry probability that "
+              "its chosen response is better is at least this (0.5..1; ties are never kept).")
 @click.option("--push-to-hub", "repo_id", default=None, metavar="ORG/NAME",
               help="Then upload the dataset with a generated card to this Hugging Face dataset "
               "repository (" + install_hint("hub") + "; token from HF_TOKEN or `hf auth login`).")
 @upload_options("--push-to-hub")
 def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool,
             min_confidence: float, allow_inconsistent: bool, relabel: bool, relabel_min: float,
-            unlabelled: str, prefer: str, keep_columns: str, repo_id: str | None, private: bool,
-            license_: str | None, dry_run: str | None) -> None:
+            unlabelled: str, prefer: str, keep_columns: str, rank_pairs: str, rank_margin: float,
+            repo_id: str | None, private: bool, license_: str | None,
+            dry_run: str | None) -> None:
     """Write the pairs of a judged TABLE that the judge supports as a training dataset
     (Parquet or JSONL, loadable with datasets.load_dataset), and say how many were kept,
-    swapped, labelled and dropped, and why."""
+    swapped, labelled and dropped, and why.
+
+    On a ranked store (`rmjudge rank`), the pairs come from each prompt's ranking instead:
+    best against worst, or every pair above --rank-margin (docs/rank.md)."""
     from rmjudge.analysis.filter import FilterSettings, empty_warning, filter_table, render
     from rmjudge.analysis.tables import open_judged
     from rmjudge.publish.record import build_record, write_record
@@ -87,15 +98,30 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
         keep_columns=tuple(c.strip() for c in keep_columns.split(",") if c.strip()))
     out = output or default_output(table, fmt)
     check_not_being_written(table, "filter")
+    from rmjudge.rank.table import is_ranked
+
+    ranked = None
     try:
         with open_judged(table) as t:
-            summary = filter_table(t, out, fs)
-            write_record(out, build_record(t, summary, fs))
+            if is_ranked(t):
+                from rmjudge.rank.outputs import RankFilterSettings, filter_ranked
+
+                ranked = RankFilterSettings(pairs=rank_pairs, margin=rank_margin, format=fmt,
+                                            chat=chat, keep_columns=fs.keep_columns)
+                summary = filter_ranked(t, out, ranked)
+            else:
+                summary = filter_table(t, out, fs)
+            write_record(out, build_record(t, summary, ranked or fs))
     except DiskError as exc:
         raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}; choose another -o")
-    click.echo(render(summary), err=True)
+    if ranked is not None:
+        from rmjudge.rank.outputs import render_filter
+
+        click.echo(render_filter(summary, ranked), err=True)
+    else:
+        click.echo(render(summary), err=True)
     warning = empty_warning(summary)
     if warning:
         click.echo(warning, err=True)

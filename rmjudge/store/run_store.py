@@ -52,6 +52,7 @@ from rmjudge.store.schema import (
     ERROR_COLUMNS,
     GREEDY_COLUMNS,
     HUMAN_LABEL_COLUMNS,
+    RANKING_COLUMNS,
     PAIR_COLUMNS,
     RUN_COLUMNS,
     RUNNING,
@@ -476,6 +477,20 @@ class Store:
         self.write(statements)
 
     # -- human labels -----------------------------------------------------------------------
+    def set_rankings(self, rows: list[list[Any]]) -> None:
+        """Replace the `rankings` table (RANKING_COLUMNS, one row per prompt and candidate) with
+        `rows`, in one transaction."""
+        def statements(con) -> None:
+            con.execute(ddl("rankings", RANKING_COLUMNS, ", PRIMARY KEY (prompt_id, candidate)"))
+            con.execute("DELETE FROM rankings")
+            insert_rows(con, "rankings", rows, names(RANKING_COLUMNS))
+
+        self.write(statements)
+
+    def drop_errors(self, row_numbers: list[int]) -> None:
+        """Delete the error rows of these row numbers (input rows that are fine now)."""
+        self.write(lambda con: delete_in(con, "errors", "row_number", row_numbers, "BIGINT"))
+
     def add_human_labels(self, rows: list[tuple[str, str, str, str]]) -> int:
         """Store human labels, rows of (pair_id, reviewer, label A|B|tie, source file), all
         stamped with the same import time; a row for a pair and reviewer already held replaces

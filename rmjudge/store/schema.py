@@ -60,6 +60,15 @@ HUMAN_LABEL_COLUMNS = [
     ("pair_id", "VARCHAR NOT NULL"), ("reviewer", "VARCHAR NOT NULL"), ("label", "VARCHAR"),
     ("source", "VARCHAR"), ("imported", "TIMESTAMPTZ"),
 ]
+# `rmjudge rank`: each prompt's candidates as ranked from its comparisons (rmjudge/rank/), one
+# row per candidate; rewritten whole at the end of every rank run (a copy of what
+# `rmjudge.rank.table.read_rankings` computes from the pairs table).
+RANKING_COLUMNS = [
+    ("prompt_id", "VARCHAR NOT NULL"), ("input_row", "BIGINT"), ("candidate", "INTEGER NOT NULL"),
+    ("rank", "INTEGER"), ("score", "DOUBLE"), ("wins", "INTEGER"), ("losses", "INTEGER"),
+    ("ties", "INTEGER"), ("unjudged", "INTEGER"), ("confidence", "DOUBLE"),
+    ("gold_rank", "INTEGER"), ("n_candidates", "INTEGER"), ("response", "VARCHAR"),
+]
 CORE_TABLES = ("pairs", "samples", "errors", "runs", "meta")
 CORE_LOWER = {c.lower() for c, _ in PAIR_COLUMNS}
 

@@ -1,0 +1,275 @@
+"""What a ranked store gives: preference datasets (`rmjudge filter`) and figures against the gold
+(`rmjudge eval`).
+
+Datasets (`filter_ranked`), from each prompt's ranking (rmjudge/rank/table.py):
+
+- `best-worst` (default): one pair per prompt, the top-ranked candidate against the
+  bottom-ranked one (UltraFeedback's recipe, with the judge's ranking);
+- `all`: every pair of candidates whose Bradley-Terry probability that the better one wins is at
+  least `margin`, better one first;
+
+written as DPO (prompt/chosen/rejected), RM (whole conversations) or KTO (two rows per pair:
+the chosen response `true`, the rejected one `false`). A pair is kept only when its probability
+is above 0.5 (a tie has no chosen side) and at least `margin`.
+
+Figures (`evaluate_ranked`), over the prompts that have gold ranks: top-1 accuracy (the
+top-ranked candidate is a gold best) and Kendall's tau-b between the Bradley-Terry scores and
+the gold ranks (`scipy.stats.kendalltau`, which handles ties on both sides; a prompt whose gold
+ranks are all equal has no tau), each with a percentile bootstrap interval over prompts
+(`rmjudge.analysis.stats.bootstrap_mean`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rmjudge.settings import SettingsError
+
+RANK_PAIRS = ("best-worst", "all")
+
+
+@dataclass(frozen=True)
+class RankFilterSettings:
+    pairs: str = "best-worst"
+    margin: float = 0.5
+    format: str = "dpo"
+    chat: bool = False
+    keep_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.pairs not in RANK_PAIRS:
+            raise SettingsError(f"--rank-pairs must be one of {', '.join(RANK_PAIRS)}")
+        if not 0.5 <= self.margin < 1.0:
+            raise SettingsError("--rank-margin is a probability that the chosen response is "
+                                "better: give a value in [0.5, 1)")
+        if self.format not in ("dpo", "rm", "kto"):
+            raise SettingsError("--format must be dpo, rm or kto")
+        if self.chat and self.format == "rm":
+            raise SettingsError("--chat applies to --format dpo and kto (rm rows are always "
+                                "conversations)")
+
+
+def beats(si: float, sj: float) -> float:
+    return 1.0 / (1.0 + math.exp(sj - si))
+
+
+def selected_pairs(p, rs: RankFilterSettings) -> tuple[list[tuple[int, int, float]], str | None]:
+    """(chosen, rejected, probability) pairs of one prompt, and the reason when it gives none."""
+    ranked = [r for r in p.ranked if p.texts[r.candidate] is not None]
+    if not any(r.wins or r.losses or r.ties for r in p.ranked):
+        return [], "no comparison of the prompt has a verdict"
+    if len(ranked) < 2:
+        return [], "fewer than two candidates were compared"
+    if rs.pairs == "best-worst":
+        cands = [(ranked[0], ranked[-1])]
+    else:
+        cands = [(a, b) for x, a in enumerate(ranked) for b in ranked[x + 1:]]
+    out = []
+    for a, b in cands:
+        prob = beats(a.score, b.score)
+        if prob > 0.5 and prob >= rs.margin:
+            out.append((a.candidate, b.candidate, round(prob, 9)))
+    if not out:
+        return [], ("best and worst are tied" if rs.pairs == "best-worst" and
+                    rs.margin == 0.5 else f"no pair reaches --rank-margin {rs.margin}")
+    return out, None
+
+
+def _prompt_text(messages: list[dict]) -> str:
+    return next((m["content"] for m in reversed(messages) if m.get("role") == "user"),
+                messages[-1]["content"] if messages else "")
+
+
+def dataset_rows(prompts, rs: RankFilterSettings) -> tuple[list[tuple[str, str]], list[list],
+                                                            dict[str, int], int, int]:
+    """(columns, rows, dropped reasons -> prompts, pairs written, prompts with earlier turns
+    flattened)."""
+    keep = list(rs.keep_columns)
+    text_t = "JSON" if rs.chat else "VARCHAR"
+    if rs.format == "kto":
+        cols = [("prompt", text_t), ("completion", text_t), ("label", "BOOLEAN")]
+    elif rs.format == "rm":
+        cols = [("chosen", "JSON"), ("rejected", "JSON")]
+    else:
+        cols = [("prompt", text_t), ("chosen", text_t), ("rejected", text_t)]
+    cols += [("prompt_id", "VARCHAR"), ("chosen_rank", "INTEGER"), ("rejected_rank", "INTEGER"),
+             ("margin", "DOUBLE")] + [(c, "VARCHAR") for c in keep]
+    rows: list[list] = []
+    dropped: dict[str, int] = {}
+    written = flattened = 0
+    for p in prompts:
+        pairs, why = selected_pairs(p, rs)
+        if why:
+            dropped[why] = dropped.get(why, 0) + 1
+            continue
+        by = p.by_candidate()
+        flattened += len(p.messages) > 1 and not rs.chat and rs.format != "rm"
+        prompt: Any = _json(p.messages) if rs.chat else _prompt_text(p.messages)
+        extra = [None if p.fields.get(c) is None else str(p.fields.get(c)) for c in keep]
+        for c, r, prob in pairs:
+            written += 1
+            tail = [p.prompt_id, by[c].rank, by[r].rank, prob] + extra
+            good, bad = p.texts[c], p.texts[r]
+            if rs.format == "rm":
+                rows.append([_json(p.messages + [_turn(good)]),
+                             _json(p.messages + [_turn(bad)])] + tail)
+            elif rs.format == "kto":
+                for text, ok in ((good, True), (bad, False)):
+                    rows.append([prompt, _json([_turn(text)]) if rs.chat else text, ok] + tail)
+            else:
+                rows.append([prompt, _json([_turn(good)]) if rs.chat else good,
+                             _json([_turn(bad)]) if rs.chat else bad] + tail)
+    return cols, rows, dropped, written, flattened
+
+
+def _turn(text: str | None) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def _json(v: Any) -> str:
+    import orjson
+
+    return orjson.dumps(v).decode()
+
+
+def filter_ranked(table, output: str, rs: RankFilterSettings):
+    """Write the preference dataset of a ranked store to `output` (.jsonl or .parquet); its
+    `FilterSummary` (total: prompts; kept: pairs written; dropped: prompts by reason)."""
+    from rmjudge.analysis.filter import FilterSummary, check_filter_output
+    from rmjudge.analysis.tables import TableError
+    from rmjudge.rank.table import read_rankings
+    from rmjudge.store import output_format, write_rows_file
+
+    fmt = output_format(output)
+    if fmt == "duckdb":
+        raise TableError(f"cannot tell the format of {output}: name the output .parquet or "
+                         ".jsonl")
+    missing = [c for c in rs.keep_columns if c not in table.passthrough]
+    if missing:
+        raise TableError(f"{table.path} has no column {', '.join(map(repr, missing))}; the "
+                         f"prompts' own columns are: {', '.join(table.passthrough)}")
+    check_filter_output(table.path, output)
+    prompts = read_rankings(table)
+    cols, rows, dropped, written, flattened = dataset_rows(prompts, rs)
+    write_rows_file(cols, rows, output, fmt)
+    return FilterSummary(output=output, total=len(prompts), kept=written, swapped=0,
+                         labelled=0, dropped=dropped, flattened=flattened, format=rs.format,
+                         file_format=fmt, columns=cols)
+
+
+def render_filter(s, rs: RankFilterSettings) -> str:
+    rows = f" ({s.rows} rows)" if s.rows != s.written else ""
+    what = ("best vs worst per prompt" if rs.pairs == "best-worst"
+            else f"every pair with P(better wins) >= {rs.margin}")
+    lines = [f"wrote {s.written} pairs{rows} ({what}) from {s.total} ranked prompts -> "
+             f"{s.output}", f"  prompts without a pair: {sum(s.dropped.values())}"]
+    lines += [f"    {n} x {reason}" for reason, n in s.dropped.items()]
+    if s.flattened:
+        lines.append(f"note: {s.flattened} prompts have earlier turns that a string prompt "
+                     "cannot hold (only the last user message was written); use --chat")
+    return "\n".join(lines)
+
+
+# -- figures against the gold ----------------------------------------------------------------
+
+@dataclass
+class RankEval:
+    table: str
+    prompts: int  # prompts in the store
+    with_gold: int  # prompts with gold ranks and a judged comparison
+    top1: tuple[float, float, float] | None  # (value, lo, hi)
+    kendall_tau: tuple[float, float, float] | None
+    tau_prompts: int  # prompts with a defined tau
+    level: float = 0.95
+    groups: dict[str, dict] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        def fig(x):
+            return None if x is None else {"value": x[0], "lo": x[1], "hi": x[2]}
+
+        return {"table": self.table, "ranked": True, "prompts": self.prompts,
+                "with_gold": self.with_gold, "top1_accuracy": fig(self.top1),
+                "kendall_tau": fig(self.kendall_tau), "tau_prompts": self.tau_prompts,
+                "level": self.level, "groups": self.groups}
+
+
+def top1_correct(p) -> float:
+    """1 when the top-ranked candidate is a gold best, else 0."""
+    return float(p.gold[p.ranked[0].candidate] == min(p.gold))
+
+
+def kendall_tau(p) -> float | None:
+    """Kendall's tau-b between the candidates' scores and their gold ranks (higher is better on
+    both sides); None when either side has no spread."""
+    from scipy.stats import kendalltau
+
+    by = p.by_candidate()
+    scores = [by[c].score for c in range(p.k)]
+    gold = [-g for g in p.gold]
+    if len(set(scores)) < 2 or len(set(gold)) < 2:
+        return None
+    tau = kendalltau(scores, gold, variant="b").statistic
+    return None if tau != tau else float(tau)
+
+
+def _figure(values: list[float], resamples: int, seed: int, level: float):
+    from rmjudge.analysis.stats import bootstrap_mean
+
+    if not values:
+        return None
+    if resamples <= 0:
+        m = sum(values) / len(values)
+        return (m, m, m)
+    return bootstrap_mean(values, resamples, seed, level)
+
+
+def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 0.95,
+                    group_by: tuple[str, ...] = ()) -> RankEval:
+    from rmjudge.rank.table import read_rankings
+
+    prompts = read_rankings(table)
+    scored = [p for p in prompts if p.has_gold and any(r.wins or r.losses or r.ties
+                                                       for r in p.ranked)]
+
+    def figures(ps):
+        taus = [t for t in (kendall_tau(p) for p in ps) if t is not None]
+        return (_figure([top1_correct(p) for p in ps], resamples, seed, level),
+                _figure(taus, resamples, seed, level), len(taus))
+
+    top1, tau, n_tau = figures(scored)
+    groups: dict[str, dict] = {}
+    for col in group_by:
+        for value in sorted({str(p.fields.get(col)) for p in scored}):
+            sub = [p for p in scored if str(p.fields.get(col)) == value]
+            g1, gt, gn = figures(sub)
+            groups[f"{col}={value}"] = {"prompts": len(sub), "top1_accuracy": g1,
+                                        "kendall_tau": gt, "tau_prompts": gn}
+    return RankEval(table.path, len(prompts), len(scored), top1, tau, n_tau, level, groups)
+
+
+def render_eval(e: RankEval) -> str:
+    def fig(x):
+        return "n/a" if x is None else f"{x[0]:.3f} [{x[1]:.3f}, {x[2]:.3f}]"
+
+    pct = f"{int(e.level * 100)}%"
+    lines = [f"{e.table}: ranked store, {e.prompts} prompts, {e.with_gold} with gold ranks",
+             f"  top-1 accuracy: {fig(e.top1)}  ({pct} bootstrap interval over prompts)",
+             f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ({e.tau_prompts} prompts with a "
+             "defined tau)"]
+    for name, g in e.groups.items():
+        lines.append(f"  {name}: {g['prompts']} prompts, top-1 {fig(g['top1_accuracy'])}, "
+                     f"tau {fig(g['kendall_tau'])}")
+    return "\n".join(lines)
+
+
+def top1_line(prompts) -> str | None:
+    """One summary line: top-1 accuracy over the prompts with gold (None without gold)."""
+    scored = [p for p in prompts if p.has_gold and any(r.wins or r.losses or r.ties
+                                                       for r in p.ranked)]
+    if not scored:
+        return None
+    n = sum(top1_correct(p) for p in scored)
+    return (f"top-1 vs gold: {int(n)}/{len(scored)} prompts ({n / len(scored):.3f}); "
+            "`rmjudge eval` adds intervals and Kendall tau")

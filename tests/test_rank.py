@@ -1,0 +1,379 @@
+"""`rmjudge rank`: input layouts and bad input, comparisons through the score pipeline (one row
+per comparison, resume after kill -9, shards, byte-identical reruns), strategies, Bradley-Terry
+aggregation, and `filter`/`eval` on a ranked store. The judge is scripted (helpers.quality_engine:
+the response with the larger q=N wins)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import SCRIPTED_CLI, kill_after_commits, quality_engine, rows
+
+from rmjudge.analysis.tables import open_judged
+from rmjudge.io.rows import RawRow
+from rmjudge.rank import rank
+from rmjudge.rank.aggregate import Game, rank as rank_games
+from rmjudge.rank.layouts import Prompt, PromptProblem, read_prompts
+from rmjudge.rank.outputs import evaluate_ranked, kendall_tau, top1_correct
+from rmjudge.rank.strategies import (comparison_count, pair_number, round_robin, swiss_pairs,
+                                     swiss_rounds)
+from rmjudge.rank.table import read_rankings
+from rmjudge.settings import JudgeSettings
+
+JS = JudgeSettings(samples=2, max_tokens=32, seed=3)
+PAIRS_Q = ("SELECT id, row_number, verdict, verdict_ab, verdict_ba, label, cand_a, cand_b, "
+           "gold_a, gold_b FROM pairs ORDER BY id")
+RANKINGS_Q = "SELECT * FROM rankings ORDER BY prompt_id, candidate"
+
+
+def write_jsonl(path: Path, objs) -> str:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return str(path)
+
+
+def raws(objs):
+    return [RawRow(n, o) for n, o in enumerate(objs, 1)]
+
+
+def responses_rows(n: int = 3, k: int = 4):
+    """n prompts with k candidates `answer q=V`, gold ratings = V (so the scripted judge agrees
+    with the gold)."""
+    out = []
+    for p in range(n):
+        vals = [(p * 7 + c * 5) % 11 + c for c in range(k)]
+        out.append({"id": f"p{p}", "prompt": f"question {p}", "subset": f"s{p % 2}",
+                    "responses": [f"answer {c} q={v}" for c, v in enumerate(vals)],
+                    "ratings": vals})
+    return out
+
+
+# -- layouts ------------------------------------------------------------------------------------
+
+def test_the_five_layouts_give_candidates_and_gold_as_published():
+    got = list(read_prompts(raws([{"prompt": "q", "responses": ["a", "b", "c"], "best": 2}])))
+    assert got[0].candidates == ("a", "b", "c") and got[0].gold == (2, 2, 1)
+    got = list(read_prompts(raws([{"prompt": "q", "responses": ["a", "b", "c"],
+                                   "order": [1, 2, 0]}])))
+    assert got[0].gold == (3, 1, 2) and got[0].gold_kind == "order"
+    got = list(read_prompts(raws([{"prompt": "q", "responses": ["a", "b", "c"],
+                                   "ratings": [1, 5, 5]}])))
+    assert got[0].gold == (3, 1, 1)  # equal ratings share a rank
+    uf = {"instruction": "q", "completions": [
+        {"response": "a", "fine-grained_score": 3.5, "overall_score": 9},
+        {"response": "b", "fine-grained_score": 4.25, "overall_score": 6}]}
+    assert list(read_prompts(raws([uf])))[0].gold == (2, 1)
+    assert list(read_prompts(raws([uf]), gold_field="overall_score"))[0].gold == (1, 2)
+    rb2 = {"id": "7", "prompt": "q", "chosen": ["c1", "c2"], "rejected": ["r1", "r2", "r3"],
+           "subset": "Ties", "num_correct": 2}
+    p = list(read_prompts(raws([rb2])))[0]
+    assert p.id == "7" and p.candidates == ("c1", "c2", "r1", "r2", "r3")
+    assert p.gold == (1, 1, 3, 3, 3) and p.fields["subset"] == "Ties"
+    bon = {"bon_uid": 9, "conversation_input": [{"role": "user", "content": "q",
+                                                 "language": "English"}],
+           "bon_best": {"llm_name": "m1", "answer": "best"},
+           "loser_list": [{"llm_name": "m2", "answer": "l1"}, {"llm_name": "m3", "answer": "l2"}],
+           "category_path": "BoN_set/Harmlessness/S1"}
+    p = list(read_prompts(raws([bon])))[0]
+    assert p.id == "9" and p.candidates == ("best", "l1", "l2") and p.gold == (1, 2, 2)
+    grouped = [{"qid": "x", "prompt": "q", "response": "a", "rating": 1},
+               {"qid": "y", "prompt": "r", "response": "c", "rating": 2},
+               {"qid": "x", "prompt": "q", "response": "b", "rating": 3},
+               {"qid": "y", "prompt": "r", "response": "d", "rating": 2}]
+    ps = list(read_prompts(raws(grouped), group_by="qid"))
+    assert [(p.id, p.row_number, p.candidates, p.gold) for p in ps] == [
+        ("x", 1, ("a", "b"), (2, 1)), ("y", 2, ("c", "d"), (1, 1))]
+
+
+def test_unlabelled_ratings_are_no_gold_not_a_guess():
+    uf = {"instruction": "q", "completions": [{"response": "a", "fine-grained_score": "N/A"},
+                                              {"response": "b", "fine-grained_score": 4}]}
+    p = list(read_prompts(raws([uf])))[0]
+    assert isinstance(p, Prompt) and p.gold is None
+
+
+@pytest.mark.parametrize("row, reason", [
+    ({"prompt": "q", "responses": ["only"]}, "1 candidate: ranking needs at least two"),
+    ({"prompt": "q", "responses": ["a", " "]}, "is empty"),
+    ({"prompt": "q", "responses": ["a", "b", "a"]}, "candidates 0 and 2 are the same response"),
+    ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4"),
+    ({"prompt": "q", "responses": ["a", "b"], "best": 2}, "names no candidate"),
+    ({"prompt": "q", "responses": ["a", "b"], "ratings": [1]}, "one per candidate"),
+    ({"prompt": "q", "responses": ["a", "b"], "order": [0, 0]}, "every candidate index"),
+    ({"prompt": "q", "responses": ["a", "b"], "best": 0, "ratings": [1, 2]}, "gold given twice"),
+])
+def test_bad_prompts_are_problems_with_their_reason(row, reason):
+    got = list(read_prompts(raws([row]), max_candidates=4))
+    assert isinstance(got[0], PromptProblem) and reason in got[0].reason
+    assert got[0].reason.startswith("row 1:")
+
+
+def test_a_duplicate_prompt_id_and_an_unreadable_row_are_problems():
+    rows_ = [RawRow(1, {"id": "a", "prompt": "q", "responses": ["x", "y"]}),
+             RawRow(2, None, "row 2: not JSON", "{oops"),
+             RawRow(3, {"id": "a", "prompt": "q2", "responses": ["x", "z"]})]
+    got = list(read_prompts(rows_))
+    assert isinstance(got[0], Prompt)
+    assert isinstance(got[1], PromptProblem) and got[1].raw == "{oops"
+    assert isinstance(got[2], PromptProblem) and "duplicate prompt id 'a'" in got[2].reason
+
+
+# -- strategies and aggregation ----------------------------------------------------------------
+
+def test_pair_numbers_enumerate_the_pairs_once():
+    for k in (2, 5, 128):
+        assert [pair_number(i, j, k) for i, j in round_robin(k)] == list(range(k * (k - 1) // 2))
+
+
+def test_a_swiss_round_pairs_neighbours_it_has_not_met_yet():
+    pts = [3, 2, 2, 0, 1, 0]
+    got = swiss_pairs(6, {(1, 2)}, pts, list(range(6)))
+    assert got == [(0, 1), (2, 4), (3, 5)]  # 1-2 met already: 0 takes 1, 2 the next free one
+    assert swiss_rounds(16) == 5 and comparison_count("swiss", 16) == 40
+    assert comparison_count("round-robin", 16) == 120
+
+
+def test_bradley_terry_ranks_wins_and_counts_a_flip_as_a_tie():
+    games = [Game(0, 1, ("B", "B")), Game(0, 2, ("A", "B")), Game(1, 2, ("A", "A")),
+             Game(0, 3, (None, None))]
+    out = rank_games(4, games, [0, 1, 2, 3])
+    assert [r.candidate for r in out][0] == 1
+    by = {r.candidate: r for r in out}
+    assert (by[1].wins, by[1].losses) == (2, 0)
+    assert (by[0].ties, by[2].ties) == (1, 1)
+    assert by[0].unjudged == 1 and by[3].unjudged == 1
+    # never decided: the regularized fit leaves it between the winner and the losers
+    assert by[3].wins == 0 and by[1].score > by[3].score > max(by[0].score, by[2].score)
+    assert 0.5 < out[0].confidence < 1 and out[-1].confidence == out[-2].confidence
+    assert rank_games(4, games, [0, 1, 2, 3]) == out  # deterministic
+
+
+def test_equal_scores_are_ordered_by_the_seeded_hash_not_the_published_order():
+    games = [Game(0, 1, ("A", "B"))]
+    assert [r.candidate for r in rank_games(2, games, [5, 1])] == [1, 0]
+    assert [r.candidate for r in rank_games(2, games, [1, 5])] == [0, 1]
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+def test_the_slot_a_candidate_is_drawn_per_comparison(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(4, 5))
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    got = rows(out, "SELECT count(*) FILTER (cand_a < cand_b), count(*) FILTER (cand_a > cand_b), "
+                    "count(*) FILTER (response_a = response_b) FROM pairs")
+    assert got[0][0] > 0 and got[0][1] > 0 and got[0][2] == 0
+
+
+def test_rank_stores_one_row_per_comparison_and_ranks_as_the_judge_says(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(3, 4))
+    out = str(tmp_path / "r.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    assert (s.prompts, s.ranked, s.judged, s.comparisons, s.rounds) == (3, 3, 18, 18, 1)
+    got = rows(out, "SELECT prompt_id, count(*), count(DISTINCT (cand_a, cand_b)) FROM pairs "
+                    "GROUP BY 1 ORDER BY 1")
+    assert got == [("p0", 6, 6), ("p1", 6, 6), ("p2", 6, 6)]
+    assert rows(out, "SELECT count(*) FROM pairs WHERE correct IS NOT TRUE") == [(0,)]
+    for p in s.rankings:
+        assert top1_correct(p) == 1.0 and kendall_tau(p) == 1.0
+    table = rows(out, "SELECT prompt_id, candidate, rank, gold_rank FROM rankings "
+                      "ORDER BY prompt_id, rank")
+    assert all(rank_ == gold for _, _, rank_, gold in table)
+    again = rank(src, out, engine=quality_engine(), judge=JS)  # resume: nothing left to judge
+    assert (again.judged, again.skipped) == (0, 18)
+
+
+def test_two_runs_give_byte_identical_rankings(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(4, 5))
+    outs = [str(tmp_path / f"r{i}.duckdb") for i in range(2)]
+    for out in outs:
+        rank(src, out, engine=quality_engine(flip={"answer 1 q=6"}), judge=JS)
+    assert rows(outs[0], PAIRS_Q) == rows(outs[1], PAIRS_Q)
+    assert rows(outs[0], RANKINGS_Q) == rows(outs[1], RANKINGS_Q)
+
+
+def test_swiss_rounds_take_fewer_comparisons_and_find_the_best(tmp_path):
+    k = 12
+    objs = [{"id": f"p{p}", "prompt": f"q{p}",
+             "responses": [f"r{c} q={(c * 5 + p) % k}" for c in range(k)],
+             "ratings": [(c * 5 + p) % k for c in range(k)]} for p in range(2)]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "s.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS, strategy="auto")
+    assert s.strategies == {"swiss": 2} and s.rounds == swiss_rounds(k) == 5
+    per = rows(out, "SELECT prompt_id, count(*), count(DISTINCT (cand_a, cand_b)), "
+                    "count(DISTINCT round) FROM pairs GROUP BY 1 ORDER BY 1")
+    assert per == [("p0", 30, 30, 5), ("p1", 30, 30, 5)]  # 6 a round, no re-match
+    assert all(top1_correct(p) == 1.0 for p in s.rankings)
+    again = rank(src, out, engine=quality_engine(), judge=JS)
+    assert (again.judged, again.skipped) == (0, 60)  # the rounds replay from the store
+
+
+def test_bad_prompts_land_in_errors_with_one_summary_line_each(tmp_path):
+    objs = responses_rows(1, 3) + [
+        {"id": "one", "prompt": "q", "responses": ["x"]},
+        {"id": "dup", "prompt": "q", "responses": ["x", "x"]},
+        {"id": "big", "prompt": "q", "responses": [f"r{i}" for i in range(6)]},
+        {"id": "gold", "prompt": "q", "responses": ["x", "y"], "best": 5}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "e.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS, max_candidates=5)
+    assert (s.prompts, s.ranked, s.problems) == (5, 1, 4)
+    assert len(s.problem_kinds) == 4 and sum(s.problem_kinds.values()) == 4
+    errs = rows(out, "SELECT row_number, reason FROM errors ORDER BY row_number")
+    assert [r for r, _ in errs] == [20000, 30000, 40000, 50000]
+    assert "needs at least two" in errs[0][1] and "same response" in errs[1][1]
+    assert "more than the limit of 5" in errs[2][1] and "names no candidate" in errs[3][1]
+    from rmjudge.cli.rank import render_summary
+
+    text = render_summary(s)
+    assert text.count("    ") >= 4 and "(row 2)" in text and "(row 5)" in text
+
+
+def test_shards_split_by_prompt_and_together_give_the_unsharded_comparisons(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(6, 3))
+    whole = str(tmp_path / "w.duckdb")
+    rank(src, whole, engine=quality_engine(), judge=JS)
+    parts = [str(tmp_path / f"s{i}.duckdb") for i in range(2)]
+    for i, out in enumerate(parts):
+        rank(src, out, engine=quality_engine(), judge=JS, shard=(i, 2))
+    shard_prompts = [set(x for (x,) in rows(p, "SELECT DISTINCT prompt_id FROM pairs"))
+                     for p in parts]
+    assert shard_prompts[0] and shard_prompts[1] and not shard_prompts[0] & shard_prompts[1]
+    assert sorted(r for p in parts for r in rows(p, PAIRS_Q)) == rows(whole, PAIRS_Q)
+    from rmjudge.merge import merge
+
+    merged = str(tmp_path / "m.duckdb")
+    merge(parts, merged)
+    with open_judged(merged) as t, open_judged(whole) as w:
+        assert [(p.prompt_id, p.ranked) for p in read_rankings(t)] == \
+            [(p.prompt_id, p.ranked) for p in read_rankings(w)]
+
+
+def test_kill_9_and_resume_judge_every_comparison_once(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(3, 4))
+    ref = str(tmp_path / "ref.duckdb")
+    rank(src, ref, engine=quality_engine(), judge=JS)
+    out = str(tmp_path / "k.duckdb")
+    args = ["rank", src, "-o", out, "--samples", "2", "--max-tokens", "32", "--seed", "3",
+            "--commit-every", "1", "--quiet"]
+    assert kill_after_commits(args, 2, preamble=SCRIPTED_CLI) == 2
+    assert rows(out, "SELECT count(*) FROM pairs") == [(2,)]
+    resumed = subprocess.run([sys.executable, "-c", SCRIPTED_CLI
+                              + "\nfrom rmjudge.cli import main\nmain(prog_name='rmjudge')",
+                              *args], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
+    assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(18, 18)]
+
+
+def test_a_resume_with_another_strategy_is_refused(tmp_path):
+    from rmjudge.store import StoreError
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    with pytest.raises(StoreError, match="other settings|holds results"):
+        rank(src, out, engine=quality_engine(), judge=JS, strategy="swiss")
+
+
+def test_a_non_duckdb_output_and_an_input_without_candidates_are_one_error(tmp_path):
+    from rmjudge.errors import UserError
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}])
+    with pytest.raises(UserError, match="fits no ranking layout"):
+        rank(src, str(tmp_path / "o.duckdb"), engine=quality_engine(), judge=JS)
+    with pytest.raises(UserError, match="give a .duckdb file"):
+        rank(src, str(tmp_path / "o.parquet"), engine=quality_engine(), judge=JS)
+
+
+# -- filter and eval on a ranked store -----------------------------------------------------------
+
+def test_filter_writes_best_vs_worst_and_margin_pairs_and_kto(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(2, 4))
+    out = str(tmp_path / "r.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    runner = CliRunner()
+    dpo = tmp_path / "d.jsonl"
+    res = runner.invoke(main, ["filter", out, "-o", str(dpo), "--keep-columns", "subset"])
+    assert res.exit_code == 0, res.output
+    got = [json.loads(line) for line in dpo.read_text().splitlines()]
+    for p, row in zip(s.rankings, got):
+        assert row["prompt"] == f"question {p.prompt_id[1:]}" and row["subset"] == p.fields["subset"]
+        assert row["chosen"] == p.texts[p.ranked[0].candidate]
+        assert row["rejected"] == p.texts[p.ranked[-1].candidate]
+        assert (row["chosen_rank"], row["rejected_rank"]) == (1, 4)
+    allp = tmp_path / "all.jsonl"
+    res = runner.invoke(main, ["filter", out, "-o", str(allp), "--rank-pairs", "all",
+                               "--rank-margin", "0.5", "--format", "kto"])
+    assert res.exit_code == 0, res.output
+    kto = [json.loads(line) for line in allp.read_text().splitlines()]
+    assert len(kto) == 2 * 2 * 6 and [r["label"] for r in kto[:2]] == [True, False]
+    strict = tmp_path / "strict.jsonl"
+    runner.invoke(main, ["filter", out, "-o", str(strict), "--rank-pairs", "all",
+                         "--rank-margin", "0.9"])
+    kept = [json.loads(line) for line in strict.read_text().splitlines()]
+    assert 0 < len(kept) < 12 and all(r["margin"] >= 0.9 for r in kept)
+
+
+def test_eval_reports_top1_and_kendall_tau_against_hand_computed_values(tmp_path):
+    objs = responses_rows(3, 3)
+    objs[1]["ratings"] = [-v for v in objs[1]["ratings"]]  # the judge now disagrees fully
+    objs[2]["ratings"] = [1, 1, 1]  # no spread: top-1 counts, tau is undefined
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    with open_judged(out) as t:
+        e = evaluate_ranked(t, resamples=200, seed=1)
+    assert e.with_gold == 3 and e.tau_prompts == 2
+    assert e.top1[0] == pytest.approx(2 / 3)
+    assert e.kendall_tau[0] == pytest.approx(0.0)  # +1 and -1
+    assert e.kendall_tau[1] <= 0.0 <= e.kendall_tau[2]
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    res = CliRunner().invoke(main, ["eval", out, "--json", "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["ranked"] and data["top1_accuracy"]["value"] == pytest.approx(2 / 3)
+
+
+def test_the_schedule_goes_prompt_by_prompt_and_candidate_by_candidate():
+    from rmjudge.rank.runner import schedule
+
+    ps = [Prompt(f"p{n}", n, ({"role": "user", "content": "q"},), ("a", "b", "c")) for n in range(2)]
+    plan = [(p, list(reversed(round_robin(3)))) for p in ps]
+    got = [(p.id, i, j) for p, i, j in schedule(plan)]
+    assert got == [("p0", 0, 1), ("p0", 0, 2), ("p0", 1, 2), ("p1", 0, 1), ("p1", 0, 2),
+                   ("p1", 1, 2)]
+
+
+def test_the_library_facade_names_the_call():
+    import rmjudge
+
+    assert rmjudge.rank_candidates is rank and "rank_candidates" in rmjudge.__all__
+
+
+def test_rank_leaves_a_file_it_did_not_write_untouched(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    foreign = tmp_path / "notes.duckdb"
+    foreign.write_text("my own notes\n")
+    r = CliRunner().invoke(main, ["rank", src, "-o", str(foreign), "--model", "/missing.gguf"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert foreign.read_text() == "my own notes\n"
+    r = CliRunner().invoke(main, ["rank", src, "-o", src, "--model", "/missing.gguf"])
+    assert r.exit_code != 0 and "give a .duckdb file" in r.output
