@@ -13,11 +13,11 @@ __all__ = ["Judge", "JudgeSettings", "EngineSettings", "load_engine", "score", "
 
 def __getattr__(name: str):
     if name == "Judge":
-        from rmjudge.judge import Judge
+        from rmjudge.judging.judge import Judge
 
         return Judge
     if name in ("JudgeSettings", "EngineSettings"):
-        from rmjudge import settings
+        from rmjudge.core import settings
 
         return getattr(settings, name)
     if name == "load_engine":
@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return load_engine
     if name == "score":
-        from rmjudge.pipeline import score
+        from rmjudge.runs.pipeline import score
 
         return score
     raise AttributeError(name)

@@ -6,7 +6,7 @@ import duckdb
 
 from rmjudge.engine.fake import ScriptedEngine, stage_of
 from rmjudge.prompts import completion_text
-from rmjudge.types import Generation, GenRequest, Pair
+from rmjudge.core.types import Generation, GenRequest, Pair
 
 
 def pair(pid: str = "p1", label: str | None = "A", a: str = "good answer", b: str = "bad answer",

@@ -1,4 +1,4 @@
-"""One run set-up (rmjudge.run), one run spec (rmjudge.runspec) and typed errors end to end."""
+"""One run set-up (rmjudge.runs.setup), one run spec (rmjudge.judging.runspec) and typed errors end to end."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from rmjudge.engine.fake import FAKE_INFO, ScriptedEngine, stage_of
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.io.mapping import Mapper, parse_map
 from rmjudge.io.readers import RawRow
-from rmjudge.judge import Judge
-from rmjudge.pipeline import Summary
-from rmjudge.run import RunOptions, judge_input, parse_shard
-from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
-from rmjudge import runspec
+from rmjudge.judging.judge import Judge
+from rmjudge.runs.pipeline import Summary
+from rmjudge.runs.setup import RunOptions, judge_input, parse_shard
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.judging import runspec
 
 
 def _respond(req, i):
@@ -105,16 +105,16 @@ def test_judge_resolves_the_spec_with_the_context_size():
 
 
 def test_one_context_rule_and_one_too_long_message():
-    from rmjudge.engine import llama, vocab
+    from rmjudge.engine import budget, llama, vocab
 
-    assert llama.FORCE_MARGIN is runspec.FORCE_MARGIN
+    assert llama.FORCE_MARGIN is runspec.FORCE_MARGIN is budget.FORCE_MARGIN
     assert not hasattr(vocab, "FORCE_MARGIN")
     info = dataclasses.replace(FAKE_INFO, n_ctx_train=2048)
     for n_ctx, want in ((None, 2048), (0, 2048), (512, 512), (9999, 2048)):
         assert vocab.context_limit(EngineSettings(n_ctx=n_ctx), info) == want
         assert runspec.resolve(JudgeSettings(), info, n_ctx).context == want
     spec = runspec.resolve(JudgeSettings(max_tokens=256), info, 1024)
-    assert spec.too_long_reason(900) == runspec.too_long_reason(900, 256, 1024) == (
+    assert spec.too_long_reason(900) == budget.too_long_reason(900, 256, 1024) == (
         "the pair needs 900 prompt tokens + 256 to generate, more than the model's context of "
         "1024; shorten the responses or lower --max-tokens")
 
@@ -145,7 +145,7 @@ def test_a_duplicate_id_is_marked_by_type_not_by_its_message():
 
 
 def test_an_engine_error_that_mentions_interruption_is_a_failure_not_an_interrupt(tmp_path):
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     def respond(req, i):
         raise RuntimeError("connection interrupted by the peer")
@@ -183,7 +183,7 @@ def _params(cmd) -> dict:
 
 def test_ray_training_and_judge_options_come_from_their_dataclasses():
     from rmjudge.cli.ray_score import command as ray_score
-    from rmjudge.ray_runner import RaySettings
+    from rmjudge.runs.ray_runner import RaySettings
     from training.cli import main as train
     from training.grpo import GRPOSettings
     from training.sft import SFTSettings
@@ -241,7 +241,7 @@ def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
     """ray-score's judge, engine, --map, --label-values and --overwrite options become one
     RunOptions through score's parse_run_options, and its Mapper is the one Ray gets."""
     import rmjudge.cli.score
-    import rmjudge.ray_runner
+    import rmjudge.runs.ray_runner
     from rmjudge.cli import main
 
     parsed, calls = [], []
@@ -253,7 +253,7 @@ def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
         calls.append((js, es, kw))
         raise SettingsError("stop here")
 
-    monkeypatch.setattr(rmjudge.ray_runner, "ray_score", fake_ray_score)
+    monkeypatch.setattr(rmjudge.runs.ray_runner, "ray_score", fake_ray_score)
     r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
                                   "--map", "prompt=question", "--label-values", "yes=A,no=B",
                                   "--criteria", "helpful", "--samples", "3", "--overwrite",
@@ -353,8 +353,8 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
 # -- every front door goes through the run set-up -----------------------------------------------
 
 def _spy(monkeypatch, name: str) -> list:
-    """Record the calls of `rmjudge.run.<name>` (which still does its work)."""
-    from rmjudge import run
+    """Record the calls of `rmjudge.runs.setup.<name>` (which still does its work)."""
+    from rmjudge.runs import setup as run
 
     real, calls = getattr(run, name), []
 
@@ -367,8 +367,8 @@ def _spy(monkeypatch, name: str) -> list:
 
 
 def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
-    from rmjudge.merge import merge
-    from rmjudge.pipeline import score
+    from rmjudge.runs.merge import merge
+    from rmjudge.runs.pipeline import score
 
     src = _pairs(tmp_path)
     shard = str(tmp_path / "s.duckdb")
@@ -382,8 +382,8 @@ def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
 def test_merge_input_check_reads_ids_only_so_free_form_labels_are_not_refused(tmp_path):
     """merge --input checks ids: a label column that `score` needs --label-values for is no
     reason to refuse there (the shards were scored with it)."""
-    from rmjudge.merge import merge
-    from rmjudge.pipeline import score
+    from rmjudge.runs.merge import merge
+    from rmjudge.runs.pipeline import score
 
     src = tmp_path / "pairs.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}", "response_a": f"a {i}",
@@ -401,8 +401,8 @@ def test_a_ray_worker_builds_its_judge_and_judges_its_batch_through_the_run_setu
     """No Ray needed: the worker is the callable Ray's actor pool holds."""
     import orjson
 
-    from rmjudge.pipeline import verdict_settings
-    from rmjudge.ray_runner import _JudgeWorker
+    from rmjudge.runs.pipeline import verdict_settings
+    from rmjudge.runs.ray_runner import _JudgeWorker
 
     built, judged = _spy(monkeypatch, "build_judge"), _spy(monkeypatch, "judge_rows")
     opts = _opts()
@@ -429,7 +429,7 @@ def rows_of(parquet, cols: str) -> list[tuple]:
 def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_path, monkeypatch):
     import rmjudge.engine
     import training.data
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     assert training.data.open_input is run.open_input
     tokenizer = ScriptedEngine(_respond)

@@ -8,14 +8,14 @@ one), with the store's column types whatever the file format, so every analysis 
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 from dataclasses import dataclass, field
 
 import duckdb
 
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store import (GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS, StoreBusyError,
                            check_not_busy, output_format, sidecar, store_path)
 

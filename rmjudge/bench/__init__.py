@@ -2,7 +2,7 @@
 scored as their authors score them.
 
 One module per benchmark (its published layout and official scoring), `sources` (reading the
-published files or Hub splits), `runner` (intake file -> `rmjudge.pipeline.score` -> store ->
+published files or Hub splits), `runner` (intake file -> `rmjudge.runs.pipeline.score` -> store ->
 figures) and `table` (the paper's layout). See docs/bench.md.
 """
 

@@ -1,5 +1,5 @@
 """One benchmark as a run: its published rows -> an intake file in the output folder -> the
-normal score pipeline (`rmjudge.pipeline.score`) into its own run store -> official figures read
+normal score pipeline (`rmjudge.runs.pipeline.score`) into its own run store -> official figures read
 back from that store.
 
 Output folder layout, per benchmark NAME:
@@ -27,7 +27,7 @@ import orjson
 
 from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProblem, item_key
 from rmjudge.bench.sources import Published, read_published
-from rmjudge.errors import DiskError
+from rmjudge.core.errors import DiskError
 from rmjudge.io.intake import in_shard, raw_text
 from rmjudge.store import make_dir, write_once
 
@@ -157,7 +157,7 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     """Judge the benchmark into `outdir/NAME.duckdb` with the score pipeline (resumes what an
     earlier run of the same settings left); the pipeline's `Summary`. `n_ctx`: `--ctx-size`."""
     from rmjudge.io.mapping import Mapper
-    from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
+    from rmjudge.runs.pipeline import COMMIT_EVERY_PAIRS, score
 
     path = prepare(bench, source, outdir)
     # blank_responses: each benchmark's `convert` decides which answers it keeps (RMB keeps

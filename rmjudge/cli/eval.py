@@ -58,7 +58,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     path = table
     check_not_being_written(table, "eval")
     if not is_judged(table):
-        from rmjudge.pipeline import default_output
+        from rmjudge.runs.pipeline import default_output
 
         summary = judge_input(table, output, parse_run_options(dict(kw)))
         engine = summary.engine
@@ -66,7 +66,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     with open_judged(path) as t:
         if greedy_baseline:
             from rmjudge.analysis.greedy import run_greedy
-            from rmjudge.run import load_judge_engine
+            from rmjudge.runs.setup import load_judge_engine
 
             if engine is None:
                 opts = parse_run_options(dict(kw))
@@ -76,8 +76,8 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
             click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
                        f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
                        err=True)
-        from rmjudge.review.agreement import render as render_human
-        from rmjudge.review.agreement import table_agreement
+        from rmjudge.analysis.agreement import render as render_human
+        from rmjudge.analysis.agreement import table_agreement
 
         human = table_agreement(t, ev.resamples, ev.seed, ev.level)
         # human labels alone (no gold label) still give the judge-vs-human figures

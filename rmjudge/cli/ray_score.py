@@ -9,7 +9,7 @@ import click
 from rmjudge.cli.mapping_options import label_options, map_option
 from rmjudge.cli.server_options import server_options
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
-from rmjudge.ray_runner import RaySettings
+from rmjudge.runs.ray_runner import RaySettings
 
 
 @click.command("ray-score")
@@ -29,8 +29,8 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
     batches into Parquet, and the batches are merged into the same tables as `rmjudge score`.
     Rerun the same command to resume after a failure."""
     from rmjudge.cli.score import parse_run_options
-    from rmjudge.ray_runner import EngineFactory, ray_score
-    from rmjudge.run import check_prompting
+    from rmjudge.runs.ray_runner import EngineFactory, ray_score
+    from rmjudge.runs.setup import check_prompting
 
     opts = parse_run_options(kw)
     check_prompting(opts.judge)

@@ -55,7 +55,7 @@ from typing import Any
 from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
-from rmjudge.engine.chat import TemplateError
+from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.engine.forcing import forced_probs
 from rmjudge.engine.served_template import find_template
@@ -69,11 +69,11 @@ from rmjudge.engine.server_client import (
     public_url,
 )
 from rmjudge.engine.vocab import common_prefix
-from rmjudge.extras import install_hint
-from rmjudge.models import ModelError
+from rmjudge.core.extras import install_hint
+from rmjudge.engine.models import ModelError
 from rmjudge.prompts import suffix_for_model
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest
 
 __all__ = ["API_KEY_ENV", "ServerEngine", "ServerError", "ServerSettings", "public_url",
            "sample_seed"]

@@ -19,14 +19,14 @@ reviewer are refused), writes `meta` and moves the finished file into place.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 from dataclasses import dataclass, field
 
 import orjson
 
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store import (NewStore, check_not_busy, describe_differences, import_stores,
                            is_rmjudge_store, missing_core_tables, not_a_store_message)
 
@@ -248,7 +248,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict, seed: int,
     from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.mapping import Mapper
     from rmjudge.io.readers import InputError
-    from rmjudge.run import open_input
+    from rmjudge.runs.setup import open_input
 
     recorded: dict[int, str | None] = dict(con.execute(
         f"SELECT row_number, id FROM ({_union(aliases, 'row_number, id', 'pairs')})").fetchall())

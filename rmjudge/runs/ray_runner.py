@@ -26,7 +26,7 @@ visible to every node (a shared filesystem). Row numbers: with one input file th
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import copy
 import io
@@ -40,11 +40,11 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge.extras import install_hint
+from rmjudge.core.extras import install_hint
 from rmjudge.io.mapping import Mapper
-from rmjudge.run import RunOptions
-from rmjudge.runspec import run_record
-from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.runs.setup import RunOptions
+from rmjudge.judging.runspec import run_record
+from rmjudge.core.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
 INPUT_EXTENSIONS = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv")
@@ -72,7 +72,7 @@ class RaySettings:
         "help": "Retries of a batch whose worker died."})
 
     def __post_init__(self) -> None:
-        from rmjudge.settings import SettingsError
+        from rmjudge.core.settings import SettingsError
 
         if self.workers < 1:
             raise SettingsError("--workers must be at least 1")
@@ -212,8 +212,8 @@ class _JudgeWorker:
 
     def __init__(self, factory: Callable, opts: RunOptions, settings: dict, work_dir: str,
                  run_id: int):
-        from rmjudge.pipeline import verdict_settings
-        from rmjudge.run import build_judge
+        from rmjudge.runs.pipeline import verdict_settings
+        from rmjudge.runs.setup import build_judge
 
         self.engine = factory()
         mine = verdict_settings(opts.judge, self.engine.info)
@@ -244,7 +244,7 @@ class _JudgeWorker:
 
     def _batch(self, key: str, rows: list) -> tuple[int, int]:
         from rmjudge.io.readers import RawRow
-        from rmjudge.run import judge_rows
+        from rmjudge.runs.setup import judge_rows
         from rmjudge.store import Store, write_batch
 
         final = os.path.join(self.batches, key)
@@ -283,7 +283,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-    from rmjudge.pipeline import verdict_settings
+    from rmjudge.runs.pipeline import verdict_settings
     from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
                                not_a_store_message, other_settings_message, output_format,
                                remove_tree, write_json)
@@ -305,7 +305,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), mapping or {},
                       overwrite=overwrite)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.run import open_input
+        from rmjudge.runs.setup import open_input
 
         open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)

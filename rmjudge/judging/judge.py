@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator
 
 from rmjudge.engine.base import Engine, serve_in_calls
-from rmjudge.runspec import resolve
-from rmjudge.protocol import PairOrderJob, PairResult, combine_orders, to_letter
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation, GenRequest, Pair
+from rmjudge.judging.runspec import resolve
+from rmjudge.judging.protocol import PairOrderJob, PairResult, combine_orders, to_letter
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest, Pair
 
 PairTask = Generator[list[GenRequest], list[list[Generation]], PairResult]
 
@@ -53,7 +53,7 @@ def _agree(jobs: list[PairOrderJob]) -> bool:
 class Judge:
     def __init__(self, engine: Engine, settings: JudgeSettings, pairs_in_flight: int | None = None,
                  n_ctx: int | None = None):
-        """`n_ctx`: the per-sequence limit `--ctx-size` sets (rmjudge.runspec.resolve)."""
+        """`n_ctx`: the per-sequence limit `--ctx-size` sets (rmjudge.judging.runspec.resolve)."""
         self.engine = engine
         spec = resolve(settings, engine.info, n_ctx)
         self.spec = spec

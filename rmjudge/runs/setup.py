@@ -6,7 +6,7 @@ command does; `open_input` opens an input's intake (labels checked first); `buil
 `judge_rows` are a run's Judge and one batch of rows through intake and Judge (a Ray worker's);
 `dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's orchestration (input
 and output checks before the model loads, engine loading, row counting,
-`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench`, `ray-score`,
+`rmjudge.runs.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench`, `ray-score`,
 `merge --input`, `rmjudge-train build-data` and the library share them; the CLI only parses
 options into `RunOptions` and prints what the hooks hand it.
 """
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rmjudge.io.mapping import Mapper
-from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
 
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
     from rmjudge.io.intake import Intake, RowFailure
     from rmjudge.io.rows import RawRow
-    from rmjudge.judge import Judge
-    from rmjudge.pipeline import Summary
-    from rmjudge.protocol import PairResult
+    from rmjudge.judging.judge import Judge
+    from rmjudge.runs.pipeline import Summary
+    from rmjudge.judging.protocol import PairResult
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     hears one line about it ("rmjudge: ..."). Ctrl-C while the model loads becomes
     `Interrupted`."""
     from rmjudge.engine import load_engine
-    from rmjudge.models import resolve_model
+    from rmjudge.engine.models import resolve_model
 
     if server is not None:
         engine = load_engine(es, server=server)
@@ -74,7 +74,7 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     try:
         return load_engine(es)
     except KeyboardInterrupt:
-        from rmjudge.pipeline import Interrupted
+        from rmjudge.runs.pipeline import Interrupted
 
         raise Interrupted("interrupted while the judge was loading, before any pair was "
                           "judged; rerun the same command to start") from None
@@ -93,7 +93,7 @@ def open_input(source: str, mapper: Mapper, limit: int | None = None) -> "Intake
 def build_judge(engine, opts: RunOptions) -> "Judge":
     """The Judge of a run: its judge settings on `engine`, within the context `--ctx-size` sets
     (the run spec's)."""
-    from rmjudge.judge import Judge
+    from rmjudge.judging.judge import Judge
 
     return Judge(engine, opts.judge, n_ctx=opts.engine.n_ctx)
 
@@ -103,7 +103,7 @@ def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper
     """Raw rows judged whole (a Ray worker's batch): the results, and the rows that did not
     become one (rows intake refuses, pairs the judge could not judge: `RowFailure.unjudged`)."""
     from rmjudge.io.intake import Intake, RowFailure
-    from rmjudge.judge import Failure
+    from rmjudge.judging.judge import Failure
 
     failures: list[RowFailure] = []
     pairs = []
@@ -155,7 +155,7 @@ def check_prompting(js: JudgeSettings) -> None:
 def check_run_paths(source: str, output: str | None) -> None:
     """A missing or unreadable input and an unusable output fail before any model loads."""
     from rmjudge.io.readers import detect_format
-    from rmjudge.pipeline import check_output, default_output
+    from rmjudge.runs.pipeline import check_output, default_output
 
     if output is not None and not output.strip():
         raise SettingsError("-o is empty; give an output file name, or leave -o out for "
@@ -166,10 +166,10 @@ def check_run_paths(source: str, output: str | None) -> None:
 
 def dry_run(source: str, opts: RunOptions):
     """`score --dry-run`: the input validated and the work estimated with the tokenizer only
-    (rmjudge.dryrun). With --server the prompts are counted with the served model's tokenizer,
+    (rmjudge.runs.dryrun). With --server the prompts are counted with the served model's tokenizer,
     which `--model FILE.gguf` names, and the estimate is the server's requests and tokens."""
-    from rmjudge.dryrun import dry_run as estimate
-    from rmjudge.interrupts import graceful
+    from rmjudge.runs.dryrun import dry_run as estimate
+    from rmjudge.core.interrupts import graceful
 
     server = opts.server
     if server is not None and opts.engine.model is None:
@@ -190,9 +190,9 @@ def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=Non
     with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
     it the rows are not counted. Returns the Summary, with the engine that judged.
 
-    Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
+    Ctrl-C and SIGTERM are handled the run's way (rmjudge.core.interrupts) from before the model
     loads, so one that arrives while llama.cpp loads it is not lost."""
-    from rmjudge.interrupts import graceful
+    from rmjudge.core.interrupts import graceful
 
     with graceful():
         return _judge_input(source, output, opts, engine, status, progress)
@@ -200,7 +200,7 @@ def judge_input(source: str, output: str | None, opts: RunOptions, *, engine=Non
 
 def _judge_input(source, output, opts: RunOptions, engine, status, progress) -> "Summary":
     from rmjudge.io.readers import count_rows
-    from rmjudge.pipeline import Interrupted, score
+    from rmjudge.runs.pipeline import Interrupted, score
 
     check_run_paths(source, output)
     check_prompting(opts.judge)

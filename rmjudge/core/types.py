@@ -32,7 +32,7 @@ class Pair:
         tell an edited row from one already judged."""
         import hashlib
 
-        from rmjudge import jsontext
+        from rmjudge.core import jsontext
 
         blob = jsontext.dumps([list(self.messages), self.response_a, self.response_b,
                                self.label, self.extra], sort_keys=True)
