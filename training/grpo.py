@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import orjson
 
-from training.outputs import write_adapter_info
 from rmjudge.core.extras import install_hint
 from rmjudge.core.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
 from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
                          materialize, render_prompt)
+from training.outputs import write_adapter_info
 
 
 class TrainError(UserError):

@@ -30,10 +30,10 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.core.errors import UserError
-from training.outputs import write_adapter_info
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
 from training.hf import DEFAULT_TARGETS, lora_config
+from training.outputs import write_adapter_info
 from training.sft_data import TASKS, SFTStats, sft_examples
 
 
