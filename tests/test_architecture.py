@@ -1,6 +1,7 @@
-"""Module boundaries, checked on the source: no private names imported across modules, no
-import circle, and only the run store (the package rmjudge/store/) writes, renames or deletes
-files."""
+"""Module boundaries, checked on the source: the layers in their order (LAYERS: no import
+reaches a higher layer, no two folders import each other), no private names imported across
+modules, no import circle, and only the run store (the package rmjudge/store/) writes, renames
+or deletes files."""
 
 from __future__ import annotations
 
