@@ -31,8 +31,8 @@ def main() -> None:
     import duckdb
 
     from rmjudge.engine import load_engine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import EngineSettings, JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     engine = load_engine(EngineSettings(parallel=args.parallel))
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)

@@ -79,8 +79,8 @@ def _cpu_s() -> float:
 def run_protocol(kind: str, args) -> dict:
     from rmjudge.engine import load_engine
     from rmjudge.engine.naive import NaiveEngine
-    from rmjudge.judge import Judge
-    from rmjudge.settings import EngineSettings, JudgeSettings
+    from rmjudge.judging.judge import Judge
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     es = EngineSettings(parallel=args.parallel, threads=args.threads,
                         prefix_cache_mb=0 if kind == "engine_nocache" else 256)
@@ -111,7 +111,7 @@ def run_protocol(kind: str, args) -> dict:
 def _bare_model():
     """llama_cpp, the embedded model (loaded as the engine loads it) and its tokenizer."""
     from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
-    from rmjudge.models import resolve_model
+    from rmjudge.engine.models import resolve_model
 
     L = llama_backend()
     path = resolve_model(None)
@@ -205,7 +205,7 @@ def run_prefill(args) -> dict:
     """The rollout prompts of the workload's pairs (both orders), each evaluated alone in its
     own KV stream in 512-token chunks with logits for its last token only."""
     from rmjudge import prompts
-    from rmjudge.protocol import order_responses
+    from rmjudge.judging.protocol import order_responses
 
     L, model, tok = _bare_model()
     prompts_toks = []

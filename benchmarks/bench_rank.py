@@ -84,7 +84,7 @@ def flat_rows(prompts: list[dict], shuffled: bool, seed: int) -> list[dict]:
 def run_variant(args) -> dict:
     """One variant in this process; its figures."""
     from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings, JudgeSettings
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     es = EngineSettings(model=args.model, threads=args.threads, parallel=args.parallel)
     js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed)
@@ -101,7 +101,7 @@ def run_variant(args) -> dict:
                  strategy="round-robin")
         comparisons = s.judged
     else:
-        from rmjudge.pipeline import score
+        from rmjudge.runs.pipeline import score
 
         s = score(str(work / f"{args.variant}.jsonl"), engine, js, output=out)
         comparisons = s.judged

@@ -56,8 +56,8 @@ def make_batches(work: str, n: int) -> None:
     from test_score import length_judge
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
     from rmjudge.store import write_json, write_query_file
 
     os.makedirs(os.path.join(work, "batches"))

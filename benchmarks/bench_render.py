@@ -1,4 +1,4 @@
-"""Rendering a judge prompt in the bounded sandbox (rmjudge.engine.render_limit) against Jinja2's
+"""Rendering a judge prompt in the bounded sandbox (rmjudge.prompts.render_limit) against Jinja2's
 plain immutable sandbox, on the same template and messages.
 
     python benchmarks/bench_render.py --renders 2000
@@ -24,9 +24,9 @@ def main() -> None:
 
     from rmjudge import prompts
     from rmjudge.engine.chat import sandbox_environment
-    from rmjudge.engine.render_limit import render_bounded
+    from rmjudge.prompts.render_limit import render_bounded
     from rmjudge.engine.vocab import ModelVocab
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
 
     source = ModelVocab(EngineSettings()).tok.template.source
     messages = list(prompts.pref_messages([{"role": "user", "content": "question " * 500}],

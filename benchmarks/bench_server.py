@@ -55,7 +55,7 @@ def _pairs(path: Path, n: int):
 
 
 def _judge(engine, pairs, js) -> dict:
-    from rmjudge.judge import Failure, Judge
+    from rmjudge.judging.judge import Failure, Judge
 
     t = time.perf_counter()
     done = failed = 0
@@ -124,8 +124,8 @@ def _plain(url: str, pairs, js) -> dict:
 
     from rmjudge import prompts
     from rmjudge.engine.chat import ChatTemplate
-    from rmjudge.protocol import order_responses
-    from rmjudge.seeds import derive_seed
+    from rmjudge.judging.protocol import order_responses
+    from rmjudge.core.seeds import derive_seed
 
     root = url[: -len("/v1")]
     props = httpx.get(root + "/props", timeout=30).json()
@@ -208,9 +208,9 @@ def main() -> None:
 
     from rmjudge.engine import load_engine
     from rmjudge.engine.server import ServerSettings
-    from rmjudge.models import resolve_model
-    from rmjudge.runspec import resolve
-    from rmjudge.settings import EngineSettings, JudgeSettings
+    from rmjudge.engine.models import resolve_model
+    from rmjudge.judging.runspec import resolve
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     data = Path(args.data) if args.data else (
         DEFAULT_DATA if DEFAULT_DATA.exists() else FALLBACK_DATA)

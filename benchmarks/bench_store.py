@@ -62,8 +62,8 @@ def main() -> None:
 def run(work: Path, args) -> None:
     import rmjudge.store.run_store as run_store
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
     from rmjudge.store.bulk import delete_in_each, insert_rows_each
 
     bad = work / "bad.jsonl"

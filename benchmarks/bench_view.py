@@ -275,7 +275,7 @@ def sql_json_details(t) -> int:
     aggregated with `list(json_array(...) ORDER BY ...)`): the first way `rmjudge view` was
     written, timed against `PairItems.detail_rows` (sorted streams joined in Python, orjson).
     Returns the bytes made."""
-    from rmjudge.sql import quote_ident
+    from rmjudge.core.sql import quote_ident
     from rmjudge.view.data import DETAIL_PAIR_FIELDS, SAMPLE_FIELDS, PairItems
 
     PairItems(t)  # its `items` view
@@ -297,7 +297,7 @@ def sql_json_details(t) -> int:
 
 
 def sql_literal_(text: str) -> str:
-    from rmjudge.sql import sql_literal
+    from rmjudge.core.sql import sql_literal
 
     return sql_literal(text)
 

@@ -6,7 +6,7 @@ message says how. The CLI prints it without a traceback.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ def _need_model_file(path: str, what: str) -> None:
     """A GGUF model llama.cpp opens: the check `rmjudge score --model` makes
     (`rmjudge.engine.vocab.check_model_file`), so a non-GGUF or truncated file is one error."""
     from rmjudge.engine.vocab import check_model_file
-    from rmjudge.models import ModelError
+    from rmjudge.engine.models import ModelError
 
     _need_file(path, what)
     try:
@@ -37,7 +37,7 @@ def _need_model_file(path: str, what: str) -> None:
 
 def _need_gguf(path: str, what: str) -> None:
     """A GGUF file (magic checked; a LoRA adapter is not a model llama.cpp opens alone)."""
-    from rmjudge.models import ModelError, check_gguf
+    from rmjudge.engine.models import ModelError, check_gguf
 
     _need_file(path, what)
     try:
@@ -48,7 +48,7 @@ def _need_gguf(path: str, what: str) -> None:
 
 def _need_model(path: str, what: str) -> None:
     """A Hugging Face model folder (it has config.json) or a GGUF model."""
-    from rmjudge.models import ModelError, check_hf_folder
+    from rmjudge.engine.models import ModelError, check_hf_folder
 
     if Path(path).is_file():
         _need_model_file(path, what)
@@ -62,8 +62,8 @@ def _need_model(path: str, what: str) -> None:
 def _file_output(out: str, command: str, inputs: tuple[str | None, ...],
                  overwrite: bool) -> None:
     """A GGUF output: never an input; an existing file only with --overwrite (no record is
-    kept beside a GGUF, so none counts as this command's own: rmjudge.overwrite)."""
-    from rmjudge.overwrite import OverwriteError, check_file_target, check_not_input
+    kept beside a GGUF, so none counts as this command's own: rmjudge.runs.overwrite)."""
+    from rmjudge.runs.overwrite import OverwriteError, check_file_target, check_not_input
 
     try:
         check_not_input([out], None, inputs)
@@ -75,8 +75,8 @@ def _file_output(out: str, command: str, inputs: tuple[str | None, ...],
 def _folder_output(out_dir: str, command: str, inputs: tuple[str | None, ...],
                    overwrite: bool) -> None:
     """A Hugging Face folder output: never an input; a folder that holds files only with
-    --overwrite (rmjudge.overwrite)."""
-    from rmjudge.overwrite import OverwriteError, check_folder_target, check_not_input
+    --overwrite (rmjudge.runs.overwrite)."""
+    from rmjudge.runs.overwrite import OverwriteError, check_folder_target, check_not_input
 
     try:
         check_not_input([out_dir], None, inputs)

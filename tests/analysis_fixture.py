@@ -19,8 +19,8 @@ from pathlib import Path
 from helpers import pref, refl, unparsed
 
 from rmjudge.engine.fake import ScriptedEngine, stage_of
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 
 FIXTURE = Path(__file__).parent / "data" / "analysis_pairs.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

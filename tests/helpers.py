@@ -6,7 +6,7 @@ import duckdb
 
 from rmjudge.engine.fake import ScriptedEngine, stage_of
 from rmjudge.prompts import completion_text
-from rmjudge.types import Generation, GenRequest, Pair
+from rmjudge.core.types import Generation, GenRequest, Pair
 
 
 def pair(pid: str = "p1", label: str | None = "A", a: str = "good answer", b: str = "bad answer",
@@ -86,10 +86,10 @@ def quality_engine(flip: set[str] = frozenset(), **kw) -> ScriptedEngine:
 
 # A preamble for kill_after_commits: `rmjudge` judges with quality_engine (tests/ on sys.path).
 SCRIPTED_CLI = """
-import sys, rmjudge.run
+import sys, rmjudge.runs.setup
 sys.path.insert(0, %r)
 from helpers import quality_engine
-rmjudge.run.load_judge_engine = lambda *a, **k: quality_engine()
+rmjudge.runs.setup.load_judge_engine = lambda *a, **k: quality_engine()
 """ % __import__("os").path.dirname(__import__("os").path.abspath(__file__))
 
 
@@ -168,7 +168,7 @@ main(prog_name="rmjudge")
 def kill_after_commits(args: list, commits: int, preamble: str = "", **popen) -> int:
     """Run `rmjudge ARGS`, SIGKILL it right after its `commits`-th commit of judged pairs (or
     let it end first); returns the number of commits it made. `preamble`: Python code run
-    first in that interpreter (e.g. `rmjudge.run.load_judge_engine` replaced by a scripted
+    first in that interpreter (e.g. `rmjudge.runs.setup.load_judge_engine` replaced by a scripted
     engine)."""
     import signal
     import subprocess

@@ -1,7 +1,7 @@
 """An independent re-implementation of the verdict rule (reflectrm.md §2-3) over stored rows.
 
 It reads only the `samples` table (and the pair's `policy` setting from `meta`) and must
-reproduce every `pairs.verdict_ab/verdict_ba/verdict`; it shares no code with rmjudge.protocol.
+reproduce every `pairs.verdict_ab/verdict_ba/verdict`; it shares no code with rmjudge.judging.protocol.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import engine, pair, pref, refl, unparsed
 
-from rmjudge.judge import Judge
-from rmjudge.settings import JudgeSettings, SettingsError
+from rmjudge.judging.judge import Judge
+from rmjudge.core.settings import JudgeSettings, SettingsError
 
 
 def rollouts():

@@ -27,8 +27,8 @@ from rmjudge.analysis.report import build_report, write_report
 from rmjudge.analysis.tables import TableError, open_judged
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine, stage_of
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation
 
 GOOD = {r["response_a"] if r["label"] == "A" else r["response_b"] for r in ROWS}
 
@@ -111,7 +111,7 @@ def test_bootstrap_interval_is_seeded_and_exact_for_binary():
 
 def test_greedy_baseline_uses_the_run_prompts_and_is_cached(tmp_path):
     from analysis_fixture import respond as scripted
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     out = str(tmp_path / "judged.duckdb")
     run_engine = ScriptedEngine(scripted)
@@ -187,7 +187,7 @@ def test_cli_eval_errors_are_one_clear_line(tmp_path):
     src = tmp_path / "unlabelled.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     from analysis_fixture import respond
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     out = str(tmp_path / "u.duckdb")
     score(str(src), ScriptedEngine(respond), JudgeSettings(samples=4), output=out)
@@ -345,7 +345,7 @@ def test_filter_relabel_swaps_confident_disagreements(tmp_path):
 
 def test_filter_labels_unlabelled_pairs_and_writes_chat_and_rm(tmp_path):
     from analysis_fixture import respond
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     src = tmp_path / "u.jsonl"
     src.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "label"}) + "\n"

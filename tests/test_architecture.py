@@ -1,6 +1,7 @@
-"""Module boundaries, checked on the source: no private names imported across modules, no
-import circle, and only the run store (the package rmjudge/store/) writes, renames or deletes
-files."""
+"""Module boundaries, checked on the source: the layers in their order (LAYERS: no import
+reaches a higher layer, no two folders import each other), no private names imported across
+modules, no import circle, and only the run store (the package rmjudge/store/) writes, renames
+or deletes files."""
 
 from __future__ import annotations
 
@@ -190,6 +191,97 @@ def test_the_circle_check_finds_a_circle():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
+# The layers, lowest first: a module imports only from its own layer and the ones below it,
+# at its top level or inside a function (docs/architecture.md draws them). A layer is the
+# folders of rmjudge/ it names (or the package `training`, `quantize`); a folder not there yet
+# is simply absent. The package facade `rmjudge` (rmjudge/__init__.py, rmjudge/__main__.py)
+# sits on top; any module may still read its `__version__`, since Python has loaded the facade
+# before any module of rmjudge (and the facade imports its layers only when a name is used).
+LAYERS = (
+    ("core",),  # shared values and small services
+    ("io",),  # reading inputs
+    ("prompts",),  # the judge's prompts, verdict parsing, the template sandbox
+    ("engine",),  # engines, the judge model found and checked, the token budget
+    ("judging",),  # the protocol, the run spec, the Judge
+    ("store",),  # the run store and the file writers
+    ("runs",),  # the run set-up, the pipeline, dry run, merge, Ray, output guards
+    ("analysis",),  # judged outputs read: eval, report, filter, compare
+    ("review",),  # human review
+    ("publish",),  # dataset cards and uploads
+    ("rank",),  # best-of-N ranking (bench's RewardBench 2 and RMB Best-of-N run through it)
+    ("bench",),  # standard benchmarks
+    ("view",),  # the viewer
+    ("cli", "api"),  # the front doors: the commands, the Python API
+    ("quantize",),  # rmjudge-export
+    ("training",),  # rmjudge-train (uses quantize's HF loading)
+    ("rmjudge",),  # the facade
+)
+ROOT_MODULES = {"rmjudge", "rmjudge.__main__"}  # all that stays at the root of rmjudge/
+
+
+def _folder(module: str) -> str:
+    """The layer folder of a module: `rmjudge.engine.llama` -> "engine", `training.sft` ->
+    "training", the facade `rmjudge` and `rmjudge.__main__` -> "rmjudge"."""
+    parts = module.split(".")
+    if parts[0] != "rmjudge":
+        return parts[0]
+    return "rmjudge" if module in ROOT_MODULES else parts[1]
+
+
+def _layer(module: str) -> int:
+    """The index of a module's layer in LAYERS (-1 for a folder in none: the test above names
+    it)."""
+    folder = _folder(module)
+    return next((i for i, names in enumerate(LAYERS) if folder in names), -1)
+
+
+def test_every_module_is_in_a_layer_and_the_root_holds_only_the_facade():
+    names = set(_module_names())
+    loose = sorted(n for n in names if n.count(".") == 1 and n.startswith("rmjudge.")
+                   and n not in ROOT_MODULES and (ROOT / "rmjudge" / f"{n.split('.')[1]}.py").exists())
+    assert not loose, "modules at the root of rmjudge/ (move them into a layer's folder):\n" + \
+        "\n".join(loose)
+    known = {f for names in LAYERS for f in names}
+    unplaced = sorted({_folder(n) for n in names} - known)
+    assert not unplaced, "folders in no layer (add them to LAYERS and docs/architecture.md):\n" + \
+        "\n".join(unplaced)
+
+
+def test_no_import_reaches_a_higher_layer():
+    """Top-level and deferred imports alike, a module imports from its own layer or a lower
+    one; the facade's `__version__` is the one exception (see LAYERS)."""
+    found = []
+    for kind, graph in (("", import_graph()), ("deferred ", import_graph(_deferred_imports))):
+        for name, deps in sorted(graph.items()):
+            for dep in sorted(deps):
+                if dep != "rmjudge" and _layer(dep) > _layer(name) >= 0:
+                    found.append(f"{kind}{name} ({_folder(name)}) -> {dep} ({_folder(dep)})")
+    assert not found, "imports from a lower layer to a higher one:\n" + "\n".join(found)
+
+
+def test_no_loop_between_folders():
+    """Folder to folder (top-level and deferred imports together), the graph has no circle:
+    the layer order alone would allow two folders of one layer to import each other."""
+    folders: dict[str, set[str]] = {}
+    for graph in (import_graph(), import_graph(_deferred_imports)):
+        for name, deps in graph.items():
+            folders.setdefault(_folder(name), set()).update(
+                _folder(d) for d in deps if d != "rmjudge" and _folder(d) != _folder(name))
+    cycle = find_cycle(folders)
+    assert cycle is None, "folders that import each other: " + " -> ".join(cycle)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert _layer("rmjudge.core.errors") < _layer("rmjudge.engine.llama") < _layer("rmjudge.cli")
+    assert _layer("rmjudge.rank.runner") < _layer("rmjudge.bench.runner") < _layer("rmjudge.view.app")
+    assert _layer("rmjudge.cli.score") == _layer("rmjudge.api.judging") > _layer("rmjudge.view.x")
+    assert _folder("rmjudge") == _folder("rmjudge.__main__") == "rmjudge"
+    graph = import_graph()
+    assert "rmjudge.judging.runspec" in graph["rmjudge.judging.judge"]  # the graph sees imports
+    deferred = import_graph(_deferred_imports)
+    assert any(_layer(d) < _layer(n) for n, deps in deferred.items() for d in deps)
+
+
 WRITES = ("INSERT", "UPDATE ", "DELETE ", "CREATE TABLE", "ALTER TABLE", "COPY ", "DROP TABLE")
 
 
@@ -230,10 +322,10 @@ PATH_MOVES = {"rename", "replace"}  # Path.rename(target): one argument (str.rep
 # why its writes are not the store's business. Keep it short.
 NOT_RUN_FILES = {
     # rmjudge's own caches under ~/.cache/rmjudge (measured throughput, Hub lookups)
-    ("rmjudge/cache.py", ".write_text()"): "a cache in ~/.cache",
-    ("rmjudge/cache.py", "os.replace()"): "a cache in ~/.cache",
+    ("rmjudge/core/cache.py", ".write_text()"): "a cache in ~/.cache",
+    ("rmjudge/core/cache.py", "os.replace()"): "a cache in ~/.cache",
     # a Ray worker's private copy of an input file's bytes, in its own TemporaryDirectory
-    ("rmjudge/ray_runner.py", "open(..., 'wb')"): "a scratch copy of input, in a temp folder",
+    ("rmjudge/runs/ray_runner.py", "open(..., 'wb')"): "a scratch copy of input, in a temp folder",
     # the training rollout cache and the GRPO log: training outputs, beside the checkpoints
     # that transformers writes itself
     ("training/cache.py", "open(..., 'wb')"): "the rollout cache (training)",
@@ -350,12 +442,12 @@ def test_the_verdict_markup_is_spelled_only_in_prompts():
 
 
 def test_sql_quoting_is_written_once():
-    """Identifiers and string literals are quoted by `rmjudge.sql` only: no other module doubles
+    """Identifiers and string literals are quoted by `rmjudge.core.sql` only: no other module doubles
     quotes itself (`.replace("'", "''")`)."""
     found = []
     for path, tree in _modules():
         rel = path.relative_to(ROOT)
-        if str(rel) == "rmjudge/sql.py":
+        if str(rel) == "rmjudge/core/sql.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
@@ -363,7 +455,7 @@ def test_sql_quoting_is_written_once():
                     and all(isinstance(a, ast.Constant) for a in node.args) \
                     and [a.value for a in node.args] in (["'", "''"], ['"', '""']):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
-    assert not found, "SQL quoting outside rmjudge/sql.py:\n" + "\n".join(found)
+    assert not found, "SQL quoting outside rmjudge/core/sql.py:\n" + "\n".join(found)
 
 
 def _passes_through(fn: ast.FunctionDef) -> bool:
@@ -454,8 +546,8 @@ def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
 
 
 def _resolves(dotted: str, modules: dict[str, dict[str, set[str]]]) -> bool:
-    """`a.b.c`: a project module (`rmjudge.run`, or named from inside its package: `run`,
-    `io.intake`), then a name it defines, then a member of that class; or `Class.member`."""
+    """`a.b.c`: a project module (`rmjudge.runs.setup`, or named from inside its package:
+    `runs.setup`, `io.intake`), then a name it defines, then a member of that class; or `Class.member`."""
     parts = dotted.split(".")
     for k in range(len(parts), 0, -1):
         head = ".".join(parts[:k])
@@ -497,7 +589,7 @@ def _doc_code_names(text: str) -> list[str]:
 
 def test_architecture_names_every_module():
     """Each module of rmjudge/, training/ and quantize/ is named in docs/architecture.md: by its
-    path (`rmjudge/run.py`, `store/paths.py`), or by its file name in a paragraph that names its
+    path (`rmjudge/runs/setup.py`, `store/paths.py`), or by its file name in a paragraph that names its
     package folder (`rmjudge/engine/`: ... `vocab.py`)."""
     text = ARCHITECTURE.read_text()
     paragraphs = _doc_paragraphs(text)
@@ -549,7 +641,7 @@ def test_architecture_names_only_what_exists():
 
 def test_the_doc_checks_find_stale_names():
     _, modules = _defined_names()
-    assert _resolves("run.open_input", modules) and _resolves("rmjudge.store.Store", modules)
+    assert _resolves("runs.setup.open_input", modules) and _resolves("rmjudge.store.Store", modules)
     assert _resolves("Store.commit", modules) and _resolves("io.intake.checked_rows", modules)
     assert not _resolves("io.intake.open_intake", modules)
     assert not _resolves("store.export_lock", modules) and not _resolves("Store.nothing", modules)

@@ -15,7 +15,7 @@ from bench_judge import fixture_engine
 
 from rmjudge.bench import get
 from rmjudge.bench.runner import intake_file, judge, score_stored
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data" / "bench"
 SOURCES = {"rewardbench": DATA / "rewardbench.jsonl", "rmbench": DATA / "rmbench",
@@ -228,7 +228,7 @@ sys.path.insert(0, {tests!r})
 from bench_judge import fixture_engine
 from rmjudge.bench import get
 from rmjudge.bench.runner import judge, score_stored
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 import orjson
 js = JudgeSettings(samples=1, forced=False, seed=3)
 engine = fixture_engine(delay={delay})

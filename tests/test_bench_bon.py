@@ -16,7 +16,7 @@ from rmjudge.bench.base import candidate_scores
 from rmjudge.bench.rewardbench2 import best_of_n_result, prompt_stats, ties_score
 from rmjudge.bench.rmb_bon import bon_correct
 from rmjudge.bench.runner import judge, read_ranked, score_stored, store_file
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data" / "bench"
 JS = JudgeSettings(samples=1, forced=False, seed=3)

@@ -19,7 +19,7 @@ from rmjudge.bench import get
 from rmjudge.bench.base import BenchResult, Cell, Item
 from rmjudge.bench.runner import intake_file, judge, score_stored
 from rmjudge.bench.table import render
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data" / "bench"
 RMBENCH = DATA / "rmbench_data"  # data/ as published: five domain files, no domain field

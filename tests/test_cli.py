@@ -70,7 +70,7 @@ def test_bad_options_are_named():
 
 def test_progress_is_a_plain_line_per_interval_in_a_log(capsys):
     from rmjudge.cli.common import ProgressLine
-    from rmjudge.pipeline import Progress
+    from rmjudge.runs.pipeline import Progress
 
     p = Progress(done=3, errors=1, generations=10, parse_failures=2, generated_tokens=500)
     log = ProgressLine(True, total=10, tty=False, log_interval=0.0)

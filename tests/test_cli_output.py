@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.errors import EXIT_BUSY, EXIT_CODES, EXIT_DISK, EXIT_STRICT, EXIT_USER
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.errors import EXIT_BUSY, EXIT_CODES, EXIT_DISK, EXIT_STRICT, EXIT_USER
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 from test_score import length_judge
 
 ROOT = Path(__file__).parent.parent
@@ -45,11 +45,11 @@ def good(i: int) -> dict:
 def scripted(monkeypatch):
     """`rmjudge score` judging with the scripted engine instead of a model (in-process)."""
     import rmjudge.engine
-    import rmjudge.models
+    import rmjudge.engine.models
 
     monkeypatch.setattr(rmjudge.engine, "load_engine",
                         lambda *a, **k: ScriptedEngine(length_judge))
-    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
 
 
 def cli(*args):
@@ -96,7 +96,7 @@ def test_summary_shows_a_few_kinds_and_counts_the_rest(tmp_path, scripted):
 
 
 def test_error_kinds_drop_row_numbers_values_and_ids():
-    from rmjudge.pipeline import error_kind
+    from rmjudge.runs.pipeline import error_kind
 
     assert error_kind("row 7: duplicate id 'a' (first seen on row 2); give each pair a unique "
                       "id") == error_kind("row 9: duplicate id 'b' (first seen on row 3); x")
@@ -136,7 +136,7 @@ def test_training_and_export_groups_exit_1_on_usage_errors():
 
 
 def test_readme_exit_code_table_is_generated_from_exit_codes():
-    from rmjudge.errors import exit_code_table
+    from rmjudge.core.errors import exit_code_table
 
     readme = (ROOT / "README.md").read_text()
     assert exit_code_table() in readme
@@ -244,7 +244,7 @@ def test_progress_keeps_bar_count_elapsed_and_eta_at_80_columns():
     from rich.console import Console
 
     from rmjudge.cli.common import TerminalProgress
-    from rmjudge.pipeline import Progress
+    from rmjudge.runs.pipeline import Progress
 
     console = Console(file=io.StringIO(), width=80, force_terminal=True)
     tp = TerminalProgress(100_000, activity=lambda: (12_345, 678), console=console)
@@ -284,7 +284,7 @@ def test_a_note_is_a_line_of_its_own_above_the_display():
 TMUX_RUN = """
 import sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]  # this checkout's rmjudge and tests
-import rmjudge.engine, rmjudge.models
+import rmjudge.engine, rmjudge.engine.models
 from rmjudge.engine.fake import ScriptedEngine
 from test_score import length_judge
 
@@ -296,7 +296,7 @@ class Slow(ScriptedEngine):
         return super().generate(requests)
 
 rmjudge.engine.load_engine = lambda *a, **k: Slow(length_judge, pairs_in_flight=1)
-rmjudge.models.resolve_model = lambda m: "judge.gguf"
+rmjudge.engine.models.resolve_model = lambda m: "judge.gguf"
 from rmjudge.cli import main
 sys.argv = ["rmjudge", "score", sys.argv[2], "-o", sys.argv[3], "--samples", "2"]
 main()
@@ -401,8 +401,9 @@ def test_a_chat_template_file_that_cannot_render_is_refused_before_the_server(tm
 
 
 def test_template_failures_at_render_time_name_the_source():
-    from rmjudge.engine.chat import ChatTemplate, TemplateError
-    from rmjudge.errors import UserError
+    from rmjudge.engine.chat import ChatTemplate
+    from rmjudge.prompts.sandbox import TemplateError
+    from rmjudge.core.errors import UserError
 
     t = ChatTemplate("{% if messages[0]['content'] == 'boom' %}{{ 1 / 0 }}{% endif %}ok",
                      origin="the chat template of j.gguf", fix="use another GGUF")
@@ -429,8 +430,8 @@ def estimate(r: subprocess.CompletedProcess) -> tuple[str, float, float]:
 
 @pytest.mark.model
 def test_dry_run_estimate_follows_the_current_max_tokens(tmp_path, model_path, monkeypatch):
-    from rmjudge.dryrun import record_throughput, throughput_key
-    from rmjudge.models import file_sha256
+    from rmjudge.runs.dryrun import record_throughput, throughput_key
+    from rmjudge.engine.models import file_sha256
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no other run's figures
 

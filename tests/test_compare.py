@@ -34,8 +34,8 @@ from helpers import pref, rows
 from rmjudge.analysis.compare import bootstrap_mean, cohen_kappa, order_items, paired_gain
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 
 
 def _row(req) -> dict:

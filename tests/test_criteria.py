@@ -14,12 +14,12 @@ import pytest
 from helpers import pref, refl
 
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.errors import EXIT_USER
-from rmjudge.pipeline import score
+from rmjudge.core.errors import EXIT_USER
+from rmjudge.runs.pipeline import score
 from rmjudge.prompts import (PromptStyle, pref_messages, prompt_style, refl_messages,
                              verdict_lines)
 from rmjudge.prompts.criteria import BUILTIN
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.store import StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,11 +140,11 @@ def test_the_criteria_refusal_names_both_rubrics_briefly_on_one_line(tmp_path, m
     from click.testing import CliRunner
 
     import rmjudge.engine
-    import rmjudge.models
+    import rmjudge.engine.models
     from rmjudge.cli import main
 
     monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: ScriptedEngine(judge))
-    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
     rubric = "Prefer the answer a careful domain\nexpert would give; " + "all else equal. " * 40
     (tmp_path / "rubric.txt").write_text(rubric)
     out = str(tmp_path / "o.duckdb")
@@ -236,7 +236,7 @@ def test_label_safer_judges_by_the_harmless_criterion(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     import rmjudge.engine
-    import rmjudge.models
+    import rmjudge.engine.models
     from rmjudge.cli import main
 
     engines = []
@@ -246,7 +246,7 @@ def test_label_safer_judges_by_the_harmless_criterion(tmp_path, monkeypatch):
         return engines[-1]
 
     monkeypatch.setattr(rmjudge.engine, "load_engine", load)
-    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
     src = DATA / "schemas" / "pku_saferlhf.jsonl"
     r = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "a.duckdb"),
                                   "--label", "safer", "--samples", "2", "--limit", "1"])

@@ -331,7 +331,7 @@ def test_install_hints_say_one_thing():
 
 
 def test_the_install_hint_names_the_clone():
-    from rmjudge.extras import install_hint
+    from rmjudge.core.extras import install_hint
 
     assert install_hint("hub") == "pip install '.[hub]' in the rmjudge clone"
 

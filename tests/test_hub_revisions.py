@@ -268,9 +268,9 @@ def test_merge_input_and_a_ray_snapshot_read_the_split_asked_for(tmp_path):
     import datasets
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.ray_runner import is_dataset_source, snapshot_input
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.runs.ray_runner import is_dataset_source, snapshot_input
+    from rmjudge.core.settings import JudgeSettings
 
     from helpers import pref, refl
 

@@ -210,7 +210,7 @@ def test_a_damaged_gzip_stores_no_altered_row_in_a_run(tmp_path):
     from test_score import length_judge, settings
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     rows = [{"id": f"r{i}", "prompt": f"Question {i}?", "chosen": f"a good answer {i} " + "x" * 4000,
              "rejected": f"bad {i}"} for i in range(9)]
@@ -494,7 +494,7 @@ def test_score_judges_the_same_pairs_with_the_same_ids_in_every_form(tmp_path):
     from test_score import length_judge, settings
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     rows = [json.loads(line) for line in (DATA / "pandalm_5.jsonl").read_text().splitlines()]
     for r in rows[::2]:

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import rows
 
-from rmjudge.errors import EXIT_INTERRUPTED
+from rmjudge.core.errors import EXIT_INTERRUPTED
 
 ROOT = Path(__file__).parent.parent
 PAIRS = str(Path(__file__).parent / "data" / "pandalm_5.jsonl")
@@ -25,7 +25,7 @@ PAIRS = str(Path(__file__).parent / "data" / "pandalm_5.jsonl")
 # callback while a model loads; SIGINT arrives while the callback runs.
 QSORT = """
 import ctypes, os, signal, sys, time
-from rmjudge.interrupts import c_callback, graceful
+from rmjudge.core.interrupts import c_callback, graceful
 
 libc = ctypes.CDLL(None)
 CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
@@ -69,7 +69,7 @@ def test_without_the_mark_ctypes_drops_the_interrupt():
 
 JOB_RUN_AT_IMPORT = """
 import os, signal, time
-from rmjudge.interrupts import graceful
+from rmjudge.core.interrupts import graceful
 
 with graceful():
     t0 = time.monotonic()
@@ -85,7 +85,7 @@ with graceful():
 
 def test_a_program_that_runs_inside_an_import_is_still_interrupted(tmp_path):
     """Signals inside an import wait for it to finish, but not forever."""
-    from rmjudge.interrupts import IMPORT_WAIT_SECONDS
+    from rmjudge.core.interrupts import IMPORT_WAIT_SECONDS
 
     (tmp_path / "job.py").write_text(JOB_RUN_AT_IMPORT)
     r = subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = [{str(ROOT)!r}, "
@@ -97,7 +97,7 @@ def test_a_program_that_runs_inside_an_import_is_still_interrupted(tmp_path):
 
 
 def test_graceful_nests_and_restores_the_handlers():
-    from rmjudge.interrupts import graceful
+    from rmjudge.core.interrupts import graceful
 
     before = signal.getsignal(signal.SIGINT)
     with graceful():
@@ -154,9 +154,9 @@ def test_a_signal_held_while_the_run_is_recorded_stops_it_before_any_generation(
     """Ctrl-C while the store records the run (a critical section) is delivered as judging
     starts, not after the first pair is judged (which can take minutes)."""
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.interrupts import critical
-    from rmjudge.pipeline import Interrupted, score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.core.interrupts import critical
+    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.core.settings import JudgeSettings
     from rmjudge.store import Store
     from test_score import length_judge
 
@@ -186,9 +186,9 @@ def test_a_signal_while_duckdb_creates_the_store_is_held_not_a_duckdb_error(tmp_
     import threading
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.interrupts import graceful
-    from rmjudge.pipeline import Interrupted, score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.core.interrupts import graceful
+    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.core.settings import JudgeSettings
     from rmjudge.store import Store
     from test_score import length_judge
 
@@ -215,13 +215,13 @@ def test_a_ctrl_c_delivered_as_the_judge_finishes_loading_ends_the_run_with_the_
     the resume hint, not a bare "interrupted"."""
     from click.testing import CliRunner
 
-    import rmjudge.run
+    import rmjudge.runs.setup
     from rmjudge.cli import main
 
     def loaded_then_interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # as a held signal arrives once the load has returned
 
-    monkeypatch.setattr(rmjudge.run, "load_judge_engine", loaded_then_interrupted)
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine", loaded_then_interrupted)
     r = CliRunner().invoke(main, ["score", PAIRS, "-o", str(tmp_path / "o.duckdb")])
     assert r.exit_code == EXIT_INTERRUPTED, r.output
     lines = r.output.strip().splitlines()

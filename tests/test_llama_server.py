@@ -19,8 +19,8 @@ from helpers import free_port, rows, start_server, stop_server
 from recompute import recompute_all
 
 from rmjudge import prompts
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import GenRequest
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import GenRequest
 
 httpx = pytest.importorskip("httpx")
 
@@ -110,8 +110,8 @@ def test_contract_and_greedy_text_with_16_slots(server16, model_path, tmp_path):
     url, _ = server16
     from rmjudge.engine import load_engine
     from rmjudge.engine.server import ServerSettings
-    from rmjudge.pipeline import score
-    from rmjudge.settings import EngineSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import EngineSettings
 
     engine = load_engine(EngineSettings(), server=ServerSettings(url=url, concurrency=8))
     local = load_engine(EngineSettings(model=model_path), vocab_only=True)
@@ -236,8 +236,8 @@ def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
     from rmjudge.engine.server import ServerEngine, ServerSettings
     from rmjudge.io.mapping import Mapper
     from rmjudge.io.readers import read_rows
-    from rmjudge.judge import Judge
-    from rmjudge.protocol import PairOrderJob
+    from rmjudge.judging.judge import Judge
+    from rmjudge.judging.protocol import PairOrderJob
 
     raw = next(iter(read_rows(str(DATA / "pandalm_long_6.jsonl"))))  # cached by no other test
     pair = Mapper(seed=0).to_pair(raw.row_number, raw.obj)

@@ -1,4 +1,4 @@
-"""One set of metric names everywhere (analysis/counts.py): the score summary, `report` (text and
+"""One set of metric names everywhere (core/counts.py): the score summary, `report` (text and
 HTML), `eval`, the dataset card and `filter --evidence` show the same names and the same values
 on one small store judged by the scripted engine, checked against figures worked out by hand.
 
@@ -34,9 +34,9 @@ from helpers import pref, unparsed
 from rmjudge.cli import main
 from rmjudge.cli.score import render_summary
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation
 
 LABELS = {"p1": "A", "p2": "A", "p3": "B", "p4": "A", "p5": "B", "p6": "A"}
 

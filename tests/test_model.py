@@ -16,9 +16,9 @@ from recompute import recompute_all
 
 from rmjudge import prompts
 from rmjudge.engine import load_engine
-from rmjudge.pipeline import score
-from rmjudge.settings import EngineSettings, JudgeSettings
-from rmjudge.types import GenRequest
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import EngineSettings, JudgeSettings
+from rmjudge.core.types import GenRequest
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 DATA = Path(__file__).parent / "data"
@@ -175,8 +175,8 @@ _HUGE_ROW = r'''
 import json, sys
 from rmjudge import prompts
 from rmjudge.engine import load_engine
-from rmjudge.settings import EngineSettings
-from rmjudge.types import GenRequest
+from rmjudge.core.settings import EngineSettings
+from rmjudge.core.types import GenRequest
 
 def status(key):
     with open("/proc/self/status") as f:

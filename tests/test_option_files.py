@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rmjudge.engine.chat import ChatTemplate, TemplateError, sandbox_environment
-from rmjudge.engine.render_limit import RenderTooLarge, render_bounded
-from rmjudge.errors import EXIT_USER
+from rmjudge.prompts.render_limit import RenderTooLarge, render_bounded
+from rmjudge.core.errors import EXIT_USER
 from rmjudge.io.textfile import TEXT_FILE_LIMIT, read_text_file
 from rmjudge.prompts.criteria import CriteriaError
 from rmjudge.prompts.template import PromptTemplateError

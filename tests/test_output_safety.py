@@ -21,8 +21,8 @@ from click.testing import CliRunner
 import rmjudge.store.files as store_files
 from rmjudge.analysis.report import GENERATOR
 from rmjudge.cli import main
-from rmjudge.errors import EXIT_BUSY, EXIT_USER
-from rmjudge.publish.record import record_path
+from rmjudge.core.errors import EXIT_BUSY, EXIT_USER
+from rmjudge.analysis.filter_record import record_path
 from rmjudge.store import Store, store_path
 
 

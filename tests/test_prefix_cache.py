@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rmjudge import prompts
 from rmjudge.engine.prefix_cache import PrefixCache
-from rmjudge.runspec import resolve
-from rmjudge.settings import JudgeSettings
+from rmjudge.judging.runspec import resolve
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.engine.base import ModelInfo
 
 CONV = [{"role": "user", "content": "Why is the sky blue?"}]

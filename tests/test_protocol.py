@@ -6,11 +6,11 @@ import pytest
 from helpers import critique_slot, engine, first_slot_response, pair, pref, refl, unparsed
 
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.judge import Failure, Judge
-from rmjudge.protocol import confidence, vote
-from rmjudge.seeds import derive_seed
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation
+from rmjudge.judging.judge import Failure, Judge
+from rmjudge.judging.protocol import confidence, vote
+from rmjudge.core.seeds import derive_seed
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation
 
 
 def settings(**kw) -> JudgeSettings:

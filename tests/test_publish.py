@@ -26,12 +26,12 @@ from rmjudge.analysis.tables import open_judged
 from rmjudge.analysis.typed import column_expression
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.pipeline import score
+from rmjudge.runs.pipeline import score
 from rmjudge.publish import hub as hubmod
 from rmjudge.publish.card import metadata, render_card
 from rmjudge.publish.hub import HubError, prepare_folder, push, source_license
-from rmjudge.publish.record import RecordError, record_path
-from rmjudge.settings import JudgeSettings
+from rmjudge.analysis.filter_record import RecordError, record_path
+from rmjudge.core.settings import JudgeSettings
 
 MESSAGES = "list<element: struct<role: string, content: string>>"
 
@@ -333,7 +333,7 @@ def test_dry_run_writes_the_exact_upload_folder_with_a_card(tmp_path, judged):
     assert "| kept (judge agrees with the gold label) | 3 |" in text
     assert "| &nbsp;&nbsp;dropped: orders disagree | 5 |" in text
     # eval figures of the whole table, as `rmjudge eval` computes them, under the names of
-    # analysis/counts.py: accuracy pooled 11/16, consistency 3/8, combined verdict 3 agree, 5 tie
+    # core/counts.py: accuracy pooled 11/16, consistency 3/8, combined verdict 3 agree, 5 tie
     assert "| accuracy (both orders pooled, the paper's) | 68.8 [" in text
     assert "| positional consistency (right in both orders, the paper's) | 37.5 [" in text
     assert "| combined-verdict agreement: agree | 37.5 [" in text

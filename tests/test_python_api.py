@@ -361,9 +361,9 @@ def test_the_python_page_examples_run(tmp_path, monkeypatch, capsys):
     """Every ```python block of docs/python.md, in order, in one namespace, with the scripted
     judge standing in for the model each example would load."""
     import rmjudge.engine
-    import rmjudge.run
+    import rmjudge.runs.setup
 
-    monkeypatch.setattr(rmjudge.run, "load_judge_engine", lambda *a, **k: ScriptedEngine(knows))
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine", lambda *a, **k: ScriptedEngine(knows))
     monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: ScriptedEngine(knows))
     shutil.copy(EXAMPLE, tmp_path / "pairs.jsonl")
     monkeypatch.chdir(tmp_path)

@@ -272,8 +272,8 @@ def test_smollm2_f16_round_trip_matches_transformers(smol):
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K_M"])
 def test_smollm2_quantized_files_load_and_generate(smol, qtype):
     from rmjudge.engine import load_engine
-    from rmjudge.settings import EngineSettings
-    from rmjudge.types import GenRequest
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.core.types import GenRequest
 
     out = smol["dir"] / f"smol-{qtype}.gguf"
     res = quantize(QuantizeConfig(str(smol["f16"]), str(out), qtype, threads=1))

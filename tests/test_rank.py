@@ -22,7 +22,7 @@ from rmjudge.rank.outputs import evaluate_ranked, kendall_tau, top1_correct
 from rmjudge.rank.strategies import (comparison_count, pair_number, round_robin, swiss_pairs,
                                      swiss_rounds)
 from rmjudge.rank.table import read_rankings
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 
 JS = JudgeSettings(samples=2, max_tokens=32, seed=3)
 PAIRS_Q = ("SELECT id, row_number, verdict, verdict_ab, verdict_ba, label, cand_a, cand_b, "
@@ -244,7 +244,7 @@ def test_shards_split_by_prompt_and_together_give_the_unsharded_comparisons(tmp_
                      for p in parts]
     assert shard_prompts[0] and shard_prompts[1] and not shard_prompts[0] & shard_prompts[1]
     assert sorted(r for p in parts for r in rows(p, PAIRS_Q)) == rows(whole, PAIRS_Q)
-    from rmjudge.merge import merge
+    from rmjudge.runs.merge import merge
 
     merged = str(tmp_path / "m.duckdb")
     merge(parts, merged)
@@ -282,7 +282,7 @@ def test_a_resume_with_another_strategy_is_refused(tmp_path):
 
 
 def test_a_non_duckdb_output_and_an_input_without_candidates_are_one_error(tmp_path):
-    from rmjudge.errors import UserError
+    from rmjudge.core.errors import UserError
 
     src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}])
     with pytest.raises(UserError, match="fits no ranking layout"):

@@ -15,8 +15,8 @@ import pytest
 from helpers import kill_after_commits, rows
 
 from rmjudge.engine import load_engine
-from rmjudge.pipeline import score
-from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import EngineSettings, JudgeSettings
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 DATA = Path(__file__).parent / "data"

@@ -310,8 +310,8 @@ def test_labels_follow_the_responses_when_slots_are_exchanged(tmp_path):
     from helpers import pref
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
 
     src = tmp_path / "cr.jsonl"
     src.write_text("".join(json.dumps({
@@ -426,8 +426,8 @@ def test_eval_with_human_labels_and_no_gold(tmp_path):
     from helpers import pref
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
 
     out = str(tmp_path / "n.duckdb")
     score(str(src), ScriptedEngine(lambda req, i: pref(1)), JudgeSettings(samples=2, seed=0),
@@ -492,8 +492,8 @@ def judged_with(tmp_path, pairs: dict[str, tuple[str, str, str]]) -> str:
     from helpers import pref
 
     from rmjudge.engine.fake import ScriptedEngine
-    from rmjudge.pipeline import score
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
 
     src = tmp_path / "hostile.jsonl"
     src.write_text("".join(json.dumps({"id": k, "prompt": p, "chosen": c, "rejected": r}) + "\n"

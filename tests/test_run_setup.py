@@ -1,4 +1,4 @@
-"""One run set-up (rmjudge.run), one run spec (rmjudge.runspec) and typed errors end to end."""
+"""One run set-up (rmjudge.runs.setup), one run spec (rmjudge.judging.runspec) and typed errors end to end."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from rmjudge.engine.fake import FAKE_INFO, ScriptedEngine, stage_of
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.io.mapping import Mapper, parse_map
 from rmjudge.io.readers import RawRow
-from rmjudge.judge import Judge
-from rmjudge.pipeline import Summary
-from rmjudge.run import RunOptions, judge_input, parse_shard
-from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
-from rmjudge import runspec
+from rmjudge.judging.judge import Judge
+from rmjudge.runs.pipeline import Summary
+from rmjudge.runs.setup import RunOptions, judge_input, parse_shard
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.judging import runspec
 
 
 def _respond(req, i):
@@ -78,8 +78,8 @@ def test_library_run_setup_judges_with_a_given_engine_and_returns_it(tmp_path):
 def test_a_failed_run_closes_the_engine_it_loaded_and_never_one_it_was_given(tmp_path,
                                                                              monkeypatch):
     """A server engine left open after a failed run kept its requests in flight until exit."""
-    import rmjudge.run
-    from rmjudge.models import ModelError
+    import rmjudge.runs.setup
+    from rmjudge.engine.models import ModelError
 
     class Failing(ScriptedEngine):
         closed = 0
@@ -90,7 +90,7 @@ def test_a_failed_run_closes_the_engine_it_loaded_and_never_one_it_was_given(tmp
         def close(self):
             Failing.closed += 1
 
-    monkeypatch.setattr(rmjudge.run, "load_judge_engine", lambda *a, **k: Failing(_respond))
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine", lambda *a, **k: Failing(_respond))
     with pytest.raises(ModelError, match="the judge stopped"):
         judge_input(_pairs(tmp_path), str(tmp_path / "a.duckdb"), _opts())
     assert Failing.closed == 1
@@ -150,10 +150,10 @@ def _count_the_run(monkeypatch, tmp_path) -> tuple[dict, str, str]:
     """Counters of what a run does once: reads of each option file, run specs built, output
     checks. Returns them with a criteria file and a template file to name."""
     import rmjudge.io.textfile
-    import rmjudge.pipeline
+    import rmjudge.runs.pipeline
 
     counts: dict = {"spec": 0, "check_output": 0}
-    read, check, spec_class = (rmjudge.io.textfile.read_text_file, rmjudge.pipeline.check_output,
+    read, check, spec_class = (rmjudge.io.textfile.read_text_file, rmjudge.runs.pipeline.check_output,
                                runspec.RunSpec)
 
     def reading(path, *a, **k):
@@ -170,7 +170,7 @@ def _count_the_run(monkeypatch, tmp_path) -> tuple[dict, str, str]:
             super().__init__(*a, **k)
 
     monkeypatch.setattr(rmjudge.io.textfile, "read_text_file", reading)
-    monkeypatch.setattr(rmjudge.pipeline, "check_output", checking)
+    monkeypatch.setattr(rmjudge.runs.pipeline, "check_output", checking)
     monkeypatch.setattr(runspec, "RunSpec", CountedSpec)
     crit, tmpl = tmp_path / "rubric.txt", tmp_path / "prompt.jinja"
     crit.write_text("Prefer the shorter answer.")
@@ -182,13 +182,13 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
     """`rmjudge score --criteria @FILE --prompt-template FILE`: each file is read once, the
     run spec is built once (the pipeline hands it to the Judge), the output checked once."""
     import rmjudge.engine
-    import rmjudge.models
+    import rmjudge.engine.models
     from rmjudge.cli import main
 
     counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
     engine = ScriptedEngine(_respond)
     monkeypatch.setattr(rmjudge.engine, "load_engine", lambda es, **kw: engine)
-    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda model: "judge.gguf")
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda model: "judge.gguf")
     out = tmp_path / "out.duckdb"
     r = CliRunner().invoke(main, ["score", _pairs(tmp_path), "-o", str(out), "--samples", "1",
                                   "--max-tokens", "16", "--criteria", f"@{crit}",
@@ -203,7 +203,7 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
 
 def test_a_library_run_builds_its_spec_once_and_reads_each_option_file_once(
         tmp_path, monkeypatch):
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
     js = JudgeSettings(samples=1, max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
@@ -234,7 +234,7 @@ def test_a_python_api_run_builds_its_spec_once_and_reads_each_option_file_once(
 
 def test_a_dry_run_reads_each_option_file_once(tmp_path, monkeypatch):
     import rmjudge.engine
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
     tokenizer = ScriptedEngine(_respond)
@@ -261,7 +261,7 @@ def test_the_context_budget_has_one_rule():
 
 
 def test_a_generation_request_has_no_token_limit_of_its_own():
-    from rmjudge.types import GenRequest
+    from rmjudge.core.types import GenRequest
 
     with pytest.raises(TypeError, match="max_tokens"):
         GenRequest(({"role": "user", "content": "hi"},))
@@ -269,16 +269,16 @@ def test_a_generation_request_has_no_token_limit_of_its_own():
 
 
 def test_one_context_rule_and_one_too_long_message():
-    from rmjudge.engine import llama, vocab
+    from rmjudge.engine import budget, llama, vocab
 
-    assert llama.FORCE_MARGIN is runspec.FORCE_MARGIN
+    assert llama.FORCE_MARGIN is runspec.FORCE_MARGIN is budget.FORCE_MARGIN
     assert not hasattr(vocab, "FORCE_MARGIN")
     info = dataclasses.replace(FAKE_INFO, n_ctx_train=2048)
     for n_ctx, want in ((None, 2048), (0, 2048), (512, 512), (9999, 2048)):
         assert vocab.context_limit(EngineSettings(n_ctx=n_ctx), info) == want
         assert runspec.resolve(JudgeSettings(), info, n_ctx).context == want
     spec = runspec.resolve(JudgeSettings(max_tokens=256), info, 1024)
-    assert spec.too_long_reason(900) == runspec.too_long_reason(900, 256, 1024) == (
+    assert spec.too_long_reason(900) == budget.too_long_reason(900, 256, 1024) == (
         "the pair needs 900 prompt tokens + 256 to generate, more than the model's context of "
         "1024; shorten the responses or lower --max-tokens")
 
@@ -309,7 +309,7 @@ def test_a_duplicate_id_is_marked_by_type_not_by_its_message():
 
 
 def test_an_engine_error_that_mentions_interruption_is_a_failure_not_an_interrupt(tmp_path):
-    from rmjudge.pipeline import score
+    from rmjudge.runs.pipeline import score
 
     def respond(req, i):
         raise RuntimeError("connection interrupted by the peer")
@@ -347,7 +347,7 @@ def _params(cmd) -> dict:
 
 def test_ray_training_and_judge_options_come_from_their_dataclasses():
     from rmjudge.cli.ray_score import command as ray_score
-    from rmjudge.ray_runner import RaySettings
+    from rmjudge.runs.ray_runner import RaySettings
     from training.cli import main as train
     from training.grpo import GRPOSettings
     from training.sft import SFTSettings
@@ -405,7 +405,7 @@ def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
     """ray-score's judge, engine, --map, --label-values and --overwrite options become one
     RunOptions through score's parse_run_options, and its Mapper is the one Ray gets."""
     import rmjudge.cli.score
-    import rmjudge.ray_runner
+    import rmjudge.runs.ray_runner
     from rmjudge.cli import main
 
     parsed, calls = [], []
@@ -417,7 +417,7 @@ def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
         calls.append((js, es, kw))
         raise SettingsError("stop here")
 
-    monkeypatch.setattr(rmjudge.ray_runner, "ray_score", fake_ray_score)
+    monkeypatch.setattr(rmjudge.runs.ray_runner, "ray_score", fake_ray_score)
     r = CliRunner().invoke(main, ["ray-score", _pairs(tmp_path), "-o", str(tmp_path / "o.duckdb"),
                                   "--map", "prompt=question", "--label-values", "yes=A,no=B",
                                   "--criteria", "helpful", "--samples", "3", "--overwrite",
@@ -543,8 +543,8 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
 # -- every front door goes through the run set-up -----------------------------------------------
 
 def _spy(monkeypatch, name: str) -> list:
-    """Record the calls of `rmjudge.run.<name>` (which still does its work)."""
-    from rmjudge import run
+    """Record the calls of `rmjudge.runs.setup.<name>` (which still does its work)."""
+    from rmjudge.runs import setup as run
 
     real, calls = getattr(run, name), []
 
@@ -557,8 +557,8 @@ def _spy(monkeypatch, name: str) -> list:
 
 
 def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
-    from rmjudge.merge import merge
-    from rmjudge.pipeline import score
+    from rmjudge.runs.merge import merge
+    from rmjudge.runs.pipeline import score
 
     src = _pairs(tmp_path)
     shard = str(tmp_path / "s.duckdb")
@@ -572,8 +572,8 @@ def test_merge_checks_its_input_through_the_run_setup(tmp_path, monkeypatch):
 def test_merge_input_check_reads_ids_only_so_free_form_labels_are_not_refused(tmp_path):
     """merge --input checks ids: a label column that `score` needs --label-values for is no
     reason to refuse there (the shards were scored with it)."""
-    from rmjudge.merge import merge
-    from rmjudge.pipeline import score
+    from rmjudge.runs.merge import merge
+    from rmjudge.runs.pipeline import score
 
     src = tmp_path / "pairs.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q {i}", "response_a": f"a {i}",
@@ -591,8 +591,8 @@ def test_a_ray_worker_builds_its_judge_and_judges_its_batch_through_the_run_setu
     """No Ray needed: the worker is the callable Ray's actor pool holds."""
     import orjson
 
-    from rmjudge.pipeline import verdict_settings
-    from rmjudge.ray_runner import _JudgeWorker
+    from rmjudge.runs.pipeline import verdict_settings
+    from rmjudge.runs.ray_runner import _JudgeWorker
 
     built, judged = _spy(monkeypatch, "build_judge"), _spy(monkeypatch, "judge_rows")
     opts = _opts()
@@ -619,7 +619,7 @@ def rows_of(parquet, cols: str) -> list[tuple]:
 def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_path, monkeypatch):
     import rmjudge.engine
     import training.data
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     assert training.data.open_input is run.open_input
     tokenizer = ScriptedEngine(_respond)

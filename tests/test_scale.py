@@ -18,10 +18,10 @@ from test_score import length_judge
 
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.merge import MergeError, merge
+from rmjudge.runs.merge import MergeError, merge
 from rmjudge.io.intake import in_shard
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data"
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -305,8 +305,8 @@ RAY_PAIR_Q = PAIR_Q.replace("row_number, ", "")
 
 @pytest.mark.slow
 def test_ray_runner_survives_a_killed_worker_and_matches_score(tmp_path, local_ray):
-    from rmjudge.ray_runner import RayRunError, RaySettings, ray_score
-    from rmjudge.settings import EngineSettings
+    from rmjudge.runs.ray_runner import RayRunError, RaySettings, ray_score
+    from rmjudge.core.settings import EngineSettings
 
     src = mixed_input(tmp_path)
     whole = str(tmp_path / "whole.duckdb")
@@ -399,8 +399,8 @@ def test_model_shards_give_the_same_generations(model_runs):
 @pytest.mark.slow
 @pytest.mark.model
 def test_ray_runner_on_the_embedded_model(tmp_path, local_ray, model_path):
-    from rmjudge.ray_runner import RaySettings, ray_score
-    from rmjudge.settings import EngineSettings
+    from rmjudge.runs.ray_runner import RaySettings, ray_score
+    from rmjudge.core.settings import EngineSettings
 
     src = model_rows(tmp_path)
     out = str(tmp_path / "ray.duckdb")
@@ -427,7 +427,7 @@ def test_ray_runner_on_the_embedded_model(tmp_path, local_ray, model_path):
 
 def test_ray_input_listing_and_batches_without_ray(tmp_path, monkeypatch):
     """The driver's file listing and the batch cutting (plain functions, no Ray needed)."""
-    from rmjudge.ray_runner import ROW_STRIDE, RayRunError, _Chunker, list_inputs
+    from rmjudge.runs.ray_runner import ROW_STRIDE, RayRunError, _Chunker, list_inputs
 
     (tmp_path / "b.jsonl").write_bytes((DATA / "mixed_bad.jsonl").read_bytes())
     (tmp_path / "a.jsonl").write_bytes((DATA / "pandalm_5.jsonl").read_bytes())
@@ -459,7 +459,7 @@ def test_ray_input_listing_and_batches_without_ray(tmp_path, monkeypatch):
 
 
 def test_shard_spec_checks_ignore_other_run_labels():
-    from rmjudge.merge import ShardInfo, _check_shard_specs
+    from rmjudge.runs.merge import ShardInfo, _check_shard_specs
 
     ok = [ShardInfo("a", 1, 0, 1, ["0/2"], "finished"), ShardInfo("b", 1, 0, 1, ["1/2"], "finished")]
     assert _check_shard_specs(ok) == []
@@ -540,11 +540,11 @@ def ray_batches_in_process(src: str, out: str, work: str, rows_per_batch: int,
     batch, the assembly. Returns the workers' answers (one per batch)."""
     import orjson
 
-    from rmjudge.pipeline import verdict_settings
-    from rmjudge.ray_runner import _Chunker, _JudgeWorker, assemble, list_inputs
-    from rmjudge.run import RunOptions
+    from rmjudge.runs.pipeline import verdict_settings
+    from rmjudge.runs.ray_runner import _Chunker, _JudgeWorker, assemble, list_inputs
+    from rmjudge.runs.setup import RunOptions
     from rmjudge.io.mapping import Mapper
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
     from rmjudge.store import recover_batches
 
     engine = ScriptedEngine(seeded_judge)
@@ -639,8 +639,8 @@ def test_a_swap_of_batch_folders_cut_short_is_undone(tmp_path):
 @pytest.mark.slow
 def test_ray_run_and_score_give_the_same_types_and_keys_and_rejudge_edited_rows(tmp_path,
                                                                                  local_ray):
-    from rmjudge.ray_runner import RayRunError, RaySettings, ray_score
-    from rmjudge.settings import EngineSettings
+    from rmjudge.runs.ray_runner import RayRunError, RaySettings, ray_score
+    from rmjudge.core.settings import EngineSettings
 
     objs = [dict(r) for r in TYPED_ROWS]
     src = write_rows(tmp_path / "in.jsonl", objs)

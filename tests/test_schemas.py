@@ -19,8 +19,8 @@ from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.io.labels import LabelValuesError, LabelValuesSyntaxError, parse_label_values
 from rmjudge.io.mapping import LabelOptions, Mapper, RowError, check_labels, content_id
 from rmjudge.io.readers import read_rows
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 
 DATA = Path(__file__).parent / "data" / "schemas"
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import first_slot_response, pref, refl, rows
 
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.pipeline import score
-from rmjudge.settings import JudgeSettings
+from rmjudge.runs.pipeline import score
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.store import Store, StoreError
 
 DATA = Path(__file__).parent / "data"

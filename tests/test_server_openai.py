@@ -217,7 +217,7 @@ def test_the_api_key_never_reaches_an_output(stub, tmp_path):
 def test_top_logprobs_are_capped_at_20(stub, tmp_path):
     from rmjudge import prompts
     from rmjudge.engine.server import ServerEngine, ServerSettings, sample_seed
-    from rmjudge.types import GenRequest
+    from rmjudge.core.types import GenRequest
 
     msgs = prompts.pref_messages([{"role": "user", "content": "Name a color."}], "Red.", "Cat.")
     # a seed whose two samples get one parsed and one unparsed answer from the stub

@@ -19,9 +19,9 @@ from helpers import rows
 from test_score import length_judge, settings
 
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.errors import EXIT_BUSY, EXIT_DISK, EXIT_INTERRUPTED, BusyError, DiskError
-from rmjudge.merge import merge
-from rmjudge.pipeline import Interrupted, score
+from rmjudge.core.errors import EXIT_BUSY, EXIT_DISK, EXIT_INTERRUPTED, BusyError, DiskError
+from rmjudge.runs.merge import merge
+from rmjudge.runs.pipeline import Interrupted, score
 from rmjudge.store import Store, StoreError, store_path
 
 DATA = Path(__file__).parent / "data"
@@ -275,7 +275,7 @@ def test_merge_with_malformed_meta_is_one_error(tmp_path):
     con = duckdb.connect(shards[1])
     con.execute("UPDATE meta SET value = '{not json' WHERE key = 'settings'")
     con.close()
-    from rmjudge.merge import MergeError
+    from rmjudge.runs.merge import MergeError
 
     with pytest.raises(MergeError, match="malformed recorded settings"):
         merge(shards, str(tmp_path / "m.duckdb"))
@@ -512,7 +512,7 @@ import sys, time
 sys.path.insert(0, sys.argv[3])
 from test_score import length_judge, settings
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.pipeline import Interrupted, score
+from rmjudge.runs.pipeline import Interrupted, score
 
 seen = set()
 
@@ -569,7 +569,7 @@ def test_outputs_read_back_by_a_folder_or_glob_input_are_refused(tmp_path):
     for bad in ("", str(tmp_path) + "/"):
         with pytest.raises(StoreError, match="not a file name"):
             score(str(data), ScriptedEngine(length_judge), settings(), output=bad) if bad else \
-                __import__("rmjudge.pipeline", fromlist=["check_output"]).check_output(str(data), bad)
+                __import__("rmjudge.runs.pipeline", fromlist=["check_output"]).check_output(str(data), bad)
 
 
 def test_jsonl_export_is_valid_json_with_nan_and_infinity(tmp_path):
@@ -812,7 +812,7 @@ def test_a_temporary_of_a_live_run_is_left_alone(tmp_path):
 def test_the_store_locks_every_export_file_even_past_the_early_check(tmp_path, monkeypatch):
     """Two runs that both passed `check_output` before either locked: the store's own locks
     still keep the second out."""
-    import rmjudge.pipeline as pipeline
+    import rmjudge.runs.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "check_output", lambda source, out: None)
     src = write_jsonl(tmp_path / "in.jsonl", [row(i) for i in range(2)])
@@ -825,7 +825,7 @@ def test_the_store_locks_every_export_file_even_past_the_early_check(tmp_path, m
 
 
 def test_a_changed_row_that_cannot_be_judged_drops_its_old_verdict(tmp_path):
-    from rmjudge.types import Generation
+    from rmjudge.core.types import Generation
 
     src = tmp_path / "in.jsonl"
     write_jsonl(src, [row(i) for i in range(3)])
@@ -969,15 +969,15 @@ def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
     version) is refused before anything is judged: one `Error:` line naming the store, the
     column and the fix, not a traceback from the first commit; the pairs it holds stay."""
     import rmjudge.engine
-    import rmjudge.models
+    import rmjudge.engine.models
     from click.testing import CliRunner
 
     from rmjudge.cli import main
-    from rmjudge.errors import EXIT_USER
+    from rmjudge.core.errors import EXIT_USER
 
     monkeypatch.setattr(rmjudge.engine, "load_engine",
                         lambda *a, **k: ScriptedEngine(length_judge))
-    monkeypatch.setattr(rmjudge.models, "resolve_model", lambda m: "<scripted>")
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
     src = tmp_path / "in.jsonl"
     write_jsonl(src, [row(i) for i in range(2)])
     out = str(tmp_path / "o.duckdb")
@@ -1002,7 +1002,7 @@ def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
 
 def _tables(db: str) -> dict:
     """Every column (name, type) and every row (as text, sorted) of pairs, samples and errors."""
-    from rmjudge.sql import quote_ident
+    from rmjudge.core.sql import quote_ident
 
     con = duckdb.connect(db, read_only=True)
     try:
@@ -1150,7 +1150,7 @@ def test_a_greedy_table_of_another_version_lacking_a_column_is_one_error_not_a_k
         tmp_path):
     """Tables other than pairs, samples and errors are checked where rows are written: a
     missing column is a user error naming the file, not a KeyError."""
-    from rmjudge.errors import UserError
+    from rmjudge.core.errors import UserError
 
     out = str(tmp_path / "o.duckdb")
     score(PAIRS, ScriptedEngine(length_judge), settings(), output=out)

@@ -14,12 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from rmjudge import prompts
-from rmjudge.adapter_format import (GGUF_KEY, check_lora, gguf_metadata_value, read_adapter_info,
-                                    write_adapter_info)
+from rmjudge.engine.adapter_format import (GGUF_KEY, check_lora, gguf_metadata_value,
+                                           read_adapter_info)
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.models import ModelError
+from rmjudge.engine.models import ModelError
 from rmjudge.prompts import PROMPT_FORMAT, completion_text
 from training.cache import CacheError
+from training.outputs import write_adapter_info
 from training.data import DataConfig, build_data, read_examples, stats_path
 from training.grpo import filter_by_length, format_length_report
 from training.rollouts import EngineRollouts, SamplingSettings

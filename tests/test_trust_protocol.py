@@ -12,11 +12,11 @@ from helpers import engine, pair, pref, refl, rows, unparsed
 from recompute import recompute_all
 
 from rmjudge.engine.fake import FAKE_INFO, ScriptedEngine, stage_of
-from rmjudge.judge import Judge
-from rmjudge.pipeline import score
-from rmjudge.runspec import DEMO_MODEL_SHA256, resolve
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation
+from rmjudge.judging.judge import Judge
+from rmjudge.runs.pipeline import score
+from rmjudge.judging.runspec import DEMO_MODEL_SHA256, resolve
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation
 
 DEMO_INFO = dataclasses.replace(FAKE_INFO, sha256=next(iter(DEMO_MODEL_SHA256)),
                                 name="SmolLM2-135M-Instruct")
@@ -147,8 +147,8 @@ def test_a_store_of_the_old_defaults_resumes_on_the_demo_model(tmp_path):
 
 def test_the_embedded_model_is_recognised(model_path):
     from rmjudge.engine import load_engine
-    from rmjudge.models import file_sha256
-    from rmjudge.settings import EngineSettings
+    from rmjudge.engine.models import file_sha256
+    from rmjudge.core.settings import EngineSettings
 
     assert file_sha256(model_path) in DEMO_MODEL_SHA256
     vocab = load_engine(EngineSettings(model=model_path), vocab_only=True)

@@ -27,11 +27,11 @@ from helpers import pref, refl
 
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine, stage_of
-from rmjudge.pipeline import score
+from rmjudge.runs.pipeline import score
 from rmjudge.review.select import slot_key
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.view.data import FLAG_NAMES
-from rmjudge.view.paths import is_view_dir
+from rmjudge.analysis.view_paths import is_view_dir
 from rmjudge.view.site import DETAIL_CHUNK, build_view
 
 PWN = "window.__pwned = (window.__pwned || 0) + 1"
@@ -242,7 +242,7 @@ def test_output_rules(judged, tmp_path):
 
 
 def test_a_full_disk_leaves_the_earlier_explorer(judged, tmp_path, monkeypatch):
-    from rmjudge.errors import DiskError
+    from rmjudge.core.errors import DiskError
     from rmjudge.view import site
 
     out = tmp_path / "v"

@@ -10,7 +10,7 @@ process died mid-write) is ignored and that item is sampled again.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 from dataclasses import dataclass

@@ -22,7 +22,7 @@ from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.common import ExtrasGroup
 from rmjudge.cli.mapping_options import dataset_options, input_source, map_option
 from rmjudge.cli.options import settings_options
-from rmjudge.extras import TRAIN, require
+from rmjudge.core.extras import TRAIN, require
 
 from rmjudge.io.mapping import parse_map
 
@@ -54,14 +54,14 @@ def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, serv
 
     if server is not None:
         from rmjudge.engine import load_engine
-        from rmjudge.settings import EngineSettings
+        from rmjudge.core.settings import EngineSettings
 
         engine = load_engine(EngineSettings(model=model), server=server)
         return EngineRollouts(engine, sampling), engine.describe()
 
     gguf = None
     if model is None:
-        from rmjudge.models import resolve_model
+        from rmjudge.engine.models import resolve_model
 
         gguf = resolve_model(None)
     elif gguf_file:
@@ -76,7 +76,7 @@ def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, serv
                         "transformers")
     if gguf is not None and backend != "transformers":
         from rmjudge.engine import load_engine
-        from rmjudge.settings import EngineSettings
+        from rmjudge.core.settings import EngineSettings
 
         engine = load_engine(EngineSettings(model=gguf, parallel=parallel, threads=threads,
                                             lora=lora))

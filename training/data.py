@@ -26,7 +26,7 @@ adapter it trains carries the format on to scoring.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import math
 import random
@@ -40,8 +40,8 @@ from rmjudge.io.intake import RowFailure
 from rmjudge.io.mapping import Mapper
 from rmjudge.prompts import (PROMPT_FORMAT, PromptStyle, extract_analysis, parse_verdict,
                              pref_messages, refl_messages)
-from rmjudge.run import open_input
-from rmjudge.seeds import derive_seed
+from rmjudge.runs.setup import open_input
+from rmjudge.core.seeds import derive_seed
 
 from training.cache import CachedRollouts, RolloutCache
 from training.rollouts import Item, RolloutSource
@@ -328,7 +328,7 @@ def is_own_stats(path: str) -> bool:
 def is_own_output(path: str) -> bool:
     """True when the stats file beside `path` records `path`'s current sha256 (build-data
     wrote it and nothing changed it since)."""
-    from rmjudge.publish.record import file_sha256
+    from rmjudge.analysis.filter_record import file_sha256
 
     rec = _read_stats(stats_path(path))
     return bool(rec) and rec.get("output_sha256") == file_sha256(path)
@@ -337,10 +337,10 @@ def is_own_output(path: str) -> bool:
 def check_outputs(source: str, output: str | Path, cache_path: str | Path | None,
                   inputs: tuple[str | None, ...] = (), overwrite: bool = False) -> None:
     """Everything about build-data's outputs (training file, stats, rollout cache) that can be
-    refused before a model loads (rmjudge.overwrite): a bad extension, an input (`source`
+    refused before a model loads (rmjudge.runs.overwrite): a bad extension, an input (`source`
     and `inputs`: model, adapter) named as an output, two outputs that are one file, and an
     existing file build-data did not write (unless `overwrite`)."""
-    from rmjudge.overwrite import check_distinct, check_file_target, check_not_input
+    from rmjudge.runs.overwrite import check_distinct, check_file_target, check_not_input
 
     from training.cache import check_cache_file
 
@@ -367,7 +367,7 @@ def write_examples(examples: list[dict[str, Any]], output: str | Path,
     """JSONL or Parquet, by the output's extension, written through the store's writer
     (`check` runs again just before the file is moved into place); with `stats`, the stats
     file, recording the output's sha256, is written next."""
-    from rmjudge.publish.record import file_sha256
+    from rmjudge.analysis.filter_record import file_sha256
     from rmjudge.store import write_file, write_produced
 
     check_output_name(output)

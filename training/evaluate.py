@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rmjudge.analysis.counts import item_accuracy, item_consistency
+from rmjudge.core.counts import item_accuracy, item_consistency
 from rmjudge.prompts import PromptStyle, parse_verdict, pref_messages
 
 from training.hf import greedy_completions

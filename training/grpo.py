@@ -18,7 +18,7 @@ split sizes, final metrics and the greedy evaluation).
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import json
 import math
@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge.adapter_format import write_adapter_info
-from rmjudge.extras import install_hint
-from rmjudge.seeds import derive_seed
+from rmjudge.core.extras import install_hint
+from rmjudge.core.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
 from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
                          materialize, render_prompt)
+from training.outputs import write_adapter_info
 
 
 class TrainError(UserError):

@@ -17,7 +17,7 @@ tokenizes text itself.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 import re
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rmjudge.prompts import ASSISTANT_PREFIX, STOP, suffix_for_model
-from rmjudge.types import Message
+from rmjudge.core.types import Message
 
 
 class ModelLoadError(UserError):
@@ -52,7 +52,7 @@ class ModelSource:
     def parse(cls, model: str, gguf_file: str | None = None) -> "ModelSource":
         """Checked before anything loads: a GGUF file (`check_gguf`, as `rmjudge score`), a
         Hugging Face folder (`check_hf_folder`), or a hub id (`org/name`)."""
-        from rmjudge.models import check_gguf, check_hf_folder
+        from rmjudge.engine.models import check_gguf, check_hf_folder
 
         if gguf_file is not None:
             if not (Path(model) / gguf_file).is_file():
@@ -120,7 +120,7 @@ def materialize(src: ModelSource) -> str:
     if not src.gguf_file:
         return src.path
     from quantize.hfio import load_causal_lm
-    from rmjudge.models import file_sha256
+    from rmjudge.engine.models import file_sha256
 
     gguf_path = str(Path(src.path) / src.gguf_file)
     out = cache_root() / file_sha256(gguf_path)[:16]

@@ -1,8 +1,8 @@
 """The output folder of `rmjudge-train sft` and `grpo`: checked before anything loads, under
-the rules of `rmjudge.overwrite`.
+the rules of `rmjudge.runs.overwrite`.
 
 The folder is this command's own (so a rerun or `--resume` writes into it) when it holds the
-marker `rmjudge.overwrite.MARKER` naming the command, written before anything else, or, for a
+marker `rmjudge.runs.overwrite.MARKER` naming the command, written before anything else, or, for a
 folder of an earlier version, a `settings.json` holding exactly that command's settings. Any
 other folder that holds files is refused unless `--overwrite`; a file given as the folder, or
 an input (source, data, model, adapter) given as the folder, is always refused.
@@ -24,7 +24,8 @@ from typing import Callable
 
 import orjson
 
-from rmjudge.overwrite import check_folder_target, check_not_input, marked_by, write_marker
+from rmjudge.engine.adapter_format import ADAPTER_INFO_FILE
+from rmjudge.runs.overwrite import check_folder_target, check_not_input, marked_by, write_marker
 
 
 def _legacy_settings(folder: str, settings_cls) -> bool:
@@ -130,3 +131,13 @@ def write_model_dir(dest: Path, save: Callable[[str], None]) -> None:
     except BaseException:
         tmp.close()
         raise
+
+
+def write_adapter_info(adapter_dir: str | os.PathLike, prompt_format: int | None) -> None:
+    """Record the prompt format of an adapter's training data beside the PEFT adapter
+    (`ADAPTER_INFO_FILE`, read back by rmjudge.engine.adapter_format.read_adapter_info)."""
+    if prompt_format is None:
+        return
+    from rmjudge.store import write_json
+
+    write_json(os.path.join(adapter_dir, ADAPTER_INFO_FILE), {"prompt_format": int(prompt_format)})

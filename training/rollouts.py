@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rmjudge.prompts import ASSISTANT_PREFIX, PROMPT_FORMAT, STOP, PromptStyle, pref_messages
-from rmjudge.runspec import prompt_suffix
-from rmjudge.seeds import derive_seed
-from rmjudge.types import GenRequest, Message
+from rmjudge.judging.runspec import prompt_suffix
+from rmjudge.core.seeds import derive_seed
+from rmjudge.core.types import GenRequest, Message
 
 from training.cache import CachedRollouts
 

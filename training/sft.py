@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge.errors import UserError
-from rmjudge.adapter_format import write_adapter_info
+from rmjudge.core.errors import UserError
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
 from training.hf import DEFAULT_TARGETS, lora_config
+from training.outputs import write_adapter_info
 from training.sft_data import TASKS, SFTStats, sft_examples
 
 
@@ -279,7 +279,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
 
     if s.threads:
         torch.set_num_threads(s.threads)
-    from rmjudge.models import resolve_model
+    from rmjudge.engine.models import resolve_model
 
     base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
     tokenizer = load_tokenizer(ModelSource(base_dir))

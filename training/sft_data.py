@@ -30,7 +30,7 @@ from typing import Any
 from rmjudge.prompts import (ANALYSIS_CLOSE, ANALYSIS_OPEN, RESULT_CLOSE, RESULT_OPEN,
                              DEFAULT_STYLE, PromptStyle, completion_text, extract_analysis,
                              parse_verdict, pref_messages, refl_messages)
-from rmjudge.seeds import derive_seed
+from rmjudge.core.seeds import derive_seed
 
 from training.cache import CachedRollouts
 from training.rollouts import Item

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from rmjudge.engine.chat import ChatTemplate
 from rmjudge.prompts import ASSISTANT_PREFIX
-from rmjudge.types import Message
+from rmjudge.core.types import Message
 
 
 def adds_bos(tokenizer) -> bool:

@@ -25,7 +25,7 @@ Figures (see docs/evaluation.md, "Comparing judges"):
 - flips: common pairs whose combined verdicts (A, B, tie, error, dropped) are not all the same,
   with each judge's share of final votes for A (`p_a`);
 - when the first table's store has human labels (`rmjudge review import`): each judge against
-  them on the common pairs (`rmjudge.review.agreement`).
+  them on the common pairs (`rmjudge.analysis.agreement`).
 
 Both bootstraps draw with `numpy.random.default_rng(seed)`, one resample of all pairs per row,
 so a figure is reproducible from the seed and equal to drawing all resamples at once.
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from rmjudge.analysis.stats import (LETTERS, RESAMPLES, bootstrap_mean,  # noqa: F401  (re-exported)
                                     cohen_kappa, order_items, pair_correct, paired_gain)
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.errors import UserError
-from rmjudge.settings import SettingsError
-from rmjudge.sql import quote_ident
+from rmjudge.core.errors import UserError
+from rmjudge.core.settings import SettingsError
+from rmjudge.core.sql import quote_ident
 
 
 class CompareError(UserError):
@@ -312,7 +312,7 @@ def compare(tables: list[JudgedTable], cs: CompareSettings | None = None) -> Com
         if len(set(verdicts)) > 1:
             flips.append({"id": i, "label": first[i][idx["label"]], "verdicts": verdicts,
                           "p_a": [j.rows[i][idx["p_a"]] for j in judges]})
-    from rmjudge.review.agreement import judges_vs_human
+    from rmjudge.analysis.agreement import judges_vs_human
 
     human = judges_vs_human(tables[0], [
         {i: (j.rows[i][idx["verdict"]], j.rows[i][idx["verdict_ab"]],
@@ -395,7 +395,7 @@ def render(c: Comparison, max_flips: int = 20) -> str:
             lines.append(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
                          "lists all)")
     if c.human:
-        from rmjudge.review.agreement import render_compare
+        from rmjudge.analysis.agreement import render_compare
 
         lines += ["", render_compare(c.human, c.settings["level"])]
     return "\n".join(lines)

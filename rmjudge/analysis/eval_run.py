@@ -1,10 +1,10 @@
 """`rmjudge eval` as one library call: `evaluate_table`.
 
 A TABLE that is labelled input not judged yet is judged first, as `score` judges it
-(`rmjudge.run.judge_input`, into `output`); the greedy baseline, when asked for, is generated
+(`rmjudge.runs.setup.judge_input`, into `output`); the greedy baseline, when asked for, is generated
 with the engine that judged (or one loaded for it) and stored in the table
 (`analysis/greedy.py`); then the figures against the gold labels (`analysis/metrics.py`) and
-the judge's agreement with imported human labels (`review/agreement.py`). The command only
+the judge's agreement with imported human labels (`analysis/agreement.py`). The command only
 parses its options, makes this call and prints what it returns.
 """
 
@@ -17,8 +17,8 @@ from rmjudge.analysis.greedy import GreedySummary
 from rmjudge.analysis.metrics import EvalResult, EvalSettings, evaluate
 
 if TYPE_CHECKING:
-    from rmjudge.pipeline import Summary
-    from rmjudge.run import RunOptions
+    from rmjudge.runs.pipeline import Summary
+    from rmjudge.runs.setup import RunOptions
 
 
 @dataclass
@@ -41,18 +41,18 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
                    greedy_progress: Callable[[int, int], Any] | None = None) -> EvalRun:
     """Evaluate `table` (module docstring). `opts`: the judging options, used when the table
     must be judged first or the greedy baseline needs an engine; `judge(table, output, opts)`
-    judges an unjudged input (default `rmjudge.run.judge_input`; the CLI passes its own, which
+    judges an unjudged input (default `rmjudge.runs.setup.judge_input`; the CLI passes its own, which
     shows progress and the summary); `greedy_progress(done, total)` hears the greedy
     baseline's progress."""
     from rmjudge.analysis.greedy import run_greedy
     from rmjudge.analysis.tables import is_judged, open_judged
-    from rmjudge.review.agreement import table_agreement
+    from rmjudge.analysis.agreement import table_agreement
 
     engine = summary = None
     path = table
     if not is_judged(table):
-        from rmjudge.pipeline import default_output
-        from rmjudge.run import judge_input
+        from rmjudge.runs.pipeline import default_output
+        from rmjudge.runs.setup import judge_input
 
         summary = (judge or judge_input)(table, output, opts)
         engine = summary.engine
@@ -61,7 +61,7 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         baseline = None
         if greedy:
             if engine is None:
-                from rmjudge.run import load_judge_engine
+                from rmjudge.runs.setup import load_judge_engine
 
                 engine = load_judge_engine(opts.engine, opts.server)
             baseline = run_greedy(t, engine, on_progress=greedy_progress)

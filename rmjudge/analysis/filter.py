@@ -31,7 +31,7 @@ of the final votes, averaged over the orders, that went to the chosen response),
 not the positional consistency metric, which also needs the gold label) and `judge_verdict_ab` /
 `judge_verdict_ba` (each order's verdict: `chosen`, `rejected`, `error`, or null when that
 order was not judged). The summary then also prints the judged table's named metrics and
-rollout counts (analysis/counts.py), the figures the dataset card carries.
+rollout counts (core/counts.py), the figures the dataset card carries.
 
 With `prefer = "human"`, a pair with a human label (`rmjudge review import`; several reviewers:
 their majority, else tie) is decided by it before any rule above: a human A or B is the chosen
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.analysis.typed import typed_columns
-from rmjudge.settings import SettingsError
-from rmjudge.sql import quote_ident
+from rmjudge.core.settings import SettingsError
+from rmjudge.core.sql import quote_ident
 from rmjudge.store import output_format
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
@@ -112,7 +112,7 @@ class FilterSummary:
     file_format: str = "jsonl"
     columns: list[tuple[str, str]] = field(default_factory=list)  # (name, DuckDB type)
     human: int = 0  # pairs whose chosen response a human label decided (--prefer human)
-    metrics: dict | None = None  # with evidence: analysis/counts.py's metrics of the table
+    metrics: dict | None = None  # with evidence: core/counts.py's metrics of the table
     rollout_counts: dict | None = None  # with evidence and samples: its rollout counts
 
     @property
@@ -132,7 +132,7 @@ HUMAN = "rmjudge_human_label"  # the human label's column in the --prefer human 
 def human_source(table: JudgedTable) -> str:
     """`pairs` with each pair's human label (column HUMAN), which replaces `verdict` where it
     names A or B, so the chosen response below is the human's."""
-    from rmjudge.review.agreement import human_sql
+    from rmjudge.analysis.agreement import human_sql
 
     q = human_sql(table)
     if q is None:
@@ -252,7 +252,7 @@ def check_filter_output(table: str, output: str) -> None:
     """Refuse `output` unless it is new or an earlier filter output that nothing changed since
     (its filter record's sha256 matches; rmjudge.store.outputs)."""
     from rmjudge.store import guard_output
-    from rmjudge.publish.record import is_filter_output, record_path
+    from rmjudge.analysis.filter_record import is_filter_output, record_path
 
     guard_output(output, table, "filter", is_filter_output,
                  f"no filter record {os.path.basename(record_path(output))} beside it with its "
@@ -286,7 +286,7 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
                                     AND len({MESSAGES}) > 1""").fetchone()[0]
     evidence_metrics = rollouts = None
     if fs.evidence:
-        from rmjudge.analysis.counts import metrics, pair_counts, sample_counts
+        from rmjudge.core.counts import metrics, pair_counts, sample_counts
 
         evidence_metrics = metrics(pair_counts(table.one))
         rollouts = sample_counts(table.one) if table.has_samples else None
@@ -322,7 +322,7 @@ def render(s: FilterSummary) -> str:
     for reason, n in s.dropped.items():
         lines.append(f"    {n} x {reason}")
     if s.metrics is not None:
-        from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
+        from rmjudge.core.counts import metrics_lines, rollout_counts_line
 
         judged = metrics_lines(s.metrics) + [rollout_counts_line(s.rollout_counts or {}) or ""]
         lines.append(f"  the judge over all {s.total} judged pairs:")

@@ -18,10 +18,10 @@ import orjson
 
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.store import sidecar
-from rmjudge.protocol import PairOrderJob, to_letter, usable
-from rmjudge.runspec import resolve
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Pair
+from rmjudge.judging.protocol import PairOrderJob, to_letter, usable
+from rmjudge.judging.runspec import resolve
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Pair
 
 BATCH_REQUESTS = 64
 

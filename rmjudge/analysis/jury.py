@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store import PAIR_COLUMNS
 
 JURY_MARK = "jury_judges"

@@ -4,7 +4,7 @@ For every system, overall and per group (`source`/`subset` passthrough columns w
 accuracy in order (A, B) (`verdict_ab == label`), in order (B, A), accuracy (both orders pooled,
 the paper's), and positional consistency (correct in both orders: the paper's strict rule); for
 the combined verdict, the combined-verdict agreement (agree / tie / disagree) and the accuracy
-with ties = 0.5. The names and definitions are analysis/counts.py's. Each figure carries a
+with ties = 0.5. The names and definitions are core/counts.py's. Each figure carries a
 seeded bootstrap 95% interval over pairs.
 
 Systems, all from the same run where the stored samples allow it:
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, item_accuracy,
-                                     item_consistency, rollout_counts_line, sample_counts)
+from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, item_accuracy,
+                                 item_consistency, rollout_counts_line, sample_counts)
 from rmjudge.analysis.stats import resampled_means
 from rmjudge.analysis.tables import JudgedTable, TableError
-from rmjudge.sql import quote_ident
+from rmjudge.core.sql import quote_ident
 
 SYSTEMS = {
     "greedy": "base model, greedy (1 rollout)",
@@ -96,7 +96,7 @@ def stat(values: np.ndarray, es: EvalSettings, key: str) -> Stat:
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return Stat(None, None, None, 0)
-    from rmjudge.seeds import derive_seed
+    from rmjudge.core.seeds import derive_seed
 
     lo, hi = bootstrap_ci(v, es.resamples, derive_seed(es.seed, key), es.level)
     return Stat(float(v.mean()), lo, hi, int(v.size))

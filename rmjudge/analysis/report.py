@@ -20,12 +20,12 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
-                                     agreement_text, metrics, metrics_lines, pair_counts,
-                                     rollout_counts_line, sample_counts)
+from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
+                                 agreement_text, metrics, metrics_lines, pair_counts,
+                                 rollout_counts_line, sample_counts)
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.extras import install_hint
-from rmjudge.sql import quote_ident
+from rmjudge.core.extras import install_hint
+from rmjudge.core.sql import quote_ident
 from rmjudge.store import file_head
 
 MAX_GROUPS_HTML = 25
@@ -70,7 +70,7 @@ ent AS (
 
 
 def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) -> dict:
-    """The per-group figures: the named metrics (analysis/counts.py), slot-1 rate, flips,
+    """The per-group figures: the named metrics (core/counts.py), slot-1 rate, flips,
     parse failures and rollout counts, entropy, ECE, on the pairs matching `where`."""
     p = params or []
     c = pair_counts(t.one, where, p)
@@ -543,7 +543,7 @@ GENERATOR = '<meta name="generator" content="rmjudge report">'
 def explorer_link(table: str, output: str) -> str | None:
     """The relative link from the report at `output` to the table's explorer, when `rmjudge
     view` wrote one in its default place (NAME.view beside the table)."""
-    from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
+    from rmjudge.analysis.view_paths import PAGE, default_dir, is_view_dir, relative_link
 
     folder = default_dir(table)
     if not is_view_dir(folder):

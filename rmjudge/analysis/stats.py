@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmjudge.analysis.counts import item_accuracy
+from rmjudge.core.counts import item_accuracy
 
 RESAMPLES = 10000
 MAX_DRAWS = 4_000_000  # pair indices drawn per chunk of resamples (bounds the memory)

@@ -10,14 +10,14 @@ SQL.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 from dataclasses import dataclass, field
 
 import duckdb
 
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store import (ERROR_COLUMNS, GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS,
                            StoreBusyError,
                            check_not_busy, output_format, sidecar, store_path)

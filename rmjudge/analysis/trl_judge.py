@@ -4,7 +4,7 @@ TRL's pairwise judge interface: `judge(prompts, completions, shuffle_order=True)
 where `completions[i]` holds two candidate completions of `prompts[i]` and the result is the index
 (0 or 1) of the preferred one, or -1 when the judge could not decide (TRL's convention for a
 failed judgment). Here every pair is judged by ReflectRM in both orders through
-`rmjudge.judge.Judge`, all pairs in one `Judge.run` call so the engine batches them; a tie (the
+`rmjudge.judging.judge.Judge`, all pairs in one `Judge.run` call so the engine batches them; a tie (the
 orders disagree), a dropped pair or an engine failure gives -1.
 
 `ReflectRMJudge` subclasses TRL's `BasePairwiseJudge` when the installed TRL has one
@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
-from rmjudge.settings import EngineSettings, JudgeSettings
-from rmjudge.types import Pair
+from rmjudge.core.settings import EngineSettings, JudgeSettings
+from rmjudge.core.types import Pair
 
 
 class ReflectRMJudgeCore:
@@ -61,7 +61,7 @@ class ReflectRMJudgeCore:
     def judge(self, prompts: Sequence[Any], completions: Sequence[Sequence[Any]],
               shuffle_order: bool = True) -> list[int]:
         """Index (0|1) of the preferred completion for every prompt; -1 when undecided."""
-        from rmjudge.judge import Failure, Judge
+        from rmjudge.judging.judge import Failure, Judge
 
         if len(prompts) != len(completions):
             raise ValueError(f"got {len(prompts)} prompts but {len(completions)} completion pairs")

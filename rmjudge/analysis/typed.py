@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import duckdb
 
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 
 _INT = r"-?(0|[1-9][0-9]*)"
 _NUM = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"

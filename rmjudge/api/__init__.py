@@ -2,7 +2,7 @@
 any input path and return pandas DataFrames; `open_store` reads a judged store's tables. The
 package `rmjudge` re-exports them (lazily, so `import rmjudge` stays light).
 
-- `options.py`: keyword arguments -> the run's `RunOptions` (`rmjudge.run.make_run_options`);
+- `options.py`: keyword arguments -> the run's `RunOptions` (`rmjudge.runs.setup.make_run_options`);
 - `judging.py`: `score`, `score_batches` (a worker thread, chunks handed over as committed);
 - `tables.py`: the result table's query, `JudgedStore` (`open_store`).
 """

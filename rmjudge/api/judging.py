@@ -1,5 +1,5 @@
 """`rmjudge.score` and `rmjudge.score_batches`: judge rows held in Python (or any input path)
-from a notebook, through the run set-up every command uses (`rmjudge.run.judge_input`): the
+from a notebook, through the run set-up every command uses (`rmjudge.runs.setup.judge_input`): the
 same intake, schema detection, mapping, settings, defaults, store and resume as `rmjudge score`.
 
 Without `output=`, the run store lives in a temporary folder that is removed when the call
@@ -21,8 +21,8 @@ from typing import Any, Iterator
 
 from rmjudge.api.options import run_options
 from rmjudge.api.tables import chunk_result, read_result, require_pandas
-from rmjudge.errors import UserError
-from rmjudge.settings import SettingsError
+from rmjudge.core.errors import UserError
+from rmjudge.core.settings import SettingsError
 
 STOP_POLL_SECONDS = 0.2
 CHUNKS_AHEAD = 2  # committed chunks the worker may judge ahead of the loop
@@ -90,7 +90,7 @@ def _check_nothing_judged(summary, source) -> None:
 
 def _not_kept(exc: UserError, output) -> UserError:
     """An interrupt's message for a run without output=: its pairs are not kept."""
-    from rmjudge.pipeline import Interrupted
+    from rmjudge.runs.pipeline import Interrupted
 
     if output is None and isinstance(exc, Interrupted):
         return Interrupted("interrupted; nothing was kept (no output= was given): pass "
@@ -105,7 +105,7 @@ def _prepared(data, engine, model, server, split, config, kw):
                             "not both")
     if engine is not None:
         from rmjudge.api.options import settings_keywords
-        from rmjudge.settings import EngineSettings
+        from rmjudge.core.settings import EngineSettings
 
         loading = [k for k in kw["settings"] if k != "n_ctx"
                    and settings_keywords().get(k, (None,))[0] is EngineSettings]
@@ -155,7 +155,7 @@ def score(data: Any, *, output: str | os.PathLike | None = None, model: str | No
         settings=settings, map=map, label_values=label_values, label=label, limit=limit,
         shard=shard, commit_every=commit_every, overwrite=overwrite,
         rejudge_changed=rejudge_changed))
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     with output_path(output) as out:
         try:
@@ -198,7 +198,7 @@ def score_batches(data: Any, *, output: str | os.PathLike | None = None,
         settings=settings, map=map, label_values=label_values, label=label, limit=limit,
         shard=shard, commit_every=commit_every, overwrite=overwrite,
         rejudge_changed=rejudge_changed))
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     from rmjudge.io.readers import detect_format
 
@@ -213,7 +213,7 @@ def score_batches(data: Any, *, output: str | os.PathLike | None = None,
 
 
 def _batches(source, output, opts, engine, progress, style) -> Iterator[Any]:
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     chunks: queue.Queue = queue.Queue(maxsize=CHUNKS_AHEAD)
     stop = threading.Event()
@@ -284,7 +284,7 @@ def _batches(source, output, opts, engine, progress, style) -> Iterator[Any]:
         except KeyboardInterrupt:  # Ctrl-C in the loop: the worker saves what it judged
             stop.set()
             _drain(chunks, worker)
-            from rmjudge.pipeline import Interrupted
+            from rmjudge.runs.pipeline import Interrupted
 
             error = outcome.get("error")
             raise _not_kept(error if isinstance(error, Interrupted) else Interrupted(

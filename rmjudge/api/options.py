@@ -1,4 +1,4 @@
-"""The Python API's keyword arguments as a run's `RunOptions` (through `rmjudge.run`'s one
+"""The Python API's keyword arguments as a run's `RunOptions` (through `rmjudge.runs.setup`'s one
 set-up, as the CLI's options are): the same settings, defaults and checks as `rmjudge score`.
 
 A judging or engine setting is a keyword named as its settings field (`samples=4`,
@@ -15,7 +15,7 @@ import os
 from dataclasses import MISSING, fields
 from typing import Any
 
-from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
 
 # The keys of a `server=` dict: the `--server-*` options (and --chat-template) without the prefix.
 SERVER_KEYS = ("url", "model", "concurrency", "retries", "timeout", "api", "share_prompt",
@@ -120,7 +120,7 @@ def run_options(settings: dict[str, Any], *, model=None, server=None, map=None,
                 limit: int | None = None, shard: str | None = None, commit_every: int = 8,
                 overwrite: bool = False, rejudge_changed: bool = False):
     """The `RunOptions` of `rmjudge.score`'s keywords (see the module docstring)."""
-    from rmjudge.run import make_run_options, parse_shard
+    from rmjudge.runs.setup import make_run_options, parse_shard
 
     js, engine = split_settings(settings)
     if model is not None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 DROPPED = ("content_hash",)  # bookkeeping of resumes, not a result
 
 
 def require_pandas():
     """pandas, or a MissingExtraError with the install command."""
-    from rmjudge.extras import require
+    from rmjudge.core.extras import require
 
     require("rmjudge's Python API (tables as pandas DataFrames)", "notebook", ("pandas",))
     import pandas
@@ -122,7 +122,7 @@ class JudgedStore:
     def _connect(self):
         """An in-memory DuckDB with views pairs, samples, errors, runs over the files."""
         from rmjudge.analysis.tables import open_judged
-        from rmjudge.sql import sql_literal
+        from rmjudge.core.sql import sql_literal
         from rmjudge.store import ERROR_COLUMNS, RUN_COLUMNS, SAMPLE_COLUMNS, sidecar
 
         if self.store is not None:

@@ -3,7 +3,7 @@ scored as their authors score them; the best-of-N ones (RewardBench 2, RMB's Bes
 judged through `rmjudge rank` and scored from its rankings.
 
 One module per benchmark (its published layout and official scoring), `sources` (reading the
-published files or Hub splits), `runner` (intake file -> `rmjudge.pipeline.score` -> store ->
+published files or Hub splits), `runner` (intake file -> `rmjudge.runs.pipeline.score` -> store ->
 figures) and `table` (the paper's layout). See docs/bench.md.
 """
 

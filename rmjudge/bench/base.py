@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 
 class BenchError(UserError):

@@ -1,5 +1,5 @@
 """One benchmark as a run: its published rows -> an intake file in the output folder -> the
-normal score pipeline (`rmjudge.pipeline.score`) into its own run store -> official figures read
+normal score pipeline (`rmjudge.runs.pipeline.score`) into its own run store -> official figures read
 back from that store.
 
 Output folder layout, per benchmark NAME:
@@ -27,7 +27,7 @@ import orjson
 
 from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProblem, item_key
 from rmjudge.bench.sources import Published, read_published
-from rmjudge.errors import DiskError
+from rmjudge.core.errors import DiskError
 from rmjudge.io.intake import in_shard, raw_text
 from rmjudge.store import make_dir, write_once
 
@@ -161,8 +161,8 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     earlier run of the same settings left); the pipeline's `Summary`. `js`: the judge settings
     or the run's `RunSpec` (`pipeline.score`); `n_ctx`: `--ctx-size`."""
     from rmjudge.io.mapping import Mapper
-    from rmjudge.pipeline import COMMIT_EVERY_PAIRS, score
-    from rmjudge.runspec import RunSpec
+    from rmjudge.runs.pipeline import COMMIT_EVERY_PAIRS, score
+    from rmjudge.judging.runspec import RunSpec
 
     path = prepare(bench, source, outdir)
     # blank_responses: each benchmark's `convert` decides which answers it keeps (RMB keeps
@@ -172,8 +172,8 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     if bench.ranked:  # best-of-N: rank's comparisons, through the same pipeline
         from rmjudge.rank.layouts import HARD_MAX_CANDIDATES
         from rmjudge.rank.runner import RankOptions, rank_input
-        from rmjudge.run import RunOptions
-        from rmjudge.settings import EngineSettings
+        from rmjudge.runs.setup import RunOptions
+        from rmjudge.core.settings import EngineSettings
 
         opts = RunOptions(settings, EngineSettings(n_ctx=n_ctx), Mapper({}, seed=seed),
                           limit=limit, shard=shard,

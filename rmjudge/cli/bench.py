@@ -51,8 +51,8 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str | No
     from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
                                       stored_judge)
     from rmjudge.cli.score import render_summary
-    from rmjudge.run import check_prompting, load_judge_engine, parse_shard
-    from rmjudge.settings import SettingsError
+    from rmjudge.runs.setup import check_prompting, load_judge_engine, parse_shard
+    from rmjudge.core.settings import SettingsError
 
     sources = parse_data(data)
     names = (list(benchmarks) or list(sources)
@@ -82,7 +82,7 @@ def command(benchmarks: tuple[str, ...], data: tuple[str, ...], outdir: str | No
     judge_name = stored_judge(plan[0][0], outdir) if score_only else ""
     if not score_only:
         from rmjudge.bench.runner import judge
-        from rmjudge.runspec import resolve
+        from rmjudge.judging.runspec import resolve
 
         engine = load_judge_engine(es, server, lambda line: status(line, quiet))
         spec = resolve(js, engine.info, es.n_ctx, style)  # one spec for every benchmark
@@ -137,7 +137,7 @@ def check_files(plan: list, as_json: bool) -> None:
 
 def parse_data(specs: tuple[str, ...]) -> dict[str, str]:
     from rmjudge.bench import get
-    from rmjudge.settings import SettingsError
+    from rmjudge.core.settings import SettingsError
 
     out: dict[str, str] = {}
     for spec in specs:

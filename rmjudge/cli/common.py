@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import click
 
-from rmjudge.errors import EXIT_INTERRUPTED, EXIT_USER, DiskError, UserError
+from rmjudge.core.errors import EXIT_INTERRUPTED, EXIT_USER, DiskError, UserError
 
 
 def fail(message: str, code: int = EXIT_USER) -> NoReturn:
@@ -27,13 +27,13 @@ def report_user_error(exc: UserError) -> NoReturn:
 
 def _usage_exit(exc: click.UsageError) -> None:
     """A usage error (unknown option, bad value, missing argument) exits 1 like every other
-    user error; exit 2 is kept for `--strict` (rmjudge.errors.EXIT_CODES)."""
+    user error; exit 2 is kept for `--strict` (rmjudge.core.errors.EXIT_CODES)."""
     exc.exit_code = EXIT_USER
 
 
 class UserErrorGroup(click.Group):
     """A click group that turns every `UserError` of its commands into one `Error:` line and
-    the documented exit code (rmjudge.errors), once for all commands; Click's usage errors
+    the documented exit code (rmjudge.core.errors), once for all commands; Click's usage errors
     keep Click's message and exit 1."""
 
     def make_context(self, *args, **kwargs) -> click.Context:
@@ -62,11 +62,11 @@ class UserErrorGroup(click.Group):
 
 
 class ExtrasGroup(UserErrorGroup):
-    """`UserErrorGroup` that also reports a missing optional extra (rmjudge.extras) as one
+    """`UserErrorGroup` that also reports a missing optional extra (rmjudge.core.extras) as one
     `Error:` line (exit 1): the groups of `rmjudge-train` and `rmjudge-export`."""
 
     def invoke(self, ctx: click.Context):
-        from rmjudge.extras import missing_extra
+        from rmjudge.core.extras import missing_extra
 
         try:
             return super().invoke(ctx)

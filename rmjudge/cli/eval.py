@@ -55,7 +55,7 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
 
     from rmjudge.analysis.eval_run import evaluate_table
     from rmjudge.analysis.metrics import EvalSettings, render
-    from rmjudge.review.agreement import render as render_human
+    from rmjudge.analysis.agreement import render as render_human
 
     ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
     table = input_source(table, kw)

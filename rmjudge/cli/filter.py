@@ -6,8 +6,8 @@ import click
 
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
 from rmjudge.cli.push import upload_options
-from rmjudge.errors import DiskError
-from rmjudge.extras import install_hint
+from rmjudge.core.errors import DiskError
+from rmjudge.core.extras import install_hint
 
 
 def default_output(table: str, fmt: str) -> str:
@@ -79,7 +79,7 @@ def command(table: str, output: str | None, fmt: str, chat: bool, evidence: bool
     best against worst, or every pair above --rank-margin (docs/rank.md)."""
     from rmjudge.analysis.filter import FilterSettings, empty_warning, filter_table, render
     from rmjudge.analysis.tables import open_judged
-    from rmjudge.publish.record import build_record, write_record
+    from rmjudge.analysis.filter_record import build_record, write_record
 
     if (private or license_ or dry_run) and not repo_id:
         fail("--private, --license and --dry-run go with --push-to-hub ORG/NAME")

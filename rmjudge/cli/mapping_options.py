@@ -2,7 +2,7 @@
 `--label` (gold labels), `--config` and `--split` (which part of a Hugging Face dataset).
 
 `map_option` adds `--map` (parsed by rmjudge.io.mapping.parse_map); `label_options` adds the
-label options to a command, which `rmjudge.run.make_run_options` parses (a malformed value
+label options to a command, which `rmjudge.runs.setup.make_run_options` parses (a malformed value
 raises a UserError) into the run's Mapper. `dataset_options` adds `--config` / `--split`
 (generated from `DatasetChoice`'s fields) to every command that reads an input dataset,
 and `input_source(source, kw)` applies them.

@@ -25,7 +25,7 @@ def command(shards: tuple[str, ...], output: str, source: str | None, mapping: s
     """Merge run stores of `rmjudge score --shard I/N` (e.g. out-*.duckdb) into one, after
     checking that they agree on settings and model and hold every pair exactly once."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.merge import merge
+    from rmjudge.runs.merge import merge
 
     cols = parse_map(mapping)
     if source is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.options import settings_options
-from rmjudge.settings import EngineSettings
+from rmjudge.core.settings import EngineSettings
 
 
 @click.command("models")
@@ -14,7 +14,7 @@ def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.models import resolve_model
+    from rmjudge.engine.models import resolve_model
 
     path = resolve_model(model)
     info = read_model_info(path)
@@ -29,8 +29,8 @@ def command(model: str | None) -> None:
 
 
 def _list_hub_cache() -> None:
-    """Judges cached from the Hugging Face Hub (rmjudge/hub_models.py), usable as --model."""
-    from rmjudge.hub_models import cache_dir, cached_ggufs
+    """Judges cached from the Hugging Face Hub (rmjudge/engine/hub_models.py), usable as --model."""
+    from rmjudge.engine.hub_models import cache_dir, cached_ggufs
 
     found = cached_ggufs()
     click.echo(f"\nGGUF judges in the Hugging Face cache ({cache_dir()}): {len(found) or 'none'}")

@@ -90,7 +90,7 @@ def settings_from(cls, kw: dict):
 
 
 def _judge_options():
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.core.settings import JudgeSettings
 
     return settings_options(JudgeSettings)
 
@@ -99,13 +99,13 @@ judge_options = _judge_options()
 
 
 def judge_settings(kw: dict):
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.core.settings import JudgeSettings
 
     return settings_from(JudgeSettings, kw)
 
 
 def _engine_options():
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
 
     return settings_options(EngineSettings)
 
@@ -114,6 +114,6 @@ engine_options = _engine_options()
 
 
 def engine_settings(kw: dict):
-    from rmjudge.settings import EngineSettings
+    from rmjudge.core.settings import EngineSettings
 
     return settings_from(EngineSettings, kw)

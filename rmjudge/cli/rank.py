@@ -9,7 +9,7 @@ import click
 from rmjudge.cli.common import engine_activity, make_progress, status
 from rmjudge.cli.options import engine_options, engine_settings, judge_options, judge_settings
 from rmjudge.cli.server_options import server_options, server_settings
-from rmjudge.errors import EXIT_STRICT, UserError
+from rmjudge.core.errors import EXIT_STRICT, UserError
 from rmjudge.rank.layouts import DEFAULT_MAX_CANDIDATES, GOLD_FIELDS, LAYOUTS
 from rmjudge.rank.strategies import ROUND_ROBIN_MAX, STRATEGIES
 
@@ -60,7 +60,7 @@ def command(source: str, output: str | None, strategy: str, layout: str | None,
     per response with --group-by (docs/rank.md)."""
     from rmjudge.io.mapping import Mapper
     from rmjudge.rank.runner import RankOptions, rank_input
-    from rmjudge.run import RunOptions, parse_shard
+    from rmjudge.runs.setup import RunOptions, parse_shard
 
     js = judge_settings(kw)
     opts = RunOptions(js, engine_settings(kw), Mapper({}, seed=js.seed), limit=limit,

@@ -9,7 +9,7 @@ import click
 from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
-from rmjudge.ray_runner import RaySettings
+from rmjudge.runs.ray_runner import RaySettings
 
 
 @click.command("ray-score")
@@ -35,7 +35,7 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
     into the same tables as `rmjudge score`. Rerun the same command to resume after a failure
     (edited rows are refused, or judged again with --rejudge-changed)."""
     from rmjudge.cli.score import parse_run_options
-    from rmjudge.ray_runner import EngineFactory, ray_score
+    from rmjudge.runs.ray_runner import EngineFactory, ray_score
 
     source = input_source(source, kw)
     opts = parse_run_options(kw)

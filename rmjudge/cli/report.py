@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
-from rmjudge.errors import DiskError
+from rmjudge.core.errors import DiskError
 
 
 def default_output(table: str) -> str:

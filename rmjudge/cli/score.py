@@ -11,7 +11,7 @@ from rmjudge.cli.mapping_options import dataset_options, input_source, label_opt
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
                                  judge_settings)
-from rmjudge.errors import EXIT_STRICT, UserError
+from rmjudge.core.errors import EXIT_STRICT, UserError
 
 
 run_options = combine_options([
@@ -59,7 +59,7 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
     source = input_source(source, kw)
     opts = parse_run_options(kw)
     if dry_run:
-        from rmjudge import run
+        from rmjudge.runs import setup as run
 
         click.echo(run.dry_run(source, opts).render())
         return
@@ -74,12 +74,12 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
 
 
 def parse_run_options(kw: dict):
-    """The `RunOptions` (rmjudge.run) of the options of `judge_options`, `engine_options`,
+    """The `RunOptions` (rmjudge.runs.setup) of the options of `judge_options`, `engine_options`,
     `map_option`, `label_options`, `server_options` and those of `run_options` (or
     `--overwrite` alone) the command has, popped from kw; bad values raise SettingsError.
     `score`, `eval` and `ray-score` share it."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.run import make_run_options, parse_shard
+    from rmjudge.runs.setup import make_run_options, parse_shard
 
     js = judge_settings(kw)
     es = engine_settings(kw)
@@ -94,9 +94,9 @@ def parse_run_options(kw: dict):
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):
-    """Judge `source` into `output` (rmjudge.run.judge_input) with progress and the summary on
+    """Judge `source` into `output` (rmjudge.runs.setup.judge_input) with progress and the summary on
     stderr. Returns the Summary."""
-    from rmjudge import run
+    from rmjudge.runs import setup as run
 
     def progress(total, engine):
         return make_progress(True, total, activity=engine_activity(engine))
@@ -110,9 +110,9 @@ def judge_input(source: str, output: str | None, opts, quiet: bool = False, engi
 
 
 def judgment_lines(s, total: int) -> list[str]:
-    """The summary's lines about the judgment: the named metrics (rmjudge.analysis.counts),
+    """The summary's lines about the judgment: the named metrics (rmjudge.core.counts),
     whether the two orders agree, then the rollout counts."""
-    from rmjudge.analysis.counts import metrics_lines, rollout_counts_line
+    from rmjudge.core.counts import metrics_lines, rollout_counts_line
 
     lines = [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
     if s.both_orders:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.options import combine_options
-from rmjudge.extras import install_hint
+from rmjudge.core.extras import install_hint
 
 
 def server_default(name: str):
@@ -61,7 +61,7 @@ def server_settings(kw: dict):
     share = kw.pop("server_share_prompt")
     if url is None:
         if model or template or api != "auto" or share:
-            from rmjudge.settings import SettingsError
+            from rmjudge.core.settings import SettingsError
 
             raise SettingsError("--server-model, --server-api, --server-share-prompt and "
                                 "--chat-template need --server URL")
@@ -79,7 +79,7 @@ def check_template_file(path: str) -> None:
     operation the sandbox blocks), naming the file, before any server is contacted."""
     from rmjudge.engine.chat import ChatTemplate
     from rmjudge.engine.served_template import read_chat_template
-    from rmjudge.settings import SettingsError
+    from rmjudge.core.settings import SettingsError
 
     text = read_chat_template(path, SettingsError)
     ChatTemplate(text, origin=f"--chat-template {path}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rmjudge.settings import EngineSettings
+from rmjudge.core.settings import EngineSettings
 
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
@@ -22,7 +22,7 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
     kind = kind or settings.kind
     if server is not None or kind == "server":
         from rmjudge.engine.server import ServerEngine
-        from rmjudge.settings import SettingsError
+        from rmjudge.core.settings import SettingsError
 
         if server is None:
             raise SettingsError("the server engine needs --server URL")
@@ -51,8 +51,8 @@ def check_lora_settings(settings: EngineSettings) -> None:
     loaded); print a one-line warning for one that records no format (rmjudge/adapter_format)."""
     import sys
 
-    from rmjudge.adapter_format import check_lora
-    from rmjudge.models import check_gguf
+    from rmjudge.engine.adapter_format import check_lora
+    from rmjudge.engine.models import check_gguf
 
     warning = check_lora(check_gguf(settings.lora, what="LoRA adapter"))
     if warning:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Protocol
 
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.types import Generation, GenRequest
 
 if TYPE_CHECKING:
-    from rmjudge.settings import JudgeSettings
+    from rmjudge.core.settings import JudgeSettings
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import math
 from typing import Callable
 
 from rmjudge.engine.base import ModelInfo
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.types import Generation, GenRequest
 
 Respond = Callable[[GenRequest, int], "Generation | str"]
 Force = Callable[[GenRequest, int, str], "tuple[float, float]"]

@@ -1,14 +1,14 @@
 """Forced verdicts on a local engine: the tokens that continue an unparsed generation up to its
 verdict, the two choice tokens to read there (`force_plan`), and their probabilities
 (`forced_probs`). The continuation text itself is prompt knowledge (`ForceSpec`, from
-`rmjudge.prompts`); the KV cells kept for it are `rmjudge.runspec.FORCE_MARGIN`."""
+`rmjudge.prompts`); the KV cells kept for it are `rmjudge.engine.budget.FORCE_MARGIN`."""
 
 from __future__ import annotations
 
 import math
 
 from rmjudge.engine.vocab import Tokenizer, common_prefix
-from rmjudge.types import ForceSpec
+from rmjudge.core.types import ForceSpec
 
 
 def force_plan(tok: Tokenizer, force: ForceSpec, text: str) -> tuple[list[int], tuple[int, int]] | None:

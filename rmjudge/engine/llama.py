@@ -46,11 +46,11 @@ from rmjudge.engine.prefix_cache import PrefixCache
 from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count_tokens,
                                   device_name, llama_backend, load_model, model_info,
                                   read_model_info, uses_gpu)
-from rmjudge.models import ModelError, check_gguf, resolve_model
-from rmjudge.runspec import FORCE_MARGIN  # noqa: F401 - the KV margin is the run spec's
-from rmjudge.runspec import prompt_room, tokens_needed, too_long_reason
-from rmjudge.settings import EngineSettings, JudgeSettings
-from rmjudge.types import Generation, GenRequest
+from rmjudge.engine.models import ModelError, check_gguf, resolve_model
+from rmjudge.engine.budget import FORCE_MARGIN  # noqa: F401 - the KV margin of every sequence
+from rmjudge.engine.budget import prompt_room, tokens_needed, too_long_reason
+from rmjudge.core.settings import EngineSettings, JudgeSettings
+from rmjudge.core.types import Generation, GenRequest
 
 __all__ = ["LlamaEngine", "device_name", "read_model_info"]  # the last two: from vocab
 

@@ -18,10 +18,10 @@ import numpy as np
 from rmjudge.engine.cpu_load import default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.vocab import Tokenizer, llama_backend, model_info, plain_weight_buffers
-from rmjudge.models import resolve_model
+from rmjudge.engine.models import resolve_model
 from rmjudge.prompts import RESULT_OPEN
-from rmjudge.settings import EngineSettings, JudgeSettings
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.settings import EngineSettings, JudgeSettings
+from rmjudge.core.types import Generation, GenRequest
 
 
 class NaiveEngine:

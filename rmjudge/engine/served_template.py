@@ -17,7 +17,7 @@ from typing import Any
 
 from rmjudge.engine.chat import ChatTemplate
 from rmjudge.engine.server_client import ServerError, ServerSettings
-from rmjudge.models import ModelError
+from rmjudge.engine.models import ModelError
 
 # A Hugging Face repository id: "org/name", letters, digits, "-", "_" and "." (no "--" or "..",
 # no leading or trailing "-" or "."). A served model named otherwise (a file path, an alias)
@@ -52,7 +52,7 @@ def hub_template(name: str) -> tuple[ChatTemplate, str] | None:
     if not is_repo_id(name):
         return None
     try:
-        from rmjudge.hub_models import hub_file
+        from rmjudge.engine.hub_models import hub_file
     except ImportError:
         return None
     try:
@@ -127,7 +127,7 @@ def find_template(settings: ServerSettings, model: str, props: dict, root: str,
         template_model = model
     if template_model:
         from rmjudge.engine.vocab import ModelVocab
-        from rmjudge.settings import EngineSettings
+        from rmjudge.core.settings import EngineSettings
 
         local = ModelVocab(EngineSettings(model=template_model))
         tokenizer = local.tok

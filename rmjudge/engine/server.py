@@ -58,7 +58,7 @@ from typing import Any
 from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
 from rmjudge.engine.base import ModelInfo
-from rmjudge.engine.chat import TemplateError
+from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
 from rmjudge.engine.server_bodies import RequestBodies
 from rmjudge.engine.server_client import (
@@ -73,10 +73,10 @@ from rmjudge.engine.server_client import (
 from rmjudge.engine.server_forcing import ServerForcing
 from rmjudge.engine.server_prompts import (ENCODING_IDS, LOGPROB_FLAGS, ServedPrompts,
                                            probe_endpoint)
-from rmjudge.models import ModelError
+from rmjudge.engine.models import ModelError
 from rmjudge.prompts import suffix_for_model
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest
 
 __all__ = ["API_KEY_ENV", "ServerEngine", "ServerError", "ServerSettings", "public_url",
            "sample_seed"]

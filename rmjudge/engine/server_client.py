@@ -35,9 +35,9 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
-from rmjudge.extras import install_hint
-from rmjudge.models import ModelError
-from rmjudge.settings import SettingsError
+from rmjudge.core.extras import install_hint
+from rmjudge.engine.models import ModelError
+from rmjudge.core.settings import SettingsError
 
 API_KEY_ENV = "RMJUDGE_API_KEY"
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}

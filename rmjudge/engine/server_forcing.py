@@ -20,7 +20,7 @@ from rmjudge.engine.server_bodies import RequestBodies
 from rmjudge.engine.server_client import HTTPStatus, ServerClient
 from rmjudge.engine.server_prompts import ServedPrompts
 from rmjudge.engine.vocab import common_prefix
-from rmjudge.types import Generation, GenRequest
+from rmjudge.core.types import Generation, GenRequest
 
 
 class ServerForcing:

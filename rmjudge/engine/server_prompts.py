@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
-from rmjudge.engine.chat import TemplateError
+from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.engine.server_bodies import RequestBodies
 from rmjudge.engine.server_client import API_KEY_ENV, HTTPStatus, ServerClient, ServerError
-from rmjudge.extras import install_hint
-from rmjudge.models import ModelError
-from rmjudge.types import GenRequest
+from rmjudge.core.extras import install_hint
+from rmjudge.engine.models import ModelError
+from rmjudge.core.types import GenRequest
 
 # Flavors whose /v1/completions take a prompt as a list of token ids (the OpenAI schema's
 # "array of tokens"); llama-cpp-python's server takes text only.

@@ -13,14 +13,15 @@ import os
 import sys
 
 from rmjudge.engine.base import ModelInfo
-from rmjudge.engine.chat import ChatTemplate, TemplateError
+from rmjudge.engine.chat import ChatTemplate
+from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.cpu_load import default_threads
-from rmjudge.interrupts import c_callback
-from rmjudge.models import ModelError, check_gguf, file_sha256, resolve_model
+from rmjudge.core.interrupts import c_callback
+from rmjudge.engine.models import ModelError, check_gguf, file_sha256, resolve_model
 from rmjudge.prompts import suffix_for_model
-from rmjudge.runspec import context_limit as spec_context_limit
-from rmjudge.settings import EngineSettings
-from rmjudge.types import GenRequest
+from rmjudge.engine.budget import context_limit as spec_context_limit
+from rmjudge.core.settings import EngineSettings
+from rmjudge.core.types import GenRequest
 
 
 _BACKEND_READY = False
@@ -44,7 +45,7 @@ _LOG_CB = None
 def _silence_logs(llama_cpp) -> None:
     """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set (then
     they go to stderr). Either way the callback is rmjudge's, marked as called from C, so a
-    Ctrl-C that arrives while llama.cpp logs is not lost (rmjudge.interrupts)."""
+    Ctrl-C that arrives while llama.cpp logs is not lost (rmjudge.core.interrupts)."""
     global _LOG_CB
     debug = bool(os.environ.get("RMJUDGE_DEBUG"))
 
@@ -279,7 +280,7 @@ class ModelVocab:
 
 
 def context_limit(settings: EngineSettings, info: ModelInfo) -> int:
-    """Tokens one sequence may hold (the run spec's rule, rmjudge.runspec.context_limit)."""
+    """Tokens one sequence may hold (the run spec's rule, rmjudge.engine.budget.context_limit)."""
     return spec_context_limit(settings.n_ctx, info.n_ctx_train)
 
 

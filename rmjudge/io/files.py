@@ -29,7 +29,7 @@ from typing import Generator, Iterable, Iterator
 import orjson
 
 from rmjudge.io.rows import InputError, RawRow
-from rmjudge.sql import quote_ident
+from rmjudge.core.sql import quote_ident
 
 RAW_LIMIT = 500  # characters of an offending row kept in `errors.raw`
 HEAD_BYTES = 4096  # what format and binary detection look at

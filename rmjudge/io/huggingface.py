@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, quote, unquote
 
-from rmjudge.extras import install_hint
+from rmjudge.core.extras import install_hint
 from rmjudge.io.rows import InputError, RawRow
 
 HUB_PREFIX = "hf://datasets/"

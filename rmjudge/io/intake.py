@@ -1,6 +1,6 @@
 """Intake: raw input rows -> `Pair`s to judge, or `RowFailure`s to record. One way, for every
 command that reads pairs (`score`, `eval` on unjudged input, `--dry-run`, `ray-score` workers,
-`merge --input`, `rmjudge-train build-data`; opened by `rmjudge.run.open_input`).
+`merge --input`, `rmjudge-train build-data`; opened by `rmjudge.runs.setup.open_input`).
 
 In order, for each row: the `--limit` cut, unreadable rows (the reader's reason), mapping
 (`Mapper.to_pair`: shape, `--map`, ids, gold labels), the `--shard` filter (by pair id, or by
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
 
-from rmjudge import jsontext
-from rmjudge.errors import UserError
+from rmjudge.core import jsontext
+from rmjudge.core.errors import UserError
 from rmjudge.io.mapping import Mapper, RowError
 from rmjudge.io.readers import RAW_LIMIT, RawRow
-from rmjudge.types import Pair
+from rmjudge.core.types import Pair
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RowFailure:
 
     @classmethod
     def unjudged(cls, pair: Pair, reason: str) -> "RowFailure":
-        """A pair the judge could not judge (`rmjudge.judge.Failure`), as an error row."""
+        """A pair the judge could not judge (`rmjudge.judging.judge.Failure`), as an error row."""
         return cls(pair.row_number, f"row {pair.row_number}: {reason}", None, pair.id)
 
     def as_error(self) -> dict:

@@ -28,8 +28,8 @@ from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, LabelVa
                                letter_label, listing, parse_label_values, show_value)
 from rmjudge.io.messages import RowError
 from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
-from rmjudge.settings import SettingsError
-from rmjudge.types import Message, Pair
+from rmjudge.core.settings import SettingsError
+from rmjudge.core.types import Message, Pair
 
 __all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
            "check_labels", "id_text", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
@@ -142,7 +142,7 @@ class Mapper:
         pid = self._id(obj, r.messages, r.a, r.b, used, r.id_extra)
         a, b = r.a, r.b
         if r.chosen_rejected:
-            from rmjudge.seeds import derive_seed
+            from rmjudge.core.seeds import derive_seed
 
             if derive_seed(self.seed, pid, "slot") & 1:
                 a, b, label = r.b, r.a, "B"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rmjudge.types import Message
+from rmjudge.core.types import Message
 
 
 class RowError(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 
 class InputError(UserError):

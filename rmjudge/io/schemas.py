@@ -30,7 +30,7 @@ from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesSyntaxError, a
 from rmjudge.io.messages import (RowError, conversation, is_transcript, parse_transcript,
                                  prompt_messages, response_text, split_conversations,
                                  truncate_at_turn)
-from rmjudge.types import Message
+from rmjudge.core.types import Message
 
 PROMPT_KEYS = ("prompt", "question", "instruction", "input", "query", "messages", "conversation")
 A_KEYS = ("response_a", "response_1", "output_a", "output_1", "answer_a", "completion_a")

@@ -15,7 +15,7 @@ import io
 import os
 import stat
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 TEXT_FILE_LIMIT = 1 << 20  # bytes: 1 MiB
 

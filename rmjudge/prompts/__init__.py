@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
-from rmjudge.types import ForceSpec, Message
+from rmjudge.core.types import ForceSpec, Message
 
 if TYPE_CHECKING:
     from rmjudge.prompts.template import PromptTemplate

@@ -7,7 +7,7 @@ A value is a built-in's name (`helpful`, `harmless`, `honest`, `instruction-foll
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 BUILTIN: dict[str, str] = {
     "helpful": (

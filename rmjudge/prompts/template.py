@@ -1,5 +1,5 @@
 """`--prompt-template FILE`: the user's own wording of both judging prompts, as one Jinja2
-template rendered in the sandbox that chat templates render in (rmjudge.engine.chat).
+template rendered in the sandbox that chat templates render in (rmjudge.prompts.sandbox).
 
 The template receives `task` ("pref": which response is better; "refl": which critique is
 better), `context` (the conversation as text), `messages` (the conversation as role/content
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 FIX = "see docs/scoring.md, \"Criteria and prompt templates\""
 
@@ -30,7 +30,7 @@ class PromptTemplate:
     """A compiled `--prompt-template` (`text`: its source; `origin`: its file name)."""
 
     def __init__(self, text: str, origin: str):
-        from rmjudge.engine.chat import sandbox_environment
+        from rmjudge.prompts.sandbox import sandbox_environment
 
         self.text = text
         self.origin = origin
@@ -41,13 +41,13 @@ class PromptTemplate:
             raise self._failure(exc) from None
 
     def _failure(self, exc: Exception) -> PromptTemplateError:
-        from rmjudge.engine.chat import template_failure
+        from rmjudge.prompts.sandbox import template_failure
 
         return template_failure(exc, f"--prompt-template {self.origin}", FIX,
                                 PromptTemplateError)
 
     def render(self, **variables: Any) -> str:
-        from rmjudge.engine.render_limit import render_bounded
+        from rmjudge.prompts.render_limit import render_bounded
 
         try:
             return render_bounded(self._template, **variables)

@@ -5,7 +5,7 @@ source_datasets for a Hub source, configs/data_files naming the one `train` spli
 source dataset and, for a Hub dataset, the revision asked for and the commit it resolved to
 (recorded by the run), the judge model (file name and sha256) and settings, the filter
 settings and counts (kept / swapped / labelled / dropped per reason), the judge's named metrics
-(analysis/counts.py: accuracy, positional consistency, combined-verdict agreement, accuracy with
+(core/counts.py: accuracy, positional consistency, combined-verdict agreement, accuracy with
 ties = 0.5) and rollout counts (cut at the token limit, unparsed, forced) against the gold labels
 when the pairs had some, and the columns.
 
@@ -247,8 +247,8 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
 
     ev = record.get("eval")
     if ev:
-        from rmjudge.analysis.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP,
-                                             TIES_HALF, rollout_counts_line)
+        from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
+                                         rollout_counts_line)
 
         level = int(round(100 * ev.get("level", 0.95)))
         pooled = ("both orders pooled, the paper's" if ev.get("both_orders")

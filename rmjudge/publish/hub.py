@@ -20,10 +20,10 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from rmjudge.errors import UserError
-from rmjudge.extras import install_hint
+from rmjudge.core.errors import UserError
+from rmjudge.core.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
-from rmjudge.publish.record import read_record
+from rmjudge.analysis.filter_record import read_record
 from rmjudge.store import make_dir, place_copy, remove_file, remove_tree, write_file
 
 INSTALL_HINT = install_hint("hub")

@@ -4,7 +4,7 @@
 - `layouts.py`: input layouts -> `Prompt` (candidates and gold ranks) or `PromptProblem`;
 - `strategies.py`: which pairs are compared, round by round (round-robin, Swiss);
 - `aggregate.py`: a prompt's comparisons -> Bradley-Terry scores, wins, confidence per rank;
-- `runner.py`: the run (comparisons through `rmjudge.pipeline.score` into a run store);
+- `runner.py`: the run (comparisons through `rmjudge.runs.pipeline.score` into a run store);
 - `table.py`: a ranked store read back as rankings (`read_rankings`);
 - `outputs.py`: `filter` and `eval` on a ranked store (preference pairs, top-1 and Kendall tau).
 
@@ -33,8 +33,8 @@ def rank(source: str, output: str | None = None, *, engine=None, judge=None,
     arguments are `rmjudge rank`'s options (docs/rank.md)."""
     from rmjudge.io.mapping import Mapper
     from rmjudge.rank.runner import RankOptions, rank_input
-    from rmjudge.run import RunOptions
-    from rmjudge.settings import EngineSettings, JudgeSettings
+    from rmjudge.runs.setup import RunOptions
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     js = judge or JudgeSettings()
     opts = RunOptions(js, engine_settings or EngineSettings(), Mapper({}, seed=js.seed),

@@ -36,7 +36,7 @@ import orjson
 from rmjudge.io.messages import RowError, prompt_messages, response_text, type_name
 from rmjudge.io.rows import RawRow
 from rmjudge.io.schemas import PROMPT_KEYS
-from rmjudge.types import Message
+from rmjudge.core.types import Message
 
 LAYOUTS = ("responses", "ultrafeedback", "rewardbench2", "rmb-bon", "rows")
 GOLD_FIELDS = ("fine-grained_score", "overall_score")

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmjudge.settings import SettingsError
+from rmjudge.core.settings import SettingsError
 
 RANK_PAIRS = ("best-worst", "all")
 

@@ -1,5 +1,5 @@
 """`rmjudge rank` as a library call: prompts with K candidates -> comparisons judged through the
-normal score pipeline (`rmjudge.pipeline.score`, the run store's guarantees) -> rankings.
+normal score pipeline (`rmjudge.runs.pipeline.score`, the run store's guarantees) -> rankings.
 
 The run, round by round: every prompt's comparisons of the round (rmjudge/rank/strategies.py)
 become intake rows in rmjudge's own layout (id `PROMPT#i-j`, i < j, the prompt, the two
@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 from rmjudge.rank.layouts import (DEFAULT_MAX_CANDIDATES, GOLD_FIELDS, HARD_MAX_CANDIDATES,
                                   LAYOUTS, ROW_STRIDE, LayoutError, Prompt, PromptProblem,
                                   read_prompts)
 from rmjudge.rank.strategies import STRATEGIES, next_round, pair_number, resolve
-from rmjudge.settings import SettingsError
+from rmjudge.core.settings import SettingsError
 
 
 def _quiet(line: str) -> None:
@@ -105,7 +105,7 @@ def comparison_row(p: Prompt, i: int, j: int, round_no: int, seed: int = 0) -> d
     from the seed and the comparison id (as `score` places chosen/rejected), so with
     `--orders ab` no candidate (RewardBench 2's chosen is candidate 0) always has the first
     slot; `cand_a` names the candidate in slot A."""
-    from rmjudge.seeds import derive_seed
+    from rmjudge.core.seeds import derive_seed
 
     cid = f"{p.id}#{i}-{j}"
     if derive_seed(seed, cid, "slot") & 1:
@@ -207,10 +207,10 @@ def rank_input(source: str, output: str | None, opts, ropts: RankOptions, *, eng
                status: Callable[[str], None] = _quiet,
                progress: Callable[[int | None, Any], Any] | None = None) -> RankSummary:
     """Rank the candidates of every prompt in `source` into the store `output` (default
-    INPUT.ranked.duckdb). `opts`: the `rmjudge.run.RunOptions` of the judge (the mapping
+    INPUT.ranked.duckdb). `opts`: the `rmjudge.runs.setup.RunOptions` of the judge (the mapping
     options are not used); `engine`: one already loaded. `status` hears one-line notes;
     `progress(total, engine)` makes a progress display per round (see `run.judge_input`)."""
-    from rmjudge.interrupts import graceful
+    from rmjudge.core.interrupts import graceful
 
     with graceful():
         return _rank(source, output, opts, ropts, engine, status, progress)
@@ -220,8 +220,8 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     import time
 
     from rmjudge.io.mapping import Mapper
-    from rmjudge.pipeline import Interrupted, score
-    from rmjudge.run import check_prompting, check_run_paths, load_judge_engine, run_spec
+    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.runs.setup import check_prompting, check_run_paths, load_judge_engine, run_spec
 
     out = output or default_output(source)
     check_rank_output(out)
@@ -282,7 +282,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
 def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
             wall) -> RankSummary:
     from rmjudge.analysis.tables import open_judged
-    from rmjudge.pipeline import ERROR_ROW_EXAMPLES, error_kind
+    from rmjudge.runs.pipeline import ERROR_ROW_EXAMPLES, error_kind
     from rmjudge.rank.table import ranking_rows, read_rankings
     from rmjudge.store import Store
 

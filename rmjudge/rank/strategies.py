@@ -51,7 +51,7 @@ def round_robin(k: int) -> list[tuple[int, int]]:
 
 
 def tiebreak(seed: int, prompt_id: str, candidate: int) -> int:
-    from rmjudge.seeds import derive_seed
+    from rmjudge.core.seeds import derive_seed
 
     return derive_seed(seed, prompt_id, "rank", candidate)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 from rmjudge.rank.aggregate import Game, Ranked, rank
 from rmjudge.rank.layouts import RESERVED, ROW_STRIDE
 from rmjudge.rank.strategies import tiebreak

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
 from rmjudge.store import write_file

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from rmjudge.analysis.jury import JURY_MARK
 from rmjudge.analysis.tables import JudgedTable, TableError
-from rmjudge.settings import SettingsError
-from rmjudge.sql import quote_ident
+from rmjudge.core.settings import SettingsError
+from rmjudge.core.sql import quote_ident
 
 RULES = ("flipped", "low-confidence", "disagree-with-gold", "jury-split")
 DEFAULT_THRESHOLD = 0.1

@@ -13,8 +13,8 @@ import uuid
 import orjson
 
 from rmjudge.io.intake import duplicate_reason
-from rmjudge.protocol import PairResult
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.judging.protocol import PairResult
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import insert_rows
 from rmjudge.store.files import (
     Lock,

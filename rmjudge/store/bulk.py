@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rmjudge.errors import UserError
-from rmjudge.sql import quote_ident
+from rmjudge.core.errors import UserError
+from rmjudge.core.sql import quote_ident
 
 
 def column_types(con, table: str) -> dict[str, str]:

@@ -24,8 +24,8 @@ from typing import Any, Iterable
 
 import orjson
 
-from rmjudge.errors import BusyError, DiskError, UserError
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.errors import BusyError, DiskError, UserError
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import insert_rows
 from rmjudge.store.paths import export_files, store_path
 from rmjudge.store.schema import ddl, missing_core_tables, not_a_store_message

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 from rmjudge.io.readers import split_duckdb_source
 from rmjudge.store.files import (
     StoreError,

@@ -29,9 +29,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from rmjudge.interrupts import critical
-from rmjudge.protocol import PairResult, Sample
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.interrupts import critical
+from rmjudge.judging.protocol import PairResult, Sample
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import delete_in, insert_rows
 from rmjudge.store.files import (
     Lock,
@@ -285,7 +285,7 @@ class Store:
         (`analysis.counts.pair_counts`), `rollouts` (`sample_counts`), `verdicts`
         ({verdict: pairs}), `generations`, `parse_failures` and `forced` (samples), `errors`
         (error rows)."""
-        from rmjudge.analysis.counts import pair_counts, sample_counts
+        from rmjudge.core.counts import pair_counts, sample_counts
 
         q = self.con.execute
         gens, pf, forced = q("""SELECT count(*), count(*) FILTER (WHERE verdict_source IS DISTINCT

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rmjudge import jsontext
-from rmjudge.sql import quote_ident
+from rmjudge.core import jsontext
+from rmjudge.core.sql import quote_ident
 
 SCHEMA_VERSION = 2  # 2: pairs.content_hash (added to older stores when they are opened)
 

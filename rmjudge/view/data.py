@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import orjson
 
 from rmjudge.analysis.tables import JudgedTable
-from rmjudge.review.agreement import human_sql
+from rmjudge.analysis.agreement import human_sql
 from rmjudge.review.select import slot_key
-from rmjudge.sql import quote_ident
+from rmjudge.core.sql import quote_ident
 from rmjudge.store import PAIR_COLUMNS
 
 FORMAT = 1  # the layout of the data files (docs/view.md); a change the page cannot read bumps it

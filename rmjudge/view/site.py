@@ -31,7 +31,7 @@ import orjson
 from rmjudge import __version__
 from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
-from rmjudge.errors import DiskError
+from rmjudge.core.errors import DiskError
 from rmjudge.store import (
     OutputError,
     StoreError,
@@ -44,7 +44,7 @@ from rmjudge.store import (
     write_file,
 )
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
-from rmjudge.view.paths import PAGE, default_dir, is_view_dir, relative_link
+from rmjudge.analysis.view_paths import PAGE, default_dir, is_view_dir, relative_link
 
 LIST_CHUNK = 25_000
 DETAIL_CHUNK = 100

@@ -16,7 +16,7 @@ breaking a tie (recorded as the anchor), without self-reflection (`voting_pool`)
 never ask for a forced verdict.
 
 One `PairOrderJob` per pair and order asks for its rollouts (`rollout_request`), then for its
-reflections (`reflection_requests`); the driver (`rmjudge.judge`) keeps many jobs in flight, so
+reflections (`reflection_requests`); the driver (`rmjudge.judging.judge`) keeps many jobs in flight, so
 the engine can fill its batch across pairs.
 """
 
@@ -27,10 +27,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rmjudge.seeds import derive_seed
+from rmjudge.core.seeds import derive_seed
 from rmjudge import prompts
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation, GenRequest, Pair
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest, Pair
 
 
 def confidence(logprobs: Iterable[float], fraction: float = 0.1) -> float | None:

@@ -32,7 +32,7 @@ numbered `k * 10**9 + row`.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import copy
 import io
@@ -46,11 +46,11 @@ from typing import Any, Callable
 
 import orjson
 
-from rmjudge.extras import install_hint
+from rmjudge.core.extras import install_hint
 from rmjudge.io.mapping import Mapper
-from rmjudge.run import RunOptions
-from rmjudge.runspec import resolve, run_record
-from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.runs.setup import RunOptions
+from rmjudge.judging.runspec import resolve, run_record
+from rmjudge.core.settings import EngineSettings, JudgeSettings
 
 ROW_STRIDE = 10**9
 INPUT_EXTENSIONS = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv")
@@ -78,7 +78,7 @@ class RaySettings:
         "help": "Retries of a batch whose worker died."})
 
     def __post_init__(self) -> None:
-        from rmjudge.settings import SettingsError
+        from rmjudge.core.settings import SettingsError
 
         if self.workers < 1:
             raise SettingsError("--workers must be at least 1")
@@ -253,7 +253,7 @@ class _JudgeWorker:
 
     def __init__(self, factory: Callable, opts: RunOptions, settings: dict, work_dir: str,
                  run_id: int):
-        from rmjudge.run import build_judge, run_spec
+        from rmjudge.runs.setup import build_judge, run_spec
 
         self.engine = factory()
         spec = run_spec(self.engine, opts)  # this worker's, built once
@@ -296,7 +296,7 @@ class _JudgeWorker:
         rows met without `--rejudge-changed`: nothing written)."""
         from rmjudge.io.intake import ChangedRows
         from rmjudge.io.readers import RawRow
-        from rmjudge.run import judge_rows
+        from rmjudge.runs.setup import judge_rows
         from rmjudge.store import Store, batch_judged, load_batch, write_batch
 
         final = os.path.join(self.batches, key)
@@ -374,7 +374,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite,
                       rejudge_changed=rejudge_changed)
     if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.run import open_input
+        from rmjudge.runs.setup import open_input
 
         open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
     factory = engine_factory or EngineFactory(es)
@@ -383,7 +383,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
     make_dir(os.path.join(work, "batches"))
     if dataset:  # rows Ray cannot read itself: read once here, as `score` reads them
-        from rmjudge.run import open_input
+        from rmjudge.runs.setup import open_input
 
         files = [snapshot_input(source, work)]
         open_input(files[0], copy.deepcopy(opts.mapper))  # the labels, as for a file below
@@ -445,7 +445,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                           "rerun the same command to resume from the finished batches") from exc
     if changed:
         from rmjudge.io.intake import CHANGED_SHOWN, ChangedRows
-        from rmjudge.pipeline import changed_rows_message
+        from rmjudge.runs.pipeline import changed_rows_message
 
         run.update(status="failed", finished=datetime.now(timezone.utc).isoformat(),
                    pairs_judged=judged, generated_tokens=tokens)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rmjudge import cache
+from rmjudge.core import cache
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.prompts import PromptStyle
-from rmjudge.runspec import resolve
-from rmjudge.settings import EngineSettings, JudgeSettings
+from rmjudge.judging.runspec import resolve
+from rmjudge.core.settings import EngineSettings, JudgeSettings
 
 
 THROUGHPUT_CACHE = "throughput.json"
@@ -175,12 +175,12 @@ def _hms(seconds: float) -> str:
 
 def dry_run(open_input: Callable[[], Intake], js: JudgeSettings, es: EngineSettings,
             server: str | None = None, style: PromptStyle | None = None) -> DryRunReport:
-    """The estimate of judging the pairs `open_input()` opens (`rmjudge.run.open_input`, called
+    """The estimate of judging the pairs `open_input()` opens (`rmjudge.runs.setup.open_input`, called
     once the tokenizer has loaded). `server`: the --server URL; prompts are then counted with
     `es.model`, the GGUF the server serves, and requests and tokens sent and received are
     estimated. `style`: the prompt style of `js` already read (`run.check_prompting`)."""
     from rmjudge.engine import load_engine
-    from rmjudge.protocol import PairOrderJob
+    from rmjudge.judging.protocol import PairOrderJob
 
     engine = load_engine(es, vocab_only=True)
     spec = resolve(js, engine.info, es.n_ctx, style)

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmjudge.extras import install_hint
-from rmjudge.errors import ModelError
+from rmjudge.core.extras import install_hint
+from rmjudge.core.errors import ModelError
 
 PREFIX = "hf:"
 DEFAULT_TAG = "Q4_K_M"

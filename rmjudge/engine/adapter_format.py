@@ -17,7 +17,7 @@ import json
 import struct
 from pathlib import Path
 
-from rmjudge.models import ModelError
+from rmjudge.engine.models import ModelError
 from rmjudge.prompts import PROMPT_FORMAT
 
 GGUF_KEY = "rmjudge.prompt_format"
@@ -84,15 +84,6 @@ def gguf_metadata_value(path: str | Path, key: str):
         except (EOFError, ValueError, struct.error):
             return None
     return None
-
-
-def write_adapter_info(adapter_dir: str | Path, prompt_format: int | None) -> None:
-    """Record the prompt format of an adapter's training data beside the PEFT adapter."""
-    if prompt_format is None:
-        return
-    from rmjudge.store import write_json
-
-    write_json(str(Path(adapter_dir, ADAPTER_INFO_FILE)), {"prompt_format": int(prompt_format)})
 
 
 def read_adapter_info(adapter_dir: str | Path) -> int | None:

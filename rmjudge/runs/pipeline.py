@@ -13,18 +13,18 @@ from itertools import chain
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
-from rmjudge.errors import EXIT_INTERRUPTED, UserError
-from rmjudge.interrupts import critical, deliver_pending, graceful
+from rmjudge.core.errors import EXIT_INTERRUPTED, UserError
+from rmjudge.core.interrupts import critical, deliver_pending, graceful
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
 from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, default_output_stem
-from rmjudge.judge import Failure, Judge
-from rmjudge.protocol import PairResult
-from rmjudge.runspec import RunSpec, resolve, run_record
-from rmjudge.settings import JudgeSettings
+from rmjudge.judging.judge import Failure, Judge
+from rmjudge.judging.protocol import PairResult
+from rmjudge.judging.runspec import RunSpec, resolve, run_record
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, check_output,
                            export_files, output_format, store_path)
-from rmjudge.types import Pair
+from rmjudge.core.types import Pair
 
 COMMIT_EVERY_PAIRS = 8
 COMMIT_EVERY_SECONDS = 20.0
@@ -78,8 +78,8 @@ class Summary:
     wall_seconds: float
     error_reasons: dict[str, int]  # kind of error (`error_kind`) -> rows of this run
     error_rows: dict[str, list[int]] = field(default_factory=dict)  # kind -> first row numbers
-    metrics: dict = field(default_factory=dict)  # rmjudge.analysis.counts.metrics
-    rollout_counts: dict = field(default_factory=dict)  # rmjudge.analysis.counts.sample_counts
+    metrics: dict = field(default_factory=dict)  # rmjudge.core.counts.metrics
+    rollout_counts: dict = field(default_factory=dict)  # rmjudge.core.counts.sample_counts
     notes: list[str] = field(default_factory=list)  # the run spec's resolved defaults, in words
     engine: Any = field(default=None, repr=False, compare=False)  # the engine that judged
     # through --server: this run's prompt tokens sent and tokens received (None in-process)
@@ -88,7 +88,7 @@ class Summary:
 
     @property
     def accuracy(self) -> float | None:
-        """Both orders pooled (the paper's accuracy; analysis/counts.py)."""
+        """Both orders pooled (the paper's accuracy; core/counts.py)."""
         return self.metrics.get("accuracy")
 
     @property
@@ -374,7 +374,7 @@ class _ScoreRun:
 def _record_speed(engine, spec: RunSpec, run: _ScoreRun) -> None:
     """The measured throughput the dry run estimates from (in-process engines)."""
     if run.prog.done and hasattr(engine, "on_gpu"):
-        from rmjudge.dryrun import record_throughput, throughput_key
+        from rmjudge.runs.dryrun import record_throughput, throughput_key
         from rmjudge.engine.vocab import device_name
 
         record_throughput(throughput_key(engine.info.sha256, device_name(engine)),
@@ -451,7 +451,7 @@ class _Counts:
 
     def summary(self, store: Store, out, files, prog: Progress, error_reasons) -> Summary:
         """Counts over the whole output (all runs), so a resumed run reports the full table."""
-        from rmjudge.analysis.counts import metrics
+        from rmjudge.core.counts import metrics
 
         q = store.summary_counts()
         c, rollouts, verdicts = q["pairs"], q["rollouts"], q["verdicts"]

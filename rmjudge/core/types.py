@@ -32,7 +32,7 @@ class Pair:
         tell an edited row from one already judged."""
         import hashlib
 
-        from rmjudge import jsontext
+        from rmjudge.core import jsontext
 
         blob = jsontext.dumps([list(self.messages), self.response_a, self.response_b,
                                self.label, self.extra], sort_keys=True)
@@ -70,7 +70,7 @@ class GenRequest:
     stop: tuple[str, ...] = ()
     force: ForceSpec | None = None
     share_key: Any = None
-    # required (a keyword): the token limit comes from the run spec (rmjudge.runspec), never
+    # required (a keyword): the token limit comes from the run spec (rmjudge.judging.runspec), never
     # from a default here
     max_tokens: int = field(kw_only=True)
 

@@ -6,7 +6,7 @@ command does; `open_input` opens an input's intake (labels checked first); `buil
 `judge_rows` are a run's Judge and one batch of rows through intake and Judge (a Ray worker's);
 `dry_run` estimates a run (`score --dry-run`); `judge_input` owns a run's orchestration (input
 and output checks before the model loads, engine loading, row counting,
-`rmjudge.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench`, `ray-score`,
+`rmjudge.runs.pipeline.score`). `rmjudge score`, `eval` on unjudged input, `bench`, `ray-score`,
 `merge --input`, `rmjudge-train build-data` and the library share them; the CLI only parses
 options into `RunOptions` and prints what the hooks hand it.
 """
@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rmjudge.io.mapping import Mapper
-from rmjudge.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
 
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
     from rmjudge.io.intake import Intake, RowFailure
     from rmjudge.io.memory import MemoryInput
     from rmjudge.io.rows import RawRow
-    from rmjudge.judge import Judge
-    from rmjudge.pipeline import Summary
+    from rmjudge.judging.judge import Judge
+    from rmjudge.runs.pipeline import Summary
     from rmjudge.prompts import PromptStyle
-    from rmjudge.protocol import PairResult
-    from rmjudge.runspec import RunSpec
+    from rmjudge.judging.protocol import PairResult
+    from rmjudge.judging.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     hears one line about it ("rmjudge: ..."). Ctrl-C while the model loads becomes
     `Interrupted`."""
     from rmjudge.engine import load_engine
-    from rmjudge.models import resolve_model
+    from rmjudge.engine.models import resolve_model
 
     if server is not None:
         engine = load_engine(es, server=server)
@@ -92,7 +92,7 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     try:
         return load_engine(es)
     except KeyboardInterrupt:
-        from rmjudge.pipeline import Interrupted
+        from rmjudge.runs.pipeline import Interrupted
 
         raise Interrupted("interrupted while the judge was loading, before any pair was "
                           "judged; rerun the same command to start") from None
@@ -111,7 +111,7 @@ def open_input(source: str, mapper: Mapper, limit: int | None = None) -> "Intake
 def build_judge(engine, opts: RunOptions, spec: "RunSpec | None" = None) -> "Judge":
     """The Judge of a run: `spec` (the run's, `run_spec`), else its judge settings resolved on
     `engine` within the context `--ctx-size` sets."""
-    from rmjudge.judge import Judge
+    from rmjudge.judging.judge import Judge
 
     return Judge(engine, spec or run_spec(engine, opts))
 
@@ -127,7 +127,7 @@ def judge_rows(judge: "Judge", rows: Iterable["RawRow"], mapper: Mapper, *,
     refused with `ChangedRows`, before anything is judged, unless `rejudge_changed` (resume's
     rules: rmjudge.io.intake)."""
     from rmjudge.io.intake import Intake, RowFailure
-    from rmjudge.judge import Failure
+    from rmjudge.judging.judge import Failure
 
     failures: list[RowFailure] = []
     pairs = []
@@ -182,7 +182,7 @@ def check_prompting(js: JudgeSettings) -> "PromptStyle":
 def run_spec(engine, opts: RunOptions, style: "PromptStyle | None" = None) -> "RunSpec":
     """The run's spec, built once: its judge settings on `engine`'s model within the context
     `--ctx-size` sets, with the prompt style already read (`check_prompting`)."""
-    from rmjudge.runspec import resolve
+    from rmjudge.judging.runspec import resolve
 
     return resolve(opts.judge, engine.info, opts.engine.n_ctx, style)
 
@@ -191,7 +191,7 @@ def check_run_paths(source: str, output: str | None) -> str:
     """A missing or unreadable input and an unusable output fail before any model loads.
     Returns the output (`output`, or the default next to the input)."""
     from rmjudge.io.readers import detect_format
-    from rmjudge.pipeline import check_output, default_output
+    from rmjudge.runs.pipeline import check_output, default_output
     from rmjudge.store import check_platform
 
     check_platform()
@@ -206,10 +206,10 @@ def check_run_paths(source: str, output: str | None) -> str:
 
 def dry_run(source: str, opts: RunOptions):
     """`score --dry-run`: the input validated and the work estimated with the tokenizer only
-    (rmjudge.dryrun). With --server the prompts are counted with the served model's tokenizer,
+    (rmjudge.runs.dryrun). With --server the prompts are counted with the served model's tokenizer,
     which `--model FILE.gguf` names, and the estimate is the server's requests and tokens."""
-    from rmjudge.dryrun import dry_run as estimate
-    from rmjudge.interrupts import graceful
+    from rmjudge.runs.dryrun import dry_run as estimate
+    from rmjudge.core.interrupts import graceful
 
     server = opts.server
     if server is not None and opts.engine.model is None:
@@ -241,16 +241,16 @@ def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOption
     (else `load_judge_engine`). `status` hears one-line notes; `progress(total, engine)`
     (total: the input's rows, at most `--limit`) makes the progress display, which is called
     with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
-    it the rows are not counted. `on_commit`: see `rmjudge.pipeline.score`. `source`: a path
+    it the rows are not counted. `on_commit`: see `rmjudge.runs.pipeline.score`. `source`: a path
     or rows held in Python (`rmjudge.io.memory.MemoryInput`, the Python API's). `style`: the
     prompt style a caller already read with `check_prompting`; `output_checked`: the caller
     already ran `check_run_paths` on this source and output (the API's `score_batches`, which
     checks before its first chunk), so the option files are read and the output checked once.
     Returns the Summary, with the engine that judged.
 
-    Ctrl-C and SIGTERM are handled the run's way (rmjudge.interrupts) from before the model
+    Ctrl-C and SIGTERM are handled the run's way (rmjudge.core.interrupts) from before the model
     loads, so one that arrives while llama.cpp loads it is not lost."""
-    from rmjudge.interrupts import graceful
+    from rmjudge.core.interrupts import graceful
 
     with graceful():
         return _judge_input(source, output, opts, engine, status, progress, on_commit,
@@ -260,7 +260,7 @@ def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOption
 def _judge_input(source, output, opts: RunOptions, engine, status, progress,
                  on_commit=None, style=None, output_checked=False) -> "Summary":
     from rmjudge.io.readers import count_rows
-    from rmjudge.pipeline import Interrupted, score_checked
+    from rmjudge.runs.pipeline import Interrupted, score_checked
 
     out = output if output_checked else check_run_paths(source, output)
     if style is None:

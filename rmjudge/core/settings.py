@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 Orders = Literal["both", "ab"]
 Inconsistent = Literal["tie", "drop", "confident"]
@@ -13,7 +13,7 @@ Ablation = Literal["none", "random-anchor", "random-group"]
 ABLATIONS = ("none", "random-anchor", "random-group")
 
 
-# Seeds the run store records (as JSON, signed or unsigned 64-bit). `rmjudge.seeds.derive_seed`
+# Seeds the run store records (as JSON, signed or unsigned 64-bit). `rmjudge.core.seeds.derive_seed`
 # hashes any integer, so this is the whole range a run can use and record.
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1

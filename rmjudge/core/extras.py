@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from rmjudge.errors import UserError
+from rmjudge.core.errors import UserError
 
 # top-level module -> the extra that installs it
 EXTRA_OF = {
