@@ -1,13 +1,15 @@
 """Seeded train / held-out split of labelled pair files, by item, for examples/train_judge.sh.
 
     python examples/split_pairs.py OUT_DIR --train 128 --test 200 --max-chars 900 --seed 0 \
-        A.jsonl B.jsonl ...
+        A.jsonl B.jsonl ... [--exclude examples/pairs.jsonl]
 
 Rows are grouped into items by (source file, prompt text), so no prompt is in both splits.
 Only rows whose prompt + chosen + rejected fit in --max-chars characters are kept (the
 experiment is sized for a 2-core CPU). Each file gives the same share of the train and test
 rows (a file too small for its share gives what it has). Writes OUT_DIR/train.jsonl and
-OUT_DIR/test.jsonl and prints the counts.
+OUT_DIR/test.jsonl and prints the counts. `--exclude FILE` (repeatable) leaves out every row
+whose prompt or id is in FILE, so neither split holds a pair judged elsewhere (the demo's
+examples/pairs.jsonl).
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ def main() -> None:
     ap.add_argument("--test", type=int, required=True, help="Held-out rows in all.")
     ap.add_argument("--max-chars", type=int, default=900)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--exclude", action="append", default=[],
+                    help="Leave out rows whose prompt or id is in this JSONL file.")
     a = ap.parse_args()
+    excluded: set[str] = set()
+    for path in a.exclude:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    excluded |= {json.dumps(row.get("prompt")), f"id:{row.get('id')}"}
+    dropped = 0
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train, test = [], []
@@ -38,6 +50,9 @@ def main() -> None:
                 if not line.strip():
                     continue
                 row = json.loads(line)
+                if {json.dumps(row.get("prompt")), f"id:{row.get('id')}"} & excluded:
+                    dropped += 1
+                    continue
                 size = sum(len(str(row.get(c) or "")) for c in ("prompt", "chosen", "rejected"))
                 if size <= a.max_chars:
                     items.setdefault(str(row.get("prompt")), []).append(line)
@@ -58,7 +73,8 @@ def main() -> None:
               f"{len(got_test)} test rows, {min(len(got_train), n_train)} train rows")
     (out / "train.jsonl").write_text("".join(train), encoding="utf-8")
     (out / "test.jsonl").write_text("".join(test), encoding="utf-8")
-    print(f"split: {len(train)} train rows, {len(test)} test rows -> {out}")
+    print(f"split: {len(train)} train rows, {len(test)} test rows -> {out}"
+          + (f" ({dropped} rows left out by --exclude)" if a.exclude else ""))
 
 
 if __name__ == "__main__":

@@ -53,3 +53,13 @@ def test_paired_gain_is_the_mean_difference_with_an_interval():
     better = {k: (1.0 if i < 30 else 0.5) for i, k in enumerate(base)}  # +0.5 on 30 pairs
     g, lo, hi = paired_gain(base, better)
     assert g == pytest.approx(0.15) and 0 < lo < 0.15 < hi < 0.3
+
+
+def test_split_leaves_out_the_prompts_and_ids_of_excluded_files(tmp_path):
+    a = [{"id": f"a{i}", "prompt": f"q{i}", "chosen": "x", "rejected": "y"} for i in range(20)]
+    demo = [{"id": "a3", "prompt": "other", "chosen": "x", "rejected": "y"},
+            {"id": "d1", "prompt": "q7", "chosen": "x", "rejected": "y"}]
+    fa, fd = _write(tmp_path / "a.jsonl", a), _write(tmp_path / "demo.jsonl", demo)
+    train, test = _split(tmp_path / "s", [fa], 10, 5, exclude=fd)
+    ids = {r["id"] for r in train + test}
+    assert "a3" not in ids and "a7" not in ids and len(train) == 10 and len(test) == 5

@@ -94,6 +94,34 @@ def _rollout_source(model, gguf_file, backend, sampling, parallel, threads, serv
             f"transformers on {src.name}")
 
 
+def _template_source(model, gguf_file, criteria):
+    """What `sft --analyses template` needs of the base without sampling from it: the prompt
+    suffix of its family (read from the GGUF's metadata with the `gguf` package, no llama.cpp
+    load; or from an HF folder's config)."""
+    from training.sft_templates import TemplateSource
+
+    if model is not None and not gguf_file and not model.lower().endswith(".gguf"):
+        from rmjudge.prompts import suffix_for_model
+
+        cfg = Path(model) / "config.json"
+        arch = json.loads(cfg.read_text()).get("model_type") if cfg.is_file() else None
+        return TemplateSource(suffix_for_model(arch, model), criteria)
+    import gguf as gguf_lib
+
+    from rmjudge.engine.models import resolve_model
+    from rmjudge.prompts import suffix_for_model
+
+    path = str(Path(model) / gguf_file) if model and gguf_file else resolve_model(model)
+    fields = gguf_lib.GGUFReader(path).fields
+
+    def meta(key: str) -> str | None:  # a string field, as llama.cpp reads it (engine/vocab.py)
+        f = fields.get(key)
+        return bytes(f.parts[f.data[0]]).decode("utf-8", "replace") if f is not None else None
+
+    name = meta("general.name") or Path(path).name
+    return TemplateSource(suffix_for_model(meta("general.architecture"), name), criteria)
+
+
 def _limit_note(limited_by: str) -> str:
     if limited_by in ("refl", "pref"):
         return f"; all {limited_by.capitalize()} kept, the other kind subsampled to the ratio"
@@ -249,13 +277,17 @@ def sft_cmd(backend, resume, overwrite, quiet, **kw):
     criteria = resolve_criteria(settings.criteria)  # a bad value fails before anything loads
     check_output(settings, overwrite)
     require("rmjudge-train sft", "train", TRAIN)
-    sampling = SamplingSettings(samples=settings.samples,
-                                temperature=settings.rollout_temperature,
-                                max_tokens=settings.rollout_max_tokens, seed=settings.seed,
-                                criteria=criteria)
-    src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
-                                settings.parallel, settings.threads)
-    _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
+    if settings.analyses == "template":
+        src = _template_source(settings.model, settings.gguf_file, criteria)
+        _say(quiet, "targets: templated analyses, no base rollouts (--analyses template)")
+    else:
+        sampling = SamplingSettings(samples=settings.samples,
+                                    temperature=settings.rollout_temperature,
+                                    max_tokens=settings.rollout_max_tokens, seed=settings.seed,
+                                    criteria=criteria)
+        src, desc = _rollout_source(settings.model, settings.gguf_file, backend, sampling,
+                                    settings.parallel, settings.threads)
+        _say(quiet, f"rollouts: {settings.samples} per item, {desc}")
     summary = run(settings, src, resume=resume, progress=progress,
                   say=lambda t: _say(quiet, t), overwrite=overwrite)
     click.echo(f"model: {summary['model']}  ({summary['steps']} steps, "

@@ -36,6 +36,8 @@ from training.hf import DEFAULT_TARGETS, lora_config
 from training.outputs import write_adapter_info
 from training.sft_data import TASKS, SFTStats, sft_examples
 
+ANALYSES = ("base", "template")
+
 
 class SFTError(UserError):
     """The warm-start stage cannot run as asked; the message says how to fix it."""
@@ -55,6 +57,10 @@ class SFTSettings:
     map: str | None = field(default=None, metadata={"help": "Column mapping, as `rmjudge score`."})
     limit: int | None = field(default=None, metadata={"help": "Read at most N rows."})
     tasks: str = field(default="pref,refl", metadata={"help": "Target tasks: pref, refl or both."})
+    analyses: str = field(default="base", metadata={
+        "help": "Where target analyses come from: base (the base's own rollouts) or template "
+                "(short templated descriptions of both responses, no rollouts: a format-only "
+                "warm-start; training/sft_templates.py)."})
     samples: int = field(default=2, metadata={"help": "Base rollouts per item (analysis source)."})
     rollout_max_tokens: int = field(default=96, metadata={"help": "Max tokens per rollout."})
     rollout_temperature: float = field(default=1.0, metadata={"help": "Rollout temperature."})
@@ -104,6 +110,8 @@ class SFTSettings:
             raise SFTError("--limit must be at least 1")
         if self.check_items < 0:
             raise SFTError("--check-items must be 0 or more")
+        if self.analyses not in ANALYSES:
+            raise SFTError(f"--analyses {self.analyses!r}: give base or template")
         if self.method not in ("lora", "full"):
             raise SFTError("--method must be lora or full")
         if not self.task_list or any(t not in TASKS for t in self.task_list):
@@ -128,7 +136,8 @@ class SFTSettings:
 
 def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[dict], SFTStats,
                                                                              dict]:
-    """Warm-start examples of every item (rollouts cached in OUTPUT_DIR/rollouts.jsonl)."""
+    """Warm-start examples of every item (rollouts cached in OUTPUT_DIR/rollouts.jsonl; with
+    `--analyses template`, `rollout_source` is a `TemplateSource` and nothing is sampled)."""
     from rmjudge.io.mapping import parse_map
 
     from training.cache import RolloutCache
@@ -137,14 +146,25 @@ def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[
     config = DataConfig(seed=s.seed, limit=s.limit, mapping=parse_map(s.map),
                         chunk_items=s.chunk_items)
     read_stats = Stats()
-    cache = RolloutCache(Path(s.output_dir) / "rollouts.jsonl", rollout_source.fingerprint())
     stats = SFTStats()
     examples: list[dict] = []
-    for item, rollouts in sample_all(read_items(s.source, config, read_stats), rollout_source,
-                                     cache, config, read_stats, progress):
-        examples += sft_examples(item, rollouts, rollout_source.suffix, s.task_list,
-                                 s.max_analysis_chars, s.seed, stats,
-                                 getattr(rollout_source, "criteria", None))
+    criteria = getattr(rollout_source, "criteria", None)
+    if s.analyses == "template":
+        from rmjudge.prompts import PromptStyle
+
+        from training.sft_templates import template_examples
+
+        for item in read_items(s.source, config, read_stats):
+            made = template_examples(item, rollout_source.suffix, s.task_list,
+                                     PromptStyle(criteria))
+            stats.count(made, templated=True)
+            examples += made
+    else:
+        cache = RolloutCache(Path(s.output_dir) / "rollouts.jsonl", rollout_source.fingerprint())
+        for item, rollouts in sample_all(read_items(s.source, config, read_stats),
+                                         rollout_source, cache, config, read_stats, progress):
+            examples += sft_examples(item, rollouts, rollout_source.suffix, s.task_list,
+                                     s.max_analysis_chars, s.seed, stats, criteria)
     rows = {"rows_read": read_stats.rows_read, "rows_bad": read_stats.rows_bad,
             "rows_unlabelled": read_stats.rows_unlabelled,
             "items_from_cache": read_stats.items_from_cache}
@@ -266,10 +286,11 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         raise SFTError(f"{s.source}: {len(examples)} warm-start examples, fewer than "
                        f"--batch-size {s.batch_size}, so no step would run; give more rows or "
                        "lower --batch-size")
+    origin = ("templated analyses (no base rollouts)" if s.analyses == "template" else
+              f"base analyses used {stats.analyses_used}, short {stats.analyses_short}; base "
+              f"rollouts parsed {stats.rollouts_parsed} of {stats.rollouts}")
     say(f"examples: {stats.pref_examples} Pref + {stats.refl_examples} Refl (label 1: "
-        f"{stats.label_1}, label 2: {stats.label_2}); base analyses used {stats.analyses_used}, "
-        f"short {stats.analyses_short}; base rollouts parsed {stats.rollouts_parsed} of "
-        f"{stats.rollouts}")
+        f"{stats.label_1}, label 2: {stats.label_2}); {origin}")
 
     import torch
     from transformers import Trainer, TrainingArguments

@@ -51,11 +51,24 @@ class SFTStats:
     rollouts_parsed: int = 0
     analyses_used: int = 0  # targets built on one of the base's own analyses
     analyses_short: int = 0  # targets that fell back to the short analysis
+    analyses_templated: int = 0  # targets built by training.sft_templates (--analyses template)
     pref_examples: int = 0
     refl_examples: int = 0
     label_1: int = 0
     label_2: int = 0
     too_long: int = 0  # examples left out because prompt + target exceed --max-length
+
+    def count(self, examples: list[dict], templated: bool = False) -> None:
+        """Count one item's examples by task and label (`templated`: with --analyses
+        template, which samples no rollouts)."""
+        self.items += 1
+        if templated:
+            self.analyses_templated += len(examples)
+        for e in examples:
+            self.pref_examples += e["task"] == "pref"
+            self.refl_examples += e["task"] == "refl"
+            self.label_1 += e["label"] == 1
+            self.label_2 += e["label"] == 2
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,8 +180,8 @@ def sft_examples(item: Item, rollouts: CachedRollouts, suffix: str, tasks: tuple
     """The warm-start examples of one item (2 per task: both orders), prompted with
     `criteria` (the judging criteria, when given)."""
     style = PromptStyle(criteria)
-    stats.items += 1
     if rollouts.error:
+        stats.items += 1
         stats.items_unsampled += 1
         return []
     stats.rollouts += len(rollouts.texts)
@@ -180,9 +193,5 @@ def sft_examples(item: Item, rollouts: CachedRollouts, suffix: str, tasks: tuple
         out += pref_examples(item, analyses, suffix, rng, stats, style)
     if "refl" in tasks:
         out += refl_examples(item, analyses, suffix, rng, stats, style)
-    for e in out:
-        stats.pref_examples += e["task"] == "pref"
-        stats.refl_examples += e["task"] == "refl"
-        stats.label_1 += e["label"] == 1
-        stats.label_2 += e["label"] == 2
+    stats.count(out)
     return out

@@ -121,6 +121,9 @@ class EngineSettings:
     lora: str | None = _opt(None, "A GGUF LoRA adapter applied to the model at run time.",
                             metavar="ADAPTER.gguf")
     lora_scale: float = _opt(1.0, "Scale of the LoRA adapter.")
+    demo_adapter: bool = _opt(True, "Judge with the embedded model alone, without the format "
+                              "adapter rmjudge ships for it (used only when neither --model "
+                              "nor --lora is given).", flag="--no-demo-adapter")
     device: Literal["auto", "cpu", "cuda"] = _opt(
         "auto", "auto: CUDA when llama.cpp was built with it.", choices=("auto", "cpu", "cuda"))
     n_gpu_layers: int | None = _opt(None, "Layers to offload (default: all on CUDA, none on CPU).",

@@ -17,7 +17,9 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
     """An engine of `kind`. With `vocab_only`, a `ModelVocab` instead (prompt token counts and
     model metadata without loading weights; both local engines tokenize the same way). With
     `server` (or kind "server"): judge through that server; `settings.model`, when set, is then
-    only where the chat template and tokenizer come from."""
+    only where the chat template and tokenizer come from. A local engine on the embedded model
+    chosen by default (no model, no LoRA given) gets the packaged demo format adapter unless
+    `settings.demo_adapter` is False (rmjudge.engine.models.with_demo_adapter)."""
     settings = settings or EngineSettings()
     kind = kind or settings.kind
     if server is not None or kind == "server":
@@ -31,6 +33,9 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
 
             server = replace(server, template_model=settings.model)
         return ServerEngine(server)
+    from rmjudge.engine.models import with_demo_adapter
+
+    settings = with_demo_adapter(settings)  # the embedded model chosen by default only
     if settings.lora:
         check_lora_settings(settings)
     if vocab_only:

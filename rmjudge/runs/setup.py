@@ -88,7 +88,10 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
         engine = load_engine(es, server=server)
         status(f"rmjudge: {engine.describe()}")
         return engine
-    status(f"rmjudge: loading the judge {resolve_model(es.model)} ...")
+    from rmjudge.engine.models import DEMO_ADAPTER_NAME, wants_demo_adapter
+
+    adapter = f" + {DEMO_ADAPTER_NAME}" if wants_demo_adapter(es) else ""
+    status(f"rmjudge: loading the judge {resolve_model(es.model)}{adapter} ...")
     try:
         return load_engine(es)
     except KeyboardInterrupt:
