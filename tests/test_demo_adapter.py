@@ -1,8 +1,9 @@
 """The demo format adapter shipped for the embedded model: when it is used (only for the
 embedded model chosen by default; an explicit --model or --lora is never changed;
 --no-demo-adapter turns it off), the packaged file and its recorded hash, what the run spec and
-the run record say of it, its templated training targets, and (slow, embedded model) that the
-embedded model with it writes parseable verdicts and runs self-reflection on the examples."""
+the run record say of it and its templated training targets. That the embedded model with it
+writes parseable verdicts and runs self-reflection on the examples is tests/test_readme.py's
+run of the README's first command."""
 
 from __future__ import annotations
 
@@ -181,26 +182,3 @@ def test_loading_the_embedded_model_applies_the_adapter(model_path, no_env_model
     assert resolve(JudgeSettings(), info).demo
     assert load_engine(EngineSettings(demo_adapter=False), vocab_only=True).info.lora is None
     assert load_engine(EngineSettings(model=model_path), vocab_only=True).info.lora is None
-
-
-@pytest.mark.slow
-@pytest.mark.model
-def test_the_demo_judge_parses_and_reflects_on_the_examples(model_path, no_env_model, tmp_path):
-    """At the demo's budget (256 tokens, temperature 1), >= 90% of the rollouts write their own
-    verdict, anchors are chosen and self-reflection runs and is recorded."""
-    from rmjudge.engine import load_engine
-    from rmjudge.runs.pipeline import score
-
-    src = tmp_path / "ex.jsonl"
-    src.write_text("".join((ROOT / "examples" / "pairs.jsonl").read_text().splitlines(True)[:3]))
-    engine = load_engine(EngineSettings(threads=2))
-    out = str(tmp_path / "o.duckdb")
-    summary = score(str(src), engine, JudgeSettings(samples=4, seed=0), output=out)
-    assert summary.judged == 3
-    texts = rows(out, "SELECT text FROM samples WHERE stage = 'rollout'")
-    parsed = sum(parse_verdict(t, "pref") is not None for (t,) in texts)
-    assert len(texts) == 24 and parsed / len(texts) >= 0.9, parsed
-    assert rows(out, "SELECT count(*) FROM samples WHERE is_anchor")[0][0] >= 3
-    refl = rows(out, "SELECT text FROM samples WHERE stage = 'reflection'")
-    assert refl and sum(parse_verdict(t, "refl") is not None for (t,) in refl) >= len(refl) / 2
-    assert rows(out, "SELECT lora_sha256 FROM runs") == [(DEMO_ADAPTER_SHA256,)]
