@@ -416,3 +416,15 @@ def test_open_store_reads_a_bare_export_whose_run_store_is_gone(tmp_path):
     assert list(store.pairs["id"]) == ["r1", "r2", "r3"] and len(store.samples) == 6
     assert list(store.errors["row_number"]) == [4] and store.runs.empty
     assert verdicts(store.results) == verdicts(table)
+
+
+def test_rank_candidates_and_open_store_refuse_other_objects_with_a_typed_error(tmp_path):
+    """Objects where a path is expected are one typed error, not a traceback from inside."""
+    import rmjudge
+
+    with pytest.raises(rmjudge.InputError, match="not a list"):
+        rmjudge.rank_candidates([{"prompt": "p", "responses": ["a", "b"]}],
+                                str(tmp_path / "r.duckdb"))
+    with pytest.raises(rmjudge.UserError, match="not a NoneType"):
+        rmjudge.open_store(None)
+    assert not (tmp_path / "r.duckdb").exists()

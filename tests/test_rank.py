@@ -233,6 +233,23 @@ def test_bad_prompts_land_in_errors_with_one_summary_line_each(tmp_path):
     assert text.count("    ") >= 4 and "(row 2)" in text and "(row 5)" in text
 
 
+def test_a_run_that_stores_no_comparison_ends_in_one_error_not_a_traceback(tmp_path):
+    """Every prompt an error row (or an empty input): no comparison is stored, the summary
+    says nothing was ranked, and eval and filter read the store without failing."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "one", "prompt": "q", "responses": ["x"]}])
+    out = str(tmp_path / "e.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    assert (s.prompts, s.ranked, s.problems) == (1, 0, 1)
+    r = CliRunner().invoke(main, ["eval", out])
+    assert r.exit_code == 0 and "top-1 accuracy: n/a" in r.output, r.output
+    r = CliRunner().invoke(main, ["filter", out, "-o", str(tmp_path / "f.jsonl")])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+
+
 def test_shards_split_by_prompt_and_together_give_the_unsharded_comparisons(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", responses_rows(6, 3))
     whole = str(tmp_path / "w.duckdb")

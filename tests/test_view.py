@@ -241,6 +241,28 @@ def test_output_rules(judged, tmp_path):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".v.new-")] == []
 
 
+def test_an_explorer_holding_other_files_or_the_table_is_never_replaced(judged, tmp_path):
+    """Replacing an explorer deletes its folder whole: one the user saved notes in, one that
+    holds the judged table itself, or a symbolic link to one is refused and left as it was."""
+    out = tmp_path / "v"
+    assert CliRunner().invoke(main, ["view", judged, "-o", str(out)]).exit_code == 0
+    (out / "notes.txt").write_text("keep me")
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    assert r.exit_code == 1 and r.output.count("Error:") == 1 and "notes.txt" in r.output
+    assert (out / "notes.txt").read_text() == "keep me"
+    (out / "notes.txt").unlink()
+    inner = out / "in.duckdb"
+    shutil.copy(judged, inner)
+    r = CliRunner().invoke(main, ["view", str(inner), "-o", str(out)])
+    assert r.exit_code == 1 and "holds the judged table" in r.output and inner.exists()
+    inner.unlink()
+    link = tmp_path / "vlink"
+    link.symlink_to(out)
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(link)])
+    assert r.exit_code == 1 and "symbolic link" in r.output and link.is_symlink()
+    assert not any(p.startswith(".vlink") for p in os.listdir(tmp_path))
+
+
 def test_a_full_disk_leaves_the_earlier_explorer(judged, tmp_path, monkeypatch):
     from rmjudge.core.errors import DiskError
     from rmjudge.view import site

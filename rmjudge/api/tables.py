@@ -97,6 +97,11 @@ def open_store(path: str | os.PathLike) -> "JudgedStore":
     from rmjudge.store import output_format, store_path
 
     require_pandas()
+    if not isinstance(path, (str, os.PathLike)):
+        from rmjudge.analysis.tables import TableError
+
+        raise TableError(f"open_store reads a judged store's path, not a {type(path).__name__}: "
+                         "give the .duckdb store (or its .parquet/.jsonl export)")
     path = os.fspath(path)
     work = store_path(path)
     # a Parquet/JSONL export is read from the run store behind it while that is there

@@ -31,7 +31,16 @@ def rank(source: str, output: str | None = None, *, engine=None, judge=None,
     `engine`: an engine already loaded (else one is loaded from `engine_settings`, an
     `EngineSettings`); `judge`: the `JudgeSettings` (defaults as `rmjudge score`). The other
     arguments are `rmjudge rank`'s options (docs/rank.md)."""
+    import os
+
     from rmjudge.io.mapping import Mapper
+    from rmjudge.io.rows import InputError
+
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"rank_candidates reads a file or a Hub id, not a "
+                         f"{type(source).__name__}: write the rows to a JSONL file and give "
+                         "its path (docs/rank.md)")
+    source = os.fspath(source)
     from rmjudge.rank.runner import RankOptions, rank_input
     from rmjudge.runs.setup import RunOptions
     from rmjudge.core.settings import EngineSettings, JudgeSettings

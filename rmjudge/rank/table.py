@@ -68,7 +68,10 @@ def _int(v: Any) -> int | None:
 
 
 def read_rankings(table) -> list[PromptRanking]:
-    """Every prompt of a ranked store with its ranking, in input order."""
+    """Every prompt of a ranked store with its ranking, in input order (none before a
+    comparison was stored: the pairs table gets rank's columns with its first comparison)."""
+    if "prompt_id" not in table.passthrough:
+        return []
     settings = rank_settings(table)
     seed = int(settings.get("seed", 0))
     extra = [c for c in table.passthrough if c not in RESERVED]

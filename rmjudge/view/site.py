@@ -79,10 +79,22 @@ def check_view_output(table: str, output: str) -> None:
                           f"folder beside it: choose another -o")
     if not os.path.lexists(output):
         return
+    if os.path.islink(output):
+        raise OutputError(f"{output} is a symbolic link; `rmjudge view` replaces its folder "
+                          f"whole, so give the folder itself; {leave}")
     if not os.path.isdir(output):
         raise OutputError(f"{output} exists and is not a folder; `rmjudge view` writes a "
                           f"folder; {leave}")
+    inside = os.path.realpath(table).startswith(os.path.realpath(output) + os.sep)
+    if inside:
+        raise OutputError(f"{output} holds the judged table {table}; `rmjudge view` replaces "
+                          f"its folder whole; {leave}")
     if is_view_dir(output):
+        foreign = sorted(set(os.listdir(output)) - {*ASSETS, "data"})
+        if foreign:  # an explorer the user added files to: replacing it would delete them
+            raise OutputError(f"{output} is an explorer but also holds files `rmjudge view` "
+                              f"did not write ({', '.join(foreign[:3])}"
+                              f"{', ...' if len(foreign) > 3 else ''}); {leave}, or move them")
         return
     try:
         empty = not os.listdir(output)
