@@ -58,7 +58,7 @@ def make_batches(work: str, n: int) -> None:
     from rmjudge.engine.fake import ScriptedEngine
     from rmjudge.runs.pipeline import score
     from rmjudge.core.settings import JudgeSettings
-    from rmjudge.store import write_json, write_query_file
+    from rmjudge.files import write_json, write_query_file
 
     os.makedirs(os.path.join(work, "batches"))
     src = os.path.join(work, "in.jsonl")

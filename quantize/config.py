@@ -62,8 +62,8 @@ def _need_model(path: str, what: str) -> None:
 def _file_output(out: str, command: str, inputs: tuple[str | None, ...],
                  overwrite: bool) -> None:
     """A GGUF output: never an input; an existing file only with --overwrite (no record is
-    kept beside a GGUF, so none counts as this command's own: rmjudge.runs.overwrite)."""
-    from rmjudge.runs.overwrite import OverwriteError, check_file_target, check_not_input
+    kept beside a GGUF, so none counts as this command's own: rmjudge.files.overwrite)."""
+    from rmjudge.files import OverwriteError, check_file_target, check_not_input
 
     try:
         check_not_input([out], None, inputs)
@@ -75,8 +75,8 @@ def _file_output(out: str, command: str, inputs: tuple[str | None, ...],
 def _folder_output(out_dir: str, command: str, inputs: tuple[str | None, ...],
                    overwrite: bool) -> None:
     """A Hugging Face folder output: never an input; a folder that holds files only with
-    --overwrite (rmjudge.runs.overwrite)."""
-    from rmjudge.runs.overwrite import OverwriteError, check_folder_target, check_not_input
+    --overwrite (rmjudge.files.overwrite)."""
+    from rmjudge.files import OverwriteError, check_folder_target, check_not_input
 
     try:
         check_not_input([out_dir], None, inputs)

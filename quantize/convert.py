@@ -23,7 +23,7 @@ from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, \
     reorder_rows_for_rope, write_hparams
 from quantize.hfio import HFFolder, text_config
 from quantize.vocab import write_vocab
-from rmjudge.store import write_produced
+from rmjudge.files import write_produced
 
 
 @dataclass

@@ -185,7 +185,7 @@ def _pre_from_json(spec: str):
 
 def unpack_gguf(cfg: UnpackConfig) -> Path:
     """Write `cfg.gguf` as a Hugging Face folder; returns the folder."""
-    from rmjudge.runs.overwrite import write_folder
+    from rmjudge.files import write_folder
 
     model, tokenizer = load_causal_lm(cfg.gguf, cfg.dtype)
     out = Path(cfg.out_dir)

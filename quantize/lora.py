@@ -37,7 +37,7 @@ from quantize.config import ExportError, LoraExportConfig, check_lora_output
 from quantize.convert import encode, nbytes, to_numpy
 from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, reorder_rows_for_rope
 from quantize.hfio import read_config, text_config
-from rmjudge.store import write_produced
+from rmjudge.files import write_produced
 
 _PREFIX = "base_model.model."
 

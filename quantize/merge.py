@@ -14,7 +14,7 @@ from pathlib import Path
 
 from quantize.config import ExportError, MergeConfig
 from quantize.hfio import load_causal_lm
-from rmjudge.runs.overwrite import write_folder
+from rmjudge.files import write_folder
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantize.config import ExportError, QuantizeConfig, check_quantize_output
-from rmjudge.store import write_produced
+from rmjudge.files import write_produced
 
 # the type each requested file type is built around (K-quant mixes also use other K types)
 _BASE_TYPE = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q6_K": "Q6_K", "Q5_K_M": "Q5_K", "Q4_K_M": "Q4_K"}

@@ -32,7 +32,7 @@ _PUBLIC = {
     "ModelError": "rmjudge.core.errors",
     "SettingsError": "rmjudge.core.settings",
     "InputError": "rmjudge.io.rows",
-    "StoreError": "rmjudge.store.files",
+    "StoreError": "rmjudge.files.errors",
     "MissingExtraError": "rmjudge.core.extras",
     "Interrupted": "rmjudge.runs.pipeline",
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("rmjudge", "training", "quantize", "benchmarks")
 STORE = "rmjudge/store/"
+FILES = "rmjudge/files/"
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,11 +201,12 @@ def test_the_circle_check_finds_a_circle():
 LAYERS = (
     ("core",),  # shared values and small services
     ("io",),  # reading inputs
+    ("files",),  # safe files: locks, atomic writes, temporaries, output guards, the cache
     ("prompts",),  # the judge's prompts, verdict parsing, the template sandbox
     ("engine",),  # engines, the judge model found and checked, the token budget
     ("judging",),  # the protocol, the run spec, the Judge
-    ("store",),  # the run store and the file writers
-    ("runs",),  # the run set-up, the pipeline, dry run, merge, Ray, output guards
+    ("store",),  # the DuckDB run store
+    ("runs",),  # the run set-up, the pipeline, dry run, merge, Ray
     ("analysis",),  # judged outputs read: eval, report, filter, compare
     ("review",),  # human review
     ("publish",),  # dataset cards and uploads
@@ -291,7 +293,7 @@ def test_only_the_store_writes_duckdb_files():
     found = []
     for path, tree in _modules():
         rel = str(path.relative_to(ROOT))
-        if rel.startswith(STORE):
+        if rel.startswith((STORE, FILES)):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -321,9 +323,6 @@ PATH_MOVES = {"rename", "replace"}  # Path.rename(target): one argument (str.rep
 # Files that are not run files, written by code outside the store. Each entry: the module and
 # why its writes are not the store's business. Keep it short.
 NOT_RUN_FILES = {
-    # rmjudge's own caches under ~/.cache/rmjudge (measured throughput, Hub lookups)
-    ("rmjudge/core/cache.py", ".write_text()"): "a cache in ~/.cache",
-    ("rmjudge/core/cache.py", "os.replace()"): "a cache in ~/.cache",
     # a Ray worker's private copy of an input file's bytes, in its own TemporaryDirectory
     ("rmjudge/runs/ray_runner.py", "open(..., 'wb')"): "a scratch copy of input, in a temp folder",
     # the training rollout cache and the GRPO log: training outputs, beside the checkpoints
@@ -333,7 +332,7 @@ NOT_RUN_FILES = {
     ("training/grpo.py", "open(..., 'ab')"): "the training log, beside the checkpoints",
     # the converted Hugging Face copy of a GGUF model, in ~/.cache
     ("training/hf.py", ".write_text()"): "a model conversion cache in ~/.cache",
-    # fills the temporary that rmjudge.store.write_produced hands it, which the store places
+    # fills the temporary that rmjudge.files.write_produced hands it, which it places
     ("training/data.py", "open(..., 'wb')"): "the store's temporary (write_produced)",
 }
 
@@ -386,7 +385,7 @@ def test_only_the_store_writes_renames_or_deletes_files():
     found = []
     for path, tree in _modules():
         rel = str(path.relative_to(ROOT))
-        if rel.startswith(STORE) or rel.split("/")[0] not in WRITE_CHECKED:
+        if rel.startswith((STORE, FILES)) or rel.split("/")[0] not in WRITE_CHECKED:
             continue
         found += [f"{rel}:{line}: {what}" for line, what in _writes(tree)
                   if (rel, what) not in NOT_RUN_FILES]
@@ -589,7 +588,7 @@ def _doc_code_names(text: str) -> list[str]:
 
 def test_architecture_names_every_module():
     """Each module of rmjudge/, training/ and quantize/ is named in docs/architecture.md: by its
-    path (`rmjudge/runs/setup.py`, `store/paths.py`), or by its file name in a paragraph that names its
+    path (`rmjudge/runs/setup.py`, `files/paths.py`), or by its file name in a paragraph that names its
     package folder (`rmjudge/engine/`: ... `vocab.py`)."""
     text = ARCHITECTURE.read_text()
     paragraphs = _doc_paragraphs(text)

@@ -215,7 +215,7 @@ def store_lock_held(store: str):
 
 @pytest.mark.parametrize("name", ["run.parquet", "run.jsonl"])
 def test_eval_on_an_export_a_running_job_has_not_written_yet_is_busy(tmp_path, name):
-    from rmjudge.store import store_path
+    from rmjudge.files import store_path
 
     export = tmp_path / name
     with store_lock_held(store_path(str(export))):

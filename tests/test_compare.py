@@ -405,7 +405,8 @@ def test_tables_with_swapped_slots_are_aligned(tmp_path):
 
 def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
     from rmjudge.analysis.jury import is_jury_store
-    from rmjudge.store import Store, store_path
+    from rmjudge.files import store_path
+    from rmjudge.store import Store
 
     x, y, _ = judges
     for out in (str(tmp_path / "busy.duckdb"), str(tmp_path / "busy.parquet")):

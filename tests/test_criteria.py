@@ -20,7 +20,7 @@ from rmjudge.prompts import (PromptStyle, pref_messages, prompt_style, refl_mess
                              verdict_lines)
 from rmjudge.prompts.criteria import BUILTIN
 from rmjudge.core.settings import JudgeSettings
-from rmjudge.store import StoreError
+from rmjudge.files import StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

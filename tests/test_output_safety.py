@@ -18,12 +18,13 @@ import pytest
 from analysis_fixture import FIXTURE, build
 from click.testing import CliRunner
 
-import rmjudge.store.files as store_files
+import rmjudge.files.atomic as atomic_files
 from rmjudge.analysis.report import GENERATOR
 from rmjudge.cli import main
 from rmjudge.core.errors import EXIT_BUSY, EXIT_USER
 from rmjudge.analysis.filter_record import record_path
-from rmjudge.store import Store, store_path
+from rmjudge.files import store_path
+from rmjudge.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +156,8 @@ def test_filter_moves_a_temporary_file_from_the_target_folder(judged, tmp_path, 
         return move
 
     # a new file is linked into place (never replacing one), an existing one replaced
-    monkeypatch.setattr(store_files.os, "replace", spy(real_replace))
-    monkeypatch.setattr(store_files.os, "link", spy(real_link))
+    monkeypatch.setattr(atomic_files.os, "replace", spy(real_replace))
+    monkeypatch.setattr(atomic_files.os, "link", spy(real_link))
     out = tmp_path / "sub" / "clean.parquet"
     r = _run("filter", judged, "-o", str(out))
     assert r.exit_code == 0, r.output
@@ -280,7 +281,7 @@ def test_reading_a_store_being_written_exits_3_in_one_line(judged, tmp_path, hol
 def test_a_file_created_after_the_check_is_never_replaced(tmp_path):
     """The window between the refusal check and the move: a file another process creates
     there is left alone (the move is a no-replace link) and the check runs again."""
-    from rmjudge.store import write_file
+    from rmjudge.files import write_file
 
     path = tmp_path / "report.html"
     calls = []

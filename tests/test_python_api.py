@@ -406,7 +406,7 @@ def test_without_pandas_the_api_names_the_extra(tmp_path):
 
 
 def test_open_store_reads_a_bare_export_whose_run_store_is_gone(tmp_path):
-    from rmjudge.store import store_path
+    from rmjudge.files import store_path
 
     out = tmp_path / "judged.parquet"
     rows = ROWS + [{"prompt": "no responses"}]

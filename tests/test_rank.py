@@ -289,7 +289,7 @@ def test_kill_9_and_resume_judge_every_comparison_once(tmp_path):
 
 
 def test_a_resume_with_another_strategy_is_refused(tmp_path):
-    from rmjudge.store import StoreError
+    from rmjudge.files import StoreError
 
     src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
     out = str(tmp_path / "r.duckdb")

@@ -479,7 +479,8 @@ def test_ray_batches_record_a_repeated_id_with_intakes_reason(tmp_path):
     from test_store import row, write_jsonl
 
     from rmjudge.io.intake import duplicate_reason
-    from rmjudge.store import NewStore, Store, import_batches, write_query_file
+    from rmjudge.files import write_query_file
+    from rmjudge.store import NewStore, Store, import_batches
 
     batches = tmp_path / "batches"
     inputs = [[row(0), row(9, id="it's")], [row(1), row(2), row(8, id="it's")]]

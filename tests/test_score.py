@@ -12,7 +12,8 @@ from helpers import first_slot_response, pref, refl, rows
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.runs.pipeline import score
 from rmjudge.core.settings import JudgeSettings
-from rmjudge.store import Store, StoreError
+from rmjudge.files import StoreError
+from rmjudge.store import Store
 
 DATA = Path(__file__).parent / "data"
 

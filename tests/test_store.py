@@ -22,7 +22,8 @@ from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.core.errors import EXIT_BUSY, EXIT_DISK, EXIT_INTERRUPTED, BusyError, DiskError
 from rmjudge.runs.merge import merge
 from rmjudge.runs.pipeline import Interrupted, score
-from rmjudge.store import Store, StoreError, store_path
+from rmjudge.files import StoreError, store_path
+from rmjudge.store import Store
 
 DATA = Path(__file__).parent / "data"
 PAIRS = str(DATA / "pandalm_5.jsonl")
@@ -896,7 +897,7 @@ def test_a_judged_row_that_became_unjudgeable_leaves_no_stale_verdict(tmp_path, 
 def test_store_moves_never_replace_what_another_writer_placed(tmp_path):
     """The store's folder move and write-once file keep what is there already (a concurrent
     Ray attempt's batch, an intake file with other rows); a placed copy holds the source."""
-    from rmjudge.store import place_copy, place_dir, write_json, write_once
+    from rmjudge.files import place_copy, place_dir, write_json, write_once
 
     mine, theirs = tmp_path / ".tmp-b0", tmp_path / "b0"
     mine.mkdir()

@@ -246,7 +246,7 @@ def test_training_folders_accept_their_own_earlier_output(world, tmp_path):
     (sft_run / "x").write_text("")
     claim = GRPOSettings(model=str(world / "hf"), data=str(world / "data.jsonl"),
                          output_dir=str(sft_run))
-    from rmjudge.runs.overwrite import OverwriteError
+    from rmjudge.files import OverwriteError
 
     with pytest.raises(OverwriteError, match="did not write"):
         check_output(claim)
@@ -345,7 +345,7 @@ def test_verify_refuses_an_empty_reference_folder(world, tmp_path):
 # -- folders built beside their target ----------------------------------------------------------
 
 def test_a_folder_is_moved_in_without_replacing_a_file_that_appeared(tmp_path):
-    from rmjudge.runs.overwrite import OverwriteError, install_folder, temp_folder_beside
+    from rmjudge.files import OverwriteError, install_folder, temp_folder_beside
 
     out = tmp_path / "model"
     tmp = temp_folder_beside(str(out))
@@ -368,7 +368,7 @@ def test_a_folder_is_moved_in_without_replacing_a_file_that_appeared(tmp_path):
 
 _WRITER = """
 import sys, time
-from rmjudge.store import write_produced
+from rmjudge.files import write_produced
 from training.outputs import StagedCheckpoints
 from pathlib import Path
 

@@ -337,10 +337,10 @@ def is_own_output(path: str) -> bool:
 def check_outputs(source: str, output: str | Path, cache_path: str | Path | None,
                   inputs: tuple[str | None, ...] = (), overwrite: bool = False) -> None:
     """Everything about build-data's outputs (training file, stats, rollout cache) that can be
-    refused before a model loads (rmjudge.runs.overwrite): a bad extension, an input (`source`
+    refused before a model loads (rmjudge.files.overwrite): a bad extension, an input (`source`
     and `inputs`: model, adapter) named as an output, two outputs that are one file, and an
     existing file build-data did not write (unless `overwrite`)."""
-    from rmjudge.runs.overwrite import check_distinct, check_file_target, check_not_input
+    from rmjudge.files import check_distinct, check_file_target, check_not_input
 
     from training.cache import check_cache_file
 
@@ -368,7 +368,7 @@ def write_examples(examples: list[dict[str, Any]], output: str | Path,
     (`check` runs again just before the file is moved into place); with `stats`, the stats
     file, recording the output's sha256, is written next."""
     from rmjudge.analysis.filter_record import file_sha256
-    from rmjudge.store import write_file, write_produced
+    from rmjudge.files import write_file, write_produced
 
     check_output_name(output)
     out = Path(output)
@@ -442,7 +442,7 @@ def build_data(source: str, output: str | Path, rollout_source: RolloutSource, c
     outputs are checked first (`check_outputs`), and again just before they are replaced. The
     temporaries a killed build-data left beside the output and its stats file
     (`.NAME.new-XXXXXXXX`) are removed first, unless a live process holds them."""
-    from rmjudge.store import clean_stale_temps
+    from rmjudge.files import clean_stale_temps
 
     check_outputs(source, output, cache_path, overwrite=overwrite)
     for path in (output, stats_path(output)):

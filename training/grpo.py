@@ -319,7 +319,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     an external generation server, or scripted completions in tests). `say` gets one-line
     notes before training (the per-task counts of the prompt-length filter).
     """
-    from rmjudge.store import write_file
+    from rmjudge.files import write_file
 
     from training.outputs import claim_output_dir
 

@@ -1,9 +1,9 @@
 """The output folder of `rmjudge-train sft` and `grpo`: checked before anything loads, under
-the rules of `rmjudge.runs.overwrite`.
+the rules of `rmjudge.files.overwrite`.
 
 The folder is this command's own (so a rerun or `--resume` writes into it) when it holds the
-marker `rmjudge.runs.overwrite.MARKER` naming the command, written before anything else, or, for a
-folder of an earlier version, a `settings.json` holding exactly that command's settings. Any
+marker `rmjudge.files.overwrite.MARKER` naming the command, written before anything else, or,
+for a folder of an earlier version, a `settings.json` holding exactly that command's settings. Any
 other folder that holds files is refused unless `--overwrite`; a file given as the folder, or
 an input (source, data, model, adapter) given as the folder, is always refused.
 
@@ -25,7 +25,7 @@ from typing import Callable
 import orjson
 
 from rmjudge.engine.adapter_format import ADAPTER_INFO_FILE
-from rmjudge.runs.overwrite import check_folder_target, check_not_input, marked_by, write_marker
+from rmjudge.files import check_folder_target, check_not_input, marked_by, write_marker
 
 
 def _legacy_settings(folder: str, settings_cls) -> bool:
@@ -54,7 +54,7 @@ def claim_output_dir(settings, command: str) -> None:
     """Create the output folder and mark it as `command`'s (before anything is written), and
     remove what a killed run of it left half-written there (only rmjudge's temporaries that no
     live process holds)."""
-    from rmjudge.store import clean_folder_temps
+    from rmjudge.files import clean_folder_temps
 
     write_marker(settings.output_dir, command)
     clean_folder_temps(settings.output_dir)
@@ -71,7 +71,7 @@ class StagedCheckpoints:
     `save_total_limit`, which it can no longer apply itself)."""
 
     def __init__(self, out: Path, keep: int | None):
-        from rmjudge.store import TempDir
+        from rmjudge.files import TempDir
 
         self.out = Path(out)
         self.keep = keep
@@ -84,7 +84,7 @@ class StagedCheckpoints:
     def collect(self) -> list[str]:
         """Move the finished checkpoints in, then drop the oldest beyond `keep`; returns the
         checkpoints moved in."""
-        from rmjudge.store import remove_tree, replace_dir
+        from rmjudge.files import remove_tree, replace_dir
 
         moved = []
         for name in sorted(os.listdir(self.path)):
@@ -111,7 +111,7 @@ class StagedCheckpoints:
 
     def save_state(self, trainer) -> None:
         """`trainer.save_state()` into `out` (trainer_state.json, written whole)."""
-        from rmjudge.store import write_produced
+        from rmjudge.files import write_produced
 
         write_produced(str(self.out / "trainer_state.json"), trainer.state.save_to_json)
 
@@ -122,7 +122,7 @@ class StagedCheckpoints:
 def write_model_dir(dest: Path, save: Callable[[str], None]) -> None:
     """`save(folder)` (transformers' `save_pretrained` and the like) into a folder built beside
     `dest` and moved into its place whole."""
-    from rmjudge.store import TempDir
+    from rmjudge.files import TempDir
 
     tmp = TempDir(str(dest))
     try:
@@ -138,6 +138,6 @@ def write_adapter_info(adapter_dir: str | os.PathLike, prompt_format: int | None
     (`ADAPTER_INFO_FILE`, read back by rmjudge.engine.adapter_format.read_adapter_info)."""
     if prompt_format is None:
         return
-    from rmjudge.store import write_json
+    from rmjudge.files import write_json
 
     write_json(os.path.join(adapter_dir, ADAPTER_INFO_FILE), {"prompt_format": int(prompt_format)})

@@ -267,7 +267,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         progress: Callable[[dict], None] | None = None,
         say: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """The whole stage; returns the summary also written to OUTPUT_DIR/sft.json."""
-    from rmjudge.store import write_file
+    from rmjudge.files import write_file
 
     from training.outputs import claim_output_dir
 

@@ -50,7 +50,7 @@ from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.analysis.typed import typed_columns
 from rmjudge.core.settings import SettingsError
 from rmjudge.core.sql import quote_ident
-from rmjudge.store import output_format
+from rmjudge.files import output_format
 
 MSG_TYPE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
 FORMATS = ("dpo", "rm", "kto")
@@ -250,8 +250,8 @@ def dataset_query(table: JudgedTable, fs: FilterSettings) -> str:
 
 def check_filter_output(table: str, output: str) -> None:
     """Refuse `output` unless it is new or an earlier filter output that nothing changed since
-    (its filter record's sha256 matches; rmjudge.store.outputs)."""
-    from rmjudge.store import guard_output
+    (its filter record's sha256 matches; rmjudge.files.outputs)."""
+    from rmjudge.files import guard_output
     from rmjudge.analysis.filter_record import is_filter_output, record_path
 
     guard_output(output, table, "filter", is_filter_output,
@@ -272,7 +272,7 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs, source)}")
     query = dataset_query(table, fs)
     columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
-    from rmjudge.store import write_query_file
+    from rmjudge.files import write_query_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     write_query_file(con, query, output, fmt,

@@ -119,7 +119,7 @@ def is_filter_output(path: str) -> bool:
 
 
 def write_record(export: str, record: dict) -> str:
-    from rmjudge.store import write_file
+    from rmjudge.files import write_file
 
     path = record_path(export)
     write_file(path, orjson.dumps(record, option=orjson.OPT_INDENT_2, default=str))

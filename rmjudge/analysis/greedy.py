@@ -17,7 +17,7 @@ from typing import Callable
 import orjson
 
 from rmjudge.analysis.tables import JudgedTable, TableError
-from rmjudge.store import sidecar
+from rmjudge.files import sidecar
 from rmjudge.judging.protocol import PairOrderJob, to_letter, usable
 from rmjudge.judging.runspec import resolve
 from rmjudge.core.settings import JudgeSettings

@@ -152,7 +152,7 @@ def is_jury_file(path: str) -> bool:
     """True when `path` is a Parquet/JSONL jury table written by `rmjudge compare --jury`."""
     import duckdb
 
-    from rmjudge.store import output_format
+    from rmjudge.files import output_format
 
     fmt = output_format(path)
     if fmt == "duckdb":
@@ -172,7 +172,7 @@ def is_jury_file(path: str) -> bool:
 def check_jury_output(tables: list[JudgedTable], output: str) -> None:
     """Refuse `output` unless it is new or an earlier jury table (`guard_output`), never one
     of the compared tables."""
-    from rmjudge.store import guard_output
+    from rmjudge.files import guard_output
 
     for t in tables:
         guard_output(output, t.path, "compare", is_jury_file,
@@ -208,8 +208,7 @@ def is_jury_store(path: str) -> bool:
 def check_jury_store_output(tables: list[JudgedTable], output: str) -> None:
     """A DuckDB jury: a new file or an earlier jury store, never a compared table or any
     other database."""
-    from rmjudge.store import OutputError
-    from rmjudge.store import check_not_busy
+    from rmjudge.files import OutputError, check_not_busy
 
     check_not_busy(output)
     for t in tables:
@@ -234,8 +233,8 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
     of a store built beside `output` and moved into place (`NewStore`)."""
     import tempfile
 
-    from rmjudge.store import (ERROR_COLUMNS, SAMPLE_COLUMNS, NewStore, import_batches, make_dir,
-                               remove_tree, write_query_file)
+    from rmjudge.files import make_dir, remove_tree, write_query_file
+    from rmjudge.store import ERROR_COLUMNS, NewStore, SAMPLE_COLUMNS, import_batches
 
     con = tables[0].con
     folder = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.jury-",
@@ -265,7 +264,7 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
 def write_jury(tables: list[JudgedTable], output: str, leave_out: list[str] = ()) -> int:
     """Write the jury table of `tables` to `output` (.parquet, .jsonl, or a .duckdb run
     store), without the pairs in `leave_out`; returns its rows."""
-    from rmjudge.store import output_format, write_query_file
+    from rmjudge.files import output_format, write_query_file
 
     fmt = output_format(output)
     check = (lambda: check_jury_store_output(tables, output)) if fmt == "duckdb" else \

@@ -26,7 +26,7 @@ from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, 
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.extras import install_hint
 from rmjudge.core.sql import quote_ident
-from rmjudge.store import file_head
+from rmjudge.files import file_head
 
 MAX_GROUPS_HTML = 25
 CAL_EDGES = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -558,8 +558,8 @@ def is_report_file(path: str) -> bool:
 
 
 def check_report_output(t: JudgedTable | str, output: str) -> None:
-    """Refuse `output` unless it is new or an earlier report (rmjudge.store.outputs)."""
-    from rmjudge.store import guard_output
+    """Refuse `output` unless it is new or an earlier report (rmjudge.files.outputs)."""
+    from rmjudge.files import guard_output
 
     table = t if isinstance(t, str) else t.path
     guard_output(output, table, "report", is_report_file, f"its head has no {GENERATOR}")
@@ -571,7 +571,7 @@ def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None)
     check_report_output(t, output)
     data = build_report(t, group_by)
     page = render_html(data, make_figures(data), explorer_link(t.path, output))
-    from rmjudge.store import write_file
+    from rmjudge.files import write_file
 
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     write_file(output, page.encode("utf-8"), check=lambda: check_report_output(t, output))

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 import duckdb
 
 from rmjudge.core.sql import quote_ident, sql_literal
-from rmjudge.store import (ERROR_COLUMNS, GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS,
-                           StoreBusyError,
-                           check_not_busy, output_format, sidecar, store_path)
+from rmjudge.files import StoreBusyError, check_not_busy, output_format, sidecar, store_path
+from rmjudge.store import ERROR_COLUMNS, GREEDY_COLUMNS, PAIR_COLUMNS, SAMPLE_COLUMNS
 
 REQUIRED = ("id", "verdict", "verdict_ab", "verdict_ba", "consistent", "p_a", "label")
 _TYPES = {c: t.split()[0] for c, t in PAIR_COLUMNS + SAMPLE_COLUMNS + GREEDY_COLUMNS

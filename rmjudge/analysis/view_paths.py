@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from rmjudge.store import file_head, table_stem
+from rmjudge.files import file_head, table_stem
 
 GENERATOR = '<meta name="generator" content="rmjudge view">'
 PAGE = "index.html"

@@ -53,7 +53,7 @@ def output_path(output: str | os.PathLike | None) -> Iterator[str]:
     if output is not None:
         yield os.fspath(output)
         return
-    from rmjudge.store import remove_tree
+    from rmjudge.files import remove_tree
 
     folder = tempfile.mkdtemp(prefix="rmjudge-")
     try:
@@ -170,7 +170,7 @@ def score(data: Any, *, output: str | os.PathLike | None = None, model: str | No
 def _read_store(out: str):
     import duckdb
 
-    from rmjudge.store import store_path
+    from rmjudge.files import store_path
 
     con = duckdb.connect(store_path(out), read_only=True)
     try:

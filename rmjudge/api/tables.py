@@ -94,7 +94,7 @@ def open_store(path: str | os.PathLike) -> "JudgedStore":
     a UserError naming the fix when `path` is not a judged output or another process is
     writing it."""
     from rmjudge.analysis.tables import open_judged
-    from rmjudge.store import output_format, store_path
+    from rmjudge.files import output_format, store_path
 
     require_pandas()
     if not isinstance(path, (str, os.PathLike)):
@@ -128,7 +128,8 @@ class JudgedStore:
         """An in-memory DuckDB with views pairs, samples, errors, runs over the files."""
         from rmjudge.analysis.tables import open_judged
         from rmjudge.core.sql import sql_literal
-        from rmjudge.store import ERROR_COLUMNS, RUN_COLUMNS, SAMPLE_COLUMNS, sidecar
+        from rmjudge.files import sidecar
+        from rmjudge.store import ERROR_COLUMNS, RUN_COLUMNS, SAMPLE_COLUMNS
 
         if self.store is not None:
             table = open_judged(self.store)

@@ -29,7 +29,7 @@ from rmjudge.bench.base import BenchError, BenchResult, Benchmark, Item, RowProb
 from rmjudge.bench.sources import Published, read_published
 from rmjudge.core.errors import DiskError
 from rmjudge.io.intake import in_shard, raw_text
-from rmjudge.store import make_dir, write_once
+from rmjudge.files import make_dir, write_once
 
 # Intake columns that hold the texts judged or the gold; every other column groups results.
 TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "response_a", "response_b", "label",

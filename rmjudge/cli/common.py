@@ -46,7 +46,7 @@ class UserErrorGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             if ctx.invoked_subcommand is not None and not {"--help", "-h"} & set(ctx.args):
-                from rmjudge.store.files import check_platform
+                from rmjudge.files import check_platform
 
                 check_platform()  # Windows: one line naming what is missing, before any work
             return super().invoke(ctx)
@@ -97,7 +97,7 @@ def check_not_being_written(table: str, command: str) -> None:
     """A TABLE that does not exist yet because a running `score` is still judging into it (the
     lock of its run store is held) is "busy" (exit 3), not "not found": a Parquet/JSONL export
     appears only when that run ends."""
-    from rmjudge.store import StoreBusyError, check_not_busy, store_path
+    from rmjudge.files import StoreBusyError, check_not_busy, store_path
 
     if os.path.exists(table):
         return

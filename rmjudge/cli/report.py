@@ -10,7 +10,7 @@ from rmjudge.core.errors import DiskError
 
 
 def default_output(table: str) -> str:
-    from rmjudge.store import table_stem
+    from rmjudge.files import table_stem
 
     return f"{table_stem(table)}.report.html"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from rmjudge.core import cache
+from rmjudge.files import cache
 from rmjudge.core.extras import install_hint
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from rmjudge.core.errors import UserError
 from rmjudge.core.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.analysis.filter_record import read_record
-from rmjudge.store import make_dir, place_copy, remove_file, remove_tree, write_file
+from rmjudge.files import make_dir, place_copy, remove_file, remove_tree, write_file
 
 INSTALL_HINT = install_hint("hub")
 FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}

@@ -140,7 +140,8 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
     from rmjudge.analysis.filter import FilterSummary, check_filter_output
     from rmjudge.analysis.tables import TableError
     from rmjudge.rank.table import read_rankings
-    from rmjudge.store import output_format, write_rows_file
+    from rmjudge.files import output_format
+    from rmjudge.store import write_rows_file
 
     fmt = output_format(output)
     if fmt == "duckdb":

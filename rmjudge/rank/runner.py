@@ -41,7 +41,7 @@ class RankError(UserError):
 
 
 def check_rank_output(out: str) -> None:
-    from rmjudge.store import output_format
+    from rmjudge.files import output_format
 
     if output_format(out) != "duckdb":
         raise RankError(f"-o {out}: rank writes a run store with its rankings table; give a "

@@ -14,7 +14,7 @@ from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
-from rmjudge.store import write_file
+from rmjudge.files import write_file
 
 
 class ReviewError(UserError):

@@ -20,7 +20,8 @@ from rmjudge.analysis.tables import open_judged
 from rmjudge.review.export import ReviewError
 from rmjudge.review.formats import LabelFileError, read_labels
 from rmjudge.review.select import slot_key
-from rmjudge.store import Store, output_format, store_path
+from rmjudge.files import output_format, store_path
+from rmjudge.store import Store
 
 SWAP = {"A": "B", "B": "A", "tie": "tie"}
 EXAMPLES = 5

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rmjudge.core import cache
+from rmjudge.files import cache
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.prompts import PromptStyle
 from rmjudge.judging.runspec import resolve

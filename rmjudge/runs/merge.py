@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import orjson
 
 from rmjudge.core.sql import quote_ident, sql_literal
-from rmjudge.store import (NewStore, check_not_busy, describe_differences, import_stores,
-                           is_rmjudge_store, missing_core_tables, not_a_store_message)
+from rmjudge.files import check_not_busy
+from rmjudge.store import (NewStore, describe_differences, import_stores, is_rmjudge_store,
+                           missing_core_tables, not_a_store_message)
 
 SHOW = 5  # ids or row numbers named in a message before "and N more"
 SHARD_FIX = "pass the .duckdb files written by rmjudge score"
@@ -78,7 +79,7 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
 
     if not shards:
         raise MergeError("no shard files given; pass the run stores to merge, e.g. out-*.duckdb")
-    from rmjudge.store import output_format
+    from rmjudge.files import output_format
 
     if output_format(output) != "duckdb":
         raise MergeError(f"merge writes a DuckDB run store: name the output .duckdb, not "

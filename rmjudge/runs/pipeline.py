@@ -22,8 +22,8 @@ from rmjudge.judging.judge import Failure, Judge
 from rmjudge.judging.protocol import PairResult
 from rmjudge.judging.runspec import RunSpec, resolve, run_record
 from rmjudge.core.settings import JudgeSettings
-from rmjudge.store import (FAILED, FINISHED, INTERRUPTED, Store, StoreError, check_output,
-                           export_files, output_format, store_path)
+from rmjudge.files import StoreError, export_files, output_format, store_path
+from rmjudge.store import FAILED, FINISHED, INTERRUPTED, Store, check_output
 from rmjudge.core.types import Pair
 
 COMMIT_EVERY_PAIRS = 8

@@ -178,7 +178,7 @@ def snapshot_input(source: str, work: str) -> str:
     as `score` resolves it), written as JSON Lines to WORK/input.jsonl (one line per row, so
     row numbers are the dataset's) on every run, so a rerun sees the rows as they are now."""
     from rmjudge.io.readers import read_rows
-    from rmjudge.store import write_lines
+    from rmjudge.files import write_lines
 
     def lines():
         for raw in read_rows(source):
@@ -352,9 +352,9 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, check_not_busy, is_rmjudge_store, make_dir,
-                               not_a_store_message, other_settings_message, output_format,
-                               recover_batches, remove_tree, write_json)
+    from rmjudge.files import check_not_busy, make_dir, output_format, remove_tree, write_json
+    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, is_rmjudge_store, not_a_store_message,
+                               other_settings_message, recover_batches)
 
     if output_format(output) != "duckdb":
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "

@@ -195,7 +195,7 @@ def check_run_paths(source: str, output: str | None) -> str:
     Returns the output (`output`, or the default next to the input)."""
     from rmjudge.io.readers import detect_format
     from rmjudge.runs.pipeline import check_output, default_output
-    from rmjudge.store import check_platform
+    from rmjudge.files import check_platform
 
     check_platform()
     if output is not None and not output.strip():

@@ -1,12 +1,13 @@
-"""The run store: the only code that opens, locks, creates, replaces or deletes run files.
+"""The run store: the DuckDB database of a run, which only this package opens for writing (its
+files are created, replaced and deleted through `rmjudge.files`).
 
 - `schema`: the core tables and columns, run statuses, passthrough typing;
 - `bulk`: rows into a table in one statement (and the row-at-a-time reference);
-- `paths`: output naming (format, the store behind an export, sidecars, export locks);
-- `files`: locks, busy checks, the foreign-file refusal, disk errors and every atomic write;
+- `ownership`: which DuckDB files are rmjudge's stores (a foreign file is refused untouched);
+- `outputs`: `check_output`, what may be given as a run's output;
 - `run_store`: `Store`, an open and locked run store, with its writes and the summary queries;
 - `assemble`: `NewStore` (a store built aside and moved into place), merge and Ray import;
-- `outputs`: the checks on what may be given as an output.
+- `rows_file`: rows written as a whole Parquet/JSONL file through an in-memory table.
 
 Every public name is importable from `rmjudge.store` itself.
 """
@@ -23,41 +24,10 @@ from rmjudge.store.bulk import (
     insert_rows,
     insert_rows_each,
 )
-from rmjudge.store.files import (
-    LEAVE_FIX,
-    PlatformError,
-    StoreBusyError,
-    StoreError,
-    TempDir,
-    check_exports_not_busy,
-    check_not_busy,
-    check_platform,
-    check_writable_target,
-    clean_folder_temps,
-    clean_stale_temps,
-    disk_error,
-    file_head,
-    is_duckdb_file,
-    is_rmjudge_store,
-    make_dir,
-    place_copy,
-    place_dir,
-    remove_export,
-    remove_file,
-    remove_tree,
-    replace_dir,
-    replace_file,
-    write_file,
-    write_json,
-    write_lines,
-    write_once,
-    write_produced,
-    write_query_file,
-    write_rows_file,
-)
-from rmjudge.store.outputs import OutputError, check_output, check_output_is_not_input, guard_output
-from rmjudge.store.paths import (export_files, legacy_store_path, output_format, sidecar,
-                                 store_path, table_stem)
+from rmjudge.store.outputs import check_output
+from rmjudge.store.ownership import (LEAVE_FIX, check_writable_target, is_rmjudge_store,
+                                     refuse_foreign, remove_files)
+from rmjudge.store.rows_file import write_rows_file
 from rmjudge.store.run_store import Store
 from rmjudge.store.schema import (
     CORE_TABLES,
@@ -92,66 +62,33 @@ __all__ = [
     "INTERRUPTED",
     "LEAVE_FIX",
     "NewStore",
-    "OutputError",
     "PAIR_COLUMNS",
-    "PlatformError",
     "RESUME_FIX",
     "RUNNING",
     "RUN_COLUMNS",
     "SAMPLE_COLUMNS",
     "SCHEMA_VERSION",
     "Store",
-    "StoreBusyError",
-    "StoreError",
-    "TempDir",
     "batch_columns",
     "batch_judged",
-    "check_exports_not_busy",
-    "check_not_busy",
     "check_output",
-    "check_output_is_not_input",
-    "check_platform",
     "check_writable_target",
-    "clean_folder_temps",
-    "clean_stale_temps",
     "column_types",
     "delete_in",
     "delete_in_each",
     "describe_differences",
-    "disk_error",
-    "export_files",
-    "file_head",
-    "guard_output",
     "import_batches",
     "import_stores",
     "insert_rows",
     "insert_rows_each",
-    "is_duckdb_file",
     "is_rmjudge_store",
-    "legacy_store_path",
     "load_batch",
-    "make_dir",
     "missing_core_tables",
     "not_a_store_message",
     "other_settings_message",
-    "output_format",
-    "place_copy",
-    "place_dir",
     "recover_batches",
-    "remove_export",
-    "remove_file",
-    "remove_tree",
-    "replace_dir",
-    "replace_file",
-    "sidecar",
-    "store_path",
-    "table_stem",
+    "refuse_foreign",
+    "remove_files",
     "write_batch",
-    "write_file",
-    "write_json",
-    "write_lines",
-    "write_once",
-    "write_produced",
-    "write_query_file",
     "write_rows_file",
 ]

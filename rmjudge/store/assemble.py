@@ -16,21 +16,10 @@ from rmjudge.io.intake import duplicate_reason
 from rmjudge.judging.protocol import PairResult
 from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import insert_rows
-from rmjudge.store.files import (
-    Lock,
-    StoreError,
-    check_not_busy,
-    make_dir,
-    place_dir,
-    prepare_dir,
-    refuse_foreign,
-    remove_file,
-    remove_tree,
-    replace_file,
-    swap_dir,
-    write_json,
-    write_query_file,
-)
+from rmjudge.files import (Lock, StoreError, check_not_busy, make_dir, place_dir, prepare_dir,
+                           remove_file, remove_tree, replace_file, swap_dir, write_json,
+                           write_query_file)
+from rmjudge.store.ownership import refuse_foreign
 from rmjudge.store.run_store import Store
 from rmjudge.store.schema import (PAIR_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, human_labels_ddl,
                                    wider)

@@ -33,20 +33,9 @@ from rmjudge.core.interrupts import critical
 from rmjudge.judging.protocol import PairResult, Sample
 from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import delete_in, insert_rows
-from rmjudge.store.files import (
-    Lock,
-    StoreError,
-    busy_export,
-    clean_stale_temps,
-    disk_error,
-    first_line,
-    prepare_dir,
-    refuse_foreign,
-    remove_export,
-    remove_files,
-    write_query_file,
-)
-from rmjudge.store.paths import sidecar, store_path
+from rmjudge.files import (Lock, StoreError, busy_export, clean_stale_temps, disk_error, first_line,
+                           prepare_dir, remove_export, sidecar, store_path, write_query_file)
+from rmjudge.store.ownership import refuse_foreign, remove_files
 from rmjudge.store.schema import (
     CORE_LOWER,
     ERROR_COLUMNS,

@@ -32,17 +32,8 @@ from rmjudge import __version__
 from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
 from rmjudge.core.errors import DiskError
-from rmjudge.store import (
-    OutputError,
-    StoreError,
-    check_not_busy,
-    disk_error,
-    make_dir,
-    remove_tree,
-    replace_dir,
-    table_stem,
-    write_file,
-)
+from rmjudge.files import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
+                           remove_tree, replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
 from rmjudge.analysis.view_paths import PAGE, default_dir, is_view_dir, relative_link
 

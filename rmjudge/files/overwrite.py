@@ -19,21 +19,23 @@ is left byte-for-byte unchanged.
     beside a GGUF: an existing file needs `--overwrite`;
   - `rmjudge-export unpack` / `merge` (Hugging Face folders): the folder must be new or empty,
     or `--overwrite` (files of the same name are replaced, others are kept).
-- Files are written through the store's writer (`rmjudge.store.write_produced`/`write_file`):
-  a temporary file beside the target, moved into place once complete, after the check ran
-  again; a folder is built beside its target and its files moved in the same way.
+- Files are written through `rmjudge.files.atomic` (`write_produced`/`write_file`): a temporary
+  file beside the target, moved into place once complete, after the check ran again; a folder
+  is built beside its target and its files moved in the same way (rmjudge/files/staging.py).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import uuid
 from typing import Callable, Iterable
 
 import orjson
 
 from rmjudge.core.errors import UserError
+from rmjudge.files.atomic import write_file
+from rmjudge.files.errors import disk_error
+from rmjudge.files.folders import make_dir
 
 MARKER = ".rmjudge-output.json"
 
@@ -124,9 +126,8 @@ def check_file_target(path: str, command: str, *, overwrite: bool,
 def write_marker(folder: str, command: str) -> None:
     """Mark `folder` as an output of `command` (see `check_folder_target`)."""
     from rmjudge import __version__
-    from rmjudge.store import write_file
 
-    _make_dirs(folder, folder)
+    create_folder(folder, folder)
     write_file(os.path.join(folder, MARKER),
                orjson.dumps({"command": command, "version": __version__}) + b"\n")
 
@@ -166,67 +167,11 @@ def check_folder_target(folder: str, command: str, *, overwrite: bool,
                              "(files of the same name are replaced, the others kept)")
 
 
-def _make_dirs(path: str, target: str) -> None:
-    """`os.makedirs`, with a failure (full disk, no permission) as one error naming `target`."""
-    from rmjudge.store import disk_error, make_dir
-
+def create_folder(path: str, target: str) -> None:
+    """Create the folder `path` and its parents; a failure (full disk, no permission) is one
+    error naming `target`."""
     try:
         make_dir(path)
     except OSError as exc:
         raise disk_error(target, exc) or OverwriteError(
             f"cannot create the folder {path}: {exc.strerror}") from None
-
-
-def temp_folder_beside(folder: str) -> str:
-    """A new, empty, hidden folder beside `folder` to build it in."""
-    folder = os.path.abspath(folder)
-    head, tail = os.path.split(folder.rstrip(os.sep))
-    tmp = os.path.join(head, f".{tail}.new-{uuid.uuid4().hex[:8]}")
-    _make_dirs(tmp, folder)
-    return tmp
-
-
-def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
-    """Move the files built in `tmp` into `folder` (a new folder is renamed into place whole);
-    without `overwrite`, a file that appeared in `folder` since the check is never replaced.
-    `tmp` is removed in every case."""
-    from rmjudge.store import disk_error, place_dir, remove_tree, replace_file
-
-    try:
-        if not os.path.exists(folder):
-            if place_dir(tmp, folder):
-                return
-            _make_dirs(folder, folder)
-        for root, _dirs, files in os.walk(tmp):
-            rel = os.path.relpath(root, tmp)
-            dest_dir = os.path.normpath(os.path.join(folder, rel))
-            _make_dirs(dest_dir, folder)
-            for name in files:
-                src, dest = os.path.join(root, name), os.path.join(dest_dir, name)
-                if os.path.lexists(dest) and not overwrite:
-                    raise OverwriteError(f"{dest} appeared while {folder} was being written; "
-                                         "it is left untouched: choose another folder")
-                try:
-                    replace_file(src, dest)
-                except OSError as exc:
-                    raise disk_error(dest, exc) or OverwriteError(
-                        f"cannot move {src} to {dest}: {exc.strerror}") from None
-    finally:
-        remove_tree(tmp)
-
-
-
-def write_folder(folder: str, produce, command: str, *, overwrite: bool) -> None:
-    """Build `folder` with `produce(tmp)` in a new hidden folder beside it, check the target
-    again (`check_folder_target`) and move the files in (`install_folder`); the temporary
-    folder is removed whatever fails."""
-    from rmjudge.store import remove_tree
-
-    tmp = temp_folder_beside(folder)
-    try:
-        produce(tmp)
-        check_folder_target(folder, command, overwrite=overwrite)
-    except BaseException:
-        remove_tree(tmp)
-        raise
-    install_folder(tmp, folder, overwrite=overwrite)
