@@ -31,11 +31,12 @@ def main() -> None:
     import duckdb
 
     from rmjudge.engine import load_engine
+    from rmjudge.files import make_dir
     from rmjudge.runs.pipeline import score
     from rmjudge.core.settings import EngineSettings, JudgeSettings
 
     engine = load_engine(EngineSettings(parallel=args.parallel))
-    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    make_dir(args.out_dir)
     print(f"{'mode':<10} {'acc':>6} {'consist':>8} {'agree':>6} {'gens':>6} {'tokens':>8} {'seconds':>8}")
     for mode, k in (("full", 0), (f"adaptive{args.adaptive}", args.adaptive)):
         out = f"{args.out_dir}/{mode}.duckdb"

@@ -13,7 +13,6 @@ measured is the intake's share of a run, which should stay negligible.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     import pandas as pd
 
+    from rmjudge.files import scratch
     from rmjudge.io.memory import MemoryInput
     from rmjudge.io.readers import read_rows
 
@@ -39,7 +39,7 @@ def main() -> None:
         forms["pyarrow Table"] = MemoryInput(pa.Table.from_pylist(rows))
     except ImportError:
         pass
-    with tempfile.TemporaryDirectory() as d:
+    with scratch() as d:
         path = Path(d) / "rows.jsonl"
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
         timings = {"JSONL file": _time(lambda: read_rows(str(path)))}

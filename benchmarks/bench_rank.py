@@ -152,8 +152,10 @@ def main() -> None:
         return
     import tempfile
 
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_rank_"))
-    work.mkdir(parents=True, exist_ok=True)
+    from rmjudge.files import make_dir
+
+    work = Path(args.workdir or os.path.join(tempfile.gettempdir(), f"bench_rank_{os.getpid()}"))
+    make_dir(str(work))
     prompts = candidates(args.data, args.prompts, args.k)
     if len(prompts) < args.prompts:
         sys.exit(f"only {len(prompts)} instructions of {args.data} fit; lower --prompts or --k")

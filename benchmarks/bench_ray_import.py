@@ -58,9 +58,9 @@ def make_batches(work: str, n: int) -> None:
     from rmjudge.engine.fake import ScriptedEngine
     from rmjudge.runs.pipeline import score
     from rmjudge.core.settings import JudgeSettings
-    from rmjudge.files import write_json, write_query_file
+    from rmjudge.files import make_dir, write_json, write_query_file
 
-    os.makedirs(os.path.join(work, "batches"))
+    make_dir(os.path.join(work, "batches"))
     src = os.path.join(work, "in.jsonl")
     with open(src, "w") as f:
         for i in range(8):
@@ -76,7 +76,7 @@ def make_batches(work: str, n: int) -> None:
                                  "table_name = 'pairs'").fetchall())
         for b in range(n):
             d = os.path.join(work, "batches", f"f00000-r{b * 8 + 1:012d}-{b * 8 + 8:012d}")
-            os.makedirs(d)
+            make_dir(d)
             write_query_file(con, f"SELECT * REPLACE (id || '-{b}' AS id, row_number + "
                              f"{b * 8} AS row_number) FROM pairs", f"{d}/pairs.parquet", "parquet")
             write_query_file(con, f"SELECT * REPLACE (pair_id || '-{b}' AS pair_id) FROM "

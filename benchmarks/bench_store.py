@@ -14,7 +14,6 @@ paths stored the same tables.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
@@ -55,7 +54,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--bad-rows", type=int, default=3000)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="rmjudge-bench-store-") as tmp:
+    from rmjudge.files import scratch
+
+    with scratch(prefix="rmjudge-bench-store-") as tmp:
         run(Path(tmp), args)
 
 

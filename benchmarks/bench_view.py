@@ -26,7 +26,6 @@ import os
 import random
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -319,7 +318,15 @@ def compare_details(store: str) -> None:
 
 def chromium_times(page: str, pair_id: str, query: str) -> dict:
     """First contentful paint, list ready, opening a pair by its link, and a full-text search,
-    in headless Chromium (seconds)."""
+    in headless Chromium (seconds), with a browser profile removed afterwards."""
+    from rmjudge.files import scratch
+
+    with scratch(prefix="rmjudge-view-profile-") as profile:
+        return browse(page, pair_id, query, profile)
+
+
+def browse(page: str, pair_id: str, query: str, profile: str) -> dict:
+    """`chromium_times` in the browser profile folder `profile`."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -328,7 +335,6 @@ def chromium_times(page: str, pair_id: str, query: str) -> dict:
               "--disable-background-networking", "--disable-component-update", "--disable-sync",
               "--window-size=1400,900"):
         opts.add_argument(a)
-    profile = tempfile.mkdtemp(prefix="rmjudge-view-profile-")
     opts.add_argument(f"--user-data-dir={profile}")
     opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser") or ""
     driver = webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
@@ -393,11 +399,13 @@ def main() -> None:
                     "subset} whose texts the store uses in turn (e.g. ../shared/data/pandalm/"
                     "pairs.jsonl) instead of generated ones")
     args = ap.parse_args()
+    from rmjudge.files import make_dir, scratch
+
     if args.work:
-        Path(args.work).mkdir(parents=True, exist_ok=True)
+        make_dir(args.work)
         run(Path(args.work), args)
     else:
-        with tempfile.TemporaryDirectory(prefix="rmjudge-bench-view-") as tmp:
+        with scratch(prefix="rmjudge-bench-view-") as tmp:
             run(Path(tmp), args)
 
 

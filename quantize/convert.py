@@ -23,7 +23,7 @@ from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, \
     reorder_rows_for_rope, write_hparams
 from quantize.hfio import HFFolder, text_config
 from quantize.vocab import write_vocab
-from rmjudge.files import write_produced
+from rmjudge.files import make_dir, write_produced
 
 
 @dataclass
@@ -120,7 +120,7 @@ def convert(cfg: ConvertConfig) -> ConvertResult:
     plan = plan_tensors(folder, family, dims)
 
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(str(out.parent))
     made: dict[str, Any] = {}
 
     def produce(tmp: str) -> None:

@@ -14,6 +14,7 @@ torch/transformers are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -190,9 +191,7 @@ def unpack_gguf(cfg: UnpackConfig) -> Path:
     model, tokenizer = load_causal_lm(cfg.gguf, cfg.dtype)
     out = Path(cfg.out_dir)
 
-    def produce(tmp: str) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-
-    write_folder(str(out), produce, "rmjudge-export unpack", overwrite=cfg.overwrite)
+    write_folder(str(out), "rmjudge-export unpack",
+                 functools.partial(model.save_pretrained, safe_serialization=True),
+                 tokenizer.save_pretrained, overwrite=cfg.overwrite)
     return out

@@ -37,7 +37,7 @@ from quantize.config import ExportError, LoraExportConfig, check_lora_output
 from quantize.convert import encode, nbytes, to_numpy
 from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, reorder_rows_for_rope
 from quantize.hfio import read_config, text_config
-from rmjudge.files import write_produced
+from rmjudge.files import make_dir, write_produced
 
 _PREFIX = "base_model.model."
 
@@ -162,7 +162,7 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
         modules.setdefault(module.removeprefix(_PREFIX), {})[part] = t
 
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(str(out.parent))
     qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
              "bf16": gguf.GGMLQuantizationType.BF16}[cfg.out_type]
     arrays: list[tuple[str, np.ndarray]] = []

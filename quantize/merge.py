@@ -8,6 +8,7 @@ the chat template, ready for `convert`.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +45,10 @@ def merge(cfg: MergeConfig) -> MergeResult:
         del merged.config.quantization_config
     out = Path(cfg.out_dir)
 
-    def produce(tmp: str) -> None:
-        merged.save_pretrained(tmp, safe_serialization=True)
-        tok = AutoTokenizer.from_pretrained(cfg.adapter) \
-            if (Path(cfg.adapter) / "tokenizer_config.json").exists() else tokenizer
-        tok.save_pretrained(tmp)
-
-    write_folder(str(out), produce, "rmjudge-export merge", overwrite=cfg.overwrite)
+    tok = AutoTokenizer.from_pretrained(cfg.adapter) \
+        if (Path(cfg.adapter) / "tokenizer_config.json").exists() else tokenizer
+    write_folder(str(out), "rmjudge-export merge",
+                 functools.partial(merged.save_pretrained, safe_serialization=True),
+                 tok.save_pretrained, overwrite=cfg.overwrite)
     return MergeResult(out_dir=str(out), dtype=cfg.dtype, modules=modules,
                        parameters=sum(p.numel() for p in merged.parameters()))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantize.config import ExportError, QuantizeConfig, check_quantize_output
-from rmjudge.files import write_produced
+from rmjudge.files import make_dir, write_produced
 
 # the type each requested file type is built around (K-quant mixes also use other K types)
 _BASE_TYPE = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q6_K": "Q6_K", "Q5_K_M": "Q5_K", "Q4_K_M": "Q4_K"}
@@ -140,7 +140,7 @@ def quantize(cfg: QuantizeConfig) -> QuantResult:
         raise ExportError(f"{cfg.src} is already quantized ({', '.join(src.type_counts)}): "
                           "quantize from the f16/bf16/f32 GGUF that `convert` writes")
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(str(out.parent))
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = _ftype(llama_cpp, qtype)
     params.nthread = cfg.threads or (os.cpu_count() or 1)

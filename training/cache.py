@@ -11,6 +11,7 @@ process died mid-write) is ignored and that item is sampled again.
 from __future__ import annotations
 
 from rmjudge.core.errors import UserError
+from rmjudge.files import make_dir
 
 import os
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ class RolloutCache:
         if self.path.exists() and self.path.stat().st_size > 0:
             self._load()
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(str(self.path.parent))
             with open(self.path, "wb") as f:
                 f.write(orjson.dumps({"meta": meta}) + b"\n")
 

@@ -364,15 +364,15 @@ def default_cache_path(output: str | Path) -> str:
 
 def write_examples(examples: list[dict[str, Any]], output: str | Path,
                    stats: dict[str, Any] | None = None, check=None) -> None:
-    """JSONL or Parquet, by the output's extension, written through the store's writer
+    """JSONL or Parquet, by the output's extension, written through rmjudge.files's writer
     (`check` runs again just before the file is moved into place); with `stats`, the stats
     file, recording the output's sha256, is written next."""
     from rmjudge.analysis.filter_record import file_sha256
-    from rmjudge.files import write_file, write_produced
+    from rmjudge.files import make_dir, write_file, write_produced
 
     check_output_name(output)
     out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(str(out.parent))
     digest: list[str] = []
 
     def produce(tmp: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from rmjudge.core.errors import UserError
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -365,7 +366,8 @@ def train(s: GRPOSettings, resume: str | None = None,
                          f"--batch-size {s.batch_size} (prompts per step), so no step would "
                          "run; raise --max-prompt-tokens or lower --batch-size")
 
-    from training.outputs import StagedCheckpoints, write_model_dir
+    from rmjudge.files import save_folder
+    from training.outputs import StagedCheckpoints
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
@@ -429,15 +431,11 @@ def train(s: GRPOSettings, resume: str | None = None,
         staged.collect()
     finally:
         staged.close()
-    staged.save_state(trainer)
+    staged.write_state(trainer)
     adapter_dir = out / "adapter"
-
-    def save_adapter(folder: str) -> None:
-        trainer.save_model(folder)
-        tokenizer.save_pretrained(folder)
-        write_adapter_info(folder, prompt_format)  # `rmjudge-export lora` copies it
-
-    write_model_dir(adapter_dir, save_adapter)
+    save_folder(str(adapter_dir), trainer.save_model, tokenizer.save_pretrained,
+                # `rmjudge-export lora` copies it
+                functools.partial(write_adapter_info, prompt_format=prompt_format))
 
     trained = trainer.model
     trained.eval()

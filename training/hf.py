@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from rmjudge.core.errors import UserError
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ def materialize(src: ModelSource) -> str:
         return src.path
     from quantize.hfio import load_causal_lm
     from rmjudge.engine.models import file_sha256
+    from rmjudge.files import save_folder, write_file
 
     gguf_path = str(Path(src.path) / src.gguf_file)
     out = cache_root() / file_sha256(gguf_path)[:16]
@@ -130,11 +132,12 @@ def materialize(src: ModelSource) -> str:
     model, tokenizer = load_causal_lm(gguf_path, "float32")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    (out / "source.txt").write_text(gguf_path + "\n")
-    done.write_text(CACHE_FORMAT + "\n")
+    # built beside its place and moved in whole, `complete` last (a folder an older version
+    # left half-written is replaced)
+    save_folder(str(out), functools.partial(model.save_pretrained, safe_serialization=True),
+                tokenizer.save_pretrained,
+                lambda d: write_file(os.path.join(d, "source.txt"), (gguf_path + "\n").encode()),
+                lambda d: write_file(os.path.join(d, "complete"), (CACHE_FORMAT + "\n").encode()))
     return str(out)
 
 

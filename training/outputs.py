@@ -7,11 +7,11 @@ for a folder of an earlier version, a `settings.json` holding exactly that comma
 other folder that holds files is refused unless `--overwrite`; a file given as the folder, or
 an input (source, data, model, adapter) given as the folder, is always refused.
 
-Nothing in the folder is ever half-written: files go through the store's writers, folders
+Nothing in the folder is ever half-written: files go through `rmjudge.files`'s writers, folders
 written by transformers (checkpoints, `save_pretrained`) are built aside as `.NAME.new-XXXXXXXX`
-(the store's `TempDir`, its lock held) and moved into place whole (`StagedCheckpoints`,
-`write_model_dir`); a killed run's temporaries are removed by the next run (`claim_output_dir`),
-those of a live run never.
+(`rmjudge.files.TempDir`, its lock held) and moved into place whole (`StagedCheckpoints`, and
+`rmjudge.files.save_folder` for the adapter and model folders); a killed run's temporaries are
+removed by the next run (`claim_output_dir`), those of a live run never.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -109,28 +108,15 @@ class StagedCheckpoints:
 
         return MoveCheckpoints()
 
-    def save_state(self, trainer) -> None:
-        """`trainer.save_state()` into `out` (trainer_state.json, written whole)."""
+    def write_state(self, trainer) -> None:
+        """The trainer's state into `out` (trainer_state.json, as `trainer.save_state()` writes
+        it, but written whole)."""
         from rmjudge.files import write_produced
 
         write_produced(str(self.out / "trainer_state.json"), trainer.state.save_to_json)
 
     def close(self) -> None:
         self._staging.close()
-
-
-def write_model_dir(dest: Path, save: Callable[[str], None]) -> None:
-    """`save(folder)` (transformers' `save_pretrained` and the like) into a folder built beside
-    `dest` and moved into its place whole."""
-    from rmjudge.files import TempDir
-
-    tmp = TempDir(str(dest))
-    try:
-        save(tmp.path)
-        tmp.install()
-    except BaseException:
-        tmp.close()
-        raise
 
 
 def write_adapter_info(adapter_dir: str | os.PathLike, prompt_format: int | None) -> None:

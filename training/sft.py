@@ -22,6 +22,7 @@ Steps, all resumable:
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -326,7 +327,8 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
 
     from datasets import Dataset
 
-    from training.outputs import StagedCheckpoints, write_model_dir
+    from rmjudge.files import save_folder
+    from training.outputs import StagedCheckpoints
 
     cuda = torch.cuda.is_available()
     staged = StagedCheckpoints(out, s.save_total_limit)
@@ -353,24 +355,17 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         staged.collect()
     finally:
         staged.close()
-    staged.save_state(trainer)
+    staged.write_state(trainer)
 
     model = trainer.model
     if s.method == "lora":
-        def save_adapter(folder: str) -> None:
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            write_adapter_info(folder, PROMPT_FORMAT)  # targets built with these prompts
-
-        write_model_dir(out / "adapter", save_adapter)
+        save_folder(str(out / "adapter"), model.save_pretrained, tokenizer.save_pretrained,
+                    # targets built with these prompts
+                    functools.partial(write_adapter_info, prompt_format=PROMPT_FORMAT))
         model = model.merge_and_unload()
     model_dir = out / "model"
-
-    def save_model(folder: str) -> None:
-        model.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
-
-    write_model_dir(model_dir, save_model)
+    save_folder(str(model_dir), functools.partial(model.save_pretrained, safe_serialization=True),
+                tokenizer.save_pretrained)
     after = None
     if check:
         model.eval()

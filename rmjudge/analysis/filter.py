@@ -272,9 +272,9 @@ def filter_table(table: JudgedTable, output: str, fs: FilterSettings | None = No
     con.execute(f"CREATE OR REPLACE TEMP VIEW decided AS {decisions_sql(fs, source)}")
     query = dataset_query(table, fs)
     columns = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {query}").fetchall()]
-    from rmjudge.files import write_query_file
+    from rmjudge.files import make_dir, write_query_file
 
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    make_dir(os.path.dirname(os.path.abspath(output)))
     write_query_file(con, query, output, fmt,
                      check=lambda: check_filter_output(table.path, output))
     counts = dict(con.execute("SELECT action, count(*) FROM decided GROUP BY 1").fetchall())

@@ -231,15 +231,11 @@ def _empty(columns: list[tuple[str, str]]) -> str:
 def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None:
     """The jury as a run store: its rows go in as one Parquet batch (`rmjudge.store.import_batches`)
     of a store built beside `output` and moved into place (`NewStore`)."""
-    import tempfile
-
-    from rmjudge.files import make_dir, remove_tree, write_query_file
-    from rmjudge.store import ERROR_COLUMNS, NewStore, SAMPLE_COLUMNS, import_batches
+    from rmjudge.files import make_dir, scratch, write_query_file
+    from rmjudge.store import ERROR_COLUMNS, SAMPLE_COLUMNS, NewStore, import_batches
 
     con = tables[0].con
-    folder = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.jury-",
-                              dir=os.path.dirname(os.path.abspath(output)))
-    try:
+    with scratch(prefix=f".{os.path.basename(output)}.jury-", beside=output) as folder:
         batch = os.path.join(folder, "0")
         make_dir(batch)
         for name, q in (("pairs", query), ("samples", _empty(SAMPLE_COLUMNS)),
@@ -257,20 +253,18 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
             raise
         check_jury_store_output(tables, output)
         new.install()
-    finally:
-        remove_tree(folder)
 
 
 def write_jury(tables: list[JudgedTable], output: str, leave_out: list[str] = ()) -> int:
     """Write the jury table of `tables` to `output` (.parquet, .jsonl, or a .duckdb run
     store), without the pairs in `leave_out`; returns its rows."""
-    from rmjudge.files import output_format, write_query_file
+    from rmjudge.files import make_dir, output_format, write_query_file
 
     fmt = output_format(output)
     check = (lambda: check_jury_store_output(tables, output)) if fmt == "duckdb" else \
         (lambda: check_jury_output(tables, output))
     check()
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    make_dir(os.path.dirname(os.path.abspath(output)))
     attach_judges(tables)
     try:
         query = jury_query(tables, leave_out)

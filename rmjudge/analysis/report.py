@@ -571,8 +571,8 @@ def write_report(t: JudgedTable, output: str, group_by: list[str] | None = None)
     check_report_output(t, output)
     data = build_report(t, group_by)
     page = render_html(data, make_figures(data), explorer_link(t.path, output))
-    from rmjudge.files import write_file
+    from rmjudge.files import make_dir, write_file
 
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    make_dir(os.path.dirname(os.path.abspath(output)))
     write_file(output, page.encode("utf-8"), check=lambda: check_report_output(t, output))
     return data

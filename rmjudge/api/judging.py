@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import queue
 import sys
-import tempfile
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -53,13 +52,10 @@ def output_path(output: str | os.PathLike | None) -> Iterator[str]:
     if output is not None:
         yield os.fspath(output)
         return
-    from rmjudge.files import remove_tree
+    from rmjudge.files import scratch
 
-    folder = tempfile.mkdtemp(prefix="rmjudge-")
-    try:
+    with scratch(prefix="rmjudge-") as folder:
         yield os.path.join(folder, "judged.duckdb")
-    finally:
-        remove_tree(folder)
 
 
 def _status(enabled: bool):

@@ -7,8 +7,8 @@
 - `temps`: temporaries beside a file, each with its lock, and the clean-up of stale ones;
 - `folders`: creating folders, placing and swapping finished folders, removing what rmjudge made;
 - `atomic`: whole files written beside their target and moved into place;
-- `tempdirs`: `TempDir`, a folder built beside its destination (for other libraries' writers),
-  and scratch folders;
+- `tempdirs`: `TempDir` and `save_folder`, a folder built beside its destination (for other
+  libraries' savers) and moved in whole, and `scratch`, a work folder removed afterwards;
 - `outputs`: the guards of `rmjudge report`, `filter` and `jury` outputs;
 - `overwrite`: where `rmjudge-train` and `rmjudge-export` may write;
 - `staging`: output folders built aside and their files moved in;
@@ -35,7 +35,7 @@ from rmjudge.files.overwrite import (MARKER, OverwriteError, check_distinct, che
 from rmjudge.files.paths import (export_files, legacy_store_path, output_format, sidecar,
                                  store_path, table_stem)
 from rmjudge.files.staging import install_folder, temp_folder_beside, write_folder
-from rmjudge.files.tempdirs import TempDir
+from rmjudge.files.tempdirs import TempDir, save_folder, scratch
 from rmjudge.files.temps import (clean_folder_temps, clean_stale_temps, drop_temp_lock,
                                  lock_temp, temp_beside)
 
@@ -84,6 +84,8 @@ __all__ = [
     "replace_dir",
     "replace_file",
     "same_path",
+    "save_folder",
+    "scratch",
     "sidecar",
     "store_path",
     "swap_dir",

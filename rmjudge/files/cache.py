@@ -10,6 +10,10 @@ import json
 import os
 from pathlib import Path
 
+from rmjudge.core.errors import UserError
+from rmjudge.files.atomic import write_file
+from rmjudge.files.folders import make_dir
+
 
 def cache_path(name: str) -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -29,9 +33,7 @@ def update(name: str, key: str, value) -> None:
     table = load(name)
     table[key] = value
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, path)
-    except OSError:
+        make_dir(str(path.parent))
+        write_file(str(path), json.dumps(table).encode())
+    except (OSError, UserError):  # a cache that cannot be written is only recomputed
         pass

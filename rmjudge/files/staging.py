@@ -5,6 +5,7 @@ unpack`/`merge` and the Hugging Face folders of `rmjudge-train` (`write_folder`)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from rmjudge.files.errors import disk_error
 from rmjudge.files.folders import place_dir, remove_tree, replace_file
@@ -47,13 +48,16 @@ def install_folder(tmp: str, folder: str, *, overwrite: bool) -> None:
         remove_tree(tmp)
 
 
-def write_folder(folder: str, produce, command: str, *, overwrite: bool) -> None:
-    """Build `folder` with `produce(tmp)` in a new hidden folder beside it, check the target
-    again (`check_folder_target`) and move the files in (`install_folder`); the temporary
-    folder is removed whatever fails."""
+def write_folder(folder: str, command: str, *savers: Callable[[str], object],
+                 overwrite: bool) -> None:
+    """Build `folder` by calling each of `savers` (a library's writer such as
+    `model.save_pretrained`, see `tempdirs.save_folder`) with a new hidden folder beside it,
+    check the target again (`check_folder_target`) and move the files in (`install_folder`);
+    the temporary folder is removed whatever fails."""
     tmp = temp_folder_beside(folder)
     try:
-        produce(tmp)
+        for save in savers:
+            save(tmp)
         check_folder_target(folder, command, overwrite=overwrite)
     except BaseException:
         remove_tree(tmp)

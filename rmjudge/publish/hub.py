@@ -17,14 +17,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 
 from rmjudge.core.errors import UserError
 from rmjudge.core.extras import install_hint
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.analysis.filter_record import read_record
-from rmjudge.files import make_dir, place_copy, remove_file, remove_tree, write_file
+from rmjudge.files import make_dir, place_copy, remove_file, scratch, write_file
 
 INSTALL_HINT = install_hint("hub")
 FOLDER_FILES = {"README.md", "data", "data/train.parquet", "data/train.jsonl"}
@@ -188,8 +187,7 @@ def push(export: str, repo_id: str, *, private: bool = False, license: str | Non
     read_record(export)  # fail on a missing or stale record before asking for a token
     token = resolve_token(token)
     api = api or hf.HfApi()
-    work = tempfile.mkdtemp(prefix=".rmjudge-push-", dir=os.path.dirname(os.path.abspath(export)))
-    try:
+    with scratch(prefix=".rmjudge-push-", beside=export) as work:
         prep = prepare_folder(export, repo_id, work, license)
         try:
             url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
@@ -202,6 +200,4 @@ def push(export: str, repo_id: str, *, private: bool = False, license: str | Non
                 raise
             raise HubError(f"cannot push {export} to {repo_id}: {_first_line(exc)} (check the "
                            "repository id, the token's write access and the network)") from None
-    finally:
-        remove_tree(work)
     return str(getattr(url, "url", None) or url)

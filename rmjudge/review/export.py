@@ -14,7 +14,7 @@ from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
-from rmjudge.files import write_file
+from rmjudge.files import make_dir, write_file
 
 
 class ReviewError(UserError):
@@ -78,7 +78,7 @@ def export_review(table: JudgedTable, out_dir: str, selections: list[Selection],
     for f in fmts:
         for path, data in zip(plan[f], content[f]):
             try:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                make_dir(os.path.dirname(os.path.abspath(path)))
             except OSError as exc:
                 raise ReviewError(f"cannot create the folder for {path}: {exc.strerror}; "
                                   "choose a writable -o") from None

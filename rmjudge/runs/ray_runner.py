@@ -37,7 +37,6 @@ from rmjudge.core.errors import UserError
 import copy
 import io
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -192,16 +191,16 @@ def snapshot_input(source: str, work: str) -> str:
 
 def _file_rows(data: bytes, name: str):
     """rmjudge's readers over one file's bytes: JSONL from memory, Parquet/CSV via a temp file."""
+    from rmjudge.files import scratch, write_file
     from rmjudge.io.readers import read_jsonl, read_rows
 
     lower = name.lower()
     if not lower.endswith((".parquet", ".csv", ".tsv")):
         yield from read_jsonl(io.BytesIO(data))  # type: ignore[arg-type]
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch() as tmp:
         path = os.path.join(tmp, "input" + os.path.splitext(lower)[1])
-        with open(path, "wb") as f:
-            f.write(data)
+        write_file(path, data)
         yield from read_rows(path)
 
 
@@ -296,6 +295,7 @@ class _JudgeWorker:
         rows met without `--rejudge-changed`: nothing written)."""
         from rmjudge.io.intake import ChangedRows
         from rmjudge.io.readers import RawRow
+        from rmjudge.files import scratch
         from rmjudge.runs.setup import judge_rows
         from rmjudge.store import Store, batch_judged, load_batch, write_batch
 
@@ -314,7 +314,7 @@ class _JudgeWorker:
         if previous is not None and stored == key and not results and not replaced:
             return "done", 0, 0, []  # the same rows as judged: the folder stands
         errs = [f.as_error() for f in failures]
-        with tempfile.TemporaryDirectory() as local:
+        with scratch() as local:
             store = Store(os.path.join(local, "batch.duckdb"))
             try:
                 store.set_meta("settings", self.settings)
