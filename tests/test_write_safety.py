@@ -364,6 +364,56 @@ def test_a_folder_is_moved_in_without_replacing_a_file_that_appeared(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+class Saver:
+    """A library's saver: `save_pretrained(folder)` writes its files into `folder`."""
+
+    def __init__(self, files: dict[str, str], fail: bool = False):
+        self.files, self.fail, self.folders = files, fail, []
+
+    def save_pretrained(self, folder: str, suffix: str = "") -> None:
+        self.folders.append(folder)
+        for name, text in self.files.items():
+            Path(folder, name).write_text(text + suffix)
+        if self.fail:
+            raise OSError(28, "No space left on device")
+
+
+def test_save_folder_moves_a_savers_folder_in_whole_and_a_failure_leaves_the_old_one(tmp_path):
+    import functools
+
+    from rmjudge.files import save_folder
+
+    out = tmp_path / "run" / "model"
+    model, tok = Saver({"model.safetensors": "w1"}), Saver({"tokenizer.json": "t1"})
+    save_folder(str(out), model.save_pretrained, tok.save_pretrained)
+    assert model.folders == tok.folders and Path(model.folders[0]).parent == out.parent
+    assert Path(model.folders[0]).name.startswith(".model.new-")  # built beside, not in place
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"model.safetensors": "w1",
+                                                               "tokenizer.json": "t1"}
+    save_folder(str(out), functools.partial(model.save_pretrained, suffix="-2"))
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"model.safetensors": "w1-2"}
+    broken = Saver({"model.safetensors": "half"}, fail=True)
+    with pytest.raises(OSError):
+        save_folder(str(out), broken.save_pretrained)
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"model.safetensors": "w1-2"}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model"]  # no temporary, no lock
+
+
+def test_scratch_is_removed_with_its_files_and_lies_beside_a_file_when_asked(tmp_path):
+    from rmjudge.files import scratch
+
+    target = tmp_path / "out.duckdb"
+    with scratch(prefix=".out.work-", beside=str(target)) as folder:
+        assert Path(folder).parent == tmp_path and Path(folder).name.startswith(".out.work-")
+        Path(folder, "batch").mkdir()
+        Path(folder, "batch", "pairs.parquet").write_bytes(b"x")
+    assert not Path(folder).exists() and list(tmp_path.iterdir()) == []
+    with pytest.raises(KeyError):
+        with scratch() as folder:
+            raise KeyError("stop")
+    assert not Path(folder).exists()
+
+
 # -- temporaries of a killed writer: beside the output, cleaned by the next run ---------------
 
 _WRITER = """
