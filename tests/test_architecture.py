@@ -424,7 +424,7 @@ duckdb.connect(); duckdb.connect(":memory:"); os.path.exists(p)
 
 # Calls that create a file or folder, or let another library write a folder, looked for
 # everywhere outside rmjudge/files/ (the library and benchmarks/ alike; no exceptions): folders
-# are made by `make_dir`, `prepare_dir`, `create_folder`, `scratch` or `TempDir`, and other
+# are made by `make_dir`, `prepare_dir`, `scratch` or `TempDir`, and other
 # libraries' savers (`save_pretrained`, `save_state`, `save_model`, `torch.save`) are handed as
 # functions to `save_folder` or `write_folder`, which call them with a temporary folder beside
 # the output and move it into place whole.

@@ -14,8 +14,9 @@
 - `staging`: output folders built aside and their files moved in;
 - `cache`: small JSON tables under the user's cache folder.
 
-Every public name (except the `cache` module's) is importable from `rmjudge.files` itself; the
-DuckDB run store is `rmjudge.store`.
+Every name other packages use (all but the `cache` module's and the few the modules share among
+themselves: `temps.lock_temp`, `locks.export_lock`, ...) is importable from `rmjudge.files`
+itself; the DuckDB run store is `rmjudge.store`.
 """
 
 from __future__ import annotations
@@ -27,17 +28,16 @@ from rmjudge.files.folders import (make_dir, place_dir, prepare_dir, remove_expo
                                    remove_tree, replace_dir, replace_file, swap_dir)
 from rmjudge.files.heads import file_head, is_duckdb_file
 from rmjudge.files.locks import (Lock, PlatformError, busy_export, check_exports_not_busy,
-                                 check_not_busy, check_platform, export_lock, holds_export_lock)
+                                 check_not_busy, check_platform)
 from rmjudge.files.outputs import OutputError, check_output_is_not_input, guard_output
 from rmjudge.files.overwrite import (MARKER, OverwriteError, check_distinct, check_file_target,
-                                     check_folder_target, check_not_input, create_folder,
-                                     marked_by, same_path, write_marker)
+                                     check_folder_target, check_not_input, marked_by,
+                                     write_marker)
 from rmjudge.files.paths import (export_files, legacy_store_path, output_format, sidecar,
                                  store_path, table_stem)
 from rmjudge.files.staging import install_folder, temp_folder_beside, write_folder
 from rmjudge.files.tempdirs import TempDir, save_folder, scratch
-from rmjudge.files.temps import (clean_folder_temps, clean_stale_temps, drop_temp_lock,
-                                 lock_temp, temp_beside)
+from rmjudge.files.temps import clean_folder_temps, clean_stale_temps
 
 __all__ = [
     "Lock",
@@ -59,19 +59,14 @@ __all__ = [
     "check_platform",
     "clean_folder_temps",
     "clean_stale_temps",
-    "create_folder",
     "disk_error",
-    "drop_temp_lock",
     "export_files",
-    "export_lock",
     "file_head",
     "first_line",
     "guard_output",
-    "holds_export_lock",
     "install_folder",
     "is_duckdb_file",
     "legacy_store_path",
-    "lock_temp",
     "make_dir",
     "marked_by",
     "output_format",
@@ -83,14 +78,12 @@ __all__ = [
     "remove_tree",
     "replace_dir",
     "replace_file",
-    "same_path",
     "save_folder",
     "scratch",
     "sidecar",
     "store_path",
     "swap_dir",
     "table_stem",
-    "temp_beside",
     "temp_folder_beside",
     "write_file",
     "write_folder",

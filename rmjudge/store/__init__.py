@@ -25,8 +25,7 @@ from rmjudge.store.bulk import (
     insert_rows_each,
 )
 from rmjudge.store.outputs import check_output
-from rmjudge.store.ownership import (LEAVE_FIX, check_writable_target, is_rmjudge_store,
-                                     refuse_foreign, remove_files)
+from rmjudge.store.ownership import LEAVE_FIX, is_rmjudge_store
 from rmjudge.store.rows_file import write_rows_file
 from rmjudge.store.run_store import Store
 from rmjudge.store.schema import (
@@ -72,7 +71,6 @@ __all__ = [
     "batch_columns",
     "batch_judged",
     "check_output",
-    "check_writable_target",
     "column_types",
     "delete_in",
     "delete_in_each",
@@ -87,8 +85,6 @@ __all__ = [
     "not_a_store_message",
     "other_settings_message",
     "recover_batches",
-    "refuse_foreign",
-    "remove_files",
     "write_batch",
     "write_rows_file",
 ]

@@ -11,7 +11,7 @@ from rmjudge.files.errors import StoreError
 from rmjudge.files.locks import check_exports_not_busy, check_not_busy
 from rmjudge.files.outputs import check_output_is_not_input
 from rmjudge.files.paths import output_format, sidecar, store_path
-from rmjudge.store.ownership import check_writable_target
+from rmjudge.store.ownership import refuse_foreign
 
 
 def check_output(source: str, out: str) -> None:
@@ -21,7 +21,7 @@ def check_output(source: str, out: str) -> None:
     db = store_path(out)
     check_exports_not_busy(out)  # named as given (a Parquet/JSONL output's store is hidden)
     check_not_busy(db)
-    check_writable_target(db)
+    refuse_foreign(db)  # refused again when the store opens
     if output_format(out) != "duckdb" and not os.path.exists(db):
         for f in (out, sidecar(out, "samples"), sidecar(out, "errors")):
             if os.path.exists(f):

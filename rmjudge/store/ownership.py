@@ -62,11 +62,6 @@ def refuse_foreign(path: str) -> None:
                                              exists=True))
 
 
-def check_writable_target(path: str) -> None:
-    """Refuse early a path that is not an rmjudge store (the store refuses it again on open)."""
-    refuse_foreign(path)
-
-
 def remove_files(path: str) -> None:
     """Delete a store's database and write-ahead log (the caller holds its lock)."""
     for p in (path, path + ".wal"):
