@@ -269,7 +269,7 @@ class _ChunkFeed:
     def on_commit(self, store, ids, rows) -> None:
         self.put(("chunk", chunk_result(store, ids, rows)))
 
-    def watched(self, total, engine) -> "_Watch":
+    def watched(self, total, engine) -> _Watch:
         """The run's progress callback: shows progress (when asked) and stops the run."""
         return _Watch(self.stop, self.display(total, engine) if self.display is not None else None)
 

@@ -399,9 +399,9 @@ def _revision_problems(source: str, identity: dict | None) -> list[str]:
 
         now = (resolved_revision(source) or {}).get("commit")
         if now and now != identity["commit"]:
-            return [f"the shards were judged from commit {identity['commit']} of "
-                    f"{identity.get('source')}, but {source} is commit {now}; give "
-                    f"--input pinned to that commit ({identity.get('pinned') or identity['commit']})"]
+            return [(f"the shards were judged from commit {identity['commit']} of "
+                     f"{identity.get('source')}, but {source} is commit {now}; give --input "
+                     f"pinned to that commit ({identity.get('pinned') or identity['commit']})")]
     return []
 
 
