@@ -557,6 +557,51 @@ def test_the_alias_check_finds_an_alias():
     assert [_passes_through(f) for f in tree.body] == [True, False]
 
 
+MAX_FUNCTION_LINES = 80
+LENGTH_CHECKED = ("rmjudge", "training", "quantize")
+
+
+def long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
+    """(qualified name, first line, lines) of every function and method of `tree`, nested ones
+    included, longer than `limit` lines from its `def` to its last line."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lines = child.end_lineno - child.lineno + 1
+                    if lines > limit:
+                        found.append((name, child.lineno, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function or method of the library (rmjudge/, training/, quantize/) fits in 80 lines:
+    a longer one is split into named steps."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {name} ({lines} lines)"
+             for pkg in LENGTH_CHECKED for path in sorted((ROOT / pkg).rglob("*.py"))
+             for name, line, lines in long_functions(_parse(path))]
+    assert not found, (f"functions over {MAX_FUNCTION_LINES} lines (split them into named "
+                       "steps):\n" + "\n".join(found))
+
+
+def test_the_length_check_finds_long_functions_and_methods():
+    def source(name: str, lines: int, indent: str = "") -> str:
+        return f"{indent}def {name}():\n" + "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
+
+    tree = ast.parse(source("long", 81) + source("short", 80) + "class C:\n"
+                     + source("method", 82, "    "))
+    assert long_functions(tree) == [("long", 1, 81), ("C.method", 163, 82)]
+    assert long_functions(tree, limit=81) == [("C.method", 163, 82)]
+
+
 # -- docs/architecture.md matches the code --------------------------------------------------------
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

@@ -204,55 +204,84 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
             "column; --map label=COL), or use `rmjudge report` / `rmjudge filter` instead")
     groups = table.group_columns(list(es.group_by) if es.group_by else None)
     f = load_frame(table, groups)
-    label = f["label"]
     both = bool(np.any(f["verdict_ba"] != None))  # noqa: E711 (elementwise on object arrays)
+    systems = _systems(table)
+    masks = _group_masks(f, groups)
+    metrics = {s: (_final_metrics(f, masks, es) if s == "final"
+                   else _order_metrics(s, f, masks, es)) for s in systems}
+    notes, counts = _notes(table, both)
+    n_groups = {g: sum(1 for k, _, _ in masks if k.startswith(g + "=")) for g in groups}
+    return EvalResult(
+        path=table.path, n_pairs=n_pairs, n_labelled=n_lab, both_orders=both,
+        groups=[(k, t, int(m.sum())) for k, t, m in masks], systems=systems, metrics=metrics,
+        notes=notes, settings={"resamples": es.resamples, "seed": es.seed, "level": es.level,
+                               "group_by": groups, "groups_per_column": n_groups,
+                               "judge": table.meta.get("settings")},
+        rollout_counts=counts,
+    )
 
+
+def _systems(table: JudgedTable) -> list[str]:
+    """The rows of the tables: the baselines the table can give, then ReflectRM and the final
+    verdict."""
     systems = []
     if table.has_greedy:
         systems.append("greedy")
     if table.has_samples:
         systems += ["first", "majority"]
-    systems += ["reflectrm", "final"]
+    return systems + ["reflectrm", "final"]
 
-    # the group masks: overall, then every value of every group column (largest first)
-    masks: list[tuple[str, str, np.ndarray]] = [("overall", "overall", np.ones(len(label), bool))]
+
+def _group_masks(f: dict, groups: list[str]) -> list[tuple[str, str, np.ndarray]]:
+    """(key, title, mask) per group: overall, then every value of every group column (largest
+    first)."""
+    masks: list[tuple[str, str, np.ndarray]] = [
+        ("overall", "overall", np.ones(len(f["label"]), bool))]
     for g in groups:
         vals = f[f"group:{g}"]
         uniq, counts = np.unique(vals.astype(str), return_counts=True)
         for u, _ in sorted(zip(uniq, counts), key=lambda x: (-x[1], x[0])):
             masks.append((f"{g}={u}", u, vals.astype(str) == u))
+    return masks
 
-    metrics: dict[str, dict[str, dict[str, Stat]]] = {}
-    for s in systems:
-        metrics[s] = {}
-        if s == "final":
-            agree = (f["verdict"] == label).astype(float)
-            tie = (f["verdict"] == "tie").astype(float)
-            disagree = (np.isin(f["verdict"], ["A", "B"]) & (f["verdict"] != label)).astype(float)
-        else:
-            col = {"reflectrm": "verdict_{}"}.get(s, s + "_{}")
-            c_ab = (f[col.format("ab")] == label).astype(float)
-            c_ba = (f[col.format("ba")] == label).astype(float)
-        for key, _, m in masks:
-            if s == "final":
-                metrics[s][key] = {
-                    "agree": stat(agree[m], es, f"{s}/{key}/acc"),
-                    "tie": stat(tie[m], es, f"{s}/{key}/tie"),
-                    "disagree": stat(disagree[m], es, f"{s}/{key}/disagree"),
-                    "ties_half": stat(agree[m] + 0.5 * tie[m], es, f"{s}/{key}/ties_half")}
-                continue
-            has_ba = m & (f["verdict_ba"] != None)  # noqa: E711
-            st = {
-                "acc_ab": stat(c_ab[m], es, f"{s}/{key}/ab"),
-                "acc_ba": stat(c_ba[has_ba], es, f"{s}/{key}/ba"),
-                "acc": stat(np.where(f["verdict_ba"][m] != None,  # noqa: E711
-                                     item_accuracy(c_ab[m], c_ba[m]), c_ab[m]), es,
-                            f"{s}/{key}/acc"),
-                "consistency": stat(item_consistency(c_ab[has_ba], c_ba[has_ba]), es,
-                                    f"{s}/{key}/cons"),
-            }
-            metrics[s][key] = st
 
+def _final_metrics(f: dict, masks, es: EvalSettings) -> dict[str, dict[str, Stat]]:
+    """The final verdict against the label, per group: agree, tie, disagree, ties as half."""
+    s, label = "final", f["label"]
+    agree = (f["verdict"] == label).astype(float)
+    tie = (f["verdict"] == "tie").astype(float)
+    disagree = (np.isin(f["verdict"], ["A", "B"]) & (f["verdict"] != label)).astype(float)
+    return {key: {"agree": stat(agree[m], es, f"{s}/{key}/acc"),
+                  "tie": stat(tie[m], es, f"{s}/{key}/tie"),
+                  "disagree": stat(disagree[m], es, f"{s}/{key}/disagree"),
+                  "ties_half": stat(agree[m] + 0.5 * tie[m], es, f"{s}/{key}/ties_half")}
+            for key, _, m in masks}
+
+
+def _order_metrics(s: str, f: dict, masks, es: EvalSettings) -> dict[str, dict[str, Stat]]:
+    """One system's per-order verdicts against the label, per group: accuracy per order and
+    pooled, positional consistency."""
+    label = f["label"]
+    col = {"reflectrm": "verdict_{}"}.get(s, s + "_{}")
+    c_ab = (f[col.format("ab")] == label).astype(float)
+    c_ba = (f[col.format("ba")] == label).astype(float)
+    out = {}
+    for key, _, m in masks:
+        has_ba = m & (f["verdict_ba"] != None)  # noqa: E711
+        out[key] = {
+            "acc_ab": stat(c_ab[m], es, f"{s}/{key}/ab"),
+            "acc_ba": stat(c_ba[has_ba], es, f"{s}/{key}/ba"),
+            "acc": stat(np.where(f["verdict_ba"][m] != None,  # noqa: E711
+                                 item_accuracy(c_ab[m], c_ba[m]), c_ab[m]), es,
+                        f"{s}/{key}/acc"),
+            "consistency": stat(item_consistency(c_ab[has_ba], c_ba[has_ba]), es,
+                                f"{s}/{key}/cons"),
+        }
+    return out
+
+
+def _notes(table: JudgedTable, both: bool) -> tuple[list[str], dict]:
+    """What the reader should know about the figures, and the rollout counts."""
     notes = []
     counts: dict = {}
     if table.has_samples:
@@ -275,15 +304,7 @@ def evaluate(table: JudgedTable, es: EvalSettings | None = None) -> EvalResult:
     if missing:
         notes.append(f"{missing} labelled pairs have no final verdict (error/dropped) and count "
                      "as wrong")
-    n_groups = {g: sum(1 for k, _, _ in masks if k.startswith(g + "=")) for g in groups}
-    return EvalResult(
-        path=table.path, n_pairs=n_pairs, n_labelled=n_lab, both_orders=both,
-        groups=[(k, t, int(m.sum())) for k, t, m in masks], systems=systems, metrics=metrics,
-        notes=notes, settings={"resamples": es.resamples, "seed": es.seed, "level": es.level,
-                               "group_by": groups, "groups_per_column": n_groups,
-                               "judge": table.meta.get("settings")},
-        rollout_counts=counts,
-    )
+    return notes, counts
 
 
 def _pct(x: float | None) -> str:

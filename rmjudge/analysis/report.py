@@ -302,14 +302,21 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
         raise ImportError("the HTML report draws with matplotlib: "
                           f"{install_hint('report')}") from None
     figs: dict[str, bytes] = {}
+    for name, draw in (("position", _position_figure), ("length", _length_figure),
+                       ("parse", _parse_figure), ("entropy", _entropy_figure),
+                       ("calibration", _calibration_figure)):
+        fig = draw(plt, r)
+        if fig is not None:
+            buf = io.BytesIO()
+            fig.tight_layout()
+            fig.savefig(buf, format="png", dpi=100)
+            plt.close(fig)
+            figs[name] = buf.getvalue()
+    return figs
 
-    def save(name: str, fig) -> None:
-        buf = io.BytesIO()
-        fig.tight_layout()
-        fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
-        figs[name] = buf.getvalue()
 
+def _position_figure(plt, r: ReportData):
+    """How often slot 1 wins, per order and pooled, for verdicts and rollouts."""
     p = r.position
     fig, ax = plt.subplots(figsize=(7, 3.4))
     names, vals = [], []
@@ -328,95 +335,116 @@ def make_figures(r: ReportData) -> dict[str, bytes]:
     ax.legend(loc="lower right", fontsize=8)
     for i, v in enumerate(vals):
         ax.text(i, v + 1.5, f"{v:.0f}", ha="center", fontsize=8)
-    save("position", fig)
+    return fig
 
-    if r.length:
-        fig, ax = plt.subplots(figsize=(7, 3.4))
-        x = list(range(len(r.length)))
-        labels = [f"{b['lo']}..{b['hi']}" for b in r.length]
-        ja = [None if b["judge_a"] is None else 100 * b["judge_a"] for b in r.length]
-        la = [None if b["label_a"] is None else 100 * b["label_a"] for b in r.length]
-        ax.plot(x, [math.nan if v is None else v for v in ja], "o-", label="judge picks A")
-        if any(v is not None for v in la):
-            ax.plot(x, [math.nan if v is None else v for v in la], "s--", label="label is A")
-        ax.axhline(50, color="grey", ls=":", lw=1)
-        ax.set_xticks(x, labels, rotation=20, fontsize=8)
-        ax.set_ylim(0, 100)
-        ax.set_xlabel("len(A) - len(B), characters (bins of about equal size)")
-        ax.set_ylabel("% of pairs")
-        ax.set_title("Length bias")
-        ax.legend(fontsize=8)
-        save("length", fig)
 
-    if r.parse:
-        fig, ax = plt.subplots(figsize=(7, 3.4))
-        names = [f"{x['stage']} ({x['order'][0].upper()},{x['order'][1].upper()})" for x in r.parse]
-        gen = [100 * x["generated"] / x["n"] for x in r.parse]
-        forced = [100 * x["forced"] / x["n"] for x in r.parse]
-        none = [100 * x["none"] / x["n"] for x in r.parse]
-        ax.bar(names, gen, label="parsed", color="#55a868")
-        ax.bar(names, forced, bottom=gen, label="forced verdict", color="#dd8452")
-        ax.bar(names, none, bottom=[a + b for a, b in zip(gen, forced)], label="no verdict",
-               color="#c44e52")
-        ax.set_ylim(0, 100)
-        ax.set_ylabel("% of generations")
-        ax.set_title("Parse failures and forced verdicts")
-        ax.legend(fontsize=8, loc="lower right")
-        save("parse", fig)
+def _length_figure(plt, r: ReportData):
+    """The judge's and the labels' preference for A by length difference (None: no bins)."""
+    if not r.length:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    x = list(range(len(r.length)))
+    labels = [f"{b['lo']}..{b['hi']}" for b in r.length]
+    ja = [None if b["judge_a"] is None else 100 * b["judge_a"] for b in r.length]
+    la = [None if b["label_a"] is None else 100 * b["label_a"] for b in r.length]
+    ax.plot(x, [math.nan if v is None else v for v in ja], "o-", label="judge picks A")
+    if any(v is not None for v in la):
+        ax.plot(x, [math.nan if v is None else v for v in la], "s--", label="label is A")
+    ax.axhline(50, color="grey", ls=":", lw=1)
+    ax.set_xticks(x, labels, rotation=20, fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("len(A) - len(B), characters (bins of about equal size)")
+    ax.set_ylabel("% of pairs")
+    ax.set_title("Length bias")
+    ax.legend(fontsize=8)
+    return fig
 
-    if r.entropy["hist"]:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-        hs = [h["h"] for h in r.entropy["hist"]]
-        ns = [h["n"] for h in r.entropy["hist"]]
-        axes[0].bar([f"{h:.2f}" for h in hs], ns, color="#8172b2")
-        axes[0].set_xlabel("entropy of rollout predictions, bits")
-        axes[0].set_ylabel("pair-orders")
-        axes[0].set_title("Vote entropy")
-        axes[0].tick_params(axis="x", labelsize=7, rotation=45)
-        bb = r.entropy["by_bin"]
-        if bb:
-            axes[1].bar([b["bin"] for b in bb], [100 * b["accuracy"] for b in bb], color="#64b5cd")
-            for i, b in enumerate(bb):
-                axes[1].text(i, 100 * b["accuracy"] + 1.5, f"n={b['n']}", ha="center", fontsize=7)
-            axes[1].set_ylim(0, 105)
-            axes[1].set_ylabel("accuracy of the order's verdict, %")
-            axes[1].set_title("Per-order accuracy by vote entropy")
-            axes[1].tick_params(axis="x", labelsize=8)
-        else:
-            axes[1].axis("off")
-        save("entropy", fig)
 
+def _parse_figure(plt, r: ReportData):
+    """Parsed, forced and verdict-less generations per stage and order (None: no samples)."""
+    if not r.parse:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    names = [f"{x['stage']} ({x['order'][0].upper()},{x['order'][1].upper()})" for x in r.parse]
+    gen = [100 * x["generated"] / x["n"] for x in r.parse]
+    forced = [100 * x["forced"] / x["n"] for x in r.parse]
+    none = [100 * x["none"] / x["n"] for x in r.parse]
+    ax.bar(names, gen, label="parsed", color="#55a868")
+    ax.bar(names, forced, bottom=gen, label="forced verdict", color="#dd8452")
+    ax.bar(names, none, bottom=[a + b for a, b in zip(gen, forced)], label="no verdict",
+           color="#c44e52")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("% of generations")
+    ax.set_title("Parse failures and forced verdicts")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _entropy_figure(plt, r: ReportData):
+    """The vote entropy histogram and per-order accuracy by entropy (None: no rollouts)."""
+    if not r.entropy["hist"]:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    hs = [h["h"] for h in r.entropy["hist"]]
+    ns = [h["n"] for h in r.entropy["hist"]]
+    axes[0].bar([f"{h:.2f}" for h in hs], ns, color="#8172b2")
+    axes[0].set_xlabel("entropy of rollout predictions, bits")
+    axes[0].set_ylabel("pair-orders")
+    axes[0].set_title("Vote entropy")
+    axes[0].tick_params(axis="x", labelsize=7, rotation=45)
+    bb = r.entropy["by_bin"]
+    if bb:
+        axes[1].bar([b["bin"] for b in bb], [100 * b["accuracy"] for b in bb], color="#64b5cd")
+        for i, b in enumerate(bb):
+            axes[1].text(i, 100 * b["accuracy"] + 1.5, f"n={b['n']}", ha="center", fontsize=7)
+        axes[1].set_ylim(0, 105)
+        axes[1].set_ylabel("accuracy of the order's verdict, %")
+        axes[1].set_title("Per-order accuracy by vote entropy")
+        axes[1].tick_params(axis="x", labelsize=8)
+    else:
+        axes[1].axis("off")
+    return fig
+
+
+def _calibration_figure(plt, r: ReportData):
+    """The reliability diagram and per-order accuracy by confidence (None: no labelled bins)."""
     cal = r.calibration
-    if cal["bins"]:
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-        ax = axes[0]
-        ax.plot([0.5, 1], [0.5, 1], color="grey", ls="--", lw=1, label="perfect calibration")
-        xs = [b["confidence"] for b in cal["bins"]]
-        ys = [b["accuracy"] for b in cal["bins"]]
-        ax.plot(xs, ys, "o-", color="#c44e52", label=f"judge (ECE {cal['ece']:.3f})")
-        for b in cal["bins"]:
-            ax.annotate(f"n={b['n']}", (b["confidence"], b["accuracy"]), fontsize=7,
-                        textcoords="offset points", xytext=(3, -10))
-        ax.set_xlim(0.48, 1.02)
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("winner's vote share max(p_a, 1 - p_a)")
-        ax.set_ylabel("winner is the gold label, share")
-        ax.set_title("Reliability diagram")
-        ax.legend(fontsize=8, loc="lower right")
-        ax = axes[1]
-        for o, mark in (("ab", "o-"), ("ba", "s--")):
-            rows = [x for x in cal["orders"] if x["order"] == o]
-            if rows:
-                ax.plot([(x["lo"] + x["hi"]) / 2 for x in rows], [x["accuracy"] for x in rows],
-                        mark, label=f"order ({o[0].upper()},{o[1].upper()})")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("per-order confidence (lowest-10% token log-prob)")
-        ax.set_ylabel("accuracy of the order's verdict")
-        ax.set_title("Per-order accuracy by confidence")
-        if cal["orders"]:
-            ax.legend(fontsize=8)
-        save("calibration", fig)
-    return figs
+    if not cal["bins"]:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    _reliability_plot(axes[0], cal)
+    _order_confidence_plot(axes[1], cal)
+    return fig
+
+
+def _reliability_plot(ax, cal: dict) -> None:
+    ax.plot([0.5, 1], [0.5, 1], color="grey", ls="--", lw=1, label="perfect calibration")
+    xs = [b["confidence"] for b in cal["bins"]]
+    ys = [b["accuracy"] for b in cal["bins"]]
+    ax.plot(xs, ys, "o-", color="#c44e52", label=f"judge (ECE {cal['ece']:.3f})")
+    for b in cal["bins"]:
+        ax.annotate(f"n={b['n']}", (b["confidence"], b["accuracy"]), fontsize=7,
+                    textcoords="offset points", xytext=(3, -10))
+    ax.set_xlim(0.48, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("winner's vote share max(p_a, 1 - p_a)")
+    ax.set_ylabel("winner is the gold label, share")
+    ax.set_title("Reliability diagram")
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def _order_confidence_plot(ax, cal: dict) -> None:
+    for o, mark in (("ab", "o-"), ("ba", "s--")):
+        rows = [x for x in cal["orders"] if x["order"] == o]
+        if rows:
+            ax.plot([(x["lo"] + x["hi"]) / 2 for x in rows], [x["accuracy"] for x in rows],
+                    mark, label=f"order ({o[0].upper()},{o[1].upper()})")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("per-order confidence (lowest-10% token log-prob)")
+    ax.set_ylabel("accuracy of the order's verdict")
+    ax.set_title("Per-order accuracy by confidence")
+    if cal["orders"]:
+        ax.legend(fontsize=8)
 
 
 # -- HTML ----------------------------------------------------------------------------------------
@@ -452,7 +480,15 @@ def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
 
 def render_html(r: ReportData, figs: dict[str, bytes], view_href: str | None = None) -> str:
     """The page; `view_href`: a relative link to the table's explorer (`rmjudge view`)."""
-    o, p, ls = r.overview, r.position, r.length_summary
+    parts = (_head_html(r, view_href) + _bias_html(r, figs) + _generations_html(r, figs)
+             + _calibration_html(r, figs) + _groups_html(r) + _settings_html(r.overview))
+    parts.append("</body></html>")
+    return "\n".join(x for x in parts if x)
+
+
+def _head_html(r: ReportData, view_href: str | None) -> list[str]:
+    """The page head, the headline figures, the verdicts and the notes."""
+    o, p = r.overview, r.position
     kpis = [("pairs", str(o["pairs"])), ("labelled", str(o["labelled"])),
             (ACCURACY, pct(o["accuracy"])), (CONSISTENCY, pct(o["consistency"])),
             (TIES_HALF, pct(o["accuracy_ties_half"])),
@@ -482,7 +518,13 @@ def render_html(r: ReportData, figs: dict[str, bytes], view_href: str | None = N
         parts.append(f"<p>{html.escape(_upper(counts))}.</p>")
     for n in r.notes:
         parts.append(f"<p class='note'>{html.escape(n)}</p>")
-    parts += [
+    return parts
+
+
+def _bias_html(r: ReportData, figs: dict[str, bytes]) -> list[str]:
+    """The position and length bias sections."""
+    p, ls = r.position, r.length_summary
+    return [
         "<h2>Position bias</h2>",
         f"<p>Slot 1 wins {pct(p['slot1_ab'])} of verdicts in order (A,B) and {pct(p['slot1_ba'])} "
         f"in order (B,A); an unbiased judge's two figures sum to 100%. Gold labels put the better "
@@ -498,6 +540,11 @@ def render_html(r: ReportData, figs: dict[str, bytes], view_href: str | None = N
                [[f"{b['lo']}..{b['hi']}", b["n"], pct(b["judge_a"]), pct(b["label_a"])]
                 for b in r.length]),
     ]
+
+
+def _generations_html(r: ReportData, figs: dict[str, bytes]) -> list[str]:
+    """The parse-failure and vote-entropy sections, where the table has samples."""
+    parts = []
     if r.parse:
         parts += ["<h2>Parse failures and forced verdicts</h2>", _img(figs, "parse", "parse failures"),
                   _table(["stage", "order", "generations", "parsed", "forced", "no verdict",
@@ -509,32 +556,47 @@ def render_html(r: ReportData, figs: dict[str, bytes], view_href: str | None = N
                   f"<p>Entropy of the rollout predictions per pair and order (0: unanimous, 1 bit: "
                   f"an even split); mean {_f(r.entropy['mean'], 2)} bits.</p>",
                   _img(figs, "entropy", "vote entropy")]
-    if r.calibration["bins"]:
-        parts += ["<h2>Confidence calibration</h2>",
-                  f"<p>The winning side's share of the final votes (max(p_a, 1 - p_a)) against how "
-                  f"often that side is the gold label; ECE {_f(r.calibration['ece'])} over "
-                  f"{r.calibration['n']} pairs.</p>",
-                  _img(figs, "calibration", "calibration"),
-                  _table(["vote share", "pairs", "mean share", "winner is the gold label"],
-                         [[f"{b['lo']:.1f}-{b['hi']:.1f}", b["n"], _f(b["confidence"]),
-                           _f(b["accuracy"])] for b in r.calibration["bins"]])]
-    if r.groups:
-        parts.append(f"<h2>Per {html.escape(' / '.join(r.group_columns))}</h2>")
-        if r.hidden_groups:
-            parts.append(f"<p class='note'>{r.hidden_groups} smaller groups not shown.</p>")
-        parts.append(_table(
-            ["group", "pairs", ACCURACY, CONSISTENCY, AGREEMENT, "slot 1 wins", "orders flip",
-             "did not parse", "vote entropy", "ECE"],
-            [[f"{g['column']}={g['value']}", g["pairs"], pct(g["accuracy"]), pct(g["consistency"]),
-              agreement_text(g["agreement"]) if g["labelled"] else "-",
-              pct(g["slot1"]), pct(g["flip_rate"]), pct(g["parse_failure"]), _f(g["entropy"], 2),
-              _f(g["ece"])] for g in r.groups]))
-    s = o.get("settings")
-    if isinstance(s, dict):
-        parts += ["<h2>Run settings</h2>",
-                  _table(["setting", "value"], [[k, v] for k, v in s.items()], "kv")]
-    parts.append("</body></html>")
-    return "\n".join(x for x in parts if x)
+    return parts
+
+
+def _calibration_html(r: ReportData, figs: dict[str, bytes]) -> list[str]:
+    """The confidence calibration section, where pairs are labelled."""
+    if not r.calibration["bins"]:
+        return []
+    return ["<h2>Confidence calibration</h2>",
+            f"<p>The winning side's share of the final votes (max(p_a, 1 - p_a)) against how "
+            f"often that side is the gold label; ECE {_f(r.calibration['ece'])} over "
+            f"{r.calibration['n']} pairs.</p>",
+            _img(figs, "calibration", "calibration"),
+            _table(["vote share", "pairs", "mean share", "winner is the gold label"],
+                   [[f"{b['lo']:.1f}-{b['hi']:.1f}", b["n"], _f(b["confidence"]),
+                     _f(b["accuracy"])] for b in r.calibration["bins"]])]
+
+
+def _groups_html(r: ReportData) -> list[str]:
+    """The headline figures per group, where the table has groups."""
+    if not r.groups:
+        return []
+    parts = [f"<h2>Per {html.escape(' / '.join(r.group_columns))}</h2>"]
+    if r.hidden_groups:
+        parts.append(f"<p class='note'>{r.hidden_groups} smaller groups not shown.</p>")
+    parts.append(_table(
+        ["group", "pairs", ACCURACY, CONSISTENCY, AGREEMENT, "slot 1 wins", "orders flip",
+         "did not parse", "vote entropy", "ECE"],
+        [[f"{g['column']}={g['value']}", g["pairs"], pct(g["accuracy"]), pct(g["consistency"]),
+          agreement_text(g["agreement"]) if g["labelled"] else "-",
+          pct(g["slot1"]), pct(g["flip_rate"]), pct(g["parse_failure"]), _f(g["entropy"], 2),
+          _f(g["ece"])] for g in r.groups]))
+    return parts
+
+
+def _settings_html(overview: dict) -> list[str]:
+    """The run's recorded settings, where the store holds them."""
+    s = overview.get("settings")
+    if not isinstance(s, dict):
+        return []
+    return ["<h2>Run settings</h2>",
+            _table(["setting", "value"], [[k, v] for k, v in s.items()], "kv")]
 
 
 GENERATOR = '<meta name="generator" content="rmjudge report">'

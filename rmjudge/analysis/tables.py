@@ -183,14 +183,7 @@ def _check_not_busy(path: str) -> None:
 
 def open_judged(path: str) -> JudgedTable:
     """Open a judged output read-only; raise TableError with the fix when it is not one."""
-    if path.endswith(":") or (":" in os.path.basename(path) and not os.path.exists(path)):
-        raise TableError(f"{path}: give the judged output file itself (x.duckdb, x.parquet or "
-                         "x.jsonl), not a table inside it")
-    if not os.path.exists(path):
-        raise TableError(f"no judged table at {path}: run `rmjudge score INPUT -o {path}` "
-                         "first, or check the path")
-    if os.path.isdir(path):
-        raise TableError(f"{path} is a directory; give the judged output file")
+    _check_judged_path(path)
     _check_not_busy(path)
     fmt = output_format(path)
     con = duckdb.connect(":memory:")
@@ -199,60 +192,9 @@ def open_judged(path: str) -> JudgedTable:
     types: dict[str, str] = {}
     try:
         if fmt == "duckdb":
-            try:
-                con.execute(f"ATTACH {sql_literal(path)} AS judged (READ_ONLY)")
-            except duckdb.Error as exc:
-                msg = str(exc).splitlines()[0]
-                if "lock" in msg.lower() or "different configuration" in msg.lower():
-                    raise StoreBusyError(BUSY.format(
-                        who="another process (it holds the DuckDB file's lock)", path=path)
-                    ) from None
-                raise TableError(f"cannot open {path}: {msg} (is it a DuckDB file written by "
-                                 "rmjudge score?)") from None
-            present = {r[0] for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged'").fetchall()}
-            if "pairs" not in present:
-                raise TableError(f"{path} has no `pairs` table, so it is not a judged output: "
-                                 "run `rmjudge score INPUT` to make one")
-            for t in ("pairs", "samples", "greedy", "errors"):
-                if t in present:
-                    got = _typed_view(con, t, f"judged.{t}", types if t == "pairs" else None)
-                    if t == "pairs":
-                        src_cols = got
-                    tables.add(t)
-            if "samples" in tables and con.execute("SELECT count(*) FROM samples").fetchone()[0] \
-                    == 0 and con.execute("SELECT count(*) FROM pairs").fetchone()[0] > 0:
-                tables.discard("samples")  # judged pairs without samples (a jury): none to read
-            if "meta" in present:
-                import orjson
-
-                for k, v in con.execute("SELECT key, value FROM judged.meta").fetchall():
-                    try:
-                        meta[k] = orjson.loads(v)
-                    except orjson.JSONDecodeError:
-                        meta[k] = v
+            src_cols = _attach_store(con, path, tables, meta, types)
         else:
-            try:
-                src_cols = _typed_view(con, "pairs", _reader(path, fmt), types)
-            except duckdb.Error as exc:
-                raise TableError(f"cannot read {path} as {fmt}: "
-                                 f"{str(exc).splitlines()[0]}") from None
-            tables.add("pairs")
-            for t in ("samples", "greedy", "errors"):
-                side = sidecar(path, t)
-                if os.path.exists(side):
-                    _typed_view(con, t, _reader(side, fmt))
-                    tables.add(t)
-            work = store_path(path)
-            if os.path.exists(work):
-                try:
-                    con.execute(f"ATTACH {sql_literal(work)} AS work (READ_ONLY)")
-                    import orjson
-
-                    for k, v in con.execute("SELECT key, value FROM work.meta").fetchall():
-                        meta[k] = orjson.loads(v)
-                except (duckdb.Error, ValueError):
-                    pass
+            src_cols = _attach_export(con, path, fmt, tables, meta, types)
         cols = [r[0] for r in con.execute("DESCRIBE pairs").fetchall()]
         missing = [c for c in REQUIRED if c not in src_cols]
         if missing:
@@ -263,6 +205,86 @@ def open_judged(path: str) -> JudgedTable:
         con.close()
         raise
     return JudgedTable(path, con, fmt, tables, cols, meta, types)
+
+
+def _check_judged_path(path: str) -> None:
+    """TableError with the fix when `path` names no judged output file."""
+    if path.endswith(":") or (":" in os.path.basename(path) and not os.path.exists(path)):
+        raise TableError(f"{path}: give the judged output file itself (x.duckdb, x.parquet or "
+                         "x.jsonl), not a table inside it")
+    if not os.path.exists(path):
+        raise TableError(f"no judged table at {path}: run `rmjudge score INPUT -o {path}` "
+                         "first, or check the path")
+    if os.path.isdir(path):
+        raise TableError(f"{path} is a directory; give the judged output file")
+
+
+def _attach_store(con, path: str, tables: set[str], meta: dict,
+                  types: dict[str, str]) -> list[str]:
+    """Views of a DuckDB run store's tables (filling `tables`, `meta` and `types`); the
+    columns of its pairs table."""
+    try:
+        con.execute(f"ATTACH {sql_literal(path)} AS judged (READ_ONLY)")
+    except duckdb.Error as exc:
+        msg = str(exc).splitlines()[0]
+        if "lock" in msg.lower() or "different configuration" in msg.lower():
+            raise StoreBusyError(BUSY.format(
+                who="another process (it holds the DuckDB file's lock)", path=path)
+            ) from None
+        raise TableError(f"cannot open {path}: {msg} (is it a DuckDB file written by "
+                         "rmjudge score?)") from None
+    present = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged'").fetchall()}
+    if "pairs" not in present:
+        raise TableError(f"{path} has no `pairs` table, so it is not a judged output: "
+                         "run `rmjudge score INPUT` to make one")
+    for t in ("pairs", "samples", "greedy", "errors"):
+        if t in present:
+            got = _typed_view(con, t, f"judged.{t}", types if t == "pairs" else None)
+            if t == "pairs":
+                src_cols = got
+            tables.add(t)
+    if "samples" in tables and con.execute("SELECT count(*) FROM samples").fetchone()[0] \
+            == 0 and con.execute("SELECT count(*) FROM pairs").fetchone()[0] > 0:
+        tables.discard("samples")  # judged pairs without samples (a jury): none to read
+    if "meta" in present:
+        import orjson
+
+        for k, v in con.execute("SELECT key, value FROM judged.meta").fetchall():
+            try:
+                meta[k] = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                meta[k] = v
+    return src_cols
+
+
+def _attach_export(con, path: str, fmt: str, tables: set[str], meta: dict,
+                   types: dict[str, str]) -> list[str]:
+    """Views of a Parquet/JSONL export and its side files, with the settings of its working
+    store when it is still there (filling `tables`, `meta` and `types`); the columns of its
+    pairs."""
+    try:
+        src_cols = _typed_view(con, "pairs", _reader(path, fmt), types)
+    except duckdb.Error as exc:
+        raise TableError(f"cannot read {path} as {fmt}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    tables.add("pairs")
+    for t in ("samples", "greedy", "errors"):
+        side = sidecar(path, t)
+        if os.path.exists(side):
+            _typed_view(con, t, _reader(side, fmt))
+            tables.add(t)
+    work = store_path(path)
+    if os.path.exists(work):
+        try:
+            con.execute(f"ATTACH {sql_literal(work)} AS work (READ_ONLY)")
+            import orjson
+
+            for k, v in con.execute("SELECT key, value FROM work.meta").fetchall():
+                meta[k] = orjson.loads(v)
+        except (duckdb.Error, ValueError):
+            pass
+    return src_cols
 
 
 def is_judged(path: str) -> bool:

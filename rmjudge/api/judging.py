@@ -211,90 +211,110 @@ def score_batches(data: Any, *, output: str | os.PathLike | None = None,
 def _batches(source, output, opts, engine, progress, style) -> Iterator[Any]:
     from rmjudge.runs import setup as run
 
-    chunks: queue.Queue = queue.Queue(maxsize=CHUNKS_AHEAD)
-    stop = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def put(item) -> None:
-        while True:
-            if stop.is_set():
-                raise KeyboardInterrupt  # the run saves what it has and ends as interrupted
-            try:
-                chunks.put(item, timeout=STOP_POLL_SECONDS)
-                return
-            except queue.Full:
-                continue
-
-    def on_commit(store, ids, rows) -> None:
-        put(("chunk", chunk_result(store, ids, rows)))
-
-    display = _display(progress)
-
-    def watched(total, engine):
-        shown = display(total, engine) if display is not None else None
-
-        class Watch:
-            def __call__(self, p) -> None:
-                if stop.is_set():
-                    raise KeyboardInterrupt
-                if shown is not None:
-                    shown(p)
-
-            def note(self, line: str) -> None:
-                if shown is not None:
-                    shown.note(line)
-
-            def close(self) -> None:
-                if shown is not None:
-                    shown.close()
-
-        return Watch()
-
+    feed = _ChunkFeed(_display(progress))
     with output_path(output) as out:
         def work() -> None:
-            try:
-                outcome["summary"] = run.judge_input(
-                    source, out, opts, engine=engine, status=_status(progress), progress=watched,
-                    on_commit=on_commit, style=style, output_checked=output is not None)
-            except BaseException as exc:  # handed to the loop, which raises it
-                outcome["error"] = exc
-            finally:
-                try:
-                    put(("end", None))
-                except KeyboardInterrupt:
-                    pass
+            feed.run(lambda: run.judge_input(
+                source, out, opts, engine=engine, status=_status(progress), progress=feed.watched,
+                on_commit=feed.on_commit, style=style, output_checked=output is not None))
 
         worker = threading.Thread(target=work, name="rmjudge-score", daemon=True)
         worker.start()
         try:
-            while True:
-                try:
-                    kind, table = chunks.get(timeout=STOP_POLL_SECONDS)
-                except queue.Empty:
-                    if not worker.is_alive() and chunks.empty():
-                        break
-                    continue
-                if kind == "end":
-                    break
-                yield table
+            yield from feed.tables(worker)
         except KeyboardInterrupt:  # Ctrl-C in the loop: the worker saves what it judged
-            stop.set()
-            _drain(chunks, worker)
+            feed.stop.set()
+            _drain(feed.chunks, worker)
             from rmjudge.runs.pipeline import Interrupted
 
-            error = outcome.get("error")
+            error = feed.outcome.get("error")
             raise _not_kept(error if isinstance(error, Interrupted) else Interrupted(
                 "interrupted; the pairs committed so far are kept in the output: call again "
                 "to resume"), output) from None
         finally:
-            stop.set()
-            _drain(chunks, worker)
-        error = outcome.get("error")
+            feed.stop.set()
+            _drain(feed.chunks, worker)
+        error = feed.outcome.get("error")
         if error is not None:
             if isinstance(error, UserError):
                 raise _not_kept(error, output) from None
             raise error
-        _check_nothing_judged(outcome["summary"], source)
+        _check_nothing_judged(feed.outcome["summary"], source)
+
+
+class _ChunkFeed:
+    """The worker thread's side of `score_batches`: it hands committed chunks to the loop
+    through a bounded queue and stops (as interrupted) once `stop` is set."""
+
+    def __init__(self, display):
+        self.chunks: queue.Queue = queue.Queue(maxsize=CHUNKS_AHEAD)
+        self.stop = threading.Event()
+        self.outcome: dict[str, Any] = {}
+        self.display = display
+
+    def put(self, item) -> None:
+        while True:
+            if self.stop.is_set():
+                raise KeyboardInterrupt  # the run saves what it has and ends as interrupted
+            try:
+                self.chunks.put(item, timeout=STOP_POLL_SECONDS)
+                return
+            except queue.Full:
+                continue
+
+    def on_commit(self, store, ids, rows) -> None:
+        self.put(("chunk", chunk_result(store, ids, rows)))
+
+    def watched(self, total, engine) -> _Watch:
+        """The run's progress callback: shows progress (when asked) and stops the run."""
+        return _Watch(self.stop, self.display(total, engine) if self.display is not None else None)
+
+    def run(self, judge) -> None:
+        """In the worker thread: the run's summary, or its error, for the loop; then the end."""
+        try:
+            self.outcome["summary"] = judge()
+        except BaseException as exc:  # handed to the loop, which raises it
+            self.outcome["error"] = exc
+        finally:
+            try:
+                self.put(("end", None))
+            except KeyboardInterrupt:
+                pass
+
+    def tables(self, worker: threading.Thread) -> Iterator[Any]:
+        """In the loop: each chunk's table, until the run ends."""
+        while True:
+            try:
+                kind, table = self.chunks.get(timeout=STOP_POLL_SECONDS)
+            except queue.Empty:
+                if not worker.is_alive() and self.chunks.empty():
+                    break
+                continue
+            if kind == "end":
+                break
+            yield table
+
+
+class _Watch:
+    """Progress for `score_batches`' run: an interrupt once the loop has stopped."""
+
+    def __init__(self, stop: threading.Event, shown):
+        self.stop = stop
+        self.shown = shown
+
+    def __call__(self, p) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        if self.shown is not None:
+            self.shown(p)
+
+    def note(self, line: str) -> None:
+        if self.shown is not None:
+            self.shown.note(line)
+
+    def close(self) -> None:
+        if self.shown is not None:
+            self.shown.close()
 
 
 def _drain(chunks: queue.Queue, worker: threading.Thread) -> None:

@@ -170,9 +170,19 @@ def render_card(record: dict, data_path: str, repo_id: str, license: str | None 
 
 
 def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str:
+    """The card's text below the front matter, one section after another."""
+    fs = record.get("filter") or {}
+    lines = (_intro_lines(record, repo_id) + _source_lines(record, license)
+             + _judge_lines(record) + _filter_lines(record["counts"], fs)
+             + _eval_lines(record.get("eval"))
+             + _column_lines(record, record.get("format", "dpo"), fs, data_path))
+    return "\n".join(lines)
+
+
+def _intro_lines(record: dict, repo_id: str) -> list[str]:
+    """The title, what the dataset is and how to load it."""
     c = record["counts"]
     fmt = record.get("format", "dpo")
-    fs = record.get("filter") or {}
     lines = [f"# {repo_id.split('/')[-1]}", ""]
     lines.append(
         f"{_upper_first(FORMAT_TEXT[fmt][0])}, {c['written']} pairs ({c['rows']} rows) kept by "
@@ -183,8 +193,12 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
         "kept. In every row the chosen response is the judge's winner.")
     lines += ["", "```python", "from datasets import load_dataset", "",
               f'ds = load_dataset("{repo_id}", split="train")', "```", ""]
+    return lines
 
-    lines += ["## Source", ""]
+
+def _source_lines(record: dict, license: str | None) -> list[str]:
+    """The input: its names, revision, how it was read, its license."""
+    lines = ["## Source", ""]
     srcs = sources(record)
     for s in srcs or ["not recorded"]:
         repo = hub_repo(s)
@@ -208,8 +222,12 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
     lines.append(f"- license: {license}" if license else
                  "- license: not known to rmjudge; the source dataset's license applies")
     lines.append("")
+    return lines
 
-    lines += ["## Judge", ""]
+
+def _judge_lines(record: dict) -> list[str]:
+    """The judge model(s) and the judge settings."""
+    lines = ["## Judge", ""]
     judges = _judges(record)
     for j in judges or [{"model": "not recorded", "sha256": None}]:
         text = f"- model: `{j['model']}`"
@@ -229,8 +247,12 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
         lines += ["", "Judge settings (`rmjudge score`):", "", "```json",
                   orjson.dumps(settings, option=orjson.OPT_INDENT_2).decode(), "```"]
     lines.append("")
+    return lines
 
-    lines += ["## Filter", ""]
+
+def _filter_lines(c: dict, fs: dict) -> list[str]:
+    """The filter's settings and what became of the judged pairs."""
+    lines = ["## Filter", ""]
     lines.append("Settings (`rmjudge filter`): " + ", ".join(
         f"{k} = `{v}`" for k, v in fs.items() if k not in ("keep_columns",)) + ".")
     lines += ["", "| outcome | pairs |", "|---|---:|",
@@ -244,46 +266,54 @@ def body(record: dict, data_path: str, repo_id: str, license: str | None) -> str
         lines.append(f"| &nbsp;&nbsp;dropped: {reason} | {n} |")
     lines.append(f"| **total judged** | {c['pairs']} |")
     lines.append("")
+    return lines
 
-    ev = record.get("eval")
-    if ev:
-        from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
-                                         rollout_counts_line)
 
-        level = int(round(100 * ev.get("level", 0.95)))
-        pooled = ("both orders pooled, the paper's" if ev.get("both_orders")
-                  else "order (A, B) only, so pooled = single-order accuracy")
-        lines += ["## Judge quality against the gold labels", "",
-                  f"Over all {ev['labelled']} labelled pairs of the judged table (before "
-                  f"filtering), in %, with {level}% bootstrap intervals:", "",
-                  "| figure | value |", "|---|---:|",
-                  f"| {ACCURACY} ({pooled}) | {_pct(ev.get('accuracy'))} |",
-                  f"| accuracy in order (A, B), responses in input order | "
-                  f"{_pct(ev.get('accuracy_ab'))} |"]
-        if ev.get("both_orders"):
-            lines += [f"| accuracy in order (B, A), responses swapped | "
-                      f"{_pct(ev.get('accuracy_ba'))} |",
-                      f"| {CONSISTENCY} (right in both orders, the paper's) | "
-                      f"{_pct(ev.get('consistency'))} |"]
-        ag = ev.get("agreement") or {}
-        for k in ("agree", "tie", "disagree"):
-            if k in ag:
-                lines.append(f"| {AGREEMENT}: {k} | {_pct(ag[k])} |")
-        if ev.get("accuracy_ties_half"):
-            lines.append(f"| {TIES_HALF}, comparable with reward-bench | "
-                         f"{_pct(ev['accuracy_ties_half'])} |")
-        lines += ["", "; ".join(f"{k}: {v}" for k, v in METRIC_HELP.items()) + "."]
-        counts = rollout_counts_line(ev.get("rollout_counts") or {})
-        if counts:
-            lines += ["", f"Judge rollouts: {counts}."]
-        lines.append("")
+def _eval_lines(ev: dict | None) -> list[str]:
+    """The judge's quality against the gold labels, where the table had labels."""
+    if not ev:
+        return []
+    from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
+                                     rollout_counts_line)
 
-    lines += ["## Columns", "", "| column | type | meaning |", "|---|---|---|"]
+    level = int(round(100 * ev.get("level", 0.95)))
+    pooled = ("both orders pooled, the paper's" if ev.get("both_orders")
+              else "order (A, B) only, so pooled = single-order accuracy")
+    lines = ["## Judge quality against the gold labels", "",
+             f"Over all {ev['labelled']} labelled pairs of the judged table (before "
+             f"filtering), in %, with {level}% bootstrap intervals:", "",
+             "| figure | value |", "|---|---:|",
+             f"| {ACCURACY} ({pooled}) | {_pct(ev.get('accuracy'))} |",
+             f"| accuracy in order (A, B), responses in input order | "
+             f"{_pct(ev.get('accuracy_ab'))} |"]
+    if ev.get("both_orders"):
+        lines += [f"| accuracy in order (B, A), responses swapped | "
+                  f"{_pct(ev.get('accuracy_ba'))} |",
+                  f"| {CONSISTENCY} (right in both orders, the paper's) | "
+                  f"{_pct(ev.get('consistency'))} |"]
+    ag = ev.get("agreement") or {}
+    for k in ("agree", "tie", "disagree"):
+        if k in ag:
+            lines.append(f"| {AGREEMENT}: {k} | {_pct(ag[k])} |")
+    if ev.get("accuracy_ties_half"):
+        lines.append(f"| {TIES_HALF}, comparable with reward-bench | "
+                     f"{_pct(ev['accuracy_ties_half'])} |")
+    lines += ["", "; ".join(f"{k}: {v}" for k, v in METRIC_HELP.items()) + "."]
+    counts = rollout_counts_line(ev.get("rollout_counts") or {})
+    if counts:
+        lines += ["", f"Judge rollouts: {counts}."]
+    lines.append("")
+    return lines
+
+
+def _column_lines(record: dict, fmt: str, fs: dict, data_path: str) -> list[str]:
+    """Every column of the data file with its type and meaning."""
     from rmjudge.analysis.filter import EVIDENCE_COLUMNS, FORMAT_COLUMNS
 
+    lines = ["## Columns", "", "| column | type | meaning |", "|---|---|---|"]
     own = set(FORMAT_COLUMNS[fmt]) | (set(EVIDENCE_COLUMNS) if fs.get("evidence") else set())
     for name, typ in record.get("columns") or []:
         meaning = COLUMN_TEXT[name] if name in own else "carried over from the judged table"
         lines.append(f"| `{name}` | {type_text(typ)} | {meaning} |")
     lines += ["", f"Data file: `{data_path}`.", ""]
-    return "\n".join(lines)
+    return lines

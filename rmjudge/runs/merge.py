@@ -290,91 +290,120 @@ def _check_input(con, shards, aliases, source: str, mapping: dict | None, settin
                  identity: dict | None, report: MergeReport) -> list[str]:
     """Every input pair in exactly one shard, by id, holding the content it was judged with
     (the content hash stored with each verdict); every other input row in a shard's errors."""
-    from rmjudge.io.intake import RowFailure, in_shard
     from rmjudge.io.readers import InputError
     from rmjudge.runs.setup import open_input
 
-    def hashed(a: str) -> str:  # stores made before content hashes hold none
-        has = con.execute("SELECT count(*) FROM duckdb_columns() WHERE database_name = ? AND "
-                          "table_name = 'pairs' AND column_name = 'content_hash'", [a]).fetchone()[0]
-        return (f"SELECT id, row_number, {'content_hash' if has else 'NULL'} AS content_hash "
-                f"FROM {quote_ident(a)}.pairs")
-
-    recorded: dict[str, tuple[int, str | None]] = {r[0]: (r[1], r[2]) for r in con.execute(
-        " UNION ALL ".join(hashed(a) for a in aliases)).fetchall()}
-    at_row = {rn: pid for pid, (rn, _) in recorded.items()}
-    err_rows = {r[0] for r in con.execute(
-        f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
     counts = {_spec(s)[1] for i in report.shards for s in i.specs if _spec(s)}  # type: ignore[index]
-    n = counts.pop() if len(counts) == 1 else None  # the shard count, to name a missing shard
+    check = _InputCheck(con, aliases, counts.pop() if len(counts) == 1 else None)
     mapper = input_mapper(settings, mapping)
-    missing: list[int] = []
-    owners: set[str] = set()
-    mismatched: list[int] = []
-    changed: list[int] = []
-    seen_rows: set[int] = set()
-    seen_ids: set[str] = set()
     try:
         for item in open_input(source, mapper):
-            rn = item.row_number
-            seen_rows.add(rn)
-            if not isinstance(item, RowFailure):
-                seen_ids.add(item.id)
-                if item.id in recorded:
-                    stored = recorded[item.id][1]
-                    if stored is not None and stored != item.content_hash():
-                        changed.append(rn)
-                    continue
-                if rn in at_row:
-                    mismatched.append(rn)
-                    continue
-                pid = item.id
-            else:
-                if rn in err_rows or (item.duplicate_of is not None and item.id in recorded):
-                    continue
-                if rn in at_row:
-                    seen_ids.add(at_row[rn])  # judged then, unreadable now: an edited row
-                    changed.append(rn)
-                    continue
-                pid = None
-            if rn in err_rows:
-                continue
-            missing.append(rn)
-            if n is not None:
-                key = pid if pid is not None else f"row:{rn}"
-                owners.update(f"{i}/{n}" for i in range(n) if in_shard(key, (i, n)))
+            check.row(item)
     except InputError as exc:
         raise MergeError(f"cannot read --input: {exc}") from None
-    report.input_rows = len(seen_rows)
-    problems = []
+    report.input_rows = len(check.seen_rows)
+    return _revision_problems(source, identity) + check.problems(source)
+
+
+class _InputCheck:
+    """The input's rows against what the shards recorded: rows in no shard, recorded rows not
+    in the input, rows with another pair id and rows edited since they were judged."""
+
+    def __init__(self, con, aliases, n: int | None):
+        self.recorded: dict[str, tuple[int, str | None]] = {r[0]: (r[1], r[2]) for r in con.execute(
+            " UNION ALL ".join(_hashed_ids(con, a) for a in aliases)).fetchall()}
+        self.at_row = {rn: pid for pid, (rn, _) in self.recorded.items()}
+        self.err_rows = {r[0] for r in con.execute(
+            f"SELECT row_number FROM ({_union(aliases, 'row_number', 'errors')})").fetchall()}
+        self.n = n  # the shard count, to name a missing shard
+        self.missing: list[int] = []
+        self.owners: set[str] = set()
+        self.mismatched: list[int] = []
+        self.changed: list[int] = []
+        self.seen_rows: set[int] = set()
+        self.seen_ids: set[str] = set()
+
+    def row(self, item) -> None:
+        """Check one input row (a pair or a row failure)."""
+        from rmjudge.io.intake import RowFailure, in_shard
+
+        rn = item.row_number
+        self.seen_rows.add(rn)
+        if not isinstance(item, RowFailure):
+            self.seen_ids.add(item.id)
+            if item.id in self.recorded:
+                stored = self.recorded[item.id][1]
+                if stored is not None and stored != item.content_hash():
+                    self.changed.append(rn)
+                return
+            if rn in self.at_row:
+                self.mismatched.append(rn)
+                return
+            pid = item.id
+        else:
+            if rn in self.err_rows or (item.duplicate_of is not None and item.id in self.recorded):
+                return
+            if rn in self.at_row:
+                self.seen_ids.add(self.at_row[rn])  # judged then, unreadable now: an edited row
+                self.changed.append(rn)
+                return
+            pid = None
+        if rn in self.err_rows:
+            return
+        self.missing.append(rn)
+        if self.n is not None:
+            n = self.n
+            key = pid if pid is not None else f"row:{rn}"
+            self.owners.update(f"{i}/{n}" for i in range(n) if in_shard(key, (i, n)))
+
+    def problems(self, source: str) -> list[str]:
+        """One line per kind of mismatch, after every row was checked."""
+        problems = []
+        if self.missing:
+            where = f" (they belong to shard {', '.join(sorted(self.owners))})" if self.owners else ""
+            problems.append(f"{len(self.missing)} input row(s) are in no shard: rows "
+                            f"{_listing(self.missing)}{where}; run the missing shard(s) and "
+                            "merge again")
+        shown = set(self.mismatched)
+        extra = sorted({rn for pid, (rn, _) in self.recorded.items()
+                        if pid not in self.seen_ids and rn not in shown}
+                       | (self.err_rows - self.seen_rows))
+        if extra:
+            problems.append(f"{len(extra)} recorded row(s) are not in {source}: rows "
+                            f"{_listing(extra)}; is it the input the shards were made from?")
+        if self.mismatched:
+            problems.append(f"{len(self.mismatched)} row(s) hold another pair id than {source} "
+                            f"gives: rows {_listing(self.mismatched)}; pass the --map the shards "
+                            "were scored with (a row without an id column that was edited since "
+                            "gets a new id: rerun its shard with --rejudge-changed)")
+        if self.changed:
+            problems.append(f"{len(self.changed)} row(s) of {source} hold other content than the "
+                            f"pair judged for them: rows {_listing(self.changed)}; rerun their "
+                            "shard's rmjudge score command with --rejudge-changed, then merge "
+                            "again")
+        return problems
+
+
+def _hashed_ids(con, a: str) -> str:
+    """The query of one attached shard's pair ids, row numbers and content hashes (stores made
+    before content hashes hold none)."""
+    has = con.execute("SELECT count(*) FROM duckdb_columns() WHERE database_name = ? AND "
+                      "table_name = 'pairs' AND column_name = 'content_hash'", [a]).fetchone()[0]
+    return (f"SELECT id, row_number, {'content_hash' if has else 'NULL'} AS content_hash "
+            f"FROM {quote_ident(a)}.pairs")
+
+
+def _revision_problems(source: str, identity: dict | None) -> list[str]:
+    """A Hub input at another commit than the shards were judged from."""
     if identity and identity.get("commit"):
         from rmjudge.io.huggingface import resolved_revision
 
         now = (resolved_revision(source) or {}).get("commit")
         if now and now != identity["commit"]:
-            problems.append(f"the shards were judged from commit {identity['commit']} of "
-                            f"{identity.get('source')}, but {source} is commit {now}; give "
-                            f"--input pinned to that commit ({identity.get('pinned') or identity['commit']})")
-    if missing:
-        where = f" (they belong to shard {', '.join(sorted(owners))})" if owners else ""
-        problems.append(f"{len(missing)} input row(s) are in no shard: rows {_listing(missing)}"
-                        f"{where}; run the missing shard(s) and merge again")
-    shown = set(mismatched)
-    extra = sorted({rn for pid, (rn, _) in recorded.items()
-                    if pid not in seen_ids and rn not in shown} | (err_rows - seen_rows))
-    if extra:
-        problems.append(f"{len(extra)} recorded row(s) are not in {source}: rows "
-                        f"{_listing(extra)}; is it the input the shards were made from?")
-    if mismatched:
-        problems.append(f"{len(mismatched)} row(s) hold another pair id than {source} gives: rows "
-                        f"{_listing(mismatched)}; pass the --map the shards were scored with (a "
-                        "row without an id column that was edited since gets a new id: rerun its "
-                        "shard with --rejudge-changed)")
-    if changed:
-        problems.append(f"{len(changed)} row(s) of {source} hold other content than the pair "
-                        f"judged for them: rows {_listing(changed)}; rerun their shard's rmjudge "
-                        "score command with --rejudge-changed, then merge again")
-    return problems
+            return [(f"the shards were judged from commit {identity['commit']} of "
+                     f"{identity.get('source')}, but {source} is commit {now}; give --input "
+                     f"pinned to that commit ({identity.get('pinned') or identity['commit']})")]
+    return []
 
 
 def _write(shards: list[str], output: str, settings: dict, identity: dict | None,

@@ -352,9 +352,49 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
-    from rmjudge.files import check_not_busy, make_dir, output_format, remove_tree, write_json
-    from rmjudge.store import (LEAVE_FIX, RESUME_FIX, is_rmjudge_store, not_a_store_message,
-                               other_settings_message, recover_batches)
+    from rmjudge.files import make_dir
+
+    work = _prepare_output(output, rs, overwrite)
+    started = time.monotonic()
+    dataset = is_dataset_source(source)
+    files = [] if dataset else list_inputs(source)
+    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite,
+                      rejudge_changed=rejudge_changed)
+    if files and "://" not in files[0]:  # labels that need --label-values stop the run here
+        _check_labels(files[0], opts)
+    factory = engine_factory or EngineFactory(es)
+    info = factory(vocab_only=True).info
+    # the run's spec on the model the driver's tokenizer describes (each worker builds its own)
+    settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
+    make_dir(os.path.join(work, "batches"))
+    if dataset:  # rows Ray cannot read itself: read once here, as `score` reads them
+        files = [snapshot_input(source, work)]
+        _check_labels(files[0], opts)  # the labels, as for a file below
+    _keep_settings(work, settings)
+    _connect(ray, rs)
+    log = _RunLog(work, run_record(info, orjson.dumps(settings).decode(), source,
+                                   f"ray:{rs.workers}"))
+    ds = _judged_batches(ray, files, work, rs, es, {
+        "factory": factory, "opts": opts, "settings": settings, "work_dir": work,
+        "run_id": log.run["run_id"]})
+    tally = _tally(ds, on_batch, log)
+    if tally.changed:
+        log.close("failed", pairs_judged=tally.judged, generated_tokens=tally.tokens)
+        raise RayRunError(_changed_message(source, work, tally.changed))
+    log.close("finished", pairs_judged=tally.judged, generated_tokens=tally.tokens,
+              wall_seconds=time.monotonic() - started)
+    pairs, errors, dups = assemble(work, output, settings, log.runs, _identity(source, files))
+    return RaySummary(output=output, work_dir=work, files=len(files),
+                      batches=tally.batches, batches_done_before=tally.done, judged=tally.judged,
+                      pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tally.tokens,
+                      wall_seconds=time.monotonic() - started)
+
+
+def _prepare_output(output: str, rs: RaySettings, overwrite: bool) -> str:
+    """Check the output store and the work directory (removing it with `overwrite` when it is a
+    ray-score work directory); the work directory's absolute path."""
+    from rmjudge.files import check_not_busy, output_format, remove_tree
+    from rmjudge.store import LEAVE_FIX, is_rmjudge_store, not_a_store_message
 
     if output_format(output) != "duckdb":
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
@@ -368,25 +408,22 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
             raise RayRunError(f"{work} is not a ray-score work directory (no settings.json); it "
                               "is left untouched: pass another --work-dir")
         remove_tree(work)
-    started = time.monotonic()
-    dataset = is_dataset_source(source)
-    files = [] if dataset else list_inputs(source)
-    opts = RunOptions(js, es, mapper or Mapper(mapping, seed=js.seed), overwrite=overwrite,
-                      rejudge_changed=rejudge_changed)
-    if files and "://" not in files[0]:  # labels that need --label-values stop the run here
-        from rmjudge.runs.setup import open_input
+    return work
 
-        open_input(files[0], copy.deepcopy(opts.mapper))  # the one the workers get stays fresh
-    factory = engine_factory or EngineFactory(es)
-    info = factory(vocab_only=True).info
-    # the run's spec on the model the driver's tokenizer describes (each worker builds its own)
-    settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
-    make_dir(os.path.join(work, "batches"))
-    if dataset:  # rows Ray cannot read itself: read once here, as `score` reads them
-        from rmjudge.runs.setup import open_input
 
-        files = [snapshot_input(source, work)]
-        open_input(files[0], copy.deepcopy(opts.mapper))  # the labels, as for a file below
+def _check_labels(path: str, opts: RunOptions) -> None:
+    """Open the input as `score` does, so labels that need --label-values stop the run on the
+    driver; on a copy of the mapper, so the one the workers get stays fresh."""
+    from rmjudge.runs.setup import open_input
+
+    open_input(path, copy.deepcopy(opts.mapper))
+
+
+def _keep_settings(work: str, settings: dict) -> None:
+    """Record the run's settings in the work directory, or check they are those recorded."""
+    from rmjudge.files import write_json
+    from rmjudge.store import RESUME_FIX, other_settings_message
+
     settings_path = os.path.join(work, "settings.json")
     if os.path.exists(settings_path):
         old = _read_json(settings_path)
@@ -395,20 +432,46 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                                                      RESUME_FIX))
     else:
         write_json(settings_path, settings)
-    if not ray.is_initialized():
-        try:
-            ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
-        except Exception as exc:  # connection refused, no cluster at "auto", ...
-            where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
-            raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
-                              "check --address (ray status on the head node)") from None
-    runs_path = os.path.join(work, "runs.json")
-    runs = _read_json(runs_path) if os.path.exists(runs_path) else []
-    run = {"run_id": len(runs) + 1,
-           **run_record(info, orjson.dumps(settings).decode(), source, f"ray:{rs.workers}"),
-           "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
-    runs.append(run)
-    write_json(runs_path, runs)
+
+
+def _connect(ray, rs: RaySettings) -> None:
+    """Start or reach the Ray cluster (once per process)."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
+    except Exception as exc:  # connection refused, no cluster at "auto", ...
+        where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
+        raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
+                          "check --address (ray status on the head node)") from None
+
+
+class _RunLog:
+    """The work directory's `runs.json`: this invocation's row is added as running, then closed
+    as finished or failed."""
+
+    def __init__(self, work: str, record: dict):
+        from rmjudge.files import write_json
+
+        self.path = os.path.join(work, "runs.json")
+        self.runs = _read_json(self.path) if os.path.exists(self.path) else []
+        self.run = {"run_id": len(self.runs) + 1, **record,
+                    "started": datetime.now(timezone.utc).isoformat(), "status": "running"}
+        self.runs.append(self.run)
+        write_json(self.path, self.runs)
+
+    def close(self, status: str, **fields) -> None:
+        from rmjudge.files import write_json
+
+        self.run.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **fields)
+        write_json(self.path, self.runs)
+
+
+def _judged_batches(ray, files: list[str], work: str, rs: RaySettings, es: EngineSettings,
+                    worker_kwargs: dict):
+    """The Ray Data pipeline: read the files, cut them into the batches not yet done, judge each
+    on the actor pool; one row per batch (its state and counts)."""
+    from rmjudge.store import recover_batches
 
     recover_batches(os.path.join(work, "batches"))
     done = {d for d in os.listdir(os.path.join(work, "batches")) if not d.startswith(".")}
@@ -419,49 +482,51 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     ds = _one_batch_per_block(ds)
     with warnings.catch_warnings():  # restarts/retries have no named parameter yet
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        ds = ds.map_batches(
+        return ds.map_batches(
             _JudgeWorker, batch_size=1, compute=_pool(ray, rs.workers),
-            num_cpus=cpus, num_gpus=gpus,
-            fn_constructor_kwargs={"factory": factory, "opts": opts, "settings": settings,
-                                   "work_dir": work, "run_id": run["run_id"]},
+            num_cpus=cpus, num_gpus=gpus, fn_constructor_kwargs=worker_kwargs,
             max_restarts=rs.max_restarts, max_task_retries=rs.max_task_retries)
-    judged = tokens = n_batches = n_done = 0
-    changed: list[int] = []
+
+
+@dataclass
+class _Tally:
+    """What the batches of one run came to."""
+    judged: int = 0
+    tokens: int = 0
+    batches: int = 0
+    done: int = 0
+    changed: list[int] = field(default_factory=list)
+
+
+def _tally(ds, on_batch, log: _RunLog) -> _Tally:
+    """Run the pipeline and count its batches; a failure closes the run as failed."""
+    tally = _Tally()
     try:
         for row in ds.iter_rows():
-            judged += int(row["judged"])
-            tokens += int(row["tokens"])
-            n_batches += 1
+            tally.judged += int(row["judged"])
+            tally.tokens += int(row["tokens"])
+            tally.batches += 1
             if row["state"] == "done":
-                n_done += 1
-            changed += orjson.loads(row["changed"])
+                tally.done += 1
+            tally.changed += orjson.loads(row["changed"])
             if on_batch and row["state"] in ("new", "updated"):
-                on_batch(row, n_batches, judged)
+                on_batch(row, tally.batches, tally.judged)
     except Exception as exc:
-        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat())
-        write_json(runs_path, runs)
+        log.close("failed")
         first = str(exc).strip().splitlines()
         raise RayRunError(f"the Ray run failed ({first[-1] if first else type(exc).__name__}); "
                           "rerun the same command to resume from the finished batches") from exc
-    if changed:
-        from rmjudge.io.intake import CHANGED_SHOWN, ChangedRows
-        from rmjudge.runs.pipeline import changed_rows_message
+    return tally
 
-        run.update(status="failed", finished=datetime.now(timezone.utc).isoformat(),
-                   pairs_judged=judged, generated_tokens=tokens)
-        write_json(runs_path, runs)
-        changed.sort()
-        raise RayRunError(changed_rows_message(
-            source, work, ChangedRows(changed[:CHANGED_SHOWN], len(changed) > CHANGED_SHOWN)))
-    wall = time.monotonic() - started
-    run.update(status="finished", finished=datetime.now(timezone.utc).isoformat(),
-               pairs_judged=judged, generated_tokens=tokens, wall_seconds=wall)
-    write_json(runs_path, runs)
-    pairs, errors, dups = assemble(work, output, settings, runs, _identity(source, files))
-    return RaySummary(output=output, work_dir=work, files=len(files),
-                      batches=n_batches, batches_done_before=n_done, judged=judged,
-                      pairs=pairs, errors=errors, duplicates=dups, generated_tokens=tokens,
-                      wall_seconds=time.monotonic() - started)
+
+def _changed_message(source: str, work: str, changed: list[int]) -> str:
+    """The error naming the rows edited since they were judged, as `rmjudge score` words it."""
+    from rmjudge.io.intake import CHANGED_SHOWN, ChangedRows
+    from rmjudge.runs.pipeline import changed_rows_message
+
+    changed = sorted(changed)
+    return changed_rows_message(
+        source, work, ChangedRows(changed[:CHANGED_SHOWN], len(changed) > CHANGED_SHOWN))
 
 
 def _pool(ray, workers: int):
