@@ -84,8 +84,10 @@ def _option(f, meta: dict, helptext) -> Callable:
     if "flag" in meta:  # a switch: turns a default-True field off, a default-False one on
         names = [meta["flag"]] + ([meta["short"]] if "short" in meta else [])
         return click.option(*names, dest, is_flag=True, help=helptext)
-    name = meta.get("option", f"--{f.name.replace('_', '-')}")
-    names = [name] + ([meta["short"]] if "short" in meta else [])
+    option = meta.get("option", f"--{f.name.replace('_', '-')}")
+    names = list(option) if isinstance(option, tuple) else \
+        [option] + ([meta["short"]] if "short" in meta else [])
+    name = next(n for n in names if n.startswith("--"))
     has_default = f.default is not MISSING or f.default_factory is not MISSING
     if not has_default and "cli_default" not in meta:
         return click.option(*names, dest, required=True, help=helptext,
