@@ -92,13 +92,14 @@ def _option(f, meta: dict, helptext) -> Callable:
     if not has_default and "cli_default" not in meta:
         return click.option(*names, dest, required=True, help=helptext,
                             **{k: meta[k] for k in ("metavar", "multiple") if k in meta})
-    if isinstance(f.default, bool) and "cli_default" not in meta:
+    if isinstance(f.default, bool) and not {"cli_default", "choices"} & set(meta):
         return click.option(f"{name}/--no-{name[2:]}", dest, default=f.default,
                             show_default=True, help=helptext)
     default = meta.get("cli_default", f.default)
     if isinstance(meta.get("choices"), dict):  # the option's value that gives the default
         default = next(k for k, v in meta["choices"].items() if v == default)
-    kw: dict = {"help": helptext, "show_default": meta.get("show_default", default is not None)}
+    shown = default is not None and not meta.get("multiple")
+    kw: dict = {"help": helptext, "show_default": meta.get("show_default", shown)}
     if meta.get("multiple"):
         kw["multiple"] = True
         if meta.get("required"):

@@ -50,15 +50,17 @@ class JudgeSettings:
                                   "judge).", type=int)
     temperature: float = setting(1.0, "Rollout temperature.")
     top_p: float = setting(1.0, "Nucleus sampling threshold of the rollouts.")
-    orders: Orders = setting("both", "Judge (A,B) and (B,A), or (A,B) only.", choices=("both", "ab"))
+    orders: Orders = setting("both", "Judge (A,B) and (B,A), or (A,B) only.",
+                             choices=("both", "ab"))
     on_inconsistent: Inconsistent = setting("tie", "Verdict when the two orders disagree.",
                                          choices=("tie", "drop", "confident"))
     reflect: bool = setting(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
     shortcut: bool = setting(True, "Run self-reflection even when all rollouts agree.",
                           flag="--no-shortcut")
-    forced: bool | None = setting(None, "Read a verdict from the logits when no rollout of an order "
-                               "parses (default: resolved by the run spec: off, on only for the "
-                               "embedded demo judge).", switch="--forced/--no-forced")
+    forced: bool | None = setting(
+        None, "Read a verdict from the logits when no rollout of an order parses (default: "
+        "resolved by the run spec: off, on only for the embedded demo judge).",
+        switch="--forced/--no-forced")
     adaptive: int = setting(0, "Start with K rollouts per order; go on to N only when they "
                          "disagree (0: off).", metavar="K")
     seed: int = setting(0, "Run seed (per-pair seeds derive from it).")
@@ -134,8 +136,8 @@ class EngineSettings:
                               "nor --lora is given).", flag="--no-demo-adapter")
     device: Literal["auto", "cpu", "cuda"] = setting(
         "auto", "auto: CUDA when llama.cpp was built with it.", choices=("auto", "cpu", "cuda"))
-    n_gpu_layers: int | None = setting(None, "Layers to offload (default: all on CUDA, none on CPU).",
-                                    type=int)
+    n_gpu_layers: int | None = setting(
+        None, "Layers to offload (default: all on CUDA, none on CPU).", type=int)
     threads: int | None = setting(None, "CPU threads (default: every usable core when the machine "
                                "is quiet, one fewer per busy core).", type=int)
     parallel: int | None = setting(None, "Sequences decoded together (default: 16 on CPU, 64 on "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rmjudge.core.errors import UserError
 from rmjudge.core.extras import install_hint
+from rmjudge.core.settings import setting
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.analysis.filter_record import read_record
 from rmjudge.store import make_dir, place_copy, remove_file, remove_tree, write_file
@@ -41,6 +42,19 @@ class HubExtraError(HubError):
 
 class HubTokenError(HubError):
     """No Hugging Face token to push with."""
+
+
+@dataclass(frozen=True)
+class UploadSettings:
+    """How a dataset is uploaded: the options of `rmjudge push` and of `rmjudge filter
+    --push-to-hub`."""
+
+    private: bool = setting(False, "Create the dataset repository private.", flag="--private")
+    license: str | None = setting(None, "The card's license (default: the source dataset's, when "
+                                  "its card is in the local Hugging Face cache; else none is "
+                                  "claimed).", dest="license_", metavar="ID")
+    dry_run: str | None = setting(None, "Write the folder that would be uploaded (README.md, "
+                                  "data/train.*) to DIR and upload nothing.", metavar="DIR")
 
 
 @dataclass

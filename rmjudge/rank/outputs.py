@@ -25,18 +25,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 
 RANK_PAIRS = ("best-worst", "all")
 
 
 @dataclass(frozen=True)
 class RankFilterSettings:
-    pairs: str = "best-worst"
-    margin: float = 0.5
-    format: str = "dpo"
-    chat: bool = False
-    keep_columns: tuple[str, ...] = ()
+    pairs: str = setting("best-worst", "A ranked store (rmjudge rank): the top candidate against "
+                         "the bottom one per prompt, or every pair of candidates reaching "
+                         "--rank-margin.", option="--rank-pairs", dest="rank_pairs",
+                         choices=RANK_PAIRS)
+    margin: float = setting(0.5, "A ranked store: keep a pair only when the Bradley-Terry "
+                            "probability that its chosen response is better is at least this "
+                            "(0.5..1; ties are never kept).", option="--rank-margin",
+                            dest="rank_margin")
+    format: str = setting("dpo", cli=False)  # these three: filter's own options
+    chat: bool = setting(False, cli=False)
+    keep_columns: tuple[str, ...] = setting((), cli=False)
 
     def __post_init__(self) -> None:
         if self.pairs not in RANK_PAIRS:

@@ -1,0 +1,111 @@
+"""Every `rmjudge` command's options come from a settings dataclass (rmjudge.cli.options
+generates them): no command module declares a click option by hand, and the generated options
+keep the names, defaults, types and help the commands had when they were typed by hand
+(tests/data/cli_options.json, written from the hand-typed commands; rewrite it with
+`PYTHONPATH=$PWD python tests/test_cli_options.py` only for an intended change)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "tests" / "data" / "cli_options.json"
+
+
+def _commands() -> dict[str, click.Command]:
+    """Every command of `rmjudge` by its full name ("review export" for a group's command)."""
+    from rmjudge.cli import COMMANDS, main
+
+    out = {}
+    ctx = click.Context(main)
+    for name in COMMANDS:
+        cmd = main.get_command(ctx, name)
+        if isinstance(cmd, click.Group):
+            for sub, c in cmd.commands.items():
+                out[f"{name} {sub}"] = c
+        else:
+            out[name] = cmd
+    return out
+
+
+def _jsonable(value):
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _param(p: click.Parameter) -> dict:
+    t = p.type
+    d = {"kind": p.param_type_name, "opts": list(p.opts), "secondary": list(p.secondary_opts),
+         "type": t.name, "required": p.required, "multiple": p.multiple, "nargs": p.nargs,
+         "default": _jsonable(p.default), "metavar": p.metavar, "envvar": p.envvar}
+    if isinstance(t, click.Choice):
+        d["choices"] = list(t.choices)
+    if isinstance(t, click.IntRange):
+        d["range"] = [t.min, t.max]
+    if isinstance(p, click.Option):
+        d.update(help=p.help, is_flag=p.is_flag, flag_value=_jsonable(p.flag_value)
+                 if p.is_flag else None, show_default=bool(p.show_default), hidden=p.hidden)
+    return d
+
+
+def surface() -> dict:
+    """command -> [its parameters in order, each as a dict of what a user sees and gets]."""
+    return {name: [{"name": p.name, **_param(p)} for p in cmd.params]
+            for name, cmd in sorted(_commands().items())}
+
+
+def test_every_command_keeps_its_options():
+    """Names, defaults, types, help and order of every option and argument, as recorded from
+    the hand-typed commands before they were generated from dataclasses."""
+    want, got = json.loads(SNAPSHOT.read_text()), surface()
+    assert sorted(got) == sorted(want)
+    for name in want:
+        w = {p["name"]: p for p in want[name]}
+        g = {p["name"]: p for p in got[name]}
+        assert sorted(g) == sorted(w), name
+        for key in w:
+            assert g[key] == w[key], (name, key)
+        assert [p["name"] for p in got[name]] == [p["name"] for p in want[name]], name
+
+
+def _hand_declared(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("option", "argument") \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "click":
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} click.{node.func.attr}(")
+    return found
+
+
+def test_no_command_declares_an_option_by_hand():
+    """Only rmjudge/cli/options.py calls click.option / click.argument: every other command
+    module gets its options from a settings dataclass through `settings_options`."""
+    found = [hit for path in sorted((ROOT / "rmjudge" / "cli").glob("*.py"))
+             if path.name != "options.py" for hit in _hand_declared(path)]
+    assert not found, "options declared by hand (declare them as dataclass fields):\n" + \
+        "\n".join(found)
+
+
+def test_the_hand_declaration_check_finds_one(tmp_path):
+    (tmp_path / "x.py").write_text("import click\n@click.option('--a')\ndef f(a): pass\n")
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        assert _hand_declared(tmp_path / "x.py") == ["x.py:2 click.option("]
+    finally:
+        ROOT = old
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    SNAPSHOT.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {SNAPSHOT}")
