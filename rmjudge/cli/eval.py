@@ -64,22 +64,16 @@ def command(**kw) -> None:
     from rmjudge.analysis.agreement import render as render_human
 
     call, ev = settings_from(EvalCall, kw), settings_from(EvalSettings, kw)
-    as_json, max_groups, group_by = call.as_json, call.max_groups, ev.group_by or ()
+    as_json, max_groups = call.as_json, call.max_groups
     table = input_source(call.table, kw)
     check_not_being_written(table, "eval")
-    from rmjudge.analysis.tables import is_judged, open_judged
+    from rmjudge.rank.outputs import evaluate_if_ranked, render_eval
 
-    if is_judged(table):
-        from rmjudge.rank.outputs import evaluate_ranked, render_eval
-        from rmjudge.rank.table import is_ranked
-
-        with open_judged(table) as t:
-            ranked = evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(group_by)) \
-                if is_ranked(t) else None
-        if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
-            click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
-                       if as_json else render_eval(ranked))
-            return
+    ranked = evaluate_if_ranked(table, ev)
+    if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
+        click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
+                   if as_json else render_eval(ranked))
+        return
     run = evaluate_table(table, ev, parse_run_options(kw), output=call.output,
                          greedy=call.greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(

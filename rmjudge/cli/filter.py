@@ -19,16 +19,16 @@ from rmjudge.rank.outputs import RankFilterSettings
 
 @dataclass(frozen=True)
 class FilterCall:
-    """What `filter` reads and writes, and where it uploads to."""
+    """What `filter` reads, where it uploads to and what it writes."""
 
     table: str = setting(argument=True, metavar="TABLE")
-    output: str | None = setting(None, "Dataset to write, .jsonl or .parquet (default: next to "
-                                 "TABLE, NAME.dpo.jsonl, NAME.rm.jsonl or NAME.kto.jsonl).",
-                                 option=("-o", "--output"))
     repo_id: str | None = setting(None, "Then upload the dataset with a generated card to this "
                                   "Hugging Face dataset repository (" + install_hint("hub") +
                                   "; token from HF_TOKEN or `hf auth login`).",
                                   option="--push-to-hub", metavar="ORG/NAME")
+    output: str | None = setting(None, "Dataset to write, .jsonl or .parquet (default: next to "
+                                 "TABLE, NAME.dpo.jsonl, NAME.rm.jsonl or NAME.kto.jsonl).",
+                                 option=("-o", "--output"))
 
 
 def default_output(table: str, fmt: str) -> str:
@@ -55,9 +55,8 @@ def command(**kw) -> None:
 
     On a ranked store (`rmjudge rank`), the pairs come from each prompt's ranking instead:
     best against worst, or every pair above --rank-margin (docs/rank.md)."""
-    from rmjudge.analysis.filter import empty_warning, filter_table, render
-    from rmjudge.analysis.tables import open_judged
-    from rmjudge.analysis.filter_record import build_record, write_record
+    from rmjudge.analysis.filter import empty_warning, render
+    from rmjudge.rank.outputs import filter_judged
 
     call, up = settings_from(FilterCall, kw), settings_from(UploadSettings, kw)
     table, repo_id = call.table, call.repo_id
@@ -76,20 +75,8 @@ def command(**kw) -> None:
     rank_choice = settings_values(RankFilterSettings, kw)
     out = call.output or default_output(table, fs.format)
     check_not_being_written(table, "filter")
-    from rmjudge.rank.table import is_ranked
-
-    ranked = None
     try:
-        with open_judged(table) as t:
-            if is_ranked(t):
-                from rmjudge.rank.outputs import filter_ranked
-
-                ranked = RankFilterSettings(**rank_choice, format=fs.format, chat=fs.chat,
-                                            keep_columns=fs.keep_columns)
-                summary = filter_ranked(t, out, ranked)
-            else:
-                summary = filter_table(t, out, fs)
-            write_record(out, build_record(t, summary, ranked or fs))
+        summary, ranked = filter_judged(table, out, fs, rank_choice)
     except DiskError as exc:
         raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:

@@ -165,6 +165,29 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
                          file_format=fmt, columns=cols)
 
 
+def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
+    """`rmjudge filter`: the dataset of a judged table written to `output` with its record
+    beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
+    RankFilterSettings fields `pairs` and `margin`, with `fs`'s format, chat and kept columns),
+    else the pairs `fs` (rmjudge.analysis.filter.FilterSettings) keeps. (summary, the
+    RankFilterSettings used, or None for a judged table.)"""
+    from rmjudge.analysis.filter import filter_table
+    from rmjudge.analysis.filter_record import build_record, write_record
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.table import is_ranked
+
+    ranked = None
+    with open_judged(path) as t:
+        if is_ranked(t):
+            ranked = RankFilterSettings(**(rank_choice or {}), format=fs.format, chat=fs.chat,
+                                        keep_columns=fs.keep_columns)
+            summary = filter_ranked(t, output, ranked)
+        else:
+            summary = filter_table(t, output, fs)
+        write_record(output, build_record(t, summary, ranked or fs))
+    return summary, ranked
+
+
 def render_filter(s, rs: RankFilterSettings) -> str:
     rows = f" ({s.rows} rows)" if s.rows != s.written else ""
     what = ("best vs worst per prompt" if rs.pairs == "best-worst"
@@ -229,6 +252,21 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
         m = sum(values) / len(values)
         return (m, m, m)
     return bootstrap_mean(values, resamples, seed, level)
+
+
+def evaluate_if_ranked(path: str, ev) -> "RankEval | None":
+    """`rmjudge eval` of a ranked store (`rmjudge rank`): top-1 accuracy and Kendall tau with
+    the intervals `ev` (rmjudge.analysis.metrics.EvalSettings) asks for; None for any other
+    table (a judged one, or input not judged yet)."""
+    from rmjudge.analysis.tables import is_judged, open_judged
+    from rmjudge.rank.table import is_ranked
+
+    if not is_judged(path):
+        return None
+    with open_judged(path) as t:
+        if not is_ranked(t):
+            return None
+        return evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(ev.group_by or ()))
 
 
 def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 0.95,
