@@ -105,6 +105,99 @@ def test_the_hand_declaration_check_finds_one(tmp_path):
         ROOT = old
 
 
+def _params(cmd) -> dict:
+    return {p.name: p for p in cmd.params}
+
+
+def test_the_run_options_of_every_judging_command_are_the_run_options_fields():
+    """--limit, --shard, --commit-every, --overwrite and --rejudge-changed are RunOptions
+    fields wherever they appear: same option, type and default; only the help may be a
+    command's own wording."""
+    import dataclasses
+
+    from rmjudge.runs.setup import RunOptions
+
+    defaults = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    cmds = _commands()
+    seen = {}
+    for name in ("score", "eval", "rank", "bench", "ray-score"):
+        for field in ("limit", "shard", "commit_every", "overwrite", "rejudge_changed"):
+            p = _params(cmds[name]).get(field)
+            if p is None:
+                continue
+            if not p.is_flag:  # a flag is off unless given
+                assert p.default == defaults[field], (name, field)
+            seen.setdefault(field, set()).add((tuple(p.opts), p.type.name, p.is_flag))
+    assert {k: len(v) for k, v in seen.items()} == dict.fromkeys(seen, 1)
+    assert set(seen) == {"limit", "shard", "commit_every", "overwrite", "rejudge_changed"}
+    assert {n for n in ("rank", "bench") if "commit_every" in _params(cmds[n])} == {"rank",
+                                                                                     "bench"}
+
+
+def test_generated_options_read_back_as_the_fields_values():
+    """A switch that turns a field off, a choice that maps to a value, a separated list, a
+    repeatable option, a parsed value and a command's own help, through one command."""
+    from dataclasses import dataclass
+
+    from click.testing import CliRunner
+
+    from rmjudge.cli.options import settings_from, settings_options
+    from rmjudge.core.settings import setting
+
+    @dataclass(frozen=True)
+    class Demo:
+        path: str = setting(argument=True, metavar="PATH")
+        strict: bool = setting(True, "Anything goes.", flag="--lenient", dest="lenient")
+        loud: bool = setting(False, "Say more.", flag="--loud", short="-l")
+        keep: bool = setting(True, "Keep or drop.", option="--missing", dest="missing",
+                             choices={"keep": True, "drop": False})
+        cols: tuple[str, ...] = setting((), "Columns.", split=",", cli_default="")
+        tags: tuple[str, ...] = setting((), "Tags.", option="--tag", multiple=True)
+        shard: tuple | None = setting(None, "I/N.", type=str,
+                                      parse=lambda v: None if v is None else tuple(v.split("/")))
+        n: int = setting(3, "How many.", range=(1, 9))
+
+    got = []
+
+    @click.command()
+    @settings_options(Demo, helps={"n": "How many, here."})
+    def cmd(**kw):
+        got.append(settings_from(Demo, kw))
+        assert not kw
+
+    r = CliRunner().invoke(cmd, ["p", "--lenient", "-l", "--missing", "drop", "--cols",
+                                 " a, b,,c", "--tag", "x", "--tag", "y", "--shard", "1/4",
+                                 "--n", "5"])
+    assert r.exit_code == 0, r.output
+    assert got[-1] == Demo("p", strict=False, loud=True, keep=False, cols=("a", "b", "c"),
+                           tags=("x", "y"), shard=("1", "4"), n=5)
+    r = CliRunner().invoke(cmd, ["p"])
+    assert r.exit_code == 0 and got[-1] == Demo("p"), r.output
+    assert "How many, here." in CliRunner().invoke(cmd, ["--help"]).output
+    assert CliRunner().invoke(cmd, ["p", "--n", "10"]).exit_code == 2
+    assert CliRunner().invoke(cmd, ["p", "--missing", "maybe"]).exit_code == 2
+
+
+def test_a_subclass_that_changes_a_default_keeps_the_option():
+    from dataclasses import dataclass
+
+    from rmjudge.cli.options import settings_options
+    from rmjudge.engine.server import ServerSettings
+
+    @dataclass(frozen=True)
+    class Other(ServerSettings):
+        concurrency: int = 5
+
+    @click.command()
+    @settings_options(Other, only=("concurrency",))
+    def cmd(**kw):
+        pass
+
+    (p,) = cmd.params
+    assert (p.opts, p.name, p.default, p.metavar) == (["--server-concurrency"],
+                                                      "server_concurrency", 5, "K")
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     SNAPSHOT.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
