@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import click
@@ -40,9 +39,8 @@ def command(**kw) -> None:
     x.jsonl) of one input."""
     import orjson
 
-    from rmjudge.analysis.compare import compare, render
-    from rmjudge.analysis.jury import write_jury
-    from rmjudge.analysis.tables import open_judged
+    from rmjudge.analysis.compare import render
+    from rmjudge.analysis.jury import compare_files
 
     call = settings_from(CompareCall, kw)
     tables, jury, output = call.tables, call.jury, call.output
@@ -54,15 +52,7 @@ def command(**kw) -> None:
     if output and not jury:
         fail("-o goes with --jury")
     cs = settings_from(CompareSettings, kw)
-    with ExitStack() as stack:
-        opened = [stack.enter_context(open_judged(t)) for t in tables]
-        result = compare(opened, cs)
-        rows = None
-        if jury:
-            try:
-                rows = write_jury(opened, output, result.edited)
-            except OSError as exc:
-                fail(f"cannot write {output}: {exc.strerror or exc}; choose another -o")
+    result, rows = compare_files(tables, cs, output if jury else None)
     if call.as_json:
         data = result.as_dict()
         if jury:
