@@ -90,8 +90,10 @@ def _option(f, meta: dict, helptext) -> Callable:
     name = next(n for n in names if n.startswith("--"))
     has_default = f.default is not MISSING or f.default_factory is not MISSING
     if not has_default and "cli_default" not in meta:
-        return click.option(*names, dest, required=True, help=helptext,
-                            **{k: meta[k] for k in ("metavar", "multiple") if k in meta})
+        kw = {k: meta[k] for k in ("metavar", "multiple") if k in meta}
+        if "choices" in meta or "range" in meta:
+            kw["type"] = _value_type(f, meta, None)
+        return click.option(*names, dest, required=True, help=helptext, **kw)
     if isinstance(f.default, bool) and not {"cli_default", "choices"} & set(meta):
         return click.option(f"{name}/--no-{name[2:]}", dest, default=f.default,
                             show_default=True, help=helptext)
@@ -102,8 +104,6 @@ def _option(f, meta: dict, helptext) -> Callable:
     kw: dict = {"help": helptext, "show_default": meta.get("show_default", shown)}
     if meta.get("multiple"):
         kw["multiple"] = True
-        if meta.get("required"):
-            kw["required"] = True
     else:
         kw["default"] = default
     value_type = _value_type(f, meta, default)
@@ -159,10 +159,10 @@ def settings_values(cls, kw: dict, only: tuple[str, ...] | None = None) -> dict:
     return values
 
 
-def settings_from(cls, kw: dict, only: tuple[str, ...] | None = None, **extra):
-    """The settings dataclass from the options `settings_options(cls)` added (popped from kw);
-    `extra`: values of fields without an option."""
-    return cls(**settings_values(cls, kw, only), **extra)
+def settings_from(cls, kw: dict, only: tuple[str, ...] | None = None):
+    """The settings dataclass from the options `settings_options(cls, only)` added (popped
+    from kw); fields without an option keep their defaults."""
+    return cls(**settings_values(cls, kw, only))
 
 
 def _judge_options():
