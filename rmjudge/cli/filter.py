@@ -13,7 +13,7 @@ from rmjudge.cli.push import upload_options
 from rmjudge.core.errors import DiskError
 from rmjudge.core.extras import install_hint
 from rmjudge.core.settings import setting
-from rmjudge.publish.hub import UploadSettings
+from rmjudge.publish.hub import UploadSettings, check_upload
 from rmjudge.rank.outputs import RankFilterSettings
 
 
@@ -60,17 +60,7 @@ def command(**kw) -> None:
 
     call, up = settings_from(FilterCall, kw), settings_from(UploadSettings, kw)
     table, repo_id = call.table, call.repo_id
-    private, license_, dry_run = up.private, up.license, up.dry_run
-    if (private or license_ or dry_run) and not repo_id:
-        fail("--private, --license and --dry-run go with --push-to-hub ORG/NAME")
-    if repo_id:  # a bad id, a missing extra or token fails before any work
-        from rmjudge.publish.hub import check_repo_id, require_hub, resolve_token
-
-        require_hub()
-        check_repo_id(repo_id)
-        if not dry_run:
-            resolve_token()
-
+    check_upload(repo_id, up)  # a bad id, a missing extra or token fails before any work
     fs = settings_from(FilterSettings, kw)
     rank_choice = settings_values(RankFilterSettings, kw)
     out = call.output or default_output(table, fs.format)
@@ -93,5 +83,5 @@ def command(**kw) -> None:
     if repo_id:
         from rmjudge.cli.push import publish
 
-        publish(out, repo_id, private=private, license_=license_, dry_run=dry_run,
+        publish(out, repo_id, private=up.private, license_=up.license, dry_run=up.dry_run,
                 after_filter=True)

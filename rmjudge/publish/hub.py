@@ -81,6 +81,19 @@ def check_repo_id(repo_id: str) -> None:
                        "digits, '-', '_', '.'), e.g. my-org/helpsteer3-dpo")
 
 
+def check_upload(repo_id: str | None, up: UploadSettings) -> None:
+    """`filter --push-to-hub`, before any work: the upload options only with a repository,
+    and then a valid id, the hub extra and (unless a dry run) a token; HubError otherwise."""
+    if not repo_id:
+        if up.private or up.license or up.dry_run:
+            raise HubError("--private, --license and --dry-run go with --push-to-hub ORG/NAME")
+        return
+    require_hub()
+    check_repo_id(repo_id)
+    if not up.dry_run:
+        resolve_token()
+
+
 def source_license(record: dict) -> str | None:
     """The license of the source dataset, read from its card in the local Hugging Face cache
     (only for an `hf://datasets/...` input whose card is there; nothing is downloaded)."""
