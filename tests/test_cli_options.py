@@ -200,5 +200,8 @@ def test_a_subclass_that_changes_a_default_keeps_the_option():
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    SNAPSHOT.write_text(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
+    commands = [f'{json.dumps(name)}: [\n' + ",\n".join(
+        "  " + json.dumps(p, sort_keys=True) for p in params) + "\n]"
+        for name, params in surface().items()]
+    SNAPSHOT.write_text("{\n" + ",\n".join(commands) + "\n}\n")  # one option a line
     print(f"wrote {SNAPSHOT}")
