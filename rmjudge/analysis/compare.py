@@ -42,7 +42,7 @@ from rmjudge.analysis.stats import (LETTERS, RESAMPLES, bootstrap_mean,  # noqa:
                                     cohen_kappa, order_items, pair_correct, paired_gain)
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 from rmjudge.core.sql import quote_ident
 
 
@@ -52,9 +52,9 @@ class CompareError(UserError):
 
 @dataclass(frozen=True)
 class CompareSettings:
-    resamples: int = field(default=RESAMPLES, metadata={"help": "Bootstrap resamples."})
-    seed: int = field(default=0, metadata={"help": "Bootstrap seed."})
-    level: float = field(default=0.95, metadata={"help": "Interval coverage."})
+    resamples: int = setting(RESAMPLES, "Bootstrap resamples for the intervals.")
+    seed: int = setting(0, "Bootstrap seed.")
+    level: float = setting(0.95, "Interval coverage.")
 
     def __post_init__(self) -> None:
         if self.resamples < 1:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import JudgedTable, TableError
 from rmjudge.analysis.typed import typed_columns
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 from rmjudge.core.sql import quote_ident
 from rmjudge.files import output_format
 
@@ -63,26 +63,42 @@ FORMAT_COLUMNS = {"dpo": ("prompt", "chosen", "rejected"), "rm": ("chosen", "rej
 
 @dataclass(frozen=True)
 class FilterSettings:
-    min_confidence: float = field(default=0.5, metadata={
-        "help": "Minimum share of the final votes for the judge's winner (0.5..1)."})
-    consistent_only: bool = field(default=True, metadata={
-        "help": "Drop pairs whose two orders disagree or where one order failed."})
-    relabel: bool = field(default=False, metadata={
-        "help": "Swap chosen and rejected where the judge confidently disagrees with the label."})
-    relabel_min: float = field(default=0.75, metadata={
-        "help": "Minimum winner vote share for a swap."})
-    label_unlabelled: bool = field(default=True, metadata={
-        "help": "Give unlabelled pairs the judge's winner as chosen (else drop them)."})
-    format: str = field(default="dpo", metadata={"help": "dpo, rm or kto."})
-    chat: bool = field(default=False, metadata={
-        "help": "dpo/kto: prompt as chat messages, responses as assistant messages."})
-    evidence: bool = field(default=False, metadata={
-        "help": "Add the judge's evidence columns (judge_vote_share, judge_consistent, "
-                "judge_verdict_ab, judge_verdict_ba)."})
-    keep_columns: tuple[str, ...] = field(default=(), metadata={
-        "help": "Columns of the judged table to carry along (passthrough columns, id, p_a...)."})
-    prefer: str = field(default="judge", metadata={
-        "help": "judge, or human: a human label decides its pair (a human tie drops it)."})
+    """Which pairs of a judged table `rmjudge filter` keeps and how it writes them; every field
+    is one of its options."""
+
+    min_confidence: float = setting(
+        0.5, "Minimum share of the final votes for the judge's winner (averaged over the "
+        "orders; 0.5 keeps every winner, 1.0 only unanimous ones).")
+    consistent_only: bool = setting(
+        True, "Keep pairs whose orders disagree when the run's --on-inconsistent policy still "
+        "gave a winner (confident), and pairs with one failed order.",
+        flag="--allow-inconsistent", dest="allow_inconsistent")
+    relabel: bool = setting(False, "Swap chosen and rejected where the judge disagrees with the "
+                            "label with at least --relabel-min of the votes (default: drop such "
+                            "pairs).", flag="--relabel")
+    relabel_min: float = setting(0.75)  # the winner's vote share a swap needs
+    label_unlabelled: bool = setting(
+        True, "Pairs without a gold label: label them with the judge's winner, or drop them.",
+        option="--unlabelled", dest="unlabelled", choices={"label": True, "drop": False})
+    format: str = setting("dpo", "dpo: TRL prompt/chosen/rejected; rm: chosen/rejected as whole "
+                          "conversations; kto: TRL prompt/completion/label, two rows per pair "
+                          "(chosen true, rejected false).", dest="fmt", choices=FORMATS)
+    chat: bool = setting(False, "dpo/kto: prompt as chat messages and the responses as "
+                         "assistant messages.", flag="--chat")
+    evidence: bool = setting(False, "Add the judge's evidence per pair: judge_vote_share, "
+                             "judge_consistent, judge_verdict_ab, judge_verdict_ba (relative to "
+                             "the chosen response).", flag="--evidence")
+    keep_columns: tuple[str, ...] = setting(
+        (), "Columns of the judged table to carry along (passthrough columns, id, p_a, ...); "
+        "passthrough columns get their input types back (numbers, lists, structs).",
+        metavar="COL,...", split=",", cli_default="", show_default=False)
+    prefer: str = setting("judge", "human: where a human label was imported (rmjudge review "
+                          "import), it decides the pair (chosen = the human's pick; a human tie "
+                          "drops the pair).", choices=("judge", "human"))
+
+    # the order of the options in `rmjudge filter --help`
+    OPTIONS = ("format", "chat", "evidence", "min_confidence", "consistent_only", "relabel",
+               "relabel_min", "label_unlabelled", "prefer", "keep_columns")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_confidence <= 1.0:

@@ -275,3 +275,25 @@ def write_jury(tables: list[JudgedTable], output: str, leave_out: list[str] = ()
         return tables[0].one(f"SELECT count(*) FROM ({query})")[0]
     finally:
         detach_judges(tables)
+
+
+def compare_files(paths: list[str] | tuple[str, ...], cs=None, jury_output: str | None = None):
+    """`rmjudge compare`: the judged tables at `paths` compared (rmjudge.analysis.compare,
+    with the CompareSettings `cs`) and, with `jury_output`, their jury written there.
+    (CompareResult, the jury's pairs or None.) A jury output that cannot be written is a
+    CompareError naming it."""
+    from contextlib import ExitStack
+
+    from rmjudge.analysis.compare import CompareError, compare
+    from rmjudge.analysis.tables import open_judged
+
+    with ExitStack() as stack:
+        opened = [stack.enter_context(open_judged(t)) for t in paths]
+        result = compare(opened, cs)
+        if jury_output is None:
+            return result, None
+        try:
+            return result, write_jury(opened, jury_output, result.edited)
+        except OSError as exc:
+            raise CompareError(f"cannot write {jury_output}: {exc.strerror or exc}; choose "
+                               "another -o") from None

@@ -30,6 +30,7 @@ from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, it
                                  item_consistency, rollout_counts_line, sample_counts)
 from rmjudge.analysis.stats import resampled_means
 from rmjudge.analysis.tables import JudgedTable, TableError
+from rmjudge.core.settings import setting
 from rmjudge.core.sql import quote_ident
 
 SYSTEMS = {
@@ -45,12 +46,16 @@ FINAL_METRICS = ("agree", "tie", "disagree", "ties_half")  # the combined verdic
 
 @dataclass(frozen=True)
 class EvalSettings:
-    resamples: int = field(default=1000, metadata={"help": "Bootstrap resamples."})
-    seed: int = field(default=0, metadata={"help": "Bootstrap seed."})
-    level: float = field(default=0.95, metadata={"help": "Interval coverage."})
-    group_by: tuple[str, ...] | None = field(
-        default=None, metadata={"help": "Columns to break results down by (default: source, "
-                                "subset when present)."})
+    """How `rmjudge eval` computes its figures; `resamples`, `seed` (`--bootstrap-seed`) and
+    `group_by` (`--by`) are its options."""
+
+    resamples: int = setting(1000, "Bootstrap resamples for the 95% intervals (0: none).")
+    seed: int = setting(0, option="--bootstrap-seed", dest="bootstrap_seed")  # bootstrap seed
+    level: float = setting(0.95, "Interval coverage.", cli=False)
+    group_by: tuple[str, ...] | None = setting(
+        None, "Break results down by this passthrough column (repeatable; default: source and "
+        "subset when present).", option="--by", multiple=True, metavar="COLUMN",
+        parse=lambda columns: tuple(columns) or None)
 
     def __post_init__(self) -> None:
         if self.resamples < 0:

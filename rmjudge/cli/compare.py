@@ -2,38 +2,48 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from dataclasses import dataclass
 
 import click
 
+from rmjudge.analysis.compare import CompareSettings
 from rmjudge.cli.common import fail
+from rmjudge.cli.options import settings_from, settings_options
+from rmjudge.core.settings import setting
+
+
+@dataclass(frozen=True)
+class CompareCall:
+    """What `compare` reads, prints and writes, besides the bootstrap's settings."""
+
+    tables: tuple[str, ...] = setting(argument=True, nargs=-1, metavar="A B [C ...]")
+    max_flips: int = setting(20, "Flip-table rows to print (--json lists all).",
+                             option="--flips", metavar="N")
+    as_json: bool = setting(False, "Print the figures as JSON.", flag="--json")
+    jury: bool = setting(False, "Also write the majority-of-judges verdict table (-o) for "
+                         "`rmjudge filter`.", flag="--jury")
+    output: str | None = setting(None, "--jury: the table to write (a new file or an earlier "
+                                 "jury table): a run store (.duckdb) or a judged export "
+                                 "(.parquet, .jsonl).", option=("-o", "--output"),
+                                 metavar="JURY.duckdb|.parquet|.jsonl")
 
 
 @click.command("compare")
-@click.argument("tables", nargs=-1, metavar="A B [C ...]")
-@click.option("--resamples", default=10000, show_default=True,
-              help="Bootstrap resamples for the intervals.")
-@click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--level", default=0.95, show_default=True, help="Interval coverage.")
-@click.option("--flips", "max_flips", default=20, show_default=True, metavar="N",
-              help="Flip-table rows to print (--json lists all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("--jury", is_flag=True,
-              help="Also write the majority-of-judges verdict table (-o) for `rmjudge filter`.")
-@click.option("-o", "--output", default=None, metavar="JURY.duckdb|.parquet|.jsonl",
-              help="--jury: the table to write (a new file or an earlier jury table): a run "
-              "store (.duckdb) or a judged export (.parquet, .jsonl).")
-def command(tables: tuple[str, ...], resamples: int, seed: int, level: float, max_flips: int,
-            as_json: bool, jury: bool, output: str | None) -> None:
+@settings_options(CompareCall, only=("tables",))
+@settings_options(CompareSettings)
+@settings_options(CompareCall, only=("max_flips", "as_json", "jury", "output"))
+def command(**kw) -> None:
     """Compare judges on the same input: each judge's accuracy (both orders pooled), its
     paired bootstrap gain over the first, Cohen's kappa between judges and against gold, and
     the pairs where their verdicts differ. TABLES are judged tables (x.duckdb, x.parquet or
     x.jsonl) of one input."""
     import orjson
 
-    from rmjudge.analysis.compare import CompareSettings, compare, render
-    from rmjudge.analysis.jury import write_jury
-    from rmjudge.analysis.tables import open_judged
+    from rmjudge.analysis.compare import render
+    from rmjudge.analysis.jury import compare_files
+
+    call = settings_from(CompareCall, kw)
+    tables, jury, output = call.tables, call.jury, call.output
 
     if len(tables) < 2:
         fail("give at least two judged tables to compare (rmjudge compare A.duckdb B.duckdb)")
@@ -41,22 +51,14 @@ def command(tables: tuple[str, ...], resamples: int, seed: int, level: float, ma
         fail("--jury needs -o JURY.duckdb (or .parquet, .jsonl): the table to write")
     if output and not jury:
         fail("-o goes with --jury")
-    cs = CompareSettings(resamples=resamples, seed=seed, level=level)
-    with ExitStack() as stack:
-        opened = [stack.enter_context(open_judged(t)) for t in tables]
-        result = compare(opened, cs)
-        rows = None
-        if jury:
-            try:
-                rows = write_jury(opened, output, result.edited)
-            except OSError as exc:
-                fail(f"cannot write {output}: {exc.strerror or exc}; choose another -o")
-    if as_json:
+    cs = settings_from(CompareSettings, kw)
+    result, rows = compare_files(tables, cs, output if jury else None)
+    if call.as_json:
         data = result.as_dict()
         if jury:
             data["jury"] = {"output": output, "pairs": rows}
         click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render(result, max_flips))
+        click.echo(render(result, call.max_flips))
     if jury:
         click.echo(f"wrote the jury's verdicts on {rows} pairs -> {output}", err=True)

@@ -4,41 +4,47 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import dataclass
 
 import click
 
+from rmjudge.analysis.metrics import EvalSettings
 from rmjudge.cli.common import check_not_being_written
-from rmjudge.cli.options import engine_options, judge_options
+from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
 from rmjudge.cli.mapping_options import input_source
 from rmjudge.cli.score import judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
+from rmjudge.core.settings import setting
+
+
+@dataclass(frozen=True)
+class EvalCall:
+    """What `eval` is given besides the figures' settings and the judging options."""
+
+    table: str = setting(argument=True, metavar="TABLE")
+    as_json: bool = setting(False, "Print the results as JSON.", flag="--json")
+    greedy_baseline: bool = setting(
+        False, "Add the base model's greedy row: one greedy rollout per pair and order with the "
+        "run's prompts (runs the model; stored in the table, so reruns are cheap).",
+        flag="--greedy-baseline")
+    max_groups: int | None = setting(None, "Groups shown per table (default: on a terminal as "
+                                     "many of the 8 largest as fit its width, else 8; --json "
+                                     "has all).")
+    output: str | None = setting(None, "When TABLE is unjudged input: where to write the judged "
+                                 "table (default INPUT.judged.duckdb).", option=("-o", "--output"))
 
 
 @click.command("eval")
-@click.argument("table", metavar="TABLE")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-@click.option("--greedy-baseline", is_flag=True,
-              help="Add the base model's greedy row: one greedy rollout per pair and order with "
-              "the run's prompts (runs the model; stored in the table, so reruns are cheap).")
-@click.option("--by", "group_by", multiple=True, metavar="COLUMN",
-              help="Break results down by this passthrough column (repeatable; default: "
-              "source and subset when present).")
-@click.option("--max-groups", type=int, default=None,
-              help="Groups shown per table (default: on a terminal as many of the 8 largest as "
-              "fit its width, else 8; --json has all).")
-@click.option("--resamples", default=1000, show_default=True,
-              help="Bootstrap resamples for the 95% intervals (0: none).")
-@click.option("--bootstrap-seed", default=0, show_default=True)
-@click.option("-o", "--output", default=None,
-              help="When TABLE is unjudged input: where to write the judged table "
-              "(default INPUT.judged.duckdb).")
+@settings_options(EvalCall, only=("table", "as_json", "greedy_baseline"))
+@settings_options(EvalSettings, only=("group_by",))
+@settings_options(EvalCall, only=("max_groups",))
+@settings_options(EvalSettings, only=("resamples", "seed"))
+@settings_options(EvalCall, only=("output",))
 @judge_options
 @engine_options
 @server_options
 @run_options
-def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[str, ...],
-            max_groups: int | None, resamples: int, bootstrap_seed: int, output: str | None,
-            **kw) -> None:
+def command(**kw) -> None:
     """Evaluate a judged TABLE (x.duckdb, or the x.parquet / x.jsonl exports) against its gold
     labels: accuracy (both orders pooled) and per order, positional consistency and the
     combined-verdict agreement (ties apart; accuracy with ties = 0.5), overall and
@@ -54,27 +60,22 @@ def command(table: str, as_json: bool, greedy_baseline: bool, group_by: tuple[st
     import orjson
 
     from rmjudge.analysis.eval_run import evaluate_table
-    from rmjudge.analysis.metrics import EvalSettings, render
+    from rmjudge.analysis.metrics import render
     from rmjudge.analysis.agreement import render as render_human
 
-    ev = EvalSettings(resamples=resamples, seed=bootstrap_seed, group_by=tuple(group_by) or None)
-    table = input_source(table, kw)
+    call, ev = settings_from(EvalCall, kw), settings_from(EvalSettings, kw)
+    as_json, max_groups = call.as_json, call.max_groups
+    table = input_source(call.table, kw)
     check_not_being_written(table, "eval")
-    from rmjudge.analysis.tables import is_judged, open_judged
+    from rmjudge.rank.outputs import evaluate_if_ranked, render_eval
 
-    if is_judged(table):
-        from rmjudge.rank.outputs import evaluate_ranked, render_eval
-        from rmjudge.rank.table import is_ranked
-
-        with open_judged(table) as t:
-            ranked = evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(group_by)) \
-                if is_ranked(t) else None
-        if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
-            click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
-                       if as_json else render_eval(ranked))
-            return
-    run = evaluate_table(table, ev, parse_run_options(kw), output=output,
-                         greedy=greedy_baseline, judge=judge_input,
+    ranked = evaluate_if_ranked(table, ev)
+    if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
+        click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
+                   if as_json else render_eval(ranked))
+        return
+    run = evaluate_table(table, ev, parse_run_options(kw), output=call.output,
+                         greedy=call.greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(
                              f"greedy baseline: {done}/{total} pair-orders", err=True))
     g = run.greedy

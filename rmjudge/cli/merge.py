@@ -6,35 +6,31 @@ import click
 
 from rmjudge.cli.common import fail
 from rmjudge.cli.mapping_options import dataset_options, input_source
+from rmjudge.cli.options import settings_from, settings_options
+from rmjudge.io.mapping import ReadingChoice
+from rmjudge.runs.merge import MAP_HELP, MergeSettings
 
 
 @click.command("merge")
-@click.argument("shards", nargs=-1, required=True, metavar="SHARD.duckdb...")
-@click.option("-o", "--output", required=True, help="The merged run store (.duckdb).")
-@click.option("--input", "source", default=None, metavar="FILE",
-              help="Check against the input that every row is in exactly one shard.")
-@click.option("--map", "mapping", default=None, metavar="KEY=COL,...",
-              help="The --map the shards were scored with, for shards that did not record it "
-              "(the --input check).")
+@settings_options(MergeSettings, only=("shards", "output", "source"))
+@settings_options(ReadingChoice, only=("mapping",), helps={"mapping": MAP_HELP})
 @dataset_options
-@click.option("--allow-incomplete", is_flag=True,
-              help="Write the merge even when shards or rows are missing or a run did not finish.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
-def command(shards: tuple[str, ...], output: str, source: str | None, mapping: str | None,
-            allow_incomplete: bool, overwrite: bool, **kw) -> None:
+@settings_options(MergeSettings, only=("allow_incomplete", "overwrite"))
+def command(**kw) -> None:
     """Merge run stores of `rmjudge score --shard I/N` (e.g. out-*.duckdb) into one, after
     checking that they agree on settings and model and hold every pair exactly once."""
     from rmjudge.io.mapping import parse_map
     from rmjudge.runs.merge import merge
 
-    cols = parse_map(mapping)
+    ms = settings_from(MergeSettings, kw)
+    cols, source = parse_map(kw.pop("mapping")), ms.source
     if source is not None:
         source = input_source(source, kw)
     elif kw.get("hub_config") is not None or kw.get("hub_split") is not None:
         fail("--config and --split choose the config and split of the --input dataset: give "
              "--input too")
-    report = merge(list(shards), output, input=source, mapping=cols, overwrite=overwrite,
-                   allow_incomplete=allow_incomplete)
+    report = merge(list(ms.shards), ms.output, input=source, mapping=cols,
+                   overwrite=ms.overwrite, allow_incomplete=ms.allow_incomplete)
     click.echo(render(report), err=True)
     if report.output is None:
         fail("nothing written; fix the problems above or pass --allow-incomplete")

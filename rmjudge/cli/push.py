@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import click
 
+from rmjudge.cli.options import settings_from, settings_options
+from rmjudge.core.settings import setting
+from rmjudge.publish.hub import UploadSettings
+
 
 def upload_options(after: str | None = None) -> Callable[[Callable], Callable]:
-    """--private, --license and --dry-run: the options of an upload, declared once for `push`
-    and for `filter --push-to-hub` (`after`: the option they go with, named in their help)."""
-    def helptext(text: str) -> str:
-        return f"{after}: {text[0].lower()}{text[1:]}" if after else text
-
-    def decorate(f: Callable) -> Callable:
-        f = click.option("--dry-run", "dry_run", default=None, metavar="DIR", help=helptext(
-            "Write the folder that would be uploaded (README.md, data/train.*) to DIR and "
-            "upload nothing."))(f)
-        f = click.option("--license", "license_", default=None, metavar="ID", help=helptext(
-            "The card's license (default: the source dataset's, when its card is in the local "
-            "Hugging Face cache; else none is claimed)."))(f)
-        return click.option("--private", is_flag=True,
-                            help=helptext("Create the dataset repository private."))(f)
-
-    return decorate
+    """--private, --license and --dry-run (`UploadSettings`): the options of an upload, for
+    `push` and for `filter --push-to-hub` (`after`: the option they go with, named in their
+    help)."""
+    if after is None:
+        return settings_options(UploadSettings)
+    return settings_options(UploadSettings,
+                            helps=lambda text: f"{after}: {text[0].lower()}{text[1:]}")
 
 
 def publish(export: str, repo_id: str, *, private: bool = False, license_: str | None = None,
@@ -47,14 +43,22 @@ def publish(export: str, repo_id: str, *, private: bool = False, license_: str |
     click.echo(f"pushed {export} to {url}" + (" (private)" if private else ""))
 
 
+@dataclass(frozen=True)
+class PushCall:
+    """What `push` uploads, and where to."""
+
+    export: str = setting(argument=True, metavar="EXPORT")
+    repo_id: str = setting(argument=True, metavar="ORG/NAME")
+
+
 @click.command("push")
-@click.argument("export", metavar="EXPORT")
-@click.argument("repo_id", metavar="ORG/NAME")
+@settings_options(PushCall)
 @upload_options()
-def command(export: str, repo_id: str, private: bool, license_: str | None,
-            dry_run: str | None) -> None:
+def command(**kw) -> None:
     """Upload EXPORT, a dataset written by `rmjudge filter`, to the Hugging Face dataset
     repository ORG/NAME as its train split, with a generated dataset card (source, judge model
     and sha256, settings, counts, eval figures). Needs pip install '.[hub]' (in the clone) and a token
     (HF_TOKEN or `hf auth login`)."""
-    publish(export, repo_id, private=private, license_=license_, dry_run=dry_run)
+    call, up = settings_from(PushCall, kw), settings_from(UploadSettings, kw)
+    publish(call.export, call.repo_id, private=up.private, license_=up.license,
+            dry_run=up.dry_run)

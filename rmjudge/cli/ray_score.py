@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import click
 
 from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
+from rmjudge.core.settings import setting
 from rmjudge.runs.ray_runner import RaySettings
+from rmjudge.runs.setup import RunOptions
+
+
+@dataclass(frozen=True)
+class RayScoreCall:
+    """What `ray-score` is given besides the judging, reading and Ray options."""
+
+    source: str = setting(argument=True, metavar="INPUT")
+    output: str = setting(help="The run store to write (.duckdb).", option=("-o", "--output"))
+    quiet: bool = setting(False, "No per-batch lines and no summary.", flag="--quiet",
+                          short="-q")
 
 
 @click.command("ray-score")
-@click.argument("source", metavar="INPUT")
-@click.option("-o", "--output", required=True, help="The run store to write (.duckdb).")
+@settings_options(RayScoreCall, only=("source", "output"))
 @judge_options
 @engine_options
 @map_option
@@ -22,12 +34,12 @@ from rmjudge.runs.ray_runner import RaySettings
 @dataset_options
 @server_options
 @settings_options(RaySettings)
-@click.option("--overwrite", is_flag=True, help="Discard the output and its batches; start again.")
-@click.option("--rejudge-changed", is_flag=True,
-              help="On resume, judge again the rows edited since their batch was judged, "
-              "replacing their verdicts (without it such a resume is refused).")
-@click.option("--quiet", "-q", is_flag=True, help="No per-batch lines and no summary.")
-def command(source: str, output: str, quiet: bool, **kw) -> None:
+@settings_options(RunOptions, only=("overwrite", "rejudge_changed"), helps={
+    "overwrite": "Discard the output and its batches; start again.",
+    "rejudge_changed": "On resume, judge again the rows edited since their batch was judged, "
+                       "replacing their verdicts (without it such a resume is refused)."})
+@settings_options(RayScoreCall, only=("quiet",))
+def command(**kw) -> None:
     """Judge INPUT (a .jsonl/.parquet/.csv file, a directory or glob of them, local or an
     object-store URI; or a Hugging Face dataset, hf://datasets/ORG/NAME or a save_to_disk
     folder, with --config/--split, read once by the driver) with ReflectRM on Ray: Ray Data
@@ -37,7 +49,8 @@ def command(source: str, output: str, quiet: bool, **kw) -> None:
     from rmjudge.cli.score import parse_run_options
     from rmjudge.runs.ray_runner import EngineFactory, ray_score
 
-    source = input_source(source, kw)
+    call = settings_from(RayScoreCall, kw)
+    source, output, quiet = input_source(call.source, kw), call.output, call.quiet
     opts = parse_run_options(kw)
     rs = settings_from(RaySettings, kw)
 

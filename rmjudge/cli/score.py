@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import click
 
@@ -10,44 +11,44 @@ from rmjudge.cli.common import engine_activity, make_progress, status
 from rmjudge.cli.mapping_options import dataset_options, input_source, label_options, map_option
 from rmjudge.cli.server_options import server_options, server_settings
 from rmjudge.cli.options import (combine_options, engine_options, engine_settings, judge_options,
-                                 judge_settings)
+                                 judge_settings, settings_from, settings_options,
+                                 settings_values)
 from rmjudge.core.errors import EXIT_STRICT, UserError
+from rmjudge.core.settings import setting
+from rmjudge.runs.setup import RunOptions
 
+RUN_FIELDS = ("limit", "shard", "commit_every", "overwrite", "rejudge_changed")
 
 run_options = combine_options([
     map_option,
-    click.option("--limit", type=click.IntRange(min=1), default=None,
-                 help="Read only the first N rows."),
-    click.option("--shard", default=None, metavar="I/N",
-                 help="Judge only shard I of N (stable partition by pair id), for array jobs."),
-    click.option("--commit-every", default=8, show_default=True,
-                 help="Commit results every N pairs (a crash loses at most the pairs in flight)."),
-    click.option("--overwrite", is_flag=True,
-                 help="Discard an existing output (an rmjudge store no other run is writing) "
-                 "and start again."),
-    click.option("--rejudge-changed", is_flag=True,
-                 help="On resume, judge again the rows edited since they were judged, replacing "
-                 "their verdicts (without it such a resume is refused)."),
+    settings_options(RunOptions, only=RUN_FIELDS),
     label_options,
     dataset_options,
 ])
 
 
+@dataclass(frozen=True)
+class ScoreCall:
+    """What `score` is given besides the judging options: where from, where to, how to end."""
+
+    source: str = setting(argument=True, metavar="INPUT")
+    output: str | None = setting(None, "Output: .duckdb (default INPUT.judged.duckdb), .parquet "
+                                 "or .jsonl.", option=("-o", "--output"))
+    strict: bool = setting(False, f"Exit {EXIT_STRICT} when any row lands in errors.",
+                           flag="--strict")
+    dry_run: bool = setting(False, "Validate the input and estimate the work; load only the "
+                            "tokenizer.", flag="--dry-run")
+    quiet: bool = setting(False, "No progress line and no summary.", flag="--quiet", short="-q")
+
+
 @click.command("score")
-@click.argument("source", metavar="INPUT")
-@click.option("-o", "--output", default=None,
-              help="Output: .duckdb (default INPUT.judged.duckdb), .parquet or .jsonl.")
+@settings_options(ScoreCall, only=("source", "output"))
 @judge_options
 @engine_options
 @server_options
 @run_options
-@click.option("--strict", is_flag=True,
-              help=f"Exit {EXIT_STRICT} when any row lands in errors.")
-@click.option("--dry-run", is_flag=True,
-              help="Validate the input and estimate the work; load only the tokenizer.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress line and no summary.")
-def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet: bool,
-            **kw) -> None:
+@settings_options(ScoreCall, only=("strict", "dry_run", "quiet"))
+def command(**kw) -> None:
     """Judge preference pairs in INPUT with ReflectRM, both orders, into a resumable labelled
     table.
 
@@ -56,41 +57,38 @@ def command(source: str, output: str | None, strict: bool, dry_run: bool, quiet:
     DatasetDict), a quoted glob ('shards/*.parquet'), hf://datasets/ORG/NAME[@REVISION] for a
     Hub dataset (with --config/--split; needs the hub extra), or - for JSONL on stdin. Every
     form: docs/inputs.md."""
-    source = input_source(source, kw)
+    call = settings_from(ScoreCall, kw)
+    source, output = input_source(call.source, kw), call.output
     opts = parse_run_options(kw)
-    if dry_run:
+    if call.dry_run:
         from rmjudge.runs import setup as run
 
         click.echo(run.dry_run(source, opts).render())
         return
-    summary = judge_input(source, output, opts, quiet=quiet)
+    summary = judge_input(source, output, opts, quiet=call.quiet)
     if summary.judged == 0 and summary.skipped == 0:
         raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
                         f"{summary.errors} of them in the errors table of "
                         f"{summary.files[0] if summary.files else output}; fix the input (or "
                         "--map its columns) and rerun")
-    if strict and summary.errors:
+    if call.strict and summary.errors:
         sys.exit(EXIT_STRICT)
 
 
 def parse_run_options(kw: dict):
     """The `RunOptions` (rmjudge.runs.setup) of the options of `judge_options`, `engine_options`,
-    `map_option`, `label_options`, `server_options` and those of `run_options` (or
-    `--overwrite` alone) the command has, popped from kw; bad values raise SettingsError.
-    `score`, `eval` and `ray-score` share it."""
+    `server_options` and those of `map_option`, `label_options` and the `RunOptions` fields
+    the command has, popped from kw; bad values raise SettingsError. `score`, `eval`, `rank`,
+    `bench` and `ray-score` share it."""
     from rmjudge.io.mapping import parse_map
-    from rmjudge.runs.setup import make_run_options, parse_shard
+    from rmjudge.runs.setup import make_run_options
 
     js = judge_settings(kw)
     es = engine_settings(kw)
-    label_values, label_choice = kw.pop("label_values"), kw.pop("label_choice")
-    mapping = parse_map(kw.pop("mapping"))
-    run = {k: kw.pop(k) for k in ("limit", "commit_every", "overwrite", "rejudge_changed")
-           if k in kw}
-    if "shard" in kw:
-        run["shard"] = parse_shard(kw.pop("shard"))
+    label_values, label_choice = kw.pop("label_values", None), kw.pop("label_choice", None)
+    mapping = parse_map(kw.pop("mapping", None))
     return make_run_options(js, es, mapping, label_values, label_choice,
-                            server=server_settings(kw), **run)
+                            server=server_settings(kw), **settings_values(RunOptions, kw))
 
 
 def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):

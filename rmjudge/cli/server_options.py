@@ -8,70 +8,27 @@ option, so it stays out of shell history and of the run tables.
 
 from __future__ import annotations
 
-import click
-
-from rmjudge.cli.options import combine_options
-from rmjudge.core.extras import install_hint
+from rmjudge.cli.options import settings_options, settings_values
+from rmjudge.engine import server
 
 
-def server_default(name: str):
-    """A `ServerSettings` field's default: the dataclass is where it is written."""
-    from dataclasses import fields
-
-    from rmjudge.engine.server import ServerSettings
-
-    return next(f.default for f in fields(ServerSettings) if f.name == name)
-
-
-server_options = combine_options([
-    click.option("--server", "server_url", default=None, metavar="URL",
-                 help="Judge through an OpenAI-compatible server (llama-server, vLLM, SGLang), "
-                 "e.g. http://127.0.0.1:8000/v1. API key: $RMJUDGE_API_KEY. "
-                 f"{install_hint('server')}."),
-    click.option("--server-model", default=None, metavar="NAME",
-                 help="Model name on the server (default: the only one it serves)."),
-    click.option("--server-concurrency", default=server_default("concurrency"), show_default=True,
-                 metavar="K",
-                 help="HTTP requests in flight."),
-    click.option("--server-retries", default=server_default("retries"), show_default=True,
-                 metavar="N",
-                 help="Retries of a request on 429/5xx/connection errors (exponential backoff)."),
-    click.option("--server-timeout", default=server_default("timeout"), show_default=True,
-                 metavar="SECONDS",
-                 help="Wait for one response at most this long."),
-    click.option("--server-api", default="auto", show_default=True,
-                 type=click.Choice(["auto", "openai-chat"]),
-                 help="openai-chat: send only documented OpenAI chat parameters (hosted and "
-                 "strict APIs); auto: detect the server and use its extensions."),
-    click.option("--server-share-prompt", is_flag=True,
-                 help="llama-server: send a request's N samples as one request with n: N, so "
-                 "the prompt is evaluated once (samples seeded together, not one by one)."),
-    click.option("--chat-template", default=None, metavar="FILE",
-                 help="Jinja chat template, when the server does not expose its own "
-                 "(otherwise --model GGUF, else the Hub tokenizer of the served model)."),
-])
+server_options = settings_options(server.ServerSettings, only=server.ServerSettings.OPTIONS)
 
 
 def server_settings(kw: dict):
     """A ServerSettings from the options (None without --server); pops them from `kw`."""
-    url = kw.pop("server_url")
-    model, k = kw.pop("server_model"), kw.pop("server_concurrency")
-    retries, timeout = kw.pop("server_retries"), kw.pop("server_timeout")
-    template, api = kw.pop("chat_template"), kw.pop("server_api")
-    share = kw.pop("server_share_prompt")
-    if url is None:
-        if model or template or api != "auto" or share:
+    values = settings_values(server.ServerSettings, kw, only=server.ServerSettings.OPTIONS)
+    if values["url"] is None:
+        if values["model"] or values["chat_template"] or values["api"] != "auto" \
+                or values["share_prompt"]:
             from rmjudge.core.settings import SettingsError
 
             raise SettingsError("--server-model, --server-api, --server-share-prompt and "
                                 "--chat-template need --server URL")
         return None
-    from rmjudge.engine.server import ServerSettings
-
-    if template is not None:
-        check_template_file(template)
-    return ServerSettings(url=url, model=model, concurrency=k, retries=retries, timeout=timeout,
-                          chat_template=template, api=api, share_prompt=share)
+    if values["chat_template"] is not None:
+        check_template_file(values["chat_template"])
+    return server.ServerSettings(**values)
 
 
 def check_template_file(path: str) -> None:

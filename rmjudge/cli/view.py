@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
+
+from rmjudge.cli.options import settings_from, settings_options
+from rmjudge.core.settings import setting
+
+
+@dataclass(frozen=True)
+class ViewCall:
+    """What `view` reads and where the explorer goes."""
+
+    table: str = setting(argument=True, metavar="TABLE")
+    output: str | None = setting(None, "Folder to write the explorer into (default: next to "
+                                 "TABLE, NAME.view); an earlier explorer there is replaced, any "
+                                 "other content refused.", option=("-o", "--output"),
+                                 metavar="DIR")
 
 
 @click.command("view")
-@click.argument("table", metavar="TABLE")
-@click.option("-o", "--output", default=None, metavar="DIR",
-              help="Folder to write the explorer into (default: next to TABLE, NAME.view); an "
-              "earlier explorer there is replaced, any other content refused.")
-def command(table: str, output: str | None) -> None:
+@settings_options(ViewCall)
+def command(**kw) -> None:
     """Write an explorer of every pair of a judged TABLE (x.duckdb, x.parquet or x.jsonl): the
     list with filters, search and sorting, and for each pair the prompt, both responses, every
     rollout and reflection of both orders, with marks A / B / tie / skip that download as a
     file for `rmjudge review import`. It opens from disk in any browser, offline."""
     from rmjudge.view.site import build_view, render
 
-    summary = build_view(table, output)
+    call = settings_from(ViewCall, kw)
+    summary = build_view(call.table, call.output)
     click.echo(render(summary), err=True)

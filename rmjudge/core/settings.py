@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
 
 from rmjudge.core.errors import UserError
@@ -23,51 +23,61 @@ class SettingsError(UserError, ValueError):
     """A setting is out of range; the message names the option and the allowed values."""
 
 
-def _opt(default, help: str, **cli):
-    """A settings field with its command-line option: `help`, and optionally `flag` (a switch
-    that sets the field to False, e.g. "--no-reflect"), `switch` ("--forced/--no-forced" for a
-    field whose default None is resolved later, by the run spec), `short` ("-n"), `metavar`,
-    `choices` and `cli=False` for a field without an option. `rmjudge.cli.options` builds the
-    options."""
-    return field(default=default, metadata={"help": help, **cli})
+def setting(default=MISSING, help: str | None = None, **cli):
+    """A settings field with its command-line option, the one place a setting, its default and
+    its help are declared; `rmjudge.cli.options.settings_options` builds the option. `cli` keys:
+    `option` ("--ctx-size"; default from the field's name), `short` ("-n"), `dest` (the
+    parameter's name, default the field's), `metavar`, `envvar`, `type` (int or float for an
+    optional number), `choices` (a tuple, or a dict from option value to field value),
+    `range` ((min, max) of a whole number, None for open), `multiple` (repeatable), `split`
+    (a separator: "a,b" becomes a tuple), `parse` (a function of the option's value),
+    `cli_default` (the option's default where the field has none or another), `show_default`,
+    `flag` (a switch: "--no-reflect" sets a default-True field False, "--quiet" a default-False
+    one True), `switch` ("--forced/--no-forced" for a field whose default None is resolved
+    later, by the run spec), `argument` (a positional argument; `nargs`, `required`), `hidden`
+    and `cli=False` for a field without an option."""
+    meta = {"help": help, **cli} if help is not None else dict(cli)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class JudgeSettings:
-    """How pairs are judged. Every field is a `score`/`eval` option (see `_opt`)."""
+    """How pairs are judged. Every field is a `score`/`eval` option (see `setting`)."""
 
-    samples: int = _opt(8, "Rollouts per order (N).", short="-n")
-    max_tokens: int | None = _opt(None, "Token limit of every generation (default: resolved by "
+    samples: int = setting(8, "Rollouts per order (N).", short="-n")
+    max_tokens: int | None = setting(None, "Token limit of every generation (default: resolved by "
                                   "the run spec: 1024, the paper's; 256 for the embedded demo "
                                   "judge).", type=int)
-    temperature: float = _opt(1.0, "Rollout temperature.")
-    top_p: float = _opt(1.0, "Nucleus sampling threshold of the rollouts.")
-    orders: Orders = _opt("both", "Judge (A,B) and (B,A), or (A,B) only.", choices=("both", "ab"))
-    on_inconsistent: Inconsistent = _opt("tie", "Verdict when the two orders disagree.",
+    temperature: float = setting(1.0, "Rollout temperature.")
+    top_p: float = setting(1.0, "Nucleus sampling threshold of the rollouts.")
+    orders: Orders = setting("both", "Judge (A,B) and (B,A), or (A,B) only.",
+                             choices=("both", "ab"))
+    on_inconsistent: Inconsistent = setting("tie", "Verdict when the two orders disagree.",
                                          choices=("tie", "drop", "confident"))
-    reflect: bool = _opt(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
-    shortcut: bool = _opt(True, "Run self-reflection even when all rollouts agree.",
+    reflect: bool = setting(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
+    shortcut: bool = setting(True, "Run self-reflection even when all rollouts agree.",
                           flag="--no-shortcut")
-    forced: bool | None = _opt(None, "Read a verdict from the logits when no rollout of an order "
-                               "parses (default: resolved by the run spec: off, on only for the "
-                               "embedded demo judge).", switch="--forced/--no-forced")
-    adaptive: int = _opt(0, "Start with K rollouts per order; go on to N only when they "
+    forced: bool | None = setting(
+        None, "Read a verdict from the logits when no rollout of an order parses (default: "
+        "resolved by the run spec: off, on only for the embedded demo judge).",
+        switch="--forced/--no-forced")
+    adaptive: int = setting(0, "Start with K rollouts per order; go on to N only when they "
                          "disagree (0: off).", metavar="K")
-    seed: int = _opt(0, "Run seed (per-pair seeds derive from it).")
-    prompt_suffix: str | None = _opt(None, "Text appended to every prompt (default: per model "
+    seed: int = setting(0, "Run seed (per-pair seeds derive from it).")
+    prompt_suffix: str | None = setting(None, "Text appended to every prompt (default: per model "
                                      "family, e.g. Qwen3 /no_think).")
-    ablation: Ablation = _opt("none", "A paper ablation: random-anchor (a parsed rollout drawn "
+    ablation: Ablation = setting("none", "A paper ablation: random-anchor (a parsed rollout drawn "
                               "at random instead of the most confident), random-group (a random "
                               "winner group of the size self-reflection chose).",
                               choices=ABLATIONS)
-    criteria: str | None = _opt(None, "Judging criteria put into both prompts: a built-in "
+    criteria: str | None = setting(None, "Judging criteria put into both prompts: a built-in "
                                 "(helpful, harmless, honest, instruction-following), @FILE or "
                                 "the text (default: none; harmless with --label safer).",
                                 metavar="NAME|@FILE|TEXT")
-    prompt_template: str | None = _opt(None, "A Jinja2 file worded as both prompts (task: "
+    prompt_template: str | None = setting(None, "A Jinja2 file worded as both prompts (task: "
                                        "pref|refl); checked before the model loads. See "
                                        "docs/scoring.md.", metavar="FILE")
-    confidence_fraction: float = _opt(0.1, "Share of the lowest token log-probs averaged into a "
+    confidence_fraction: float = setting(0.1, "Share of the lowest token log-probs averaged into a "
                                       "rollout's confidence.", cli=False)
 
     def __post_init__(self) -> None:
@@ -115,30 +125,30 @@ class JudgeSettings:
 class EngineSettings:
     """How the judge model runs. Every field is an option of the judging commands."""
 
-    model: str | None = _opt(None, "GGUF judge model (a path, hf:org/repo/file.gguf or "
+    model: str | None = setting(None, "GGUF judge model (a path, hf:org/repo/file.gguf or "
                              "org/repo:QUANT). Default: $RMJUDGE_MODEL, else the embedded "
                              "SmolLM2-135M.", metavar="PATH.gguf", envvar="RMJUDGE_MODEL")
-    lora: str | None = _opt(None, "A GGUF LoRA adapter applied to the model at run time.",
+    lora: str | None = setting(None, "A GGUF LoRA adapter applied to the model at run time.",
                             metavar="ADAPTER.gguf")
-    lora_scale: float = _opt(1.0, "Scale of the LoRA adapter.")
-    demo_adapter: bool = _opt(True, "Judge with the embedded model alone, without the format "
+    lora_scale: float = setting(1.0, "Scale of the LoRA adapter.")
+    demo_adapter: bool = setting(True, "Judge with the embedded model alone, without the format "
                               "adapter rmjudge ships for it (used only when neither --model "
                               "nor --lora is given).", flag="--no-demo-adapter")
-    device: Literal["auto", "cpu", "cuda"] = _opt(
+    device: Literal["auto", "cpu", "cuda"] = setting(
         "auto", "auto: CUDA when llama.cpp was built with it.", choices=("auto", "cpu", "cuda"))
-    n_gpu_layers: int | None = _opt(None, "Layers to offload (default: all on CUDA, none on CPU).",
-                                    type=int)
-    threads: int | None = _opt(None, "CPU threads (default: every usable core when the machine "
+    n_gpu_layers: int | None = setting(
+        None, "Layers to offload (default: all on CUDA, none on CPU).", type=int)
+    threads: int | None = setting(None, "CPU threads (default: every usable core when the machine "
                                "is quiet, one fewer per busy core).", type=int)
-    parallel: int | None = _opt(None, "Sequences decoded together (default: 16 on CPU, 64 on "
+    parallel: int | None = setting(None, "Sequences decoded together (default: 16 on CPU, 64 on "
                                 "CUDA).", type=int)
-    batch_size: int = _opt(512, "Max tokens per llama.cpp decode call.")
-    prefix_cache_mb: int = _opt(256, "Memory for evaluated prompt prefixes kept across stages "
+    batch_size: int = setting(512, "Max tokens per llama.cpp decode call.")
+    prefix_cache_mb: int = setting(256, "Memory for evaluated prompt prefixes kept across stages "
                                 "(a pair's reflections reuse its rollout prompt); 0: off.",
                                 metavar="MB")
-    n_ctx: int | None = _opt(None, "Per-sequence context limit (default: the model's training "
+    n_ctx: int | None = setting(None, "Per-sequence context limit (default: the model's training "
                              "context).", type=int, option="--ctx-size")
-    kind: Literal["batched", "naive"] = _opt(
+    kind: Literal["batched", "naive"] = setting(
         "batched", "naive: one sequence at a time through llama-cpp-python's Llama (slow; a "
         "baseline).", choices=("batched", "naive"), option="--engine")
 

@@ -37,7 +37,7 @@ from rmjudge.engine import openai_chat
 from rmjudge.engine import server_responses as wire
 from rmjudge.core.extras import install_hint
 from rmjudge.engine.models import ModelError
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 
 API_KEY_ENV = "RMJUDGE_API_KEY"
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -55,19 +55,52 @@ class ServerError(ModelError):
 
 @dataclass(frozen=True)
 class ServerSettings:
-    url: str
-    model: str | None = None  # served model name; None: the only one the server lists
-    concurrency: int = 32  # HTTP requests in flight
-    chat_template: str | None = None  # Jinja file; see engine/server.py for the order
-    template_model: str | None = None  # a GGUF (path or hf: spec) whose template/tokenizer to use
-    timeout: float = 600.0  # seconds to wait for one response
-    retries: int = 6  # attempts after the first, on 429/5xx/connection errors/timeouts
-    backoff: float = 0.5  # first backoff in seconds (doubles per attempt, jittered, <= 30 s)
-    top_logprobs: int = 20  # alternatives asked for when forcing a verdict
-    prime: bool = True  # prime the prefix cache once per group of requests sharing a prompt
-    share_prompt: bool = False  # llama-server: a request's samples as one request with n: N
-    slot_groups: bool = True  # llama-server: a shared prompt's requests in turn, one per slot
-    api: str = "auto"  # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
+    """How the judge is reached through an OpenAI-compatible server; the fields with help are
+    the `--server*` options of the judging commands (`--server` unset: no server)."""
+
+    url: str = setting(help="Judge through an OpenAI-compatible server (llama-server, vLLM, "
+                       "SGLang), e.g. http://127.0.0.1:8000/v1. API key: $RMJUDGE_API_KEY. "
+                       f"{install_hint('server')}.", option="--server", dest="server_url",
+                       metavar="URL", cli_default=None)
+    # served model name; None: the only one the server lists
+    model: str | None = setting(None, "Model name on the server (default: the only one it "
+                                "serves).", dest="server_model", option="--server-model",
+                                metavar="NAME")
+    concurrency: int = setting(32, "HTTP requests in flight.", option="--server-concurrency",
+                               dest="server_concurrency", metavar="K")
+    # Jinja file; see engine/server.py for the order
+    chat_template: str | None = setting(None, "Jinja chat template, when the server does not "
+                                        "expose its own (otherwise --model GGUF, else the Hub "
+                                        "tokenizer of the served model).", metavar="FILE")
+    # a GGUF (path or hf: spec) whose template/tokenizer to use
+    template_model: str | None = setting(None, cli=False)
+    timeout: float = setting(600.0, "Wait for one response at most this long.",
+                             option="--server-timeout", dest="server_timeout",
+                             metavar="SECONDS")
+    # attempts after the first, on 429/5xx/connection errors/timeouts
+    retries: int = setting(6, "Retries of a request on 429/5xx/connection errors (exponential "
+                           "backoff).", option="--server-retries", dest="server_retries",
+                           metavar="N")
+    backoff: float = setting(0.5, cli=False)  # first backoff in s (doubles, jittered, <= 30 s)
+    top_logprobs: int = setting(20, cli=False)  # alternatives asked for when forcing a verdict
+    # prime the prefix cache once per group of requests sharing a prompt
+    prime: bool = setting(True, cli=False)
+    # llama-server: a request's samples as one request with n: N
+    share_prompt: bool = setting(False, "llama-server: send a request's N samples as one "
+                                 "request with n: N, so the prompt is evaluated once (samples "
+                                 "seeded together, not one by one).",
+                                 flag="--server-share-prompt", dest="server_share_prompt")
+    # llama-server: a shared prompt's requests in turn, one per slot
+    slot_groups: bool = setting(True, cli=False)
+    # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
+    api: str = setting("auto", "openai-chat: send only documented OpenAI chat parameters "
+                       "(hosted and strict APIs); auto: detect the server and use its "
+                       "extensions.", option="--server-api", dest="server_api",
+                       choices=openai_chat.APIS)
+
+    # the order of the options in a command's help
+    OPTIONS = ("url", "model", "concurrency", "retries", "timeout", "api", "share_prompt",
+               "chat_template")
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)

@@ -28,7 +28,7 @@ from rmjudge.io.labels import (UNCOVERED, LabelValues, LabelValuesError, LabelVa
                                letter_label, listing, parse_label_values, show_value)
 from rmjudge.io.messages import RowError
 from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, detect
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 from rmjudge.core.types import Message, Pair
 
 __all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
@@ -209,6 +209,28 @@ def id_text(value: Any, col: str = "id", *, exact: bool = True) -> str:
     if isinstance(value, (dict, list, tuple)):
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     return str(value)
+
+
+LABEL_VALUES_HELP = (
+    "Meaning of the label column's values when they are not A/B letters of a recognized "
+    "dataset: VALUE=A|B|tie,... with literals, comparisons and ranges, e.g. 0=A,1=B or "
+    "\"<0=A,>0=B,0=tie\" or \"-3..-1=A,1..3=B,*=tie\" (A: the first response is better; tie: "
+    "unlabelled). See docs/datasets.md.")
+LABEL_HELP = ("Which label to read when the input has several: better (default) or safer for "
+              "PKU-SafeRLHF; otherwise the label column's name.")
+
+
+@dataclass(frozen=True)
+class ReadingChoice:
+    """How the input's columns are read, as given: `--map` (parsed by `parse_map`),
+    `--label-values` and `--label` (parsed by `LabelOptions.parse`). Every command that reads
+    an input has these options, generated from these fields."""
+
+    mapping: str | None = setting(None, "Name input columns: prompt=,a=,b=,label= or "
+                                  "chosen=,rejected=; id=.", option="--map",
+                                  metavar="KEY=COL,...")
+    label_values: str | None = setting(None, LABEL_VALUES_HELP, metavar="VALUE=A|B|tie,...")
+    label_choice: str | None = setting(None, LABEL_HELP, option="--label", metavar="NAME")
 
 
 @dataclass(frozen=True)

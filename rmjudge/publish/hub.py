@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from rmjudge.core.errors import UserError
 from rmjudge.core.extras import install_hint
+from rmjudge.core.settings import setting
 from rmjudge.publish.card import hub_repo, render_card, sources
 from rmjudge.analysis.filter_record import read_record
 from rmjudge.files import make_dir, place_copy, remove_file, scratch, write_file
@@ -40,6 +41,19 @@ class HubExtraError(HubError):
 
 class HubTokenError(HubError):
     """No Hugging Face token to push with."""
+
+
+@dataclass(frozen=True)
+class UploadSettings:
+    """How a dataset is uploaded: the options of `rmjudge push` and of `rmjudge filter
+    --push-to-hub`."""
+
+    private: bool = setting(False, "Create the dataset repository private.", flag="--private")
+    license: str | None = setting(None, "The card's license (default: the source dataset's, when "
+                                  "its card is in the local Hugging Face cache; else none is "
+                                  "claimed).", dest="license_", metavar="ID")
+    dry_run: str | None = setting(None, "Write the folder that would be uploaded (README.md, "
+                                  "data/train.*) to DIR and upload nothing.", metavar="DIR")
 
 
 @dataclass
@@ -64,6 +78,19 @@ def check_repo_id(repo_id: str) -> None:
             or repo_id.endswith((".", "-")):
         raise HubError(f"{repo_id!r} is not a dataset repository id: write ORG/NAME (letters, "
                        "digits, '-', '_', '.'), e.g. my-org/helpsteer3-dpo")
+
+
+def check_upload(repo_id: str | None, up: UploadSettings) -> None:
+    """`filter --push-to-hub`, before any work: the upload options only with a repository,
+    and then a valid id, the hub extra and (unless a dry run) a token; HubError otherwise."""
+    if not repo_id:
+        if up.private or up.license or up.dry_run:
+            raise HubError("--private, --license and --dry-run go with --push-to-hub ORG/NAME")
+        return
+    require_hub()
+    check_repo_id(repo_id)
+    if not up.dry_run:
+        resolve_token()
 
 
 def source_license(record: dict) -> str | None:

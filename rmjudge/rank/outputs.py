@@ -25,18 +25,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rmjudge.core.settings import SettingsError
+from rmjudge.core.settings import SettingsError, setting
 
 RANK_PAIRS = ("best-worst", "all")
 
 
 @dataclass(frozen=True)
 class RankFilterSettings:
-    pairs: str = "best-worst"
-    margin: float = 0.5
-    format: str = "dpo"
-    chat: bool = False
-    keep_columns: tuple[str, ...] = ()
+    pairs: str = setting("best-worst", "A ranked store (rmjudge rank): the top candidate against "
+                         "the bottom one per prompt, or every pair of candidates reaching "
+                         "--rank-margin.", option="--rank-pairs", dest="rank_pairs",
+                         choices=RANK_PAIRS)
+    margin: float = setting(0.5, "A ranked store: keep a pair only when the Bradley-Terry "
+                            "probability that its chosen response is better is at least this "
+                            "(0.5..1; ties are never kept).", option="--rank-margin",
+                            dest="rank_margin")
+    format: str = setting("dpo", cli=False)  # these three: filter's own options
+    chat: bool = setting(False, cli=False)
+    keep_columns: tuple[str, ...] = setting((), cli=False)
 
     def __post_init__(self) -> None:
         if self.pairs not in RANK_PAIRS:
@@ -160,6 +166,29 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
                          file_format=fmt, columns=cols)
 
 
+def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
+    """`rmjudge filter`: the dataset of a judged table written to `output` with its record
+    beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
+    RankFilterSettings fields `pairs` and `margin`, with `fs`'s format, chat and kept columns),
+    else the pairs `fs` (rmjudge.analysis.filter.FilterSettings) keeps. (summary, the
+    RankFilterSettings used, or None for a judged table.)"""
+    from rmjudge.analysis.filter import filter_table
+    from rmjudge.analysis.filter_record import build_record, write_record
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.table import is_ranked
+
+    ranked = None
+    with open_judged(path) as t:
+        if is_ranked(t):
+            ranked = RankFilterSettings(**(rank_choice or {}), format=fs.format, chat=fs.chat,
+                                        keep_columns=fs.keep_columns)
+            summary = filter_ranked(t, output, ranked)
+        else:
+            summary = filter_table(t, output, fs)
+        write_record(output, build_record(t, summary, ranked or fs))
+    return summary, ranked
+
+
 def render_filter(s, rs: RankFilterSettings) -> str:
     rows = f" ({s.rows} rows)" if s.rows != s.written else ""
     what = ("best vs worst per prompt" if rs.pairs == "best-worst"
@@ -224,6 +253,21 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
         m = sum(values) / len(values)
         return (m, m, m)
     return bootstrap_mean(values, resamples, seed, level)
+
+
+def evaluate_if_ranked(path: str, ev) -> "RankEval | None":
+    """`rmjudge eval` of a ranked store (`rmjudge rank`): top-1 accuracy and Kendall tau with
+    the intervals `ev` (rmjudge.analysis.metrics.EvalSettings) asks for; None for any other
+    table (a judged one, or input not judged yet)."""
+    from rmjudge.analysis.tables import is_judged, open_judged
+    from rmjudge.rank.table import is_ranked
+
+    if not is_judged(path):
+        return None
+    with open_judged(path) as t:
+        if not is_ranked(t):
+            return None
+        return evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(ev.group_by or ()))
 
 
 def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 0.95,

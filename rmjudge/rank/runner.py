@@ -28,8 +28,8 @@ from rmjudge.core.errors import UserError
 from rmjudge.rank.layouts import (DEFAULT_MAX_CANDIDATES, GOLD_FIELDS, HARD_MAX_CANDIDATES,
                                   LAYOUTS, ROW_STRIDE, LayoutError, Prompt, PromptProblem,
                                   read_prompts)
-from rmjudge.rank.strategies import STRATEGIES, next_round, pair_number, resolve
-from rmjudge.core.settings import SettingsError
+from rmjudge.rank.strategies import ROUND_ROBIN_MAX, STRATEGIES, next_round, pair_number, resolve
+from rmjudge.core.settings import SettingsError, setting
 
 
 def _quiet(line: str) -> None:
@@ -52,11 +52,19 @@ def check_rank_output(out: str) -> None:
 class RankOptions:
     """How an input becomes prompts and which comparisons rank them."""
 
-    strategy: str = "auto"
-    layout: str | None = None  # None: recognized from the first row
-    group_by: str | None = None
-    gold_field: str = GOLD_FIELDS[0]
-    max_candidates: int = DEFAULT_MAX_CANDIDATES
+    strategy: str = setting("auto", f"Which pairs are compared: every pair (round-robin), Swiss "
+                            f"rounds (about K/2 (log2 K + 1) comparisons), or auto (round-robin "
+                            f"up to {ROUND_ROBIN_MAX} candidates, Swiss above).",
+                            choices=STRATEGIES)
+    layout: str | None = setting(None, "The input's layout (default: recognized from the first "
+                                 "row).", choices=LAYOUTS)
+    group_by: str | None = setting(None, "One row per response: group rows into prompts by this "
+                                   "prompt id column.", metavar="COLUMN")
+    gold_field: str = setting(GOLD_FIELDS[0], "UltraFeedback: the completion score read as "
+                              "gold.", choices=GOLD_FIELDS)
+    max_candidates: int = setting(DEFAULT_MAX_CANDIDATES, f"Prompts with more candidates are "
+                                  f"error rows (at most {HARD_MAX_CANDIDATES}).",
+                                  range=(2, HARD_MAX_CANDIDATES))
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -72,6 +80,18 @@ class RankOptions:
         """What a resume must match: the comparisons and their gold depend on all of it."""
         return {"strategy": self.strategy, "layout": self.layout, "group_by": self.group_by,
                 "gold_field": self.gold_field, "seed": seed}
+
+
+# `rank`'s wording of the RunOptions options it has (rmjudge.runs.setup.RunOptions)
+RUN_OPTION_HELP = {
+    "limit": "Rank only the first N prompts.",
+    "shard": "Rank only shard I of N (stable partition by prompt id), for array jobs.",
+    "commit_every": "Commit results every N comparisons.",
+    "overwrite": "Discard an existing output (a store no other run is writing) and start again.",
+    "rejudge_changed": "On resume, judge again the comparisons whose prompt or candidates were "
+                       "edited since, replacing their verdicts (without it such a resume is "
+                       "refused).",
+}
 
 
 @dataclass

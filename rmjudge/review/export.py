@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
+from rmjudge.core.settings import setting
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
 from rmjudge.files import make_dir, write_file
@@ -19,6 +21,31 @@ from rmjudge.files import make_dir, write_file
 
 class ReviewError(UserError):
     """A review file cannot be written or read as asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ReviewSettings:
+    """What `rmjudge review export` writes: its options."""
+
+    table: str = setting(argument=True, metavar="X.duckdb")
+    out_dir: str = setting(help="Folder to write the review files into (existing review files "
+                           "in it are never replaced).", option=("-o", "--output"),
+                           metavar="DIR")
+    selects: tuple[str, ...] = setting(
+        help="Which pairs (repeatable; the union is written): flipped (the orders name "
+        "different winners), low-confidence (vote share for A within --threshold of 0.5), "
+        "disagree-with-gold (verdict A/B/tie other than the gold label), jury-split (a jury "
+        "table whose judges differ), random:N (N pairs, --seed).", option="--select",
+        multiple=True, metavar="flipped|low-confidence|disagree-with-gold|jury-split|random:N")
+    fmts: tuple[str, ...] = setting((), "File formats (repeatable; default csv).",
+                                    option="--format", multiple=True, choices=formats.FORMATS)
+    threshold: float = setting(DEFAULT_THRESHOLD, "low-confidence: largest distance of the vote "
+                               "share for A from 0.5.")
+    seed: int = setting(0, "random:N: the draw's seed.")
+    push_name: str | None = setting(None, "Also create an Argilla dataset NAME from the argilla "
+                                    "files (pip install argilla; server from ARGILLA_API_URL "
+                                    "and ARGILLA_API_KEY).", option="--push-argilla",
+                                    metavar="NAME")
 
 
 @dataclass
@@ -109,6 +136,30 @@ def push_argilla(folder: str, name: str) -> str:
     client = rg.Argilla(api_url=url, api_key=key)
     ds = rg.Dataset.from_disk(folder, name=name, client=client)
     return str(getattr(ds, "name", name))
+
+
+def run_export(rs: ReviewSettings, on_written: Callable[[ExportSummary], None] | None = None
+               ) -> str | None:
+    """`rmjudge review export`: the selected pairs of `rs.table` written in every format asked
+    (csv by default), `on_written` told what was written, then (`push_name`) the Argilla
+    dataset created from the argilla files; its name, else None. A missing argilla client or
+    server setting fails before any work."""
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.review.select import parse_selection
+
+    selections = list(dict.fromkeys(parse_selection(s) for s in rs.selects))
+    fmts = list(dict.fromkeys(rs.fmts or ("csv",)))
+    if rs.push_name:
+        check_argilla()  # before any work
+        if "argilla" not in fmts:
+            fmts.append("argilla")
+    with open_judged(rs.table) as t:
+        summary = export_review(t, rs.out_dir, selections, fmts, rs.threshold, rs.seed)
+    if on_written is not None:
+        on_written(summary)
+    if not rs.push_name:
+        return None
+    return push_argilla(os.path.join(rs.out_dir, "argilla"), rs.push_name)
 
 
 def render(s: ExportSummary) -> str:

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import open_judged
+from rmjudge.core.settings import setting
 from rmjudge.review.export import ReviewError
 from rmjudge.review.formats import LabelFileError, read_labels
 from rmjudge.review.select import slot_key
@@ -25,6 +26,16 @@ from rmjudge.store import Store
 
 SWAP = {"A": "B", "B": "A", "tie": "tie"}
 EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class ImportSettings:
+    """What `rmjudge review import` reads into which table: its arguments and options."""
+
+    table: str = setting(argument=True, metavar="X.duckdb")
+    labels: str = setting(argument=True, metavar="LABELS")
+    reviewer: str | None = setting(None, "Name the reviewer of every label in the file (default: "
+                                   "the annotator the file names, else none).", metavar="NAME")
 
 
 @dataclass

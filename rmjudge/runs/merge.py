@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from rmjudge.core.settings import setting
 from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.files import check_not_busy
 from rmjudge.store import (NewStore, describe_differences, import_stores, is_rmjudge_store,
@@ -42,6 +43,27 @@ SHARD_FIX = "pass the .duckdb files written by rmjudge score"
 
 class MergeError(UserError):
     """The shards cannot be merged as asked; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    """What `rmjudge merge` merges into what, and how strictly: its options (with `--map`,
+    `MAP_HELP`, and `--config` / `--split` for the `--input` dataset)."""
+
+    shards: tuple[str, ...] = setting(argument=True, nargs=-1, required=True,
+                                      metavar="SHARD.duckdb...")
+    output: str = setting(help="The merged run store (.duckdb).", option=("-o", "--output"))
+    source: str | None = setting(None, "Check against the input that every row is in exactly "
+                                 "one shard.", option="--input", metavar="FILE")
+    allow_incomplete: bool = setting(False, "Write the merge even when shards or rows are "
+                                     "missing or a run did not finish.",
+                                     flag="--allow-incomplete")
+    overwrite: bool = setting(False, "Replace an existing output.", flag="--overwrite")
+
+
+# `merge`'s wording of --map (rmjudge.io.mapping.ReadingChoice)
+MAP_HELP = ("The --map the shards were scored with, for shards that did not record it (the "
+            "--input check).")
 
 
 @dataclass

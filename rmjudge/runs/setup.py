@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rmjudge.io.mapping import Mapper
-from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError
+from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError, setting
 
 if TYPE_CHECKING:
     from rmjudge.engine.server import ServerSettings
@@ -32,19 +32,38 @@ if TYPE_CHECKING:
     from rmjudge.judging.runspec import RunSpec
 
 
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """`--shard I/N` as (I, N); a malformed one raises SettingsError."""
+    if spec is None:
+        return None
+    i, sep, n = spec.partition("/")
+    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
+        raise SettingsError(f"--shard must look like I/N with 0 <= I < N, got {spec!r}")
+    return int(i), int(n)
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    """Everything a scoring run is given besides its input and output."""
+    """Everything a scoring run is given besides its input and output. `limit`, `shard`,
+    `commit_every`, `overwrite` and `rejudge_changed` are options of every judging command
+    (`score`, `eval`, `rank`, `bench`, `ray-score`: each takes those it needs and may word their
+    help its own way)."""
 
-    judge: JudgeSettings
-    engine: EngineSettings
-    mapper: Mapper  # how rows become pairs (its `mapping` is --map's)
-    limit: int | None = None
-    shard: tuple[int, int] | None = None
-    commit_every: int = 8
-    overwrite: bool = False
-    rejudge_changed: bool = False
-    server: "ServerSettings | None" = None
+    judge: JudgeSettings = setting(cli=False)
+    engine: EngineSettings = setting(cli=False)
+    mapper: Mapper = setting(cli=False)  # how rows become pairs (its `mapping` is --map's)
+    limit: int | None = setting(None, "Read only the first N rows.", range=(1, None))
+    shard: tuple[int, int] | None = setting(
+        None, "Judge only shard I of N (stable partition by pair id), for array jobs.",
+        metavar="I/N", type=str, parse=parse_shard)
+    commit_every: int = setting(8, "Commit results every N pairs (a crash loses at most the "
+                                "pairs in flight).")
+    overwrite: bool = setting(False, "Discard an existing output (an rmjudge store no other run "
+                              "is writing) and start again.", flag="--overwrite")
+    rejudge_changed: bool = setting(False, "On resume, judge again the rows edited since they "
+                                    "were judged, replacing their verdicts (without it such a "
+                                    "resume is refused).", flag="--rejudge-changed")
+    server: "ServerSettings | None" = setting(None, cli=False)
 
 
 def make_run_options(js: JudgeSettings, es: EngineSettings, mapping: dict[str, str],
@@ -60,16 +79,6 @@ def make_run_options(js: JudgeSettings, es: EngineSettings, mapping: dict[str, s
     labels = LabelOptions.parse(label_values, label_choice)
     js = with_label_criteria(js, labels.choice)
     return RunOptions(js, es, labels.mapper(mapping, js.seed), server=server, **run)
-
-
-def parse_shard(spec: str | None) -> tuple[int, int] | None:
-    """`--shard I/N` as (I, N); a malformed one raises SettingsError."""
-    if spec is None:
-        return None
-    i, sep, n = spec.partition("/")
-    if not sep or not i.strip().isdigit() or not n.strip().isdigit() or not 0 <= int(i) < int(n):
-        raise SettingsError(f"--shard must look like I/N with 0 <= I < N, got {spec!r}")
-    return int(i), int(n)
 
 
 def _quiet(line: str) -> None:
