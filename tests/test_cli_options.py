@@ -34,10 +34,14 @@ def _commands() -> dict[str, click.Command]:
 
 
 def _jsonable(value):
+    """A parameter's value as JSON; click's "no default" (None before 8.3, its UNSET sentinel
+    since) is None either way, so the record does not depend on click's version."""
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if "UNSET" in repr(value):
+        return None
     return repr(value)
 
 
