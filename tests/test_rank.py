@@ -394,3 +394,27 @@ def test_rank_leaves_a_file_it_did_not_write_untouched(tmp_path):
     assert foreign.read_text() == "my own notes\n"
     r = CliRunner().invoke(main, ["rank", src, "-o", src, "--model", "/missing.gguf"])
     assert r.exit_code != 0 and "give a .duckdb file" in r.output
+
+
+# -- bad input keeps everything ------------------------------------------------------------------
+
+def test_a_group_error_row_keeps_every_raw_row_of_the_group(tmp_path):
+    """One row per response: a prompt that cannot be ranked keeps its rows, whole, in input
+    order (JSON Lines), not only their numbers, so nothing of the input is lost."""
+    long = "x" * 2000
+    objs = [{"qid": "a", "prompt": "q", "response": long + "1", "note": "first"},
+            {"qid": "b", "prompt": "r", "response": "lonely"},
+            {"qid": "a", "prompt": "q", "response": long + "1", "note": "again"},
+            {"qid": "c", "prompt": "s", "response": "c1", "rating": 1},
+            {"qid": "c", "prompt": "s", "response": "c2"}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "g.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS, group_by="qid")
+    errs = rows(out, "SELECT row_number, reason, raw FROM errors ORDER BY row_number")
+    assert [r[0] for r in errs] == [10000, 20000, 40000]
+    by = {r[0]: (r[1], [json.loads(x) for x in r[2].splitlines()]) for r in errs}
+    assert by[10000][1] == [objs[0], objs[2]] and "same response" in by[10000][0]
+    assert "(rows 1, 3)" in by[10000][0]
+    assert by[20000][1] == [objs[1]] and "needs at least two" in by[20000][0]
+    assert by[40000][1] == [objs[3], objs[4]] and "'rating' is given for 1 of the 2" in \
+        by[40000][0]

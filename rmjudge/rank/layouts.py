@@ -244,6 +244,28 @@ def _row_id(obj: dict, layout: str) -> str | None:
     return text if text.strip() else None
 
 
+def raw_input(obj: Any) -> str:
+    """What an errors-table row keeps of a prompt that cannot be ranked: its input row as JSON,
+    or (one row per response, `--group-by`) every row of the group as JSON Lines in input
+    order, whole: unlike a pair's row (clipped to `io.files.RAW_LIMIT`), a prompt's row holds
+    all its candidates, and nothing of them is lost."""
+    from rmjudge.core import jsontext
+
+    if isinstance(obj, GroupRows):
+        return "\n".join(jsontext.dumps(o) for o in obj.rows)
+    if isinstance(obj, (str, bytes)):
+        return obj if isinstance(obj, str) else obj.decode("utf-8", errors="replace")
+    return jsontext.dumps(obj)
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """The input rows of one `--group-by` prompt, in input order."""
+
+    rows: tuple[dict, ...]
+    numbers: tuple[int, ...]  # their row numbers
+
+
 def check_prompt(p: Prompt, max_candidates: int) -> None:
     """RowError unless `p` has 2..max_candidates distinct, non-empty candidates."""
     if p.k < 2:
@@ -270,8 +292,6 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
     """The prompts of `rows`, in input order, each a Prompt or a PromptProblem (unreadable rows,
     rows without the layout, bad candidates or gold, a prompt id seen before). Raises
     LayoutError when the first readable row fits no layout."""
-    from rmjudge.io.intake import raw_text
-
     if group_by is not None and layout not in (None, "rows"):
         raise LayoutError(f"--group-by reads one row per response; it cannot be combined with "
                           f"the {layout} layout")
@@ -281,14 +301,17 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
     seen: dict[str, int] = {}
 
     def checked(p: Prompt, raw: Any) -> Prompt | PromptProblem:
+        where = f"row {p.row_number}"
+        if isinstance(raw, GroupRows) and len(raw.numbers) > 1:
+            where += f" (rows {', '.join(map(str, raw.numbers))})"
         try:
             check_prompt(p, max_candidates)
         except RowError as exc:
-            return PromptProblem(p.row_number, f"row {p.row_number}: {exc}", raw_text(raw), p.id)
+            return PromptProblem(p.row_number, f"{where}: {exc}", raw_input(raw), p.id)
         if p.id in seen:
-            return PromptProblem(p.row_number, f"row {p.row_number}: duplicate prompt id "
+            return PromptProblem(p.row_number, f"{where}: duplicate prompt id "
                                  f"{p.id!r} (first seen on row {seen[p.id]}); give each prompt "
-                                 "a unique id", raw_text(raw), p.id)
+                                 "a unique id", raw_input(raw), p.id)
         seen[p.id] = p.row_number
         return p
 
@@ -308,14 +331,13 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
         except RowError as exc:
             v = raw.obj.get("id")
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: {exc}",
-                                raw_text(raw.obj), None if v is None else str(v))
+                                raw_input(raw.obj), None if v is None else str(v))
             continue
         yield checked(p, raw.obj)
 
 
 def _groups(rows: Iterable[RawRow], col: str) -> Iterator[tuple[Prompt | PromptProblem, Any]]:
     """One row per response, grouped by `col` (every group in the order of its first row)."""
-    from rmjudge.io.intake import raw_text
     from rmjudge.io.mapping import id_text
 
     groups: dict[str, list[tuple[int, dict]]] = {}
@@ -327,23 +349,24 @@ def _groups(rows: Iterable[RawRow], col: str) -> Iterator[tuple[Prompt | PromptP
         v = raw.obj.get(col)
         if v is None or (isinstance(v, str) and not v.strip()):
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: the --group-by column "
-                                f"{col!r} is missing or empty", raw_text(raw.obj)), None
+                                f"{col!r} is missing or empty", raw_input(raw.obj)), None
             continue
         try:
             key = id_text(v, col)
         except RowError as exc:
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: {exc}",
-                                raw_text(raw.obj)), None
+                                raw_input(raw.obj)), None
             continue
         groups.setdefault(key, []).append((raw.row_number, raw.obj))
     for key, members in groups.items():
-        first_row, first = members[0]
-        raw = {"rows": [n for n, _ in members], col: first.get(col)}
+        first_row = members[0][0]
+        raw = GroupRows(tuple(obj for _, obj in members), tuple(n for n, _ in members))
         try:
             yield _group_prompt(key, col, members), raw
         except RowError as exc:
-            yield PromptProblem(first_row, f"row {first_row}: prompt {key!r}: {exc}",
-                                raw_text(raw), key), None
+            rows_ = f" (rows {', '.join(str(n) for n, _ in members)})" if len(members) > 1 else ""
+            yield PromptProblem(first_row, f"row {first_row}{rows_}: prompt {key!r}: {exc}",
+                                raw_input(raw), key), None
 
 
 def _group_prompt(key: str, col: str, members: list[tuple[int, dict]]) -> Prompt:
