@@ -333,7 +333,10 @@ def test_filter_writes_best_vs_worst_and_margin_pairs_and_kto(tmp_path):
                                "--rank-margin", "0.5", "--format", "kto"])
     assert res.exit_code == 0, res.output
     kto = [json.loads(line) for line in allp.read_text().splitlines()]
-    assert len(kto) == 2 * 2 * 6 and [r["label"] for r in kto[:2]] == [True, False]
+    # KTO labels candidates, each once: at margin 0.5 the middle ones are better than some and
+    # worse than others, so only the top (true) and the bottom (false) of each prompt remain
+    assert [(r["prompt_id"], r["rank"], r["label"]) for r in kto] == [
+        ("p0", 1, True), ("p0", 4, False), ("p1", 1, True), ("p1", 4, False)]
     strict = tmp_path / "strict.jsonl"
     runner.invoke(main, ["filter", out, "-o", str(strict), "--rank-pairs", "all",
                          "--rank-margin", "0.9"])
@@ -418,3 +421,40 @@ def test_a_group_error_row_keeps_every_raw_row_of_the_group(tmp_path):
     assert by[20000][1] == [objs[1]] and "needs at least two" in by[20000][0]
     assert by[40000][1] == [objs[3], objs[4]] and "'rating' is given for 1 of the 2" in \
         by[40000][0]
+
+
+def test_kto_from_a_ranked_store_labels_each_candidate_once_and_the_middle_by_margin(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.rank.outputs import kto_labels
+
+    # candidate 0 beats 1 and 2 surely; 1 is hardly better than 2 (middle by the margin)
+    assert kto_labels([(0, 1, 0.95), (0, 2, 0.97), (1, 2, 0.55)], [0, 1, 2]) == [
+        (0, True, 0.97), (2, False, 0.97)]
+    assert kto_labels([(0, 1, 0.95), (0, 2, 0.97)], [0, 1, 2]) == [
+        (0, True, 0.97), (1, False, 0.95), (2, False, 0.97)]
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(3, 5))
+    out = str(tmp_path / "r.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    sizes = []
+    for margin in ("0.5", "0.8", "0.95"):
+        f = tmp_path / f"k{margin}.jsonl"
+        res = CliRunner().invoke(main, ["filter", out, "-o", str(f), "--rank-pairs", "all",
+                                        "--rank-margin", margin, "--format", "kto"])
+        assert res.exit_code == 0, res.output
+        got = [json.loads(line) for line in f.read_text().splitlines()]
+        seen = [(r["prompt_id"], r["completion"]) for r in got]
+        assert len(seen) == len(set(seen))  # never both desirable and undesirable
+        for p in s.rankings:
+            mine = [r for r in got if r["prompt_id"] == p.prompt_id]
+            ranks = [r["rank"] for r in mine]
+            assert ranks == sorted(ranks)
+            # every desirable candidate ranks above every undesirable one
+            good = [r["rank"] for r in mine if r["label"]]
+            bad = [r["rank"] for r in mine if not r["label"]]
+            assert not good or not bad or max(good) < min(bad)
+            assert all(r["margin"] >= float(margin) for r in mine)
+        assert f"KTO rows ({sum(r['label'] for r in got)} desirable" in res.output
+        sizes.append(len(got))
+    assert sizes[0] == 2 * 3 < sizes[2]  # a higher margin puts middle candidates on a side
