@@ -458,3 +458,19 @@ def test_kto_from_a_ranked_store_labels_each_candidate_once_and_the_middle_by_ma
         assert f"KTO rows ({sum(r['label'] for r in got)} desirable" in res.output
         sizes.append(len(got))
     assert sizes[0] == 2 * 3 < sizes[2]  # a higher margin puts middle candidates on a side
+
+
+def test_eval_by_a_column_the_ranked_store_lacks_is_one_error_naming_the_columns(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(2, 3))
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    r = CliRunner().invoke(main, ["eval", out, "--by", "nonexistent_column"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert "'nonexistent_column'" in lines[0] and "subset" in lines[0]
+    r = CliRunner().invoke(main, ["eval", out, "--by", "subset", "--resamples", "20"])
+    assert r.exit_code == 0 and "subset=s0" in r.output and "subset=s1" in r.output, r.output

@@ -276,8 +276,16 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
 
 def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 0.95,
                     group_by: tuple[str, ...] = ()) -> RankEval:
+    from rmjudge.analysis.tables import TableError
+    from rmjudge.rank.layouts import RESERVED
     from rmjudge.rank.table import read_rankings
 
+    own = [c for c in table.passthrough if c not in RESERVED]
+    missing = [c for c in group_by if c not in own]
+    if missing:
+        raise TableError(f"{table.path} has no column {', '.join(map(repr, missing))} to group "
+                         f"its prompts by (--by); the prompts' own columns are: "
+                         f"{', '.join(own) or 'none'}")
     prompts = read_rankings(table)
     scored = [p for p in prompts if p.has_gold and any(r.wins or r.losses or r.ties
                                                        for r in p.ranked)]
