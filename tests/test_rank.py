@@ -96,10 +96,12 @@ def test_unlabelled_ratings_are_no_gold_not_a_guess():
 
 
 @pytest.mark.parametrize("row, reason", [
-    ({"prompt": "q", "responses": ["only"]}, "1 candidate: ranking needs at least two"),
+    ({"prompt": "q", "responses": ["only"]}, "fewer than two candidates (only one): a ranking "
+                                             "needs at least two"),
+    ({"prompt": "q", "responses": []}, "fewer than two candidates (none)"),
     ({"prompt": "q", "responses": ["a", " "]}, "is empty"),
     ({"prompt": "q", "responses": ["a", "b", "a"]}, "candidates 0 and 2 are the same response"),
-    ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4"),
+    ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4 (5 given"),
     ({"prompt": "q", "responses": ["a", "b"], "best": 2}, "names no candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "ratings": [1]}, "one per candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "order": [0, 0]}, "every candidate index"),
@@ -474,3 +476,57 @@ def test_eval_by_a_column_the_ranked_store_lacks_is_one_error_naming_the_columns
     assert "'nonexistent_column'" in lines[0] and "subset" in lines[0]
     r = CliRunner().invoke(main, ["eval", out, "--by", "subset", "--resamples", "20"])
     assert r.exit_code == 0 and "subset=s0" in r.output and "subset=s1" in r.output, r.output
+
+
+def test_an_edited_prompt_is_named_by_its_input_row_and_candidates(tmp_path):
+    """The refused resume names the user's line and the comparisons by candidate numbers,
+    never a comparison's internal row number (row * 10000 + n)."""
+    from rmjudge.store import StoreError
+
+    objs = responses_rows(3, 3)
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    objs[1]["responses"][2] = objs[1]["responses"][2] + " (edited)"
+    write_jsonl(tmp_path / "in.jsonl", objs)
+    with pytest.raises(StoreError) as e:
+        rank(src, out, engine=quality_engine(), judge=JS)
+    msg = str(e.value)
+    assert "prompt on row 2 (prompt 'p1': comparisons #0-#2, #1-#2)" in msg, msg
+    assert "2000" not in msg and "--rejudge-changed" in msg
+
+
+def test_a_resume_with_a_smaller_input_counts_this_input_and_names_the_rest(tmp_path):
+    from rmjudge.cli.rank import render_summary
+
+    objs = responses_rows(3, 3)
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    small = write_jsonl(tmp_path / "small.jsonl", objs[:1])
+    s = rank(small, out, engine=quality_engine(), judge=JS)
+    assert (s.prompts, s.ranked, s.judged, s.skipped, s.others) == (1, 1, 0, 3, 2)
+    text = render_summary(s)
+    assert "ranked 1 of 1 prompt (3 candidates per prompt ranked)" in text
+    assert "top-1 vs gold: 1/1 prompt (1.000)" in text  # this input's prompt, not the store's 3
+    assert "the store also holds 2 ranked prompts that this input does not name" in text
+    assert "strategy: round-robin for 1 prompt\n" in text
+
+
+def test_the_summary_says_what_was_ranked_and_groups_bad_counts_as_one_kind(tmp_path):
+    from rmjudge.cli.rank import render_summary
+
+    objs = [{"id": "p0", "prompt": "q", "responses": ["a q=1", "b q=2"], "best": 1},
+            {"id": "p1", "prompt": "q", "responses": ["a q=1", "b q=2", "c q=3"]},
+            {"id": "one", "prompt": "q", "responses": ["x"]},
+            {"id": "zero", "prompt": "q", "responses": []},
+            {"id": "big", "prompt": "q", "responses": [f"r{i}" for i in range(6)]}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    s = rank(src, str(tmp_path / "r.duckdb"), engine=quality_engine(), judge=JS,
+             max_candidates=5)
+    text = render_summary(s)
+    assert text.startswith("rmjudge: ranked 2 of 5 prompts (2 to 3 candidates per prompt "
+                           "ranked): 4 comparisons judged"), text
+    assert "fewer than two candidates: a ranking needs at least two: 2 rows (rows 3, 4)" in text
+    assert "too many candidates: more than the limit of N: 1 row (row 5)" in text
+    assert "N candidate" not in text

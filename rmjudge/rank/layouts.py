@@ -269,11 +269,12 @@ class GroupRows:
 def check_prompt(p: Prompt, max_candidates: int) -> None:
     """RowError unless `p` has 2..max_candidates distinct, non-empty candidates."""
     if p.k < 2:
-        raise RowError(f"{p.k} candidate{'' if p.k == 1 else 's'}: ranking needs at least two")
+        raise RowError(f"fewer than two candidates ({'none' if p.k == 0 else 'only one'}): "
+                       "a ranking needs at least two")
     if p.k > max_candidates:
-        raise RowError(f"{p.k} candidates, more than the limit of {max_candidates} "
-                       "(--max-candidates, at most "
-                       f"{HARD_MAX_CANDIDATES}); split the prompt's candidates or raise the limit")
+        raise RowError(f"too many candidates: more than the limit of {max_candidates} "
+                       f"({p.k} given; --max-candidates, at most {HARD_MAX_CANDIDATES}); split "
+                       "the prompt's candidates or raise the limit")
     seen: dict[str, int] = {}
     for i, c in enumerate(p.candidates):
         if not c.strip():

@@ -328,5 +328,6 @@ def top1_line(prompts) -> str | None:
     if not scored:
         return None
     n = sum(top1_correct(p) for p in scored)
-    return (f"top-1 vs gold: {int(n)}/{len(scored)} prompts ({n / len(scored):.3f}); "
+    return (f"top-1 vs gold: {int(n)}/{len(scored)} prompt{'' if len(scored) == 1 else 's'} "
+            f"({n / len(scored):.3f}); "
             "`rmjudge eval` adds intervals and Kendall tau")
