@@ -530,3 +530,24 @@ def test_the_summary_says_what_was_ranked_and_groups_bad_counts_as_one_kind(tmp_
     assert "fewer than two candidates: a ranking needs at least two: 2 rows (rows 3, 4)" in text
     assert "too many candidates: more than the limit of N: 1 row (row 5)" in text
     assert "N candidate" not in text
+
+
+def test_prompt_ids_4_and_the_text_4_are_never_merged(tmp_path):
+    """A number and a text that spell the same id are one prompt id in the store: grouped rows
+    that mix them are refused with the reason (their rows kept whole), and a second prompt
+    with the other spelling is a duplicate that says why; nothing is merged or guessed."""
+    grouped = [{"qid": 4, "prompt": "q", "response": "a q=1"},
+               {"qid": "4", "prompt": "q", "response": "b q=2"},
+               {"qid": 5, "prompt": "r", "response": "c q=1"},
+               {"qid": 5, "prompt": "r", "response": "d q=2"}]
+    got = list(read_prompts(raws(grouped), group_by="qid"))
+    assert isinstance(got[0], PromptProblem) and isinstance(got[1], Prompt)
+    assert "values 4 (row 1) and \"4\" (row 2) are one prompt id '4'" in got[0].reason
+    assert [json.loads(x) for x in got[0].raw.splitlines()] == grouped[:2]
+    assert got[1].candidates == ("c q=1", "d q=2")
+    one_row = [{"id": 4, "prompt": "q", "responses": ["a", "b"]},
+               {"id": "4", "prompt": "q2", "responses": ["c", "d"]}]
+    got = list(read_prompts(raws(one_row)))
+    assert isinstance(got[0], Prompt) and isinstance(got[1], PromptProblem)
+    assert "duplicate prompt id '4' (first seen on row 1) (written 4 there and \"4\" here" in \
+        got[1].reason

@@ -300,6 +300,15 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
         raise LayoutError("the rows layout groups one row per response by a prompt id: give "
                           "--group-by COLUMN")
     seen: dict[str, int] = {}
+    spelled: dict[str, str] = {}  # prompt id -> its value as the input wrote it (JSON)
+
+    def spelling(raw: Any) -> str | None:
+        from rmjudge.core import jsontext
+
+        if not isinstance(raw, dict):
+            return None
+        col = "bon_uid" if raw.get("bon_uid") is not None and "bon_best" in raw else "id"
+        return None if raw.get(col) is None else jsontext.dumps(raw.get(col))
 
     def checked(p: Prompt, raw: Any) -> Prompt | PromptProblem:
         where = f"row {p.row_number}"
@@ -309,11 +318,17 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
             check_prompt(p, max_candidates)
         except RowError as exc:
             return PromptProblem(p.row_number, f"{where}: {exc}", raw_input(raw), p.id)
+        mine = spelling(raw)
         if p.id in seen:
+            other = spelled.get(p.id)
+            types = (f" (written {other} there and {mine} here: a number and a text are one "
+                     "id)" if other is not None and mine is not None and other != mine else "")
             return PromptProblem(p.row_number, f"{where}: duplicate prompt id "
-                                 f"{p.id!r} (first seen on row {seen[p.id]}); give each prompt "
-                                 "a unique id", raw_input(raw), p.id)
+                                 f"{p.id!r} (first seen on row {seen[p.id]}){types}; give each "
+                                 "prompt a unique id", raw_input(raw), p.id)
         seen[p.id] = p.row_number
+        if mine is not None:
+            spelled[p.id] = mine
         return p
 
     if group_by is not None:
@@ -363,11 +378,29 @@ def _groups(rows: Iterable[RawRow], col: str) -> Iterator[tuple[Prompt | PromptP
         first_row = members[0][0]
         raw = GroupRows(tuple(obj for _, obj in members), tuple(n for n, _ in members))
         try:
+            _same_spelling(key, col, members)
             yield _group_prompt(key, col, members), raw
         except RowError as exc:
             rows_ = f" (rows {', '.join(str(n) for n, _ in members)})" if len(members) > 1 else ""
             yield PromptProblem(first_row, f"row {first_row}{rows_}: prompt {key!r}: {exc}",
                                 raw_input(raw), key), None
+
+
+def _same_spelling(key: str, col: str, members: list[tuple[int, dict]]) -> None:
+    """RowError when the rows of a group give its id as values of different types (the number
+    4 and the text "4" are one prompt id in the store, so they would merge two prompts):
+    refused, never guessed to be one prompt or two."""
+    from rmjudge.core import jsontext
+
+    first_row, first = members[0]
+    want = jsontext.dumps(first.get(col))
+    for n, obj in members[1:]:
+        got = jsontext.dumps(obj.get(col))
+        if got != want:
+            raise RowError(f"the {col!r} values {want} (row {first_row}) and {got} (row {n}) "
+                           f"are one prompt id {key!r} but of different types (a number and "
+                           "a text); write every row's id the same way, or give the two prompts "
+                           "different ids")
 
 
 def _group_prompt(key: str, col: str, members: list[tuple[int, dict]]) -> Prompt:
