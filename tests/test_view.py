@@ -613,7 +613,7 @@ def test_a_ranked_explorer_holds_the_stores_rankings(ranked, ranked_view):
     for part in _data(ranked_view, "plist"):
         for k, v in part.items():
             idx.setdefault(k, []).extend(v)
-    assert idx["id"] == ["p0", "p1", None, "p2", "p3"] and idx["row"] == [1, 2, 3, 4, 5]
+    assert idx["id"] == ["p0", "p1", "lonely", "p2", "p3"] and idx["row"] == [1, 2, 3, 4, 5]
     flags = meta["ranked"]["flags"]
     assert [bool(f & flags["disagree"]) for f in idx["flags"]] == [False, True, False, False,
                                                                   False]
@@ -648,13 +648,13 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
         driver.execute_script(f"document.querySelector('#pchips .chip[data-chip=\"{name}\"]')"
                               ".click()")
 
-    assert prompts() == ["p0", "p1", "(no id)", "p2", "p3"]
+    assert prompts() == ["p0", "p1", "lonely", "p2", "p3"]
     assert driver.execute_script("return document.getElementById('list-view').hidden")
     pchip("disagree")
     assert prompts() == ["p1"]
     pchip("disagree")
     pchip("errors")
-    assert prompts() == ["(no id)"]
+    assert prompts() == ["lonely"]
     pchip("errors")
     # low confidence: the top candidate of p0 (ties around it) is the least sure
     conf = dict(rows(ranked, "SELECT prompt_id, confidence FROM rankings WHERE rank = 1"))

@@ -85,10 +85,27 @@ class PromptItems:
         for rn, eid, reason, raw in self.t.sql(
                 "SELECT row_number, id, reason, raw FROM errors ORDER BY row_number"):
             if rn % ROW_STRIDE == 0:
-                self.error_prompts.append((rn // ROW_STRIDE, {"id": eid, "reason": reason,
-                                                              "raw": raw}))
+                self.error_prompts.append((rn // ROW_STRIDE, {
+                    "id": eid if eid is not None else self._raw_id(raw), "reason": reason,
+                    "raw": raw}))
             else:
                 self.failed[rn // ROW_STRIDE] = self.failed.get(rn // ROW_STRIDE, 0) + 1
+
+    def _raw_id(self, raw: str | None) -> str | None:
+        """The prompt id an error row's input gives (its id column, RMB's `bon_uid` or the
+        `--group-by` column of its first row), to show; None when it has none or is not
+        JSON."""
+        try:
+            obj = orjson.loads((raw or "").split("\n", 1)[0])
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict):
+            return None
+        for col in (self.settings.get("group_by"), "bon_uid", "id"):
+            v = obj.get(col) if col else None
+            if isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v).strip():
+                return str(v)
+        return None
 
     # -- the list ---------------------------------------------------------------------------
     def _flags(self, p: PromptRanking) -> int:

@@ -855,6 +855,7 @@
     return got.then(function (rows) { return rows[i - k * size]; });
   }
 
+  function plural(n, one, many) { return n.toLocaleString("en-US") + " " + (n === 1 ? one : (many || one + "s")); }
   function pIsRow(i) { return (R.cols.flags[i] & PF.error_row) !== 0; }
   function pKeyOf(i) { return pIsRow(i) ? "prompt-row=" + R.cols.row[i] : "prompt=" + encodeURIComponent(R.cols.id[i]); }
   function pIsError(i) { return (R.cols.flags[i] & (PF.error_row | PF.failed | PF.unjudged)) !== 0; }
@@ -882,10 +883,10 @@
     R.n = m.count;
     for (var i = 0; i < R.n; i++) R.byKey.set(pIsRow(i) ? "r" + R.cols.row[i] : "p" + R.cols.id[i], i);
     $("tabs").hidden = false;
-    $("tab-prompts").textContent = "Prompts (" + m.prompts.toLocaleString("en-US") + (m.errors ? " + " + m.errors + " errors" : "") + ")";
+    $("tab-prompts").textContent = "Prompts (" + m.prompts.toLocaleString("en-US") + (m.errors ? " + " + plural(m.errors, "not ranked", "not ranked") : "") + ")";
     $("tab-pairs").textContent = "Comparisons (" + S.meta.pairs.toLocaleString("en-US") + ")";
-    $("store").textContent = S.meta.store + " · ranked: " + m.prompts.toLocaleString("en-US") + " prompts, " +
-      S.meta.pairs.toLocaleString("en-US") + " comparisons" + (m.strategy ? " (" + m.strategy + ")" : "");
+    $("store").textContent = S.meta.store + " · ranked: " + plural(m.prompts, "prompt") + ", " +
+      plural(S.meta.pairs, "comparison") + (m.strategy ? " (" + m.strategy + ")" : "");
     try {
       var st = JSON.parse(localStorage.getItem(storageKey("prompts")) || "null");
       if (st && typeof st === "object") {
@@ -1199,7 +1200,9 @@
       pv.appendChild(collapsible("Input columns (" + d.columns.length + ")", function () { return cols; }, false));
     }
     pv.appendChild(el("h3", "sect", "Prompt"));
-    pv.appendChild(conversation({ messages: JSON.stringify(d.messages), prompt: "" }));
+    var conv = conversation({ messages: JSON.stringify(d.messages), prompt: "" });
+    conv.classList.add("clip");  // a long prompt scrolls in its box: the ranking stays in view
+    pv.appendChild(conv);
     pv.appendChild(el("h3", "sect", "Candidates in rank order"));
     var tbl = el("table", "cands"), thead = el("tr");
     [["rank", "1 = best"], ["candidate", "its number in the input (0 = first)"], ["score", "Bradley-Terry log-strength"],
