@@ -551,3 +551,37 @@ def test_prompt_ids_4_and_the_text_4_are_never_merged(tmp_path):
     assert isinstance(got[0], Prompt) and isinstance(got[1], PromptProblem)
     assert "duplicate prompt id '4' (first seen on row 1) (written 4 there and \"4\" here" in \
         got[1].reason
+
+
+def test_ctrl_c_in_a_later_swiss_round_keeps_what_was_judged_and_resumes_exactly(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) in the middle of a Swiss round: one Interrupted error with
+    the resume hint, every committed comparison kept, and the rerun plays the same rounds to
+    the same store as an uninterrupted run."""
+    from rmjudge.runs.pipeline import Interrupted
+
+    k = 5  # Swiss: 4 rounds of 2
+    objs = [{"id": "p", "prompt": "q", "responses": [f"r{c} q={(c * 3) % k}" for c in range(k)]}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    ref = str(tmp_path / "ref.duckdb")
+    rank(src, ref, engine=quality_engine(), judge=JS, commit_every=1, strategy="swiss")
+    base = quality_engine()
+    calls = [0]
+
+    def respond(req, i):
+        calls[0] += 1
+        if calls[0] == 14:  # in the second round (a comparison: 4 rollouts, maybe reflections)
+            raise KeyboardInterrupt
+        return base.respond(req, i)
+
+    from rmjudge.engine.fake import ScriptedEngine
+
+    out = str(tmp_path / "c.duckdb")
+    with pytest.raises(Interrupted, match="rerun the same command"):
+        rank(src, out, engine=ScriptedEngine(respond, pairs_in_flight=1), judge=JS,
+             commit_every=1, strategy="swiss")
+    kept = rows(out, "SELECT count(*), max(round) FROM pairs")[0]
+    assert 2 < kept[0] < rows(ref, "SELECT count(*) FROM pairs")[0][0] and kept[1] >= 2, kept
+    s = rank(src, out, engine=quality_engine(), judge=JS, commit_every=1, strategy="swiss")
+    assert s.skipped == kept[0]
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
