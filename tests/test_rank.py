@@ -585,3 +585,53 @@ def test_ctrl_c_in_a_later_swiss_round_keeps_what_was_judged_and_resumes_exactly
     assert s.skipped == kept[0]
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
     assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
+
+
+def test_a_second_run_on_a_store_being_ranked_is_one_error_and_changes_nothing(tmp_path):
+    """Two `rmjudge rank` on one store: the second, started while the first holds the lock,
+    ends in one Error: line; `view` of the store meanwhile too; the first finishes with every
+    comparison once, as an undisturbed run."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from helpers import _ANNOUNCING_CLI
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    ref = str(tmp_path / "ref.duckdb")
+    rank(src, ref, engine=quality_engine(), judge=JS)
+    out = str(tmp_path / "busy.duckdb")
+    args = ["rank", src, "-o", out, "--samples", "2", "--max-tokens", "32", "--seed", "3",
+            "--commit-every", "1", "--quiet"]
+    slow = SCRIPTED_CLI + """
+import time
+from rmjudge.store import Store
+_commit = Store.commit
+held = []
+def slow_commit(self, *a, **k):  # the first commit holds the lock a while
+    _commit(self, *a, **k)
+    if not held:
+        held.append(1)
+        print("committed first", flush=True)
+        time.sleep(3)
+Store.commit = slow_commit
+"""
+    p = subprocess.Popen([sys.executable, "-c", slow + "\n" + _ANNOUNCING_CLI, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("committed ")
+        runner = CliRunner()
+        for cmd in (["rank", src, "-o", out, "--model", "/missing.gguf"],
+                    ["view", out, "-o", str(tmp_path / "v")]):
+            r = runner.invoke(main, cmd)
+            lines = [x for x in r.output.splitlines() if x.strip()]
+            assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), \
+                (cmd, r.output)
+            assert "another rmjudge process is writing" in lines[0], lines[0]
+        assert not (tmp_path / "v").exists()
+    finally:
+        p.stdout.read()
+        err = p.stderr.read()
+        p.wait(60)
+    assert p.returncode == 0, err
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
