@@ -692,6 +692,11 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
     driver.execute_script("document.querySelector('table.matrix button.res').click()")
     wait(driver, "return document.body.dataset.opened === 'pair=' + encodeURIComponent("
                  f"{json.dumps(pid)}) && document.querySelectorAll('.order').length === 2")
+    facts = driver.execute_script("return [document.querySelector('#pair-view .pid').textContent,"
+                                  " document.querySelector('#pair-view .facts').textContent]")
+    a, b = rows(ranked, f"SELECT cand_a, cand_b FROM pairs WHERE id = '{pid}'")[0]
+    assert facts[0] == f"Comparison {pid}"  # the user's row, not row * 10000 + n
+    assert f"row 1candidate #{a} as A, #{b} as B" in facts[1]
     driver.find_element("tag name", "body").send_keys("\ue00c")
     wait(driver, "return document.body.dataset.opened === 'prompt=p0'")
     driver.execute_script("document.querySelector('table.matrix button.res').click()")
@@ -715,6 +720,8 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
     driver.execute_script("document.getElementById('tab-pairs').click()")
     n = rows(ranked, "SELECT (SELECT count(*) FROM pairs) + (SELECT count(*) FROM errors)")[0][0]
     assert count(driver) == f"{n} of {n} shown" and shown(driver)[0] == "p0#0-1"
+    assert driver.execute_script("return document.querySelector('#list .row .c-row')"
+                                 ".textContent") == "1"
 
 
 @browser

@@ -45,6 +45,7 @@ from rmjudge.store import (
 )
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
 from rmjudge.view.ranked import PROMPT_FLAGS, PromptItems
+from rmjudge.rank.layouts import ROW_STRIDE
 from rmjudge.analysis.view_paths import PAGE, default_dir, is_view_dir, relative_link
 
 LIST_CHUNK = 25_000
@@ -245,7 +246,7 @@ def write_prompts(t: JudgedTable, w: _Writer, parts: dict) -> dict:
     s = items.settings
     return {"count": items.count, "prompts": len(items.prompts),
             "errors": len(items.error_prompts), "flags": PROMPT_FLAGS, "groups": groups,
-            "strategy": s.get("strategy"), "layout": s.get("layout"),
+            "strategy": s.get("strategy"), "layout": s.get("layout"), "row_stride": ROW_STRIDE,
             "chunks": {"list": parts["prompt_list"], "detail": parts["prompt_detail"],
                        "text": parts["prompt_text"]}}
 

@@ -431,7 +431,7 @@
       if (stored !== null) human.appendChild(badge(stored, "stored"));
       if (mine !== undefined && !isRow(i)) human.appendChild(badge(mine === "skip" ? "skip" : mine, "mine"));
       add(row,
-        el("span", "c c-row", S.cols.row[i] === null ? "–" : S.cols.row[i]),
+        el("span", "c c-row", S.cols.row[i] === null ? "–" : inputRow(S.cols.row[i])),
         el("span", "c c-id", S.cols.id[i] === null || S.cols.id[i] === "" ? "(no id)" : S.cols.id[i]),
         el("span", "c c-group", groups),
         add(el("span", "c c-gold"), badge(col("label", i))),
@@ -639,7 +639,7 @@
     pv.appendChild(nav);
     var head = el("div", "pair-head");
     var title = el("h2", "pid");
-    add(title, d.kind === "error" ? "Error row " + d.row : "Pair ", d.kind === "error" ? null : el("span", "mono", d.id));
+    add(title, d.kind === "error" ? "Error row " + inputRow(d.row) : ofPrompt ? "Comparison " : "Pair ", d.kind === "error" ? null : el("span", "mono", d.id));
     head.appendChild(title);
     if (d.kind === "error") {
       pv.appendChild(head);
@@ -651,7 +651,10 @@
       return;
     }
     var facts = el("div", "facts");
-    add(facts, el("span", "kv", "row " + d.row), el("span", "kv", "gold"), badge(d.label),
+    var cand = {};
+    (d.columns || []).forEach(function (c) { if (c[0] === "cand_a" || c[0] === "cand_b") cand[c[0]] = c[1]; });
+    add(facts, el("span", "kv", "row " + inputRow(d.row)), ofPrompt && cand.cand_a !== undefined ? el("span", "kv", "candidate #" + cand.cand_a + " as A, #" + cand.cand_b + " as B") : null,
+        el("span", "kv", "gold"), badge(d.label),
         el("span", "kv", "verdict"), badge(d.verdict), el("span", "kv", "vote share A " + fmt(d.p_a, 2)));
     var stored = col("human", i);
     if (stored !== null) add(facts, el("span", "kv", "human label (store)"), badge(stored));
@@ -670,7 +673,8 @@
     pv.appendChild(conversation(d));
     pv.appendChild(el("h3", "sect", "Responses"));
     var two = el("div", "two");
-    add(two, responseBox("A", d.a), responseBox("B", d.b));
+    add(two, responseBox("A" + (cand.cand_a !== undefined ? " · candidate #" + cand.cand_a : ""), d.a),
+        responseBox("B" + (cand.cand_b !== undefined ? " · candidate #" + cand.cand_b : ""), d.b));
     pv.appendChild(two);
     pv.appendChild(el("h3", "sect", "Judgment"));
     var comb = el("p", "combine");
@@ -855,6 +859,11 @@
     return got.then(function (rows) { return rows[i - k * size]; });
   }
 
+  // the user's input row of an item: a ranked store numbers a comparison input row * stride + n
+  function inputRow(row) {
+    var st = R.on && S.meta.ranked ? S.meta.ranked.row_stride : 0;
+    return st && row !== null ? Math.floor(row / st) : row;
+  }
   function plural(n, one, many) { return n.toLocaleString("en-US") + " " + (n === 1 ? one : (many || one + "s")); }
   function pIsRow(i) { return (R.cols.flags[i] & PF.error_row) !== 0; }
   function pKeyOf(i) { return pIsRow(i) ? "prompt-row=" + R.cols.row[i] : "prompt=" + encodeURIComponent(R.cols.id[i]); }
