@@ -594,7 +594,6 @@ def test_a_second_run_on_a_store_being_ranked_is_one_error_and_changes_nothing(t
     from click.testing import CliRunner
 
     from rmjudge.cli import main
-    from helpers import _ANNOUNCING_CLI
 
     src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
     ref = str(tmp_path / "ref.duckdb")
@@ -615,7 +614,8 @@ def slow_commit(self, *a, **k):  # the first commit holds the lock a while
         time.sleep(3)
 Store.commit = slow_commit
 """
-    p = subprocess.Popen([sys.executable, "-c", slow + "\n" + _ANNOUNCING_CLI, *args],
+    p = subprocess.Popen([sys.executable, "-c", slow + "\nfrom rmjudge.cli import main\n"
+                          "main(prog_name='rmjudge')", *args],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().startswith("committed ")
