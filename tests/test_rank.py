@@ -105,6 +105,8 @@ def test_unlabelled_ratings_are_no_gold_not_a_guess():
     ({"prompt": "q", "responses": ["a", "b"], "best": 2}, "names no candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "ratings": [1]}, "one per candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "order": [0, 0]}, "every candidate index"),
+    ({"prompt": "q", "responses": ["a", "b"], "order": [True, False]}, "every candidate index"),
+    ({"prompt": "q", "responses": ["a", "b"], "order": [1.0, 0]}, "every candidate index"),
     ({"prompt": "q", "responses": ["a", "b"], "best": 0, "ratings": [1, 2]}, "gold given twice"),
 ])
 def test_bad_prompts_are_problems_with_their_reason(row, reason):
@@ -635,3 +637,22 @@ Store.commit = slow_commit
     assert p.returncode == 0, err
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
     assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
+
+
+def test_an_empty_input_is_one_error_saying_so(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import rmjudge.runs.setup
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine",
+                        lambda *a, **k: quality_engine())
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n")):
+        src = tmp_path / name
+        src.write_text(text)
+        r = CliRunner().invoke(main, ["rank", str(src), "-o", str(tmp_path / "o.duckdb"),
+                                      "--quiet", "--overwrite"])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code != 0 and len(lines) == 1, r.output
+        assert lines[0] == f"Error: nothing was ranked: {src} holds no rows; give a file with " \
+            "a prompt and its candidates per row (docs/rank.md)"

@@ -76,6 +76,10 @@ def command(source: str, output: str | None, strategy: str, layout: str | None,
                          progress=None if quiet else progress)
     if not quiet:
         click.echo(render_summary(summary), err=True)
+    if summary.prompts == 0:
+        raise UserError(f"nothing was ranked: {source} holds no rows"
+                        + (" within --limit/--shard" if limit or shard else "")
+                        + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "

@@ -150,8 +150,9 @@ def _gold_of_responses(obj: dict, k: int) -> tuple[tuple[int, ...] | None, str |
             raise GoldError(f"gold 'ratings' must be {k} numbers, one per candidate; got "
                             f"{orjson.dumps(v).decode()[:200]}")
         return ranks_from_scores(nums), "ratings"
-    if (not isinstance(v, list) or sorted(x for x in v if isinstance(x, int)) != list(range(k))
-            or len(v) != k):
+    if (not isinstance(v, list) or len(v) != k
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in v)
+            or sorted(v) != list(range(k))):
         raise GoldError(f"gold 'order' must list every candidate index 0..{k - 1} once, best "
                         f"first; got {orjson.dumps(v).decode()[:200]}")
     rank = [0] * k
