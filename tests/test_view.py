@@ -569,6 +569,7 @@ def test_hostile_texts_run_no_script_and_load_nothing(driver, hostile, tmp_path)
 
 # -- a ranked store (rmjudge rank) ------------------------------------------------------------
 RANK_FLIP = "answer 1 q=6"
+P3 = "p3" + HOSTILE_ID  # a prompt id with </script> and a script in it
 
 
 @pytest.fixture(scope="module")
@@ -585,7 +586,7 @@ def ranked(tmp_path_factory):
     objs = []
     for p in range(4):
         vals = [(p * 7 + c * 5) % 11 + c for c in range(4)]
-        objs.append({"id": f"p{p}", "prompt": f"question {p} " + HOSTILE[p], "subset": f"s{p % 2}",
+        objs.append({"id": P3 if p == 3 else f"p{p}", "prompt": f"question {p} " + HOSTILE[p], "subset": f"s{p % 2}",
                      "responses": [f"answer {c} q={v}" + (" " + HOSTILE[c] if p == 3 else "")
                                    for c, v in enumerate(vals)],
                      "ratings": [-v for v in vals] if p == 1 else vals})
@@ -613,7 +614,7 @@ def test_a_ranked_explorer_holds_the_stores_rankings(ranked, ranked_view):
     for part in _data(ranked_view, "plist"):
         for k, v in part.items():
             idx.setdefault(k, []).extend(v)
-    assert idx["id"] == ["p0", "p1", "lonely", "p2", "p3"] and idx["row"] == [1, 2, 3, 4, 5]
+    assert idx["id"] == ["p0", "p1", "lonely", "p2", P3] and idx["row"] == [1, 2, 3, 4, 5]
     flags = meta["ranked"]["flags"]
     assert [bool(f & flags["disagree"]) for f in idx["flags"]] == [False, True, False, False,
                                                                   False]
@@ -648,7 +649,7 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
         driver.execute_script(f"document.querySelector('#pchips .chip[data-chip=\"{name}\"]')"
                               ".click()")
 
-    assert prompts() == ["p0", "p1", "lonely", "p2", "p3"]
+    assert prompts() == ["p0", "p1", "lonely", "p2", P3]
     assert driver.execute_script("return document.getElementById('list-view').hidden")
     pchip("disagree")
     assert prompts() == ["p1"]
@@ -727,15 +728,21 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
 @browser
 def test_hostile_texts_in_a_ranked_store_run_no_script(driver, ranked, ranked_view):
     open_page(driver, ranked_view)
-    for key in ["prompt=p3", "prompt=p0", "prompt-row=3"]:
+    p3 = "prompt=" + driver.execute_script("return encodeURIComponent(arguments[0])", P3)
+    for key in [p3, "prompt=p0", "prompt-row=3"]:
         driver.execute_script("location.hash = arguments[0]", key)
         wait(driver, f"return document.body.dataset.opened === {json.dumps(key)}")
         driver.execute_script("document.querySelectorAll('details').forEach(function (d) {"
                               " d.open = true; })")
     text = driver.execute_script("return document.getElementById('prompt-view').textContent")
     assert "<img src=" in text or "needs at least two" in text
-    driver.execute_script("location.hash = 'prompt=p3'")
-    wait(driver, "return document.body.dataset.opened === 'prompt=p3'")
+    driver.execute_script("location.hash = arguments[0]", p3)
+    wait(driver, f"return document.body.dataset.opened === {json.dumps(p3)}")
+    # a comparison of that prompt links back up to it
+    driver.execute_script("document.querySelector('table.matrix button.res').click()")
+    wait(driver, "return /^pair=/.test(document.body.dataset.opened || '')")
+    driver.execute_script("document.querySelector('button[data-prompt]').click()")
+    wait(driver, f"return document.body.dataset.opened === {json.dumps(p3)}")
     driver.execute_script("document.querySelectorAll('details').forEach(function (d) {"
                           " d.open = true; })")
     assert "window.__pwned" in driver.execute_script(
