@@ -656,3 +656,22 @@ def test_an_empty_input_is_one_error_saying_so(tmp_path, monkeypatch):
         assert r.exit_code != 0 and len(lines) == 1, r.output
         assert lines[0] == f"Error: nothing was ranked: {src} holds no rows; give a file with " \
             "a prompt and its candidates per row (docs/rank.md)"
+
+
+def test_ranking_into_a_store_of_judged_pairs_is_one_error_in_plain_words(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.runs.pipeline import score
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl",
+                        [{"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}])
+    out = str(tmp_path / "plain.duckdb")
+    score(pairs, quality_engine(), JS, output=out)
+    before = rows(out, "SELECT id, verdict FROM pairs")
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--model", "/missing.gguf"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1, r.output
+    assert "holds pairs judged by `rmjudge score`" in lines[0] and "--overwrite" in lines[0]
+    assert rows(out, "SELECT id, verdict FROM pairs") == before

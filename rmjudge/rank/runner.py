@@ -48,6 +48,27 @@ def check_rank_output(out: str) -> None:
                         ".duckdb file (export with `rmjudge filter` or DuckDB)")
 
 
+def check_not_pairwise(out: str) -> None:
+    """RankError when `out` is a run store of judged pairs (`rmjudge score`, `bench`), not a
+    ranking: resuming it as one would be refused by its settings anyway, in the pipeline's
+    terms; this says it in the user's."""
+    import os
+
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.table import is_ranked
+
+    if not os.path.isfile(out):
+        return
+    try:
+        with open_judged(out) as table:
+            ranked = is_ranked(table) or not table.meta.get("settings")
+    except UserError:
+        return  # not a store (the store's own checks name what it is), or busy
+    if not ranked:
+        raise RankError(f"{out} holds pairs judged by `rmjudge score` (or bench), not a "
+                        "ranking; rank into another -o, or --overwrite to replace it")
+
+
 @dataclass(frozen=True)
 class RankOptions:
     """How an input becomes prompts and which comparisons rank them."""
@@ -264,6 +285,8 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
 
     out = output or default_output(source)
     check_rank_output(out)
+    if not opts.overwrite:
+        check_not_pairwise(out)
     check_run_paths(source, out)
     style = check_prompting(opts.judge)  # --criteria @FILE and --prompt-template read once
     started = time.monotonic()
