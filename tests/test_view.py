@@ -651,6 +651,8 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
 
     assert prompts() == ["p0", "p1", "lonely", "p2", P3]
     assert driver.execute_script("return document.getElementById('list-view').hidden")
+    marks_key = "return getComputedStyle(document.querySelector('.k-mark')).display"
+    assert driver.execute_script(marks_key) == "none"  # prompts take no A/B marks
     pchip("disagree")
     assert prompts() == ["p1"]
     pchip("disagree")
@@ -693,6 +695,7 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
     driver.execute_script("document.querySelector('table.matrix button.res').click()")
     wait(driver, "return document.body.dataset.opened === 'pair=' + encodeURIComponent("
                  f"{json.dumps(pid)}) && document.querySelectorAll('.order').length === 2")
+    assert driver.execute_script(marks_key) != "none"  # a comparison does
     facts = driver.execute_script("return [document.querySelector('#pair-view .pid').textContent,"
                                   " document.querySelector('#pair-view .facts').textContent]")
     a, b = rows(ranked, f"SELECT cand_a, cand_b FROM pairs WHERE id = '{pid}'")[0]

@@ -969,13 +969,18 @@
     else { hidePrompts(); $("tab-pairs").classList.add("on"); $("tab-prompts").classList.remove("on"); $("list-view").hidden = false; renderList(true); $("list").focus(); }
   }
 
+  // the footer's keys follow what is shown: prompts have no marks
+  function setMode(m) { document.body.dataset.mode = m; }
+
   function hidePrompts() {
     if (!R.on) return;
+    setMode("pairs");
     $("prompts-view").hidden = true;
     $("prompt-view").hidden = true;
   }
 
   function showPromptList() {
+    setMode("prompts");
     $("list-view").hidden = true;
     $("pair-view").hidden = true;
     $("prompt-view").hidden = true;
@@ -1116,6 +1121,7 @@
     $("list-view").hidden = true;
     $("prompts-view").hidden = true;
     $("pair-view").hidden = true;
+    setMode("prompts");
     var pv = $("prompt-view");
     pv.hidden = false;
     clear(pv);
