@@ -576,10 +576,11 @@ P3 = "p3" + HOSTILE_ID  # a prompt id with </script> and a script in it
 def ranked(tmp_path_factory):
     """Four prompts of four candidates ranked by a scripted judge that prefers the larger q=N
     (p0: one candidate always takes slot 1, so some comparisons are ties; p1: its gold is the
-    reverse of the judge), hostile texts in a prompt and a candidate, and a prompt that
-    cannot be ranked."""
+    reverse of the judge; p2: the engine fails on its candidate 3), hostile texts in a prompt
+    and a candidate, and a prompt that cannot be ranked."""
     from helpers import quality_engine
 
+    from rmjudge.core.types import Generation
     from rmjudge.rank import rank
 
     d = tmp_path_factory.mktemp("ranked")
@@ -588,15 +589,23 @@ def ranked(tmp_path_factory):
         vals = [(p * 7 + c * 5) % 11 + c for c in range(4)]
         objs.append({"id": P3 if p == 3 else f"p{p}", "prompt": f"question {p} " + HOSTILE[p], "subset": f"s{p % 2}",
                      "responses": [f"answer {c} q={v}" + (" " + HOSTILE[c] if p == 3 else "")
+                                   + (" FAILME" if (p, c) == (2, 3) else "")
                                    for c, v in enumerate(vals)],
                      "ratings": [-v for v in vals] if p == 1 else vals})
     objs.insert(2, {"id": "lonely", "prompt": "q " + HOSTILE[0], "responses": [HOSTILE[1]]})
     src = d / "cands.jsonl"
     src.write_text("".join(json.dumps(o) + "\n" for o in objs))
     out = str(d / "cands.ranked.duckdb")
-    s = rank(str(src), out, engine=quality_engine(flip={RANK_FLIP}),
+    base = quality_engine(flip={RANK_FLIP})
+
+    def respond(req, i):
+        if "FAILME" in req.messages[-1]["content"]:
+            return Generation("", [], "error", error="the engine crashed")
+        return base.respond(req, i)
+
+    s = rank(str(src), out, engine=ScriptedEngine(respond),
              judge=JudgeSettings(samples=2, max_tokens=32, seed=3))
-    assert (s.ranked, s.problems) == (4, 1)
+    assert (s.ranked, s.problems, s.failed) == (4, 1, 3)
     return out
 
 
@@ -619,6 +628,8 @@ def test_a_ranked_explorer_holds_the_stores_rankings(ranked, ranked_view):
     assert [bool(f & flags["disagree"]) for f in idx["flags"]] == [False, True, False, False,
                                                                   False]
     assert bool(idx["flags"][2] & flags["error_row"]) and "needs at least two" in idx["prompt"][2]
+    assert [bool(f & flags["failed"]) for f in idx["flags"]] == [False, False, False, True,
+                                                                False]
     details = [d for part in _data(ranked_view, "pdetail") for d in part]
     want = rows(ranked, "SELECT prompt_id, candidate, rank, score, wins, losses, ties, "
                         "confidence, gold_rank, response FROM rankings ORDER BY input_row, rank")
@@ -626,7 +637,12 @@ def test_a_ranked_explorer_holds_the_stores_rankings(ranked, ranked_view):
            for d in details if d["kind"] == "prompt" for c in d["candidates"]]
     assert got == [(r[0], r[1], r[2], pytest.approx(r[3], abs=1e-6), r[4], r[5], r[6],
                     pytest.approx(r[7], abs=1e-6), r[8], r[9]) for r in want]
-    games = {g[2]: g for d in details if d["kind"] == "prompt" for g in d["games"]}
+    games = {g[2]: g for d in details if d["kind"] == "prompt" for g in d["games"]
+             if g[3] != "failed"}
+    failed = [g for d in details if d["kind"] == "prompt" for g in d["games"] if g[3] == "failed"]
+    errs = rows(ranked, "SELECT row_number FROM errors WHERE row_number % 10000 <> 0 ORDER BY 1")
+    assert sorted(g[7] for g in failed) == [r[0] for r in errs] and len(failed) == 3
+    assert all(3 in g[:2] for g in failed)  # the comparisons of p2's failing candidate 3
     store = rows(ranked, "SELECT id, cand_a, cand_b, verdict FROM pairs")
     assert {k: (g[0], g[1], g[3]) for k, g in games.items()} == {
         r[0]: (r[1], r[2], r[3]) for r in store}
@@ -657,7 +673,7 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
     assert prompts() == ["p1"]
     pchip("disagree")
     pchip("errors")
-    assert prompts() == ["lonely"]
+    assert prompts() == ["lonely", "p2"]  # not ranked; three comparisons the engine failed
     pchip("errors")
     # low confidence: the top candidate of p0 (ties around it) is the least sure
     conf = dict(rows(ranked, "SELECT prompt_id, confidence FROM rankings WHERE rank = 1"))
@@ -717,6 +733,17 @@ def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ra
     wait(driver, "return document.body.dataset.opened === 'prompt-row=3'")
     assert "needs at least two" in driver.execute_script(
         "return document.getElementById('prompt-view').textContent")
+    # p2's failed comparisons are "?" cells that open their error rows
+    driver.find_element("tag name", "body").send_keys("j")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p2'")
+    assert driver.execute_script("return document.querySelectorAll("
+                                 "'table.matrix button.res[data-row]').length") == 6
+    driver.execute_script("document.querySelector('table.matrix button.res[data-row]').click()")
+    wait(driver, "return /^row=4000[1-6]$/.test(document.body.dataset.opened || '')")
+    assert "the engine crashed" in driver.execute_script(
+        "return document.getElementById('pair-view').textContent")
+    driver.find_element("tag name", "body").send_keys("\ue00c")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p2'")
     driver.find_element("tag name", "body").send_keys("\ue00c")
     wait(driver, "return !document.body.dataset.opened && "
                  "!document.getElementById('prompts-view').hidden")

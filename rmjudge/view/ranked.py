@@ -80,6 +80,7 @@ class PromptItems:
         row, the comparisons the judge failed (errors-table rows of that prompt)."""
         self.error_prompts: list[tuple[int, dict]] = []
         self.failed: dict[int, int] = {}
+        self.failed_rows: dict[int, list[int]] = {}  # input row -> its failed comparisons' rows
         if not self.t.has_errors:
             return
         for rn, eid, reason, raw in self.t.sql(
@@ -90,6 +91,7 @@ class PromptItems:
                     "raw": raw}))
             else:
                 self.failed[rn // ROW_STRIDE] = self.failed.get(rn // ROW_STRIDE, 0) + 1
+                self.failed_rows.setdefault(rn // ROW_STRIDE, []).append(rn)
 
     def _raw_id(self, raw: str | None) -> str | None:
         """The prompt id an error row's input gives (its id column, RMB's `bon_uid` or the
@@ -164,10 +166,24 @@ class PromptItems:
             yield orjson.dumps({
                 "kind": "prompt", "id": p.prompt_id, "row": p.input_row, "k": p.k,
                 "messages": p.messages, "candidates": cands,
-                "games": self.games.get(p.prompt_id, []),
+                "games": self.games.get(p.prompt_id, []) + self._failed_games(p),
                 "failed": self.failed.get(p.input_row, 0),
                 "gold_kind": self.gold_kinds.get(p.prompt_id) if p.has_gold else None,
                 "columns": [[c, v] for c, v in p.fields.items()]}, default=str)
+
+    def _failed_games(self, p: PromptRanking) -> list[list]:
+        """The comparisons of `p` the judge failed (errors-table rows), as games without a
+        verdict: [i, j, None, "failed", None, None, None, their row number]."""
+        from rmjudge.rank.strategies import round_robin
+
+        pairs = round_robin(p.k)
+        out = []
+        for rn in self.failed_rows.get(p.input_row, []):
+            n = rn % ROW_STRIDE
+            if 1 <= n <= len(pairs):
+                i, j = pairs[n - 1]
+                out.append([i, j, None, "failed", None, None, None, rn])
+        return out
 
     # -- full-text search ---------------------------------------------------------------------
     def search_texts(self) -> Iterator[str]:

@@ -1173,6 +1173,7 @@
   function outcome(g, x) {
     var v = g[3], winner = v === "A" ? g[0] : v === "B" ? g[1] : null;
     if (v === "tie") return ["½", "tie", "the orders disagree: a tie"];
+    if (v === "failed") return ["?", "none", "the judge failed on it (its row in the errors table)"];
     if (winner === null) return ["?", "none", "no verdict (" + (v === null || v === undefined ? "not judged" : v) + ")"];
     return winner === x ? ["W", "win", "won"] : ["L", "loss", "lost"];
   }
@@ -1259,11 +1260,16 @@
           else {
             var o = outcome(g, x), btn = el("button", "res " + o[1], o[0]);
             btn.type = "button";
-            btn.dataset.pair = g[2];
-            btn.title = "#" + x + " against #" + y + ": " + o[2] + "; order (A, B) " + (g[4] || "–") + ", order (B, A) " + (g[5] || "–") +
-              " (A is #" + g[0] + "); vote share for A " + fmt(g[6], 2) + ". Open the comparison " + g[2];
+            if (g[2] !== null) {
+              btn.dataset.pair = g[2];
+              btn.title = "#" + x + " against #" + y + ": " + o[2] + "; order (A, B) " + (g[4] || "–") + ", order (B, A) " + (g[5] || "–") +
+                " (A is #" + g[0] + "); vote share for A " + fmt(g[6], 2) + ". Open the comparison " + g[2];
+            } else {
+              btn.dataset.row = g[7];
+              btn.title = "#" + x + " against #" + y + ": " + o[2] + ". Open its error row";
+            }
             btn.addEventListener("click", function () {
-              var pi = S.byKey.get("p" + g[2]);
+              var pi = g[2] !== null ? S.byKey.get("p" + g[2]) : S.byKey.get("r" + g[7]);
               if (pi !== undefined) openItem(pi, "push");
             });
             td.appendChild(btn);
