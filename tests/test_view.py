@@ -787,3 +787,23 @@ def test_hostile_texts_in_a_ranked_store_run_no_script(driver, ranked, ranked_vi
               + ' #prompt-view style').length}""")
     assert state == {"pwned": 0, "violations": [], "remote": [], "made": 0}
     assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_huge_candidates_travel_whole_and_the_list_stays_small(tmp_path):
+    """Candidates of 150,000 characters: ranked and shown whole in their prompt's details
+    (the page renders them on a click), while the prompts' list carries a short preview."""
+    from helpers import quality_engine
+
+    from rmjudge.rank import rank
+
+    big = ["word " * 30_000 + f"q={v}" for v in (1, 3, 2)]
+    src = tmp_path / "big.jsonl"
+    src.write_text(json.dumps({"id": "big", "prompt": "tell " * 30_000, "responses": big}) + "\n")
+    out = str(tmp_path / "big.duckdb")
+    rank(str(src), out, engine=quality_engine(), judge=JudgeSettings(samples=2, max_tokens=32))
+    build_view(out, str(tmp_path / "v"))
+    [d] = [d for part in _data(tmp_path / "v", "pdetail") for d in part]
+    assert [c[9] for c in d["candidates"]] == [big[1], big[2], big[0]]
+    plist = _data(tmp_path / "v", "plist")[0]
+    assert len(plist["prompt"][0]) <= 161
+    assert (tmp_path / "v" / "data" / "plist-00000.js").stat().st_size < 2000
