@@ -953,7 +953,10 @@
       if (v >= 0.5 && v <= 1) { R.lowconf = v; refreshPrompts(); savePromptState(); }
     });
     refreshPrompts();
-    if (R.tab === "pairs") { $("tab-pairs").classList.add("on"); } else showPromptList();
+    if (R.tab === "pairs") {
+      $("tab-pairs").classList.add("on");
+      $("tab-prompts").classList.remove("on");
+    } else showPromptList();
   }
 
   function savePromptState() {
@@ -1326,7 +1329,7 @@
     if (window.performance && performance.mark) performance.mark("rmjudge-list-ready");
     if (m.ranked) startPrompts();
     if (location.hash.length > 1) fromHash();
-    else if (R.on) $("plist").focus();
+    else if (R.on && R.tab === "prompts") $("plist").focus();
     else $("list").focus();
   }
 
@@ -1362,8 +1365,9 @@
     document.addEventListener("keydown", function (e) {
       var t = e.target;
       if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA")) {
-        if (e.key === "Escape") { t.blur(); $("list").focus(); }
-        if (e.key === "Enter" && t.id === "search") { t.blur(); $("list").focus(); }
+        var home = R.on && t.id === "psearch" ? $("plist") : $("list");
+        if (e.key === "Escape") { t.blur(); home.focus(); }
+        if (e.key === "Enter" && (t.id === "search" || t.id === "psearch")) { t.blur(); home.focus(); }
         return;
       }
       if (e.ctrlKey || e.metaKey || e.altKey) return;
