@@ -96,13 +96,17 @@ def test_unlabelled_ratings_are_no_gold_not_a_guess():
 
 
 @pytest.mark.parametrize("row, reason", [
-    ({"prompt": "q", "responses": ["only"]}, "1 candidate: ranking needs at least two"),
+    ({"prompt": "q", "responses": ["only"]}, "fewer than two candidates (only one): a ranking "
+                                             "needs at least two"),
+    ({"prompt": "q", "responses": []}, "fewer than two candidates (none)"),
     ({"prompt": "q", "responses": ["a", " "]}, "is empty"),
     ({"prompt": "q", "responses": ["a", "b", "a"]}, "candidates 0 and 2 are the same response"),
-    ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4"),
+    ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4 (5 given"),
     ({"prompt": "q", "responses": ["a", "b"], "best": 2}, "names no candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "ratings": [1]}, "one per candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "order": [0, 0]}, "every candidate index"),
+    ({"prompt": "q", "responses": ["a", "b"], "order": [True, False]}, "every candidate index"),
+    ({"prompt": "q", "responses": ["a", "b"], "order": [1.0, 0]}, "every candidate index"),
     ({"prompt": "q", "responses": ["a", "b"], "best": 0, "ratings": [1, 2]}, "gold given twice"),
 ])
 def test_bad_prompts_are_problems_with_their_reason(row, reason):
@@ -333,7 +337,10 @@ def test_filter_writes_best_vs_worst_and_margin_pairs_and_kto(tmp_path):
                                "--rank-margin", "0.5", "--format", "kto"])
     assert res.exit_code == 0, res.output
     kto = [json.loads(line) for line in allp.read_text().splitlines()]
-    assert len(kto) == 2 * 2 * 6 and [r["label"] for r in kto[:2]] == [True, False]
+    # KTO labels candidates, each once: at margin 0.5 the middle ones are better than some and
+    # worse than others, so only the top (true) and the bottom (false) of each prompt remain
+    assert [(r["prompt_id"], r["rank"], r["label"]) for r in kto] == [
+        ("p0", 1, True), ("p0", 4, False), ("p1", 1, True), ("p1", 4, False)]
     strict = tmp_path / "strict.jsonl"
     runner.invoke(main, ["filter", out, "-o", str(strict), "--rank-pairs", "all",
                          "--rank-margin", "0.9"])
@@ -394,3 +401,277 @@ def test_rank_leaves_a_file_it_did_not_write_untouched(tmp_path):
     assert foreign.read_text() == "my own notes\n"
     r = CliRunner().invoke(main, ["rank", src, "-o", src, "--model", "/missing.gguf"])
     assert r.exit_code != 0 and "give a .duckdb file" in r.output
+
+
+# -- bad input keeps everything ------------------------------------------------------------------
+
+def test_a_group_error_row_keeps_every_raw_row_of_the_group(tmp_path):
+    """One row per response: a prompt that cannot be ranked keeps its rows, whole, in input
+    order (JSON Lines), not only their numbers, so nothing of the input is lost."""
+    long = "x" * 2000
+    objs = [{"qid": "a", "prompt": "q", "response": long + "1", "note": "first"},
+            {"qid": "b", "prompt": "r", "response": "lonely"},
+            {"qid": "a", "prompt": "q", "response": long + "1", "note": "again"},
+            {"qid": "c", "prompt": "s", "response": "c1", "rating": 1},
+            {"qid": "c", "prompt": "s", "response": "c2"}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "g.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS, group_by="qid")
+    errs = rows(out, "SELECT row_number, reason, raw FROM errors ORDER BY row_number")
+    assert [r[0] for r in errs] == [10000, 20000, 40000]
+    by = {r[0]: (r[1], [json.loads(x) for x in r[2].splitlines()]) for r in errs}
+    assert by[10000][1] == [objs[0], objs[2]] and "same response" in by[10000][0]
+    assert "(rows 1, 3)" in by[10000][0]
+    assert by[20000][1] == [objs[1]] and "needs at least two" in by[20000][0]
+    assert by[40000][1] == [objs[3], objs[4]] and "'rating' is given for 1 of the 2" in \
+        by[40000][0]
+
+
+def test_kto_from_a_ranked_store_labels_each_candidate_once_and_the_middle_by_margin(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.rank.outputs import kto_labels
+
+    # candidate 0 beats 1 and 2 surely; 1 is hardly better than 2 (middle by the margin)
+    assert kto_labels([(0, 1, 0.95), (0, 2, 0.97), (1, 2, 0.55)], [0, 1, 2]) == [
+        (0, True, 0.97), (2, False, 0.97)]
+    assert kto_labels([(0, 1, 0.95), (0, 2, 0.97)], [0, 1, 2]) == [
+        (0, True, 0.97), (1, False, 0.95), (2, False, 0.97)]
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(3, 5))
+    out = str(tmp_path / "r.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    sizes = []
+    for margin in ("0.5", "0.8", "0.95"):
+        f = tmp_path / f"k{margin}.jsonl"
+        res = CliRunner().invoke(main, ["filter", out, "-o", str(f), "--rank-pairs", "all",
+                                        "--rank-margin", margin, "--format", "kto"])
+        assert res.exit_code == 0, res.output
+        got = [json.loads(line) for line in f.read_text().splitlines()]
+        seen = [(r["prompt_id"], r["completion"]) for r in got]
+        assert len(seen) == len(set(seen))  # never both desirable and undesirable
+        for p in s.rankings:
+            mine = [r for r in got if r["prompt_id"] == p.prompt_id]
+            ranks = [r["rank"] for r in mine]
+            assert ranks == sorted(ranks)
+            # every desirable candidate ranks above every undesirable one
+            good = [r["rank"] for r in mine if r["label"]]
+            bad = [r["rank"] for r in mine if not r["label"]]
+            assert not good or not bad or max(good) < min(bad)
+            assert all(r["margin"] >= float(margin) for r in mine)
+        assert f"KTO rows ({sum(r['label'] for r in got)} desirable" in res.output
+        sizes.append(len(got))
+    assert sizes[0] == 2 * 3 < sizes[2]  # a higher margin puts middle candidates on a side
+
+
+def test_eval_by_a_column_the_ranked_store_lacks_is_one_error_naming_the_columns(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(2, 3))
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    r = CliRunner().invoke(main, ["eval", out, "--by", "nonexistent_column"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert "'nonexistent_column'" in lines[0] and "subset" in lines[0]
+    r = CliRunner().invoke(main, ["eval", out, "--by", "subset", "--resamples", "20"])
+    assert r.exit_code == 0 and "subset=s0" in r.output and "subset=s1" in r.output, r.output
+
+
+def test_an_edited_prompt_is_named_by_its_input_row_and_candidates(tmp_path):
+    """The refused resume names the user's line and the comparisons by candidate numbers,
+    never a comparison's internal row number (row * 10000 + n)."""
+    from rmjudge.files import StoreError
+
+    objs = responses_rows(3, 3)
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    objs[1]["responses"][2] = objs[1]["responses"][2] + " (edited)"
+    write_jsonl(tmp_path / "in.jsonl", objs)
+    with pytest.raises(StoreError) as e:
+        rank(src, out, engine=quality_engine(), judge=JS)
+    msg = str(e.value)
+    assert "prompt on row 2 (prompt 'p1': comparisons #0-#2, #1-#2)" in msg, msg
+    assert "2000" not in msg and "--rejudge-changed" in msg
+
+
+def test_a_resume_with_a_smaller_input_counts_this_input_and_names_the_rest(tmp_path):
+    from rmjudge.cli.rank import render_summary
+
+    objs = responses_rows(3, 3)
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    small = write_jsonl(tmp_path / "small.jsonl", objs[:1])
+    s = rank(small, out, engine=quality_engine(), judge=JS)
+    assert (s.prompts, s.ranked, s.judged, s.skipped, s.others) == (1, 1, 0, 3, 2)
+    text = render_summary(s)
+    assert "ranked 1 of 1 prompt (3 candidates per prompt ranked)" in text
+    assert "top-1 vs gold: 1/1 prompt (1.000)" in text  # this input's prompt, not the store's 3
+    assert "the store also holds 2 ranked prompts that this input does not name" in text
+    assert "strategy: round-robin for 1 prompt\n" in text
+
+
+def test_the_summary_says_what_was_ranked_and_groups_bad_counts_as_one_kind(tmp_path):
+    from rmjudge.cli.rank import render_summary
+
+    objs = [{"id": "p0", "prompt": "q", "responses": ["a q=1", "b q=2"], "best": 1},
+            {"id": "p1", "prompt": "q", "responses": ["a q=1", "b q=2", "c q=3"]},
+            {"id": "one", "prompt": "q", "responses": ["x"]},
+            {"id": "zero", "prompt": "q", "responses": []},
+            {"id": "big", "prompt": "q", "responses": [f"r{i}" for i in range(6)]}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    s = rank(src, str(tmp_path / "r.duckdb"), engine=quality_engine(), judge=JS,
+             max_candidates=5)
+    text = render_summary(s)
+    assert text.startswith("rmjudge: ranked 2 of 5 prompts (2 to 3 candidates per prompt "
+                           "ranked): 4 comparisons judged"), text
+    assert "fewer than two candidates: a ranking needs at least two: 2 rows (rows 3, 4)" in text
+    assert "too many candidates: more than the limit of N: 1 row (row 5)" in text
+    assert "N candidate" not in text
+
+
+def test_prompt_ids_4_and_the_text_4_are_never_merged(tmp_path):
+    """A number and a text that spell the same id are one prompt id in the store: grouped rows
+    that mix them are refused with the reason (their rows kept whole), and a second prompt
+    with the other spelling is a duplicate that says why; nothing is merged or guessed."""
+    grouped = [{"qid": 4, "prompt": "q", "response": "a q=1"},
+               {"qid": "4", "prompt": "q", "response": "b q=2"},
+               {"qid": 5, "prompt": "r", "response": "c q=1"},
+               {"qid": 5, "prompt": "r", "response": "d q=2"}]
+    got = list(read_prompts(raws(grouped), group_by="qid"))
+    assert isinstance(got[0], PromptProblem) and isinstance(got[1], Prompt)
+    assert "values 4 (row 1) and \"4\" (row 2) are one prompt id '4'" in got[0].reason
+    assert [json.loads(x) for x in got[0].raw.splitlines()] == grouped[:2]
+    assert got[1].candidates == ("c q=1", "d q=2")
+    one_row = [{"id": 4, "prompt": "q", "responses": ["a", "b"]},
+               {"id": "4", "prompt": "q2", "responses": ["c", "d"]}]
+    got = list(read_prompts(raws(one_row)))
+    assert isinstance(got[0], Prompt) and isinstance(got[1], PromptProblem)
+    assert "duplicate prompt id '4' (first seen on row 1) (written 4 there and \"4\" here" in \
+        got[1].reason
+
+
+def test_ctrl_c_in_a_later_swiss_round_keeps_what_was_judged_and_resumes_exactly(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) in the middle of a Swiss round: one Interrupted error with
+    the resume hint, every committed comparison kept, and the rerun plays the same rounds to
+    the same store as an uninterrupted run."""
+    from rmjudge.runs.pipeline import Interrupted
+
+    k = 5  # Swiss: 4 rounds of 2
+    objs = [{"id": "p", "prompt": "q", "responses": [f"r{c} q={(c * 3) % k}" for c in range(k)]}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    ref = str(tmp_path / "ref.duckdb")
+    rank(src, ref, engine=quality_engine(), judge=JS, commit_every=1, strategy="swiss")
+    base = quality_engine()
+    calls = [0]
+
+    def respond(req, i):
+        calls[0] += 1
+        if calls[0] == 14:  # in the second round (a comparison: 4 rollouts, maybe reflections)
+            raise KeyboardInterrupt
+        return base.respond(req, i)
+
+    from rmjudge.engine.fake import ScriptedEngine
+
+    out = str(tmp_path / "c.duckdb")
+    with pytest.raises(Interrupted, match="rerun the same command"):
+        rank(src, out, engine=ScriptedEngine(respond, pairs_in_flight=1), judge=JS,
+             commit_every=1, strategy="swiss")
+    kept = rows(out, "SELECT count(*), max(round) FROM pairs")[0]
+    assert 2 < kept[0] < rows(ref, "SELECT count(*) FROM pairs")[0][0] and kept[1] >= 2, kept
+    s = rank(src, out, engine=quality_engine(), judge=JS, commit_every=1, strategy="swiss")
+    assert s.skipped == kept[0]
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
+
+
+def test_a_second_run_on_a_store_being_ranked_is_one_error_and_changes_nothing(tmp_path):
+    """Two `rmjudge rank` on one store: the second, started while the first holds the lock,
+    ends in one Error: line; `view` of the store meanwhile too; the first finishes with every
+    comparison once, as an undisturbed run."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    ref = str(tmp_path / "ref.duckdb")
+    rank(src, ref, engine=quality_engine(), judge=JS)
+    out = str(tmp_path / "busy.duckdb")
+    args = ["rank", src, "-o", out, "--samples", "2", "--max-tokens", "32", "--seed", "3",
+            "--commit-every", "1", "--quiet"]
+    slow = SCRIPTED_CLI + """
+import time
+from rmjudge.store import Store
+_commit = Store.commit
+held = []
+def slow_commit(self, *a, **k):  # the first commit holds the lock a while
+    _commit(self, *a, **k)
+    if not held:
+        held.append(1)
+        print("committed first", flush=True)
+        time.sleep(3)
+Store.commit = slow_commit
+"""
+    p = subprocess.Popen([sys.executable, "-c", slow + "\nfrom rmjudge.cli import main\n"
+                          "main(prog_name='rmjudge')", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("committed ")
+        runner = CliRunner()
+        for cmd in (["rank", src, "-o", out, "--model", "/missing.gguf"],
+                    ["view", out, "-o", str(tmp_path / "v")]):
+            r = runner.invoke(main, cmd)
+            lines = [x for x in r.output.splitlines() if x.strip()]
+            assert r.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), \
+                (cmd, r.output)
+            assert "another rmjudge process is writing" in lines[0], lines[0]
+        assert not (tmp_path / "v").exists()
+    finally:
+        p.stdout.read()
+        err = p.stderr.read()
+        p.wait(60)
+    assert p.returncode == 0, err
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    assert rows(out, RANKINGS_Q) == rows(ref, RANKINGS_Q)
+
+
+def test_an_empty_input_is_one_error_saying_so(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import rmjudge.runs.setup
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine",
+                        lambda *a, **k: quality_engine())
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n")):
+        src = tmp_path / name
+        src.write_text(text)
+        r = CliRunner().invoke(main, ["rank", str(src), "-o", str(tmp_path / "o.duckdb"),
+                                      "--quiet", "--overwrite"])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code != 0 and len(lines) == 1, r.output
+        assert lines[0] == f"Error: nothing was ranked: {src} holds no rows; give a file with " \
+            "a prompt and its candidates per row (docs/rank.md)"
+
+
+def test_ranking_into_a_store_of_judged_pairs_is_one_error_in_plain_words(tmp_path):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.runs.pipeline import score
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl",
+                        [{"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}])
+    out = str(tmp_path / "plain.duckdb")
+    score(pairs, quality_engine(), JS, output=out)
+    before = rows(out, "SELECT id, verdict FROM pairs")
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3))
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--model", "/missing.gguf"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code != 0 and len(lines) == 1, r.output
+    assert "holds pairs judged by `rmjudge score`" in lines[0] and "--overwrite" in lines[0]
+    assert rows(out, "SELECT id, verdict FROM pairs") == before

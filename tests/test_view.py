@@ -565,3 +565,245 @@ def test_hostile_texts_run_no_script_and_load_nothing(driver, hostile, tmp_path)
     assert logs == []
 
 
+
+
+# -- a ranked store (rmjudge rank) ------------------------------------------------------------
+RANK_FLIP = "answer 1 q=6"
+P3 = "p3" + HOSTILE_ID  # a prompt id with </script> and a script in it
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    """Four prompts of four candidates ranked by a scripted judge that prefers the larger q=N
+    (p0: one candidate always takes slot 1, so some comparisons are ties; p1: its gold is the
+    reverse of the judge; p2: the engine fails on its candidate 3), hostile texts in a prompt
+    and a candidate, and a prompt that cannot be ranked."""
+    from helpers import quality_engine
+
+    from rmjudge.core.types import Generation
+    from rmjudge.rank import rank
+
+    d = tmp_path_factory.mktemp("ranked")
+    objs = []
+    for p in range(4):
+        vals = [(p * 7 + c * 5) % 11 + c for c in range(4)]
+        objs.append({"id": P3 if p == 3 else f"p{p}", "prompt": f"question {p} " + HOSTILE[p], "subset": f"s{p % 2}",
+                     "responses": [f"answer {c} q={v}" + (" " + HOSTILE[c] if p == 3 else "")
+                                   + (" FAILME" if (p, c) == (2, 3) else "")
+                                   for c, v in enumerate(vals)],
+                     "ratings": [-v for v in vals] if p == 1 else vals})
+    objs.insert(2, {"id": "lonely", "prompt": "q " + HOSTILE[0], "responses": [HOSTILE[1]]})
+    src = d / "cands.jsonl"
+    src.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    out = str(d / "cands.ranked.duckdb")
+    base = quality_engine(flip={RANK_FLIP})
+
+    def respond(req, i):
+        if "FAILME" in req.messages[-1]["content"]:
+            return Generation("", [], "error", error="the engine crashed")
+        return base.respond(req, i)
+
+    s = rank(str(src), out, engine=ScriptedEngine(respond),
+             judge=JudgeSettings(samples=2, max_tokens=32, seed=3))
+    assert (s.ranked, s.problems, s.failed) == (4, 1, 3)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranked_view(ranked, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rpages") / "ranked.view"
+    build_view(ranked, str(out))
+    return out
+
+
+def test_a_ranked_explorer_holds_the_stores_rankings(ranked, ranked_view):
+    meta = _meta(ranked_view)
+    assert meta["ranked"]["prompts"] == 4 and meta["ranked"]["errors"] == 1
+    idx = {}
+    for part in _data(ranked_view, "plist"):
+        for k, v in part.items():
+            idx.setdefault(k, []).extend(v)
+    assert idx["id"] == ["p0", "p1", "lonely", "p2", P3] and idx["row"] == [1, 2, 3, 4, 5]
+    flags = meta["ranked"]["flags"]
+    assert [bool(f & flags["disagree"]) for f in idx["flags"]] == [False, True, False, False,
+                                                                  False]
+    assert bool(idx["flags"][2] & flags["error_row"]) and "needs at least two" in idx["prompt"][2]
+    assert [bool(f & flags["failed"]) for f in idx["flags"]] == [False, False, False, True,
+                                                                False]
+    details = [d for part in _data(ranked_view, "pdetail") for d in part]
+    want = rows(ranked, "SELECT prompt_id, candidate, rank, score, wins, losses, ties, "
+                        "confidence, gold_rank, response FROM rankings ORDER BY input_row, rank")
+    got = [(d["id"], c[0], c[1], c[2], c[3], c[4], c[5], c[7], c[8], c[9])
+           for d in details if d["kind"] == "prompt" for c in d["candidates"]]
+    assert got == [(r[0], r[1], r[2], pytest.approx(r[3], abs=1e-6), r[4], r[5], r[6],
+                    pytest.approx(r[7], abs=1e-6), r[8], r[9]) for r in want]
+    games = {g[2]: g for d in details if d["kind"] == "prompt" for g in d["games"]
+             if g[3] != "failed"}
+    failed = [g for d in details if d["kind"] == "prompt" for g in d["games"] if g[3] == "failed"]
+    errs = rows(ranked, "SELECT row_number FROM errors WHERE row_number % 10000 <> 0 ORDER BY 1")
+    assert sorted(g[7] for g in failed) == [r[0] for r in errs] and len(failed) == 3
+    assert all(3 in g[:2] for g in failed)  # the comparisons of p2's failing candidate 3
+    store = rows(ranked, "SELECT id, cand_a, cand_b, verdict FROM pairs")
+    assert {k: (g[0], g[1], g[3]) for k, g in games.items()} == {
+        r[0]: (r[1], r[2], r[3]) for r in store}
+    assert details[2]["kind"] == "error" and details[2]["row"] == 3
+
+
+@browser
+def test_the_prompts_of_a_ranked_store_filter_search_and_open(driver, ranked, ranked_view):
+    open_page(driver, ranked_view)
+    driver.execute_script("localStorage.clear()")
+    open_page(driver, ranked_view)
+
+    def prompts():
+        return driver.execute_script(
+            "return Array.from(document.querySelectorAll('#plist .row')).sort(function (a, b) {"
+            " return a.dataset.pos - b.dataset.pos; }).map(function (r) {"
+            " return r.querySelector('.c-id').textContent; })")
+
+    def pchip(name):
+        driver.execute_script(f"document.querySelector('#pchips .chip[data-chip=\"{name}\"]')"
+                              ".click()")
+
+    assert prompts() == ["p0", "p1", "lonely", "p2", P3]
+    assert driver.execute_script("return document.getElementById('list-view').hidden")
+    marks_key = "return getComputedStyle(document.querySelector('.k-mark')).display"
+    assert driver.execute_script(marks_key) == "none"  # prompts take no A/B marks
+    pchip("disagree")
+    assert prompts() == ["p1"]
+    pchip("disagree")
+    pchip("errors")
+    assert prompts() == ["lonely", "p2"]  # not ranked; three comparisons the engine failed
+    pchip("errors")
+    # low confidence: the top candidate of p0 (ties around it) is the least sure
+    conf = dict(rows(ranked, "SELECT prompt_id, confidence FROM rankings WHERE rank = 1"))
+    driver.execute_script("var s = document.getElementById('lowconf'); s.value = arguments[0];"
+                          "s.dispatchEvent(new Event('input'))", str(round(conf["p0"] + 0.01, 2)))
+    pchip("lowconf")
+    assert prompts() == sorted(p for p, c in conf.items() if c <= conf["p0"] + 0.01)
+    pchip("lowconf")
+    driver.execute_script("var s = document.getElementById('psearch'); s.value = 'Q=12';"
+                          "s.dispatchEvent(new Event('input'))")
+    wait(driver, "return /searched ids/.test(document.getElementById('psearch-status')"
+                 ".textContent)")
+    hits = rows(ranked, "SELECT DISTINCT prompt_id FROM rankings WHERE response LIKE '%q=12%' "
+                        "ORDER BY input_row")
+    assert prompts() == [r[0] for r in hits] and hits
+    driver.execute_script("var s = document.getElementById('psearch'); s.value = '';"
+                          "s.dispatchEvent(new Event('input'))")
+    wait(driver, "return document.querySelectorAll('#plist .row').length === 5")
+    # Enter opens the first prompt: its candidates in rank order, the K x K matrix
+    driver.find_element("tag name", "body").send_keys("\ue007")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p0'")
+    order = driver.execute_script("return Array.from(document.querySelectorAll('tr.cand'))"
+                                  ".map(function (r) { return Number(r.dataset.candidate); })")
+    assert order == [r[0] for r in rows(ranked, "SELECT candidate FROM rankings WHERE "
+                                                "prompt_id = 'p0' ORDER BY rank")]
+    cells = driver.execute_script(
+        "return Array.from(document.querySelectorAll('table.matrix button.res')).map("
+        "function (b) { return [b.dataset.pair, b.textContent]; })")
+    assert len(cells) == 12 and {c for _, c in cells} >= {"W", "L", "½"}
+    verdicts = dict(rows(ranked, "SELECT id, verdict FROM pairs WHERE prompt_id = 'p0'"))
+    assert sorted({p for p, _ in cells}) == sorted(verdicts)
+    assert sum(c == "½" for _, c in cells) == 2 * sum(v == "tie" for v in verdicts.values())
+    # a cell opens its comparison with both orders; Esc returns to the prompt, Back as well
+    pid = cells[0][0]
+    driver.execute_script("document.querySelector('table.matrix button.res').click()")
+    wait(driver, "return document.body.dataset.opened === 'pair=' + encodeURIComponent("
+                 f"{json.dumps(pid)}) && document.querySelectorAll('.order').length === 2")
+    assert driver.execute_script(marks_key) != "none"  # a comparison does
+    facts = driver.execute_script("return [document.querySelector('#pair-view .pid').textContent,"
+                                  " document.querySelector('#pair-view .facts').textContent]")
+    a, b = rows(ranked, f"SELECT cand_a, cand_b FROM pairs WHERE id = '{pid}'")[0]
+    assert facts[0] == f"Comparison {pid}"  # the user's row, not row * 10000 + n
+    assert f"row 1candidate #{a} as A, #{b} as B" in facts[1]
+    driver.find_element("tag name", "body").send_keys("\ue00c")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p0'")
+    driver.execute_script("document.querySelector('table.matrix button.res').click()")
+    wait(driver, "return /^pair=/.test(document.body.dataset.opened || '')")
+    driver.back()
+    wait(driver, "return document.body.dataset.opened === 'prompt=p0'")
+    # a comparison opened from the comparisons' list links up to its prompt
+    driver.execute_script("location.hash = 'pair=' + encodeURIComponent('p1#0-1')")
+    wait(driver, "return document.body.dataset.opened === 'pair=p1%230-1'")
+    driver.execute_script("document.querySelector('button[data-prompt]').click()")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p1' && "
+                 "document.querySelectorAll('tr.cand').length === 4")
+    driver.find_element("tag name", "body").send_keys("j")
+    wait(driver, "return document.body.dataset.opened === 'prompt-row=3'")
+    assert "needs at least two" in driver.execute_script(
+        "return document.getElementById('prompt-view').textContent")
+    # p2's failed comparisons are "?" cells that open their error rows
+    driver.find_element("tag name", "body").send_keys("j")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p2'")
+    assert driver.execute_script("return document.querySelectorAll("
+                                 "'table.matrix button.res[data-row]').length") == 6
+    driver.execute_script("document.querySelector('table.matrix button.res[data-row]').click()")
+    wait(driver, "return /^row=4000[1-6]$/.test(document.body.dataset.opened || '')")
+    assert "the engine crashed" in driver.execute_script(
+        "return document.getElementById('pair-view').textContent")
+    driver.find_element("tag name", "body").send_keys("\ue00c")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p2'")
+    driver.find_element("tag name", "body").send_keys("\ue00c")
+    wait(driver, "return !document.body.dataset.opened && "
+                 "!document.getElementById('prompts-view').hidden")
+    # the comparisons' tab is the pairwise explorer
+    driver.execute_script("document.getElementById('tab-pairs').click()")
+    n = rows(ranked, "SELECT (SELECT count(*) FROM pairs) + (SELECT count(*) FROM errors)")[0][0]
+    assert count(driver) == f"{n} of {n} shown" and shown(driver)[0] == "p0#0-1"
+    assert driver.execute_script("return document.querySelector('#list .row .c-row')"
+                                 ".textContent") == "1"
+
+
+@browser
+def test_hostile_texts_in_a_ranked_store_run_no_script(driver, ranked, ranked_view):
+    open_page(driver, ranked_view)
+    p3 = "prompt=" + driver.execute_script("return encodeURIComponent(arguments[0])", P3)
+    for key in [p3, "prompt=p0", "prompt-row=3"]:
+        driver.execute_script("location.hash = arguments[0]", key)
+        wait(driver, f"return document.body.dataset.opened === {json.dumps(key)}")
+        driver.execute_script("document.querySelectorAll('details').forEach(function (d) {"
+                              " d.open = true; })")
+    text = driver.execute_script("return document.getElementById('prompt-view').textContent")
+    assert "<img src=" in text or "needs at least two" in text
+    driver.execute_script("location.hash = arguments[0]", p3)
+    wait(driver, f"return document.body.dataset.opened === {json.dumps(p3)}")
+    # a comparison of that prompt links back up to it
+    driver.execute_script("document.querySelector('table.matrix button.res').click()")
+    wait(driver, "return /^pair=/.test(document.body.dataset.opened || '')")
+    driver.execute_script("document.querySelector('button[data-prompt]').click()")
+    wait(driver, f"return document.body.dataset.opened === {json.dumps(p3)}")
+    driver.execute_script("document.querySelectorAll('details').forEach(function (d) {"
+                          " d.open = true; })")
+    assert "window.__pwned" in driver.execute_script(
+        "return document.getElementById('prompt-view').textContent")
+    time.sleep(0.2)
+    state = driver.execute_script("""return {
+        pwned: window.__pwned || 0, violations: window.__violations,
+        remote: performance.getEntriesByType('resource').map(function (e) { return e.name; })
+                  .filter(function (u) { return u.indexOf('file://') !== 0; }),
+        made: document.querySelectorAll('#prompt-view img, #prompt-view script,'
+              + ' #prompt-view iframe, #prompt-view a, #prompt-view svg, #prompt-view object,'
+              + ' #prompt-view style').length}""")
+    assert state == {"pwned": 0, "violations": [], "remote": [], "made": 0}
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_huge_candidates_travel_whole_and_the_list_stays_small(tmp_path):
+    """Candidates of 150,000 characters: ranked and shown whole in their prompt's details
+    (the page renders them on a click), while the prompts' list carries a short preview."""
+    from helpers import quality_engine
+
+    from rmjudge.rank import rank
+
+    big = ["word " * 30_000 + f"q={v}" for v in (1, 3, 2)]
+    src = tmp_path / "big.jsonl"
+    src.write_text(json.dumps({"id": "big", "prompt": "tell " * 30_000, "responses": big}) + "\n")
+    out = str(tmp_path / "big.duckdb")
+    rank(str(src), out, engine=quality_engine(), judge=JudgeSettings(samples=2, max_tokens=32))
+    build_view(out, str(tmp_path / "v"))
+    [d] = [d for part in _data(tmp_path / "v", "pdetail") for d in part]
+    assert [c[9] for c in d["candidates"]] == [big[1], big[2], big[0]]
+    plist = _data(tmp_path / "v", "plist")[0]
+    assert len(plist["prompt"][0]) <= 161
+    assert (tmp_path / "v" / "data" / "plist-00000.js").stat().st_size < 2000

@@ -59,6 +59,10 @@ def command(**kw) -> None:
                          progress=None if quiet else progress)
     if not quiet:
         click.echo(render_summary(summary), err=True)
+    if summary.prompts == 0:
+        raise UserError(f"nothing was ranked: {source} holds no rows"
+                        + (" within --limit/--shard" if limit or shard else "")
+                        + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "
@@ -67,21 +71,33 @@ def command(**kw) -> None:
         sys.exit(EXIT_STRICT)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def render_summary(s) -> str:
     from rmjudge.cli.score import error_lines
     from rmjudge.rank.outputs import top1_line
 
-    lines = [f"rmjudge: ranked {s.ranked} of {s.prompts} prompts: {s.judged} comparisons "
-             f"judged, {s.skipped} already done, {s.failed} failed, {s.rounds} "
-             f"round{'s' if s.rounds != 1 else ''} in {s.wall_seconds:.1f}s -> {s.output}"]
+    what = ""
+    if s.candidates:
+        lo, hi = s.candidates
+        what = (f" ({lo if lo == hi else f'{lo} to {hi}'} candidates per prompt ranked)")
+    lines = [f"rmjudge: ranked {s.ranked} of {_n(s.prompts, 'prompt')}{what}: "
+             f"{_n(s.judged, 'comparison')} judged, {s.skipped} already done, {s.failed} "
+             f"failed, {_n(s.rounds, 'round')} in {s.wall_seconds:.1f}s -> {s.output}"]
     if s.problem_kinds:
         lines += error_lines(s.problem_kinds, s.problem_rows)
     if s.strategies:
-        lines.append("  strategy: " + ", ".join(f"{k} {v} prompts"
+        lines.append("  strategy: " + ", ".join(f"{k} for {_n(v, 'prompt')}"
                                                  for k, v in sorted(s.strategies.items())))
-    top1 = top1_line(s.rankings)
+    top1 = top1_line(s.own_rankings())
     if top1:
         lines.append(f"  {top1}")
+    if s.others:
+        lines.append(f"  the store also holds {_n(s.others, 'ranked prompt')} that this input "
+                     "does not name (an earlier, larger input or --limit); its rankings table, "
+                     "eval and filter include them")
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/comparison, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")

@@ -27,7 +27,9 @@ def command(**kw) -> None:
     """Write an explorer of every pair of a judged TABLE (x.duckdb, x.parquet or x.jsonl): the
     list with filters, search and sorting, and for each pair the prompt, both responses, every
     rollout and reflection of both orders, with marks A / B / tie / skip that download as a
-    file for `rmjudge review import`. It opens from disk in any browser, offline."""
+    file for `rmjudge review import`. It opens from disk in any browser, offline. A ranked
+    store (`rmjudge rank`) opens on its prompts: candidates in rank order and the results of
+    their comparisons, each a click from its full judgment."""
     from rmjudge.view.site import build_view, render
 
     call = settings_from(ViewCall, kw)

@@ -150,8 +150,9 @@ def _gold_of_responses(obj: dict, k: int) -> tuple[tuple[int, ...] | None, str |
             raise GoldError(f"gold 'ratings' must be {k} numbers, one per candidate; got "
                             f"{orjson.dumps(v).decode()[:200]}")
         return ranks_from_scores(nums), "ratings"
-    if (not isinstance(v, list) or sorted(x for x in v if isinstance(x, int)) != list(range(k))
-            or len(v) != k):
+    if (not isinstance(v, list) or len(v) != k
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in v)
+            or sorted(v) != list(range(k))):
         raise GoldError(f"gold 'order' must list every candidate index 0..{k - 1} once, best "
                         f"first; got {orjson.dumps(v).decode()[:200]}")
     rank = [0] * k
@@ -244,14 +245,37 @@ def _row_id(obj: dict, layout: str) -> str | None:
     return text if text.strip() else None
 
 
+def raw_input(obj: Any) -> str:
+    """What an errors-table row keeps of a prompt that cannot be ranked: its input row as JSON,
+    or (one row per response, `--group-by`) every row of the group as JSON Lines in input
+    order, whole: unlike a pair's row (clipped to `io.files.RAW_LIMIT`), a prompt's row holds
+    all its candidates, and nothing of them is lost."""
+    from rmjudge.core import jsontext
+
+    if isinstance(obj, GroupRows):
+        return "\n".join(jsontext.dumps(o) for o in obj.rows)
+    if isinstance(obj, (str, bytes)):
+        return obj if isinstance(obj, str) else obj.decode("utf-8", errors="replace")
+    return jsontext.dumps(obj)
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """The input rows of one `--group-by` prompt, in input order."""
+
+    rows: tuple[dict, ...]
+    numbers: tuple[int, ...]  # their row numbers
+
+
 def check_prompt(p: Prompt, max_candidates: int) -> None:
     """RowError unless `p` has 2..max_candidates distinct, non-empty candidates."""
     if p.k < 2:
-        raise RowError(f"{p.k} candidate{'' if p.k == 1 else 's'}: ranking needs at least two")
+        raise RowError(f"fewer than two candidates ({'none' if p.k == 0 else 'only one'}): "
+                       "a ranking needs at least two")
     if p.k > max_candidates:
-        raise RowError(f"{p.k} candidates, more than the limit of {max_candidates} "
-                       "(--max-candidates, at most "
-                       f"{HARD_MAX_CANDIDATES}); split the prompt's candidates or raise the limit")
+        raise RowError(f"too many candidates: more than the limit of {max_candidates} "
+                       f"({p.k} given; --max-candidates, at most {HARD_MAX_CANDIDATES}); split "
+                       "the prompt's candidates or raise the limit")
     seen: dict[str, int] = {}
     for i, c in enumerate(p.candidates):
         if not c.strip():
@@ -270,8 +294,6 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
     """The prompts of `rows`, in input order, each a Prompt or a PromptProblem (unreadable rows,
     rows without the layout, bad candidates or gold, a prompt id seen before). Raises
     LayoutError when the first readable row fits no layout."""
-    from rmjudge.io.intake import raw_text
-
     if group_by is not None and layout not in (None, "rows"):
         raise LayoutError(f"--group-by reads one row per response; it cannot be combined with "
                           f"the {layout} layout")
@@ -279,17 +301,35 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
         raise LayoutError("the rows layout groups one row per response by a prompt id: give "
                           "--group-by COLUMN")
     seen: dict[str, int] = {}
+    spelled: dict[str, str] = {}  # prompt id -> its value as the input wrote it (JSON)
+
+    def spelling(raw: Any) -> str | None:
+        from rmjudge.core import jsontext
+
+        if not isinstance(raw, dict):
+            return None
+        col = "bon_uid" if raw.get("bon_uid") is not None and "bon_best" in raw else "id"
+        return None if raw.get(col) is None else jsontext.dumps(raw.get(col))
 
     def checked(p: Prompt, raw: Any) -> Prompt | PromptProblem:
+        where = f"row {p.row_number}"
+        if isinstance(raw, GroupRows) and len(raw.numbers) > 1:
+            where += f" (rows {', '.join(map(str, raw.numbers))})"
         try:
             check_prompt(p, max_candidates)
         except RowError as exc:
-            return PromptProblem(p.row_number, f"row {p.row_number}: {exc}", raw_text(raw), p.id)
+            return PromptProblem(p.row_number, f"{where}: {exc}", raw_input(raw), p.id)
+        mine = spelling(raw)
         if p.id in seen:
-            return PromptProblem(p.row_number, f"row {p.row_number}: duplicate prompt id "
-                                 f"{p.id!r} (first seen on row {seen[p.id]}); give each prompt "
-                                 "a unique id", raw_text(raw), p.id)
+            other = spelled.get(p.id)
+            types = (f" (written {other} there and {mine} here: a number and a text are one "
+                     "id)" if other is not None and mine is not None and other != mine else "")
+            return PromptProblem(p.row_number, f"{where}: duplicate prompt id "
+                                 f"{p.id!r} (first seen on row {seen[p.id]}){types}; give each "
+                                 "prompt a unique id", raw_input(raw), p.id)
         seen[p.id] = p.row_number
+        if mine is not None:
+            spelled[p.id] = mine
         return p
 
     if group_by is not None:
@@ -308,14 +348,13 @@ def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,
         except RowError as exc:
             v = raw.obj.get("id")
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: {exc}",
-                                raw_text(raw.obj), None if v is None else str(v))
+                                raw_input(raw.obj), None if v is None else str(v))
             continue
         yield checked(p, raw.obj)
 
 
 def _groups(rows: Iterable[RawRow], col: str) -> Iterator[tuple[Prompt | PromptProblem, Any]]:
     """One row per response, grouped by `col` (every group in the order of its first row)."""
-    from rmjudge.io.intake import raw_text
     from rmjudge.io.mapping import id_text
 
     groups: dict[str, list[tuple[int, dict]]] = {}
@@ -327,23 +366,42 @@ def _groups(rows: Iterable[RawRow], col: str) -> Iterator[tuple[Prompt | PromptP
         v = raw.obj.get(col)
         if v is None or (isinstance(v, str) and not v.strip()):
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: the --group-by column "
-                                f"{col!r} is missing or empty", raw_text(raw.obj)), None
+                                f"{col!r} is missing or empty", raw_input(raw.obj)), None
             continue
         try:
             key = id_text(v, col)
         except RowError as exc:
             yield PromptProblem(raw.row_number, f"row {raw.row_number}: {exc}",
-                                raw_text(raw.obj)), None
+                                raw_input(raw.obj)), None
             continue
         groups.setdefault(key, []).append((raw.row_number, raw.obj))
     for key, members in groups.items():
-        first_row, first = members[0]
-        raw = {"rows": [n for n, _ in members], col: first.get(col)}
+        first_row = members[0][0]
+        raw = GroupRows(tuple(obj for _, obj in members), tuple(n for n, _ in members))
         try:
+            _same_spelling(key, col, members)
             yield _group_prompt(key, col, members), raw
         except RowError as exc:
-            yield PromptProblem(first_row, f"row {first_row}: prompt {key!r}: {exc}",
-                                raw_text(raw), key), None
+            rows_ = f" (rows {', '.join(str(n) for n, _ in members)})" if len(members) > 1 else ""
+            yield PromptProblem(first_row, f"row {first_row}{rows_}: prompt {key!r}: {exc}",
+                                raw_input(raw), key), None
+
+
+def _same_spelling(key: str, col: str, members: list[tuple[int, dict]]) -> None:
+    """RowError when the rows of a group give its id as values of different types (the number
+    4 and the text "4" are one prompt id in the store, so they would merge two prompts):
+    refused, never guessed to be one prompt or two."""
+    from rmjudge.core import jsontext
+
+    first_row, first = members[0]
+    want = jsontext.dumps(first.get(col))
+    for n, obj in members[1:]:
+        got = jsontext.dumps(obj.get(col))
+        if got != want:
+            raise RowError(f"the {col!r} values {want} (row {first_row}) and {got} (row {n}) "
+                           f"are one prompt id {key!r} but of different types (a number and "
+                           "a text); write every row's id the same way, or give the two prompts "
+                           "different ids")
 
 
 def _group_prompt(key: str, col: str, members: list[tuple[int, dict]]) -> Prompt:

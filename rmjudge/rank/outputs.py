@@ -8,9 +8,16 @@ Datasets (`filter_ranked`), from each prompt's ranking (rmjudge/rank/table.py):
 - `all`: every pair of candidates whose Bradley-Terry probability that the better one wins is at
   least `margin`, better one first;
 
-written as DPO (prompt/chosen/rejected), RM (whole conversations) or KTO (two rows per pair:
-the chosen response `true`, the rejected one `false`). A pair is kept only when its probability
-is above 0.5 (a tie has no chosen side) and at least `margin`.
+written as DPO (prompt/chosen/rejected) or RM (whole conversations). A pair is kept only when
+its probability is above 0.5 (a tie has no chosen side) and at least `margin`.
+
+KTO (`kto_rows`) labels candidates, not pairs, each candidate of a prompt at most once: from the
+pairs selected above, a candidate chosen in some pair and rejected in none is desirable
+(`true`), one rejected and never chosen is undesirable (`false`), and one both chosen and
+rejected (a middle candidate, better than some and worse than others by the margin) is left
+out, as is one in no selected pair. With `best-worst` that is the top candidate `true` and the
+bottom one `false`; with `all`, the top is `true`, the bottom `false`, and a middle candidate
+joins the side it is on by at least the margin (`--rank-margin`), else it is left out.
 
 Figures (`evaluate_ranked`), over the prompts that have gold ranks: top-1 accuracy (the
 top-ranked candidate is a gold best) and Kendall's tau-b between the Bradley-Terry scores and
@@ -25,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rmjudge.analysis.filter import FilterSummary
 from rmjudge.core.settings import SettingsError, setting
 
 RANK_PAIRS = ("best-worst", "all")
@@ -55,6 +63,18 @@ class RankFilterSettings:
         if self.chat and self.format == "rm":
             raise SettingsError("--chat applies to --format dpo and kto (rm rows are always "
                                 "conversations)")
+
+
+@dataclass
+class RankFilterSummary(FilterSummary):
+    """`FilterSummary` of a ranked store: its KTO rows are candidates, not two per pair."""
+
+    file_rows: int = 0
+    desirable: int = 0  # KTO: rows labelled true
+
+    @property
+    def rows(self) -> int:
+        return self.file_rows
 
 
 def beats(si: float, sj: float) -> float:
@@ -95,13 +115,16 @@ def dataset_rows(prompts, rs: RankFilterSettings) -> tuple[list[tuple[str, str]]
     keep = list(rs.keep_columns)
     text_t = "JSON" if rs.chat else "VARCHAR"
     if rs.format == "kto":
-        cols = [("prompt", text_t), ("completion", text_t), ("label", "BOOLEAN")]
+        cols = [("prompt", text_t), ("completion", text_t), ("label", "BOOLEAN"),
+                ("prompt_id", "VARCHAR"), ("rank", "INTEGER"), ("margin", "DOUBLE")]
     elif rs.format == "rm":
         cols = [("chosen", "JSON"), ("rejected", "JSON")]
     else:
         cols = [("prompt", text_t), ("chosen", text_t), ("rejected", text_t)]
-    cols += [("prompt_id", "VARCHAR"), ("chosen_rank", "INTEGER"), ("rejected_rank", "INTEGER"),
-             ("margin", "DOUBLE")] + [(c, "VARCHAR") for c in keep]
+    if rs.format != "kto":
+        cols += [("prompt_id", "VARCHAR"), ("chosen_rank", "INTEGER"),
+                 ("rejected_rank", "INTEGER"), ("margin", "DOUBLE")]
+    cols += [(c, "VARCHAR") for c in keep]
     rows: list[list] = []
     dropped: dict[str, int] = {}
     written = flattened = 0
@@ -114,6 +137,13 @@ def dataset_rows(prompts, rs: RankFilterSettings) -> tuple[list[tuple[str, str]]
         flattened += len(p.messages) > 1 and not rs.chat and rs.format != "rm"
         prompt: Any = _json(p.messages) if rs.chat else _prompt_text(p.messages)
         extra = [None if p.fields.get(c) is None else str(p.fields.get(c)) for c in keep]
+        if rs.format == "kto":
+            written += len(pairs)
+            for cand, label, prob in kto_labels(pairs, [r.candidate for r in p.ranked]):
+                text = p.texts[cand]
+                rows.append([prompt, _json([_turn(text)]) if rs.chat else text, label,
+                             p.prompt_id, by[cand].rank, prob] + extra)
+            continue
         for c, r, prob in pairs:
             written += 1
             tail = [p.prompt_id, by[c].rank, by[r].rank, prob] + extra
@@ -121,13 +151,27 @@ def dataset_rows(prompts, rs: RankFilterSettings) -> tuple[list[tuple[str, str]]
             if rs.format == "rm":
                 rows.append([_json(p.messages + [_turn(good)]),
                              _json(p.messages + [_turn(bad)])] + tail)
-            elif rs.format == "kto":
-                for text, ok in ((good, True), (bad, False)):
-                    rows.append([prompt, _json([_turn(text)]) if rs.chat else text, ok] + tail)
             else:
                 rows.append([prompt, _json([_turn(good)]) if rs.chat else good,
                              _json([_turn(bad)]) if rs.chat else bad] + tail)
     return cols, rows, dropped, written, flattened
+
+
+def kto_labels(pairs: list[tuple[int, int, float]], by_rank: list[int]
+               ) -> list[tuple[int, bool, float]]:
+    """(candidate, desirable, margin) for KTO from a prompt's selected (chosen, rejected,
+    probability) pairs, in rank order, each candidate at most once (see the module doc): the
+    margin is the largest probability among the pairs that gave it its side."""
+    chosen: dict[int, float] = {}
+    rejected: dict[int, float] = {}
+    for c, r, prob in pairs:
+        chosen[c] = max(chosen.get(c, 0.0), prob)
+        rejected[r] = max(rejected.get(r, 0.0), prob)
+    out = []
+    for cand in by_rank:
+        if (cand in chosen) != (cand in rejected):
+            out.append((cand, cand in chosen, chosen.get(cand, rejected.get(cand, 0.0))))
+    return out
 
 
 def _turn(text: str | None) -> dict:
@@ -143,7 +187,7 @@ def _json(v: Any) -> str:
 def filter_ranked(table, output: str, rs: RankFilterSettings):
     """Write the preference dataset of a ranked store to `output` (.jsonl or .parquet); its
     `FilterSummary` (total: prompts; kept: pairs written; dropped: prompts by reason)."""
-    from rmjudge.analysis.filter import FilterSummary, check_filter_output
+    from rmjudge.analysis.filter import check_filter_output
     from rmjudge.analysis.tables import TableError
     from rmjudge.rank.table import read_rankings
     from rmjudge.files import output_format
@@ -161,9 +205,10 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
     prompts = read_rankings(table)
     cols, rows, dropped, written, flattened = dataset_rows(prompts, rs)
     write_rows_file(cols, rows, output, fmt)
-    return FilterSummary(output=output, total=len(prompts), kept=written, swapped=0,
-                         labelled=0, dropped=dropped, flattened=flattened, format=rs.format,
-                         file_format=fmt, columns=cols)
+    return RankFilterSummary(output=output, total=len(prompts), kept=written, swapped=0,
+                             labelled=0, dropped=dropped, flattened=flattened, format=rs.format,
+                             file_format=fmt, columns=cols, file_rows=len(rows),
+                             desirable=sum(1 for r in rows if rs.format == "kto" and r[2]))
 
 
 def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
@@ -190,11 +235,15 @@ def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
 
 
 def render_filter(s, rs: RankFilterSettings) -> str:
-    rows = f" ({s.rows} rows)" if s.rows != s.written else ""
     what = ("best vs worst per prompt" if rs.pairs == "best-worst"
             else f"every pair with P(better wins) >= {rs.margin}")
-    lines = [f"wrote {s.written} pairs{rows} ({what}) from {s.total} ranked prompts -> "
-             f"{s.output}", f"  prompts without a pair: {sum(s.dropped.values())}"]
+    if rs.format == "kto":
+        head = (f"wrote {s.rows} KTO rows ({s.desirable} desirable, {s.rows - s.desirable} "
+                f"undesirable; each candidate once, from {s.written} pairs: {what}) from "
+                f"{s.total} ranked prompts -> {s.output}")
+    else:
+        head = f"wrote {s.written} pairs ({what}) from {s.total} ranked prompts -> {s.output}"
+    lines = [head, f"  prompts without a pair: {sum(s.dropped.values())}"]
     lines += [f"    {n} x {reason}" for reason, n in s.dropped.items()]
     if s.flattened:
         lines.append(f"note: {s.flattened} prompts have earlier turns that a string prompt "
@@ -272,8 +321,16 @@ def evaluate_if_ranked(path: str, ev) -> "RankEval | None":
 
 def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 0.95,
                     group_by: tuple[str, ...] = ()) -> RankEval:
+    from rmjudge.analysis.tables import TableError
+    from rmjudge.rank.layouts import RESERVED
     from rmjudge.rank.table import read_rankings
 
+    own = [c for c in table.passthrough if c not in RESERVED]
+    missing = [c for c in group_by if c not in own]
+    if missing:
+        raise TableError(f"{table.path} has no column {', '.join(map(repr, missing))} to group "
+                         f"its prompts by (--by); the prompts' own columns are: "
+                         f"{', '.join(own) or 'none'}")
     prompts = read_rankings(table)
     scored = [p for p in prompts if p.has_gold and any(r.wins or r.losses or r.ties
                                                        for r in p.ranked)]
@@ -316,5 +373,6 @@ def top1_line(prompts) -> str | None:
     if not scored:
         return None
     n = sum(top1_correct(p) for p in scored)
-    return (f"top-1 vs gold: {int(n)}/{len(scored)} prompts ({n / len(scored):.3f}); "
+    return (f"top-1 vs gold: {int(n)}/{len(scored)} prompt{'' if len(scored) == 1 else 's'} "
+            f"({n / len(scored):.3f}); "
             "`rmjudge eval` adds intervals and Kendall tau")

@@ -48,6 +48,27 @@ def check_rank_output(out: str) -> None:
                         ".duckdb file (export with `rmjudge filter` or DuckDB)")
 
 
+def check_not_pairwise(out: str) -> None:
+    """RankError when `out` is a run store of judged pairs (`rmjudge score`, `bench`), not a
+    ranking: resuming it as one would be refused by its settings anyway, in the pipeline's
+    terms; this says it in the user's."""
+    import os
+
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.table import is_ranked
+
+    if not os.path.isfile(out):
+        return
+    try:
+        with open_judged(out) as table:
+            ranked = is_ranked(table) or not table.meta.get("settings")
+    except UserError:
+        return  # not a store (the store's own checks name what it is), or busy
+    if not ranked:
+        raise RankError(f"{out} holds pairs judged by `rmjudge score` (or bench), not a "
+                        "ranking; rank into another -o, or --overwrite to replace it")
+
+
 @dataclass(frozen=True)
 class RankOptions:
     """How an input becomes prompts and which comparisons rank them."""
@@ -112,6 +133,14 @@ class RankSummary:
     strategies: dict[str, int] = field(default_factory=dict)  # strategy -> prompts
     engine: Any = field(default=None, repr=False, compare=False)
     rankings: list = field(default_factory=list, repr=False)  # PromptRanking, by input row
+    others: int = 0  # ranked prompts of the store that this run's input (--limit, --shard) lacks
+    prompt_ids: frozenset = field(default_factory=frozenset, repr=False)  # this run's prompts
+    candidates: tuple[int, int] | None = None  # the fewest and most candidates of its prompts
+
+    def own_rankings(self) -> list:
+        """The rankings of the prompts this run read (the store may hold others: an earlier
+        run of a larger input, another --limit)."""
+        return [r for r in self.rankings if r.prompt_id in self.prompt_ids]
 
 
 def default_output(source: str) -> str:
@@ -223,6 +252,37 @@ def stored_outcomes(path: str, before_round: int
     return out
 
 
+def changed_prompts_message(source: str, out: str, rows: list[int], more: bool,
+                            prompts: list[Prompt]) -> str:
+    """A refused resume in the user's terms: the input rows of the edited prompts and their
+    comparisons (candidate numbers), not the comparisons' internal row numbers."""
+    from rmjudge.rank.strategies import round_robin
+
+    by_row = {p.row_number: p for p in prompts}
+    edited: dict[int, list[str]] = {}
+    for rn in rows:
+        row, n = divmod(rn, ROW_STRIDE)
+        p = by_row.get(row)
+        pairs = round_robin(p.k) if p is not None else []
+        if 1 <= n <= len(pairs):
+            i, j = pairs[n - 1]
+            edited.setdefault(row, []).append(f"#{i}-#{j}")
+        else:
+            edited.setdefault(row, [])
+    parts = []
+    for row, cmp in edited.items():
+        p = by_row.get(row)
+        name = f" (prompt {p.id!r}" + (f": comparison{'s' if len(cmp) > 1 else ''} "
+                                       f"{', '.join(cmp)})" if cmp else ")") if p else ""
+        parts.append(f"{row}{name}")
+    many = len(edited) > 1 or more
+    return (f"{source} has changed since {out} ranked it: the prompt{'s' if many else ''} on "
+            f"row{'s' if many else ''} {'; '.join(parts)}{', ...' if more else ''} now "
+            f"hold{'' if many else 's'} other text or candidates than were judged; rerun with "
+            "--rejudge-changed to judge the changed comparisons again (a Swiss ranking: "
+            "--overwrite), --overwrite to start over, or -o to write elsewhere")
+
+
 def rank_input(source: str, output: str | None, opts, ropts: RankOptions, *, engine=None,
                status: Callable[[str], None] = _quiet,
                progress: Callable[[int | None, Any], Any] | None = None) -> RankSummary:
@@ -240,11 +300,13 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     import time
 
     from rmjudge.io.mapping import Mapper
-    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.runs.pipeline import ChangedRowsError, Interrupted, score
     from rmjudge.runs.setup import check_prompting, check_run_paths, load_judge_engine, run_spec
 
     out = output or default_output(source)
     check_rank_output(out)
+    if not opts.overwrite:
+        check_not_pairwise(out)
     check_run_paths(source, out)
     style = check_prompting(opts.judge)  # --criteria @FILE and --prompt-template read once
     started = time.monotonic()
@@ -292,6 +354,9 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
                 break
             round_no += 1
             outcomes = stored_outcomes(out, round_no)
+    except ChangedRowsError as exc:
+        raise ChangedRowsError(changed_prompts_message(source, out, exc.rows, exc.more, prompts),
+                               exc.rows, exc.more) from None
     except KeyboardInterrupt:
         raise Interrupted("interrupted; no judged comparison is lost: rerun the same command "
                           "to resume") from None
@@ -306,11 +371,13 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
     from rmjudge.rank.table import ranking_rows, read_rankings
     from rmjudge.store import Store
 
+    input_rows = sorted({p.row_number for p in prompts})
     with open_judged(out) as table:
         rankings = read_rankings(table)
         stored = table.one("SELECT count(*) FROM pairs")[0]
-        failed = table.one(f"SELECT count(*) FROM judged.errors WHERE row_number % {ROW_STRIDE} "
-                           "<> 0")[0]
+        failed = table.one(
+            f"SELECT count(*) FROM judged.errors WHERE row_number % {ROW_STRIDE} <> 0 AND "
+            f"row_number // {ROW_STRIDE} IN (SELECT unnest(?::BIGINT[]))", [input_rows])[0]
     with Store(out) as store:
         store.set_rankings(ranking_rows(rankings))
         # a prompt that was an error row in an earlier run and is fine now
@@ -332,4 +399,7 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
         problems=len(problems), problem_kinds=kinds, problem_rows=rows, comparisons=stored,
         judged=judged, skipped=skipped, failed=failed, rounds=rounds,
         generated_tokens=getattr(engine, "generated_tokens", 0), wall_seconds=wall,
-        strategies=counts, engine=engine, rankings=rankings)
+        strategies=counts, engine=engine, rankings=rankings,
+        others=sum(1 for r in rankings if r.prompt_id not in mine),
+        prompt_ids=frozenset(mine),
+        candidates=(min(p.k for p in prompts), max(p.k for p in prompts)) if prompts else None)

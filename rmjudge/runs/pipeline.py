@@ -355,7 +355,8 @@ class _ScoreRun:
         if not isinstance(exc, (KeyboardInterrupt, Interrupted)):
             _end_run(self.store, self.prog, self.engine, FAILED)
             if isinstance(exc, ChangedRows):
-                return StoreError(changed_rows_message(source, out, exc))
+                return ChangedRowsError(changed_rows_message(source, out, exc), exc.rows,
+                                        exc.more)
             return None
         _end_run(self.store, self.prog, self.engine, INTERRUPTED)
         n = self.store.pair_count()
@@ -394,6 +395,16 @@ def input_reading(mapper: Mapper) -> dict:
     if getattr(mapper, "label_choice", None):
         d["label"] = mapper.label_choice
     return d
+
+
+class ChangedRowsError(StoreError):
+    """A resume refused because rows judged before hold other content now; `rows` are their
+    row numbers (for a caller that numbers rows its own way, such as `rmjudge rank`)."""
+
+    def __init__(self, message: str, rows: list[int], more: bool):
+        super().__init__(message)
+        self.rows = rows
+        self.more = more
 
 
 def changed_rows_message(source: str, store_file: str, exc: ChangedRows) -> str:

@@ -35,6 +35,8 @@ from rmjudge.core.errors import DiskError
 from rmjudge.files import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
                            remove_tree, replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
+from rmjudge.view.ranked import PROMPT_FLAGS, PromptItems
+from rmjudge.rank.layouts import ROW_STRIDE
 from rmjudge.analysis.view_paths import PAGE, default_dir, is_view_dir, relative_link
 
 LIST_CHUNK = 25_000
@@ -55,6 +57,8 @@ class ViewSummary:
     bytes: int = 0
     seconds: float = 0.0
     parts: dict[str, int] = field(default_factory=dict)  # data files per kind
+    prompts: int | None = None  # a ranked store: its ranked prompts (None: not ranked)
+    prompt_errors: int = 0  # a ranked store: its prompts that could not be ranked
 
     @property
     def page(self) -> str:
@@ -200,8 +204,42 @@ def write_data(t: JudgedTable, w: _Writer, table: str, output: str) -> dict:
         "criteria": _criteria(settings), "runs": _runs(t),
         "report": _report_link(table, output), "labels_file": f"{name}.labels.jsonl",
     }
+    from rmjudge.rank.table import is_ranked
+
+    if is_ranked(t):
+        meta["ranked"] = write_prompts(t, w, parts)
+        meta["chunks"]["prompt_list"] = parts["prompt_list"]
     w.put("data/meta.js", _script("meta", _json(meta)))
     return {"meta": meta, "parts": parts}
+
+
+def write_prompts(t: JudgedTable, w: _Writer, parts: dict) -> dict:
+    """The data files of a ranked store's prompts (`plist`, `pdetail`, `ptext`, the same three
+    parts as the pairs'); returns their part of the meta."""
+    items = PromptItems(t)
+    cols = items.index_columns()
+    groups = [{"name": g["name"], "values": g["values"]} for g in cols["groups"]]
+    group_codes = [g["codes"] for g in cols.pop("groups")]
+    for name in ("prompt_list", "prompt_detail", "prompt_text"):
+        parts[name] = 0
+    for k, start in enumerate(range(0, items.count, LIST_CHUNK)):
+        part = {c: v[start:start + LIST_CHUNK] for c, v in cols.items()}
+        part["groups"] = [g[start:start + LIST_CHUNK] for g in group_codes]
+        w.put(f"data/plist-{k:05d}.js", _script("plist", str(k).encode(), _json(part)))
+        parts["prompt_list"] += 1
+    for k, rows in enumerate(_chunks(items.detail_rows(), DETAIL_CHUNK)):
+        w.put(f"data/pdetail-{k:05d}.js",
+              _script("pdetail", str(k).encode(), b"[" + b",\n".join(rows) + b"]"))
+        parts["prompt_detail"] += 1
+    for k, rows in enumerate(_chunks(items.search_texts(), TEXT_CHUNK)):
+        w.put(f"data/ptext-{k:05d}.js", _script("ptext", str(k).encode(), _json(rows)))
+        parts["prompt_text"] += 1
+    s = items.settings
+    return {"count": items.count, "prompts": len(items.prompts),
+            "errors": len(items.error_prompts), "flags": PROMPT_FLAGS, "groups": groups,
+            "strategy": s.get("strategy"), "layout": s.get("layout"), "row_stride": ROW_STRIDE,
+            "chunks": {"list": parts["prompt_list"], "detail": parts["prompt_detail"],
+                       "text": parts["prompt_text"]}}
 
 
 def build_view(table: str, output: str | None = None) -> ViewSummary:
@@ -235,13 +273,21 @@ def build_view(table: str, output: str | None = None) -> ViewSummary:
         raise
     replace_dir(tmp, out, check=lambda: check_view_output(table, out))
     meta = got["meta"]
+    ranked = meta.get("ranked") or {}
     return ViewSummary(table, out, meta["count"], meta["pairs"], meta["errors"], w.files,
-                       w.bytes, time.perf_counter() - t0, got["parts"])
+                       w.bytes, time.perf_counter() - t0, got["parts"],
+                       ranked.get("prompts"), ranked.get("errors", 0))
 
 
 def render(s: ViewSummary) -> str:
     mb = s.bytes / 1e6
-    return (f"explorer of {s.table}: {s.pairs} pairs"
-            + (f" and {s.errors} error rows" if s.errors else "")
+    if s.prompts is not None:
+        what = (f"ranked store, {s.prompts} prompt{'' if s.prompts == 1 else 's'} "
+                f"({s.pairs} comparison{'' if s.pairs == 1 else 's'})"
+                + (f" and {s.prompt_errors} prompt{'' if s.prompt_errors == 1 else 's'} that "
+                   "could not be ranked" if s.prompt_errors else ""))
+    else:
+        what = f"{s.pairs} pairs" + (f" and {s.errors} error rows" if s.errors else "")
+    return (f"explorer of {s.table}: {what}"
             + f" in {s.files} files ({mb:.1f} MB) in {s.seconds:.1f} s -> {s.page}\n"
             f"open it in a browser: file://{os.path.abspath(s.page)}")

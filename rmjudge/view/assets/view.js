@@ -214,8 +214,10 @@
     FLAG = m.flags;
     S.listChunks = 0;
     S.cols = null;
+    S.waiting = m.chunks.list + (m.ranked ? m.ranked.chunks.list : 0);
     for (var k = 0; k < m.chunks.list; k++) loadScript(chunkName("list", k));
-    if (m.chunks.list === 0) start();
+    if (m.ranked) for (var k2 = 0; k2 < m.ranked.chunks.list; k2++) loadScript(chunkName("plist", k2));
+    if (S.waiting === 0) start();
   };
   api.list = function (k, c) {
     if (!S.cols) {
@@ -239,8 +241,8 @@
         }
       }
       S.parts = null;
-      start();
     }
+    if (--S.waiting === 0) start();
   };
   api.detail = function (k, rows) {
     S.detail[k] = rows;
@@ -429,7 +431,7 @@
       if (stored !== null) human.appendChild(badge(stored, "stored"));
       if (mine !== undefined && !isRow(i)) human.appendChild(badge(mine === "skip" ? "skip" : mine, "mine"));
       add(row,
-        el("span", "c c-row", S.cols.row[i] === null ? "–" : S.cols.row[i]),
+        el("span", "c c-row", S.cols.row[i] === null ? "–" : inputRow(S.cols.row[i])),
         el("span", "c c-id", S.cols.id[i] === null || S.cols.id[i] === "" ? "(no id)" : S.cols.id[i]),
         el("span", "c c-group", groups),
         add(el("span", "c c-gold"), badge(col("label", i))),
@@ -627,10 +629,17 @@
     next.addEventListener("click", function () { step(1); });
     var at = S.view.indexOf(i);
     add(nav, back, prev, next, el("span", "muted", at >= 0 ? (at + 1) + " of " + S.view.length + " in the list" : "not in the filtered list"));
+    var ofPrompt = R.on && d.columns ? d.columns.filter(function (c) { return c[0] === "prompt_id"; })[0] : null;
+    if (ofPrompt) {
+      if (R.open >= 0) back.textContent = "← prompt";
+      var up = el("button", "mini", "↑ prompt " + ofPrompt[1]); up.type = "button"; up.dataset.prompt = String(ofPrompt[1]);
+      up.addEventListener("click", function () { goPrompt(String(ofPrompt[1])); });
+      nav.insertBefore(up, prev);
+    }
     pv.appendChild(nav);
     var head = el("div", "pair-head");
     var title = el("h2", "pid");
-    add(title, d.kind === "error" ? "Error row " + d.row : "Pair ", d.kind === "error" ? null : el("span", "mono", d.id));
+    add(title, d.kind === "error" ? "Error row " + inputRow(d.row) : ofPrompt ? "Comparison " : "Pair ", d.kind === "error" ? null : el("span", "mono", d.id));
     head.appendChild(title);
     if (d.kind === "error") {
       pv.appendChild(head);
@@ -642,7 +651,10 @@
       return;
     }
     var facts = el("div", "facts");
-    add(facts, el("span", "kv", "row " + d.row), el("span", "kv", "gold"), badge(d.label),
+    var cand = {};
+    (d.columns || []).forEach(function (c) { if (c[0] === "cand_a" || c[0] === "cand_b") cand[c[0]] = c[1]; });
+    add(facts, el("span", "kv", "row " + inputRow(d.row)), ofPrompt && cand.cand_a !== undefined ? el("span", "kv", "candidate #" + cand.cand_a + " as A, #" + cand.cand_b + " as B") : null,
+        el("span", "kv", "gold"), badge(d.label),
         el("span", "kv", "verdict"), badge(d.verdict), el("span", "kv", "vote share A " + fmt(d.p_a, 2)));
     var stored = col("human", i);
     if (stored !== null) add(facts, el("span", "kv", "human label (store)"), badge(stored));
@@ -661,7 +673,8 @@
     pv.appendChild(conversation(d));
     pv.appendChild(el("h3", "sect", "Responses"));
     var two = el("div", "two");
-    add(two, responseBox("A", d.a), responseBox("B", d.b));
+    add(two, responseBox("A" + (cand.cand_a !== undefined ? " · candidate #" + cand.cand_a : ""), d.a),
+        responseBox("B" + (cand.cand_b !== undefined ? " · candidate #" + cand.cand_b : ""), d.b));
     pv.appendChild(two);
     pv.appendChild(el("h3", "sect", "Judgment"));
     var comb = el("p", "combine");
@@ -688,6 +701,7 @@
       }
     }
     $("list-view").hidden = true;
+    hidePrompts();
     var pv = $("pair-view");
     pv.hidden = false;
     clear(pv);
@@ -702,10 +716,12 @@
 
   function closePair() {
     S.open = -1;
-    history.replaceState(null, "", "#");
     $("pair-view").hidden = true;
-    $("list-view").hidden = false;
     delete document.body.dataset.opened;
+    if (R.on && R.open >= 0) { openPrompt(R.open, false); history.replaceState(null, "", "#" + pKeyOf(R.open)); return; }
+    history.replaceState(null, "", "#");
+    if (R.on && R.tab === "prompts") { showPromptList(); return; }
+    $("list-view").hidden = false;
     renderList(true);
     $("list").focus();
   }
@@ -721,13 +737,15 @@
     var h = location.hash.replace(/^#/, "");
     var m = /^pair=(.*)$/.exec(h), r = /^row=(\d+)$/.exec(h);
     var i;
+    if (R.on && promptFromHash(h)) return;
     if (m) {
       try { i = S.byKey.get("p" + decodeURIComponent(m[1])); } catch (e) { i = undefined; }
     } else if (r) {
       i = S.byKey.get("r" + r[1]);
     }
     if (i !== undefined) { if (S.open !== i) openItem(i, false); return; }
-    if (S.open >= 0) closePair();
+    if (S.open >= 0) { R.open = -1; closePair(); }
+    else if (R.on && R.open >= 0) closePrompt();
   }
 
   // -- review marks ----------------------------------------------------------------------------
@@ -802,6 +820,472 @@
     if (st.group && typeof st.group === "object") for (var g = 0; g < S.meta.groups.length; g++) if (typeof st.group[g] === "string") S.group[g] = st.group[g];
   }
 
+  // -- a ranked store: its prompts ---------------------------------------------------------------
+  // The prompts of `rmjudge rank` (data/plist-K.js, pdetail-K.js, ptext-K.js): a list of prompts
+  // with its own filters and search, and for each prompt its candidates in rank order and the
+  // K x K results of their comparisons, each cell opening that comparison as a pair.
+  var R = { on: false, tab: "prompts", n: 0, cols: null, parts: [], view: [], sel: 0, open: -1,
+            filters: {}, group: {}, query: "", lowconf: 0.6, sort: "row", byKey: new Map(),
+            detail: {}, detailWait: {}, detailResolve: {}, text: {}, textLoaded: 0, textStarted: false,
+            hits: { q: null, done: {}, bits: null } };
+  var PF = {};
+
+  api.plist = function (k, c) {
+    R.parts[k] = c;
+    if (--S.waiting === 0) start();
+  };
+  api.pdetail = function (k, rows) {
+    R.detail[k] = rows;
+    if (R.detailResolve[k]) R.detailResolve[k](rows);
+  };
+  api.ptext = function (k, texts) {
+    R.text[k] = texts;
+    R.textLoaded++;
+    if (R.query) refreshPrompts(false);
+  };
+
+  function pdetailOf(i) {
+    var size = S.meta.chunks.detail_size, k = Math.floor(i / size);
+    if (!R.detail[k] && !R.detailWait[k]) {
+      R.detailWait[k] = new Promise(function (resolve, reject) {
+        R.detailResolve[k] = resolve;
+        loadScript(chunkName("pdetail", k), function () {
+          delete R.detailWait[k];
+          reject(new Error("cannot read " + chunkName("pdetail", k) + ": was the folder moved or cut short? Run rmjudge view again."));
+        });
+      });
+    }
+    var got = R.detail[k] ? Promise.resolve(R.detail[k]) : R.detailWait[k];
+    return got.then(function (rows) { return rows[i - k * size]; });
+  }
+
+  // the user's input row of an item: a ranked store numbers a comparison input row * stride + n
+  function inputRow(row) {
+    var st = R.on && S.meta.ranked ? S.meta.ranked.row_stride : 0;
+    return st && row !== null ? Math.floor(row / st) : row;
+  }
+  function plural(n, one, many) { return n.toLocaleString("en-US") + " " + (n === 1 ? one : (many || one + "s")); }
+  function pIsRow(i) { return (R.cols.flags[i] & PF.error_row) !== 0; }
+  function pKeyOf(i) { return pIsRow(i) ? "prompt-row=" + R.cols.row[i] : "prompt=" + encodeURIComponent(R.cols.id[i]); }
+  function pIsError(i) { return (R.cols.flags[i] & (PF.error_row | PF.failed | PF.unjudged)) !== 0; }
+
+  var PCHIPS = [
+    ["disagree", "top-1 disagrees with gold", function (i) { return (R.cols.flags[i] & PF.disagree) !== 0; }],
+    ["lowconf", "low confidence", function (i) { var c = R.cols.top_conf[i]; return c !== null && c <= R.lowconf + 1e-12; }],
+    ["errors", "errors", pIsError],
+    ["nogold", "no gold", function (i) { return !pIsRow(i) && (R.cols.flags[i] & PF.no_gold) !== 0; }]
+  ];
+
+  function startPrompts() {
+    var m = S.meta.ranked;
+    R.on = true;
+    PF = m.flags;
+    R.cols = { id: [], row: [], k: [], top: [], top_score: [], top_conf: [], top_gold: [], gold_best: [],
+               compared: [], flags: [], prompt: [], groups: m.groups.map(function () { return []; }) };
+    R.parts.forEach(function (p) {
+      for (var name in R.cols) {
+        if (name === "groups") { for (var g = 0; g < p.groups.length; g++) Array.prototype.push.apply(R.cols.groups[g], p.groups[g]); }
+        else Array.prototype.push.apply(R.cols[name], p[name]);
+      }
+    });
+    R.parts = null;
+    R.n = m.count;
+    for (var i = 0; i < R.n; i++) R.byKey.set(pIsRow(i) ? "r" + R.cols.row[i] : "p" + R.cols.id[i], i);
+    $("tabs").hidden = false;
+    $("tab-prompts").textContent = "Prompts (" + m.prompts.toLocaleString("en-US") + (m.errors ? " + " + plural(m.errors, "not ranked", "not ranked") : "") + ")";
+    $("tab-pairs").textContent = "Comparisons (" + S.meta.pairs.toLocaleString("en-US") + ")";
+    $("store").textContent = S.meta.store + " · ranked: " + plural(m.prompts, "prompt") + ", " +
+      plural(S.meta.pairs, "comparison") + (m.strategy ? " (" + m.strategy + ")" : "");
+    try {
+      var st = JSON.parse(localStorage.getItem(storageKey("prompts")) || "null");
+      if (st && typeof st === "object") {
+        PCHIPS.forEach(function (c) { if (st.filters && st.filters[c[0]] === true) R.filters[c[0]] = true; });
+        if (typeof st.lowconf === "number" && st.lowconf >= 0.5 && st.lowconf <= 1) R.lowconf = st.lowconf;
+        if (st.sort === "row" || st.sort === "conf-asc" || st.sort === "conf-desc" || st.sort === "k-desc") R.sort = st.sort;
+        if (st.tab === "pairs") R.tab = "pairs";
+      }
+    } catch (e) { /* storage off */ }
+    $("psort").value = R.sort;
+    $("lowconf").value = String(R.lowconf);
+    var gbox = $("pgroups");
+    m.groups.forEach(function (g, gi) {
+      var sel = el("select");
+      sel.title = g.name;
+      sel.appendChild(new Option("all " + g.name, ""));
+      g.values.forEach(function (v, k) { sel.appendChild(new Option(g.name + ": " + v, String(k))); });
+      sel.addEventListener("change", function () { R.group[gi] = sel.value; refreshPrompts(); });
+      gbox.appendChild(sel);
+    });
+    var head = $("plist-head");
+    [["row", "row", "the prompt's row in the input"], ["id", "prompt", "the prompt id"], ["group", "group", "source and subset"],
+     ["k", "K", "candidates"], ["top", "top", "the top-ranked candidate (its number in the input)"],
+     ["conf", "confidence", "the Bradley-Terry probability that the top candidate beats the second"],
+     ["gold", "gold of top", "the gold rank of the top-ranked candidate (1: a gold best)"],
+     ["cmp", "compared", "comparisons stored"], ["flags", "flags", "top-1 against gold, errors"],
+     ["text", "prompt text", "the prompt's last user turn"]].forEach(function (c) {
+      var e = el("span", "c c-" + c[0], c[1]); e.title = c[2]; head.appendChild(e);
+    });
+    $("tab-prompts").addEventListener("click", function () { setTab("prompts"); });
+    $("tab-pairs").addEventListener("click", function () { setTab("pairs"); });
+    $("plist").addEventListener("scroll", function () { renderPrompts(false); });
+    window.addEventListener("resize", function () { renderPrompts(false); });
+    $("plist").addEventListener("click", function (e) {
+      var row = e.target.closest(".row");
+      if (!row) return;
+      R.sel = Number(row.dataset.pos);
+      openPrompt(R.view[R.sel], "push");
+    });
+    var timer = null;
+    $("psearch").addEventListener("input", function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () {
+        R.query = $("psearch").value.trim().toLowerCase();
+        if (R.query && !R.textStarted) {
+          R.textStarted = true;
+          for (var k = 0; k < m.chunks.text; k++) loadScript(chunkName("ptext", k));
+        }
+        refreshPrompts();
+      }, 150);
+    });
+    $("psort").addEventListener("change", function () { R.sort = $("psort").value; refreshPrompts(); savePromptState(); });
+    $("lowconf").addEventListener("input", function () {
+      var v = parseFloat($("lowconf").value);
+      if (v >= 0.5 && v <= 1) { R.lowconf = v; refreshPrompts(); savePromptState(); }
+    });
+    refreshPrompts();
+    if (R.tab === "pairs") {
+      $("tab-pairs").classList.add("on");
+      $("tab-prompts").classList.remove("on");
+    } else showPromptList();
+  }
+
+  function savePromptState() {
+    try { localStorage.setItem(storageKey("prompts"), JSON.stringify({ filters: R.filters, lowconf: R.lowconf, sort: R.sort, tab: R.tab })); }
+    catch (e) { /* storage off */ }
+  }
+
+  function setTab(t) {
+    R.tab = t;
+    savePromptState();
+    if (S.open >= 0 || R.open >= 0) { S.open = -1; R.open = -1; history.replaceState(null, "", "#"); $("pair-view").hidden = true; delete document.body.dataset.opened; }
+    if (t === "prompts") showPromptList();
+    else { hidePrompts(); $("tab-pairs").classList.add("on"); $("tab-prompts").classList.remove("on"); $("list-view").hidden = false; renderList(true); $("list").focus(); }
+  }
+
+  // the footer's keys follow what is shown: prompts have no marks
+  function setMode(m) { document.body.dataset.mode = m; }
+
+  function hidePrompts() {
+    if (!R.on) return;
+    setMode("pairs");
+    $("prompts-view").hidden = true;
+    $("prompt-view").hidden = true;
+  }
+
+  function showPromptList() {
+    setMode("prompts");
+    $("list-view").hidden = true;
+    $("pair-view").hidden = true;
+    $("prompt-view").hidden = true;
+    $("prompts-view").hidden = false;
+    $("tab-prompts").classList.add("on");
+    $("tab-pairs").classList.remove("on");
+    renderPrompts(true);
+    $("plist").focus();
+  }
+
+  function promptHits(q) {
+    var h = R.hits;
+    if (h.q !== q) {
+      h = R.hits = { q: q, done: {}, bits: new Uint8Array(R.n) };
+      for (var i = 0; i < R.n; i++) { var id = R.cols.id[i]; if (id !== null && String(id).toLowerCase().indexOf(q) >= 0) h.bits[i] = 1; }
+    }
+    var size = S.meta.chunks.text_size;
+    for (var k in R.text) {
+      if (h.done[k]) continue;
+      var t = R.text[k], base = Number(k) * size;
+      for (var j = 0; j < t.length; j++) if (t[j].indexOf(q) >= 0) h.bits[base + j] = 1;
+      h.done[k] = true;
+    }
+    return h.bits;
+  }
+
+  function refreshPrompts(keepSel) {
+    var q = R.query, hit = q ? promptHits(q) : null, on = [], chipCount = {};
+    PCHIPS.forEach(function (c, n) { chipCount[c[0]] = 0; if (R.filters[c[0]]) on.push(n); });
+    var prev = R.view.length && R.sel < R.view.length ? R.view[R.sel] : -1, view = [];
+    for (var i = 0; i < R.n; i++) {
+      var ok = true;
+      for (var g in R.group) if (R.group[g] !== "" && String(R.cols.groups[g][i]) !== R.group[g]) ok = false;
+      if (!ok || (hit && !hit[i])) continue;
+      if (on.some(function (n) { return !PCHIPS[n][2](i); })) continue;
+      view.push(i);
+      PCHIPS.forEach(function (c) { if (c[2](i)) chipCount[c[0]]++; });
+    }
+    if (R.sort !== "row") {
+      var key = R.sort === "k-desc" ? function (i) { return R.cols.k[i] === null ? -1 : -R.cols.k[i]; }
+        : function (i) { var c = R.cols.top_conf[i]; return c === null ? Infinity : (R.sort === "conf-desc" ? -c : c); };
+      view.sort(function (x, y) { return (key(x) - key(y)) || x - y; });
+    }
+    R.view = view;
+    R.sel = 0;
+    if (keepSel !== false && prev >= 0 && view.indexOf(prev) >= 0) R.sel = view.indexOf(prev);
+    var box = $("pchips"), keep = $("lowconf-box");
+    clear(box);
+    PCHIPS.forEach(function (c) {
+      var b = el("button", "chip" + (R.filters[c[0]] ? " on" : ""));
+      b.type = "button";
+      b.dataset.chip = c[0];
+      add(b, c[1] + " ", el("span", "n", chipCount[c[0]].toLocaleString("en-US")));
+      b.addEventListener("click", function () { R.filters[c[0]] = !R.filters[c[0]]; refreshPrompts(); savePromptState(); });
+      box.appendChild(b);
+      if (c[0] === "lowconf") box.appendChild(keep);
+    });
+    $("pcount").textContent = view.length.toLocaleString("en-US") + " of " + R.n.toLocaleString("en-US") + " prompts shown";
+    var nt = S.meta.ranked.chunks.text;
+    $("psearch-status").textContent = q ? (R.textLoaded < nt ? "searching the texts… " + R.textLoaded + " / " + nt + " parts read"
+                                                            : "searched ids, prompts and candidates") : "";
+    $("plist-inner").style.height = (view.length * S.rowH) + "px";
+    renderPrompts(true);
+  }
+
+  function goldBadge(i) {
+    var g = R.cols.top_gold[i];
+    if (g === null) return el("span", "b bN", "–");
+    return el("span", "b " + (g === 1 ? "bOK" : "bE"), g === 1 ? "1 ✓" : g + " ✗");
+  }
+
+  function confBar(p) {
+    var w = el("span", "share");
+    if (p === null) { w.appendChild(el("span", "muted", "–")); return w; }
+    var bar = el("span", "bar cbar"), fill = el("span", "fill");
+    fill.style.width = (100 * p).toFixed(0) + "%";
+    bar.appendChild(fill);
+    add(w, bar, el("span", "num", fmt(p, 2)));
+    return w;
+  }
+
+  function renderPrompts(scrollToSel) {
+    var box = $("plist"), inner = $("plist-inner");
+    if ($("prompts-view").hidden) return;
+    if (scrollToSel) {
+      var top = R.sel * S.rowH;
+      if (top < box.scrollTop) box.scrollTop = top;
+      else if (top + S.rowH > box.scrollTop + box.clientHeight) box.scrollTop = top - box.clientHeight + S.rowH;
+    }
+    var first = Math.max(0, Math.floor(box.scrollTop / S.rowH) - 5);
+    var last = Math.min(R.view.length, Math.ceil((box.scrollTop + box.clientHeight) / S.rowH) + 5);
+    clear(inner);
+    for (var r = first; r < last; r++) {
+      var i = R.view[r], f = R.cols.flags[i];
+      var row = el("div", "row prow" + (r === R.sel ? " sel" : "") + (pIsRow(i) ? " errrow" : ""));
+      row.style.transform = "translateY(" + (r * S.rowH) + "px)";
+      row.dataset.pos = r;
+      var groups = S.meta.ranked.groups.map(function (g, gi) { var c = R.cols.groups[gi][i]; return c < 0 ? null : g.values[c]; })
+        .filter(function (x) { return x !== null; }).join(" · ");
+      var flags = el("span", "flags");
+      if (f & PF.error_row) flags.appendChild(el("span", "flag fE", "not ranked"));
+      if (f & PF.failed) flags.appendChild(el("span", "flag fE", "judge failed"));
+      if (f & PF.unjudged) flags.appendChild(el("span", "flag fU", "no verdict"));
+      if (f & PF.disagree) flags.appendChild(el("span", "flag fI", "top-1 ≠ gold"));
+      add(row,
+        el("span", "c c-row", R.cols.row[i]),
+        el("span", "c c-id", R.cols.id[i] === null || R.cols.id[i] === "" ? "(no id)" : R.cols.id[i]),
+        el("span", "c c-group", groups),
+        el("span", "c c-k", R.cols.k[i] === null ? "–" : R.cols.k[i]),
+        el("span", "c c-top mono", R.cols.top[i] === null ? "–" : "#" + R.cols.top[i]),
+        add(el("span", "c c-conf"), confBar(R.cols.top_conf[i])),
+        add(el("span", "c c-gold"), goldBadge(i)),
+        el("span", "c c-cmp", R.cols.compared[i]),
+        add(el("span", "c c-flags"), flags),
+        el("span", "c c-text", R.cols.prompt[i] === null ? "" : R.cols.prompt[i]));
+      inner.appendChild(row);
+    }
+    if (!R.view.length) inner.appendChild(el("div", "empty", "No prompt matches the filters."));
+  }
+
+  function goPrompt(id) {
+    var i = R.byKey.get("p" + id);
+    if (i === undefined) return;
+    S.open = -1;
+    $("pair-view").hidden = true;
+    delete document.body.dataset.opened;
+    openPrompt(i, "push");
+  }
+
+  function openPrompt(i, push) {
+    R.open = i;
+    var pos = R.view.indexOf(i);
+    if (pos >= 0) R.sel = pos;
+    if (push) {
+      var h = "#" + pKeyOf(i);
+      if (location.hash !== h) { if (push === "push") history.pushState(null, "", h); else history.replaceState(null, "", h); }
+    }
+    $("list-view").hidden = true;
+    $("prompts-view").hidden = true;
+    $("pair-view").hidden = true;
+    setMode("prompts");
+    var pv = $("prompt-view");
+    pv.hidden = false;
+    clear(pv);
+    pv.appendChild(el("p", "muted", "Loading…"));
+    pdetailOf(i).then(function (d) {
+      if (R.open !== i || S.open >= 0) return;
+      renderPrompt(i, d);
+      window.scrollTo(0, 0);
+      document.body.dataset.opened = pKeyOf(i);
+    }, function (e) { fail(e.message); });
+  }
+
+  function closePrompt() {
+    R.open = -1;
+    history.replaceState(null, "", "#");
+    delete document.body.dataset.opened;
+    if (R.tab === "prompts") showPromptList(); else setTab("pairs");
+  }
+
+  function promptStep(d) {
+    if (!R.view.length) return;
+    R.sel = Math.max(0, Math.min(R.view.length - 1, R.sel + d));
+    if (R.open >= 0) openPrompt(R.view[R.sel], "replace"); else renderPrompts(true);
+  }
+
+  function promptFromHash(h) {
+    var m = /^prompt=(.*)$/.exec(h), r = /^prompt-row=(\d+)$/.exec(h), i;
+    if (m) { try { i = R.byKey.get("p" + decodeURIComponent(m[1])); } catch (e) { i = undefined; } }
+    else if (r) i = R.byKey.get("r" + r[1]);
+    else return false;
+    if (i === undefined) return false;
+    if (S.open >= 0) { S.open = -1; $("pair-view").hidden = true; }
+    if (R.open !== i || $("prompt-view").hidden) openPrompt(i, false);
+    return true;
+  }
+
+  function promptKey(e) {
+    var k = e.key;
+    if (k === "j" || k === "ArrowDown") { promptStep(1); e.preventDefault(); }
+    else if (k === "k" || k === "ArrowUp") { promptStep(-1); e.preventDefault(); }
+    else if (k === "PageDown" && R.open < 0) { promptStep(Math.floor($("plist").clientHeight / S.rowH)); e.preventDefault(); }
+    else if (k === "PageUp" && R.open < 0) { promptStep(-Math.floor($("plist").clientHeight / S.rowH)); e.preventDefault(); }
+    else if ((k === "Enter" || k === "o") && R.open < 0 && R.view.length) { openPrompt(R.view[R.sel], "push"); e.preventDefault(); }
+    else if ((k === "Escape" || k === "u") && R.open >= 0) { closePrompt(); e.preventDefault(); }
+    else if (k === "/") { if (R.open >= 0) closePrompt(); $("psearch").focus(); e.preventDefault(); }
+  }
+
+  // the outcome of candidate x against y from one stored comparison, from x's side
+  function outcome(g, x) {
+    var v = g[3], winner = v === "A" ? g[0] : v === "B" ? g[1] : null;
+    if (v === "tie") return ["½", "tie", "the orders disagree: a tie"];
+    if (v === "failed") return ["?", "none", "the judge failed on it (its row in the errors table)"];
+    if (winner === null) return ["?", "none", "no verdict (" + (v === null || v === undefined ? "not judged" : v) + ")"];
+    return winner === x ? ["W", "win", "won"] : ["L", "loss", "lost"];
+  }
+
+  function renderPrompt(i, d) {
+    var pv = $("prompt-view");
+    clear(pv);
+    var nav = el("div", "pair-nav");
+    var back = el("button", "mini", "← prompts"); back.type = "button";
+    back.addEventListener("click", closePrompt);
+    var prev = el("button", "mini", "↑ previous"); prev.type = "button";
+    prev.addEventListener("click", function () { promptStep(-1); });
+    var next = el("button", "mini", "↓ next"); next.type = "button";
+    next.addEventListener("click", function () { promptStep(1); });
+    var at = R.view.indexOf(i);
+    add(nav, back, prev, next, el("span", "muted", at >= 0 ? (at + 1) + " of " + R.view.length + " in the list" : "not in the filtered list"));
+    pv.appendChild(nav);
+    var title = el("h2", "pid");
+    add(title, d.kind === "error" ? "Prompt on row " + d.row + " (not ranked)" : "Prompt ", d.kind === "error" ? null : el("span", "mono", d.id));
+    pv.appendChild(title);
+    if (d.kind === "error") {
+      var e = d.error || {}, box = el("div", "errbox");
+      add(box, el("div", "role", "reason"), el("p", null, e.reason), el("div", "role", "raw row"),
+          el("pre", "raw", e.raw === null || e.raw === undefined ? "" : e.raw));
+      pv.appendChild(box);
+      return;
+    }
+    var total = d.k * (d.k - 1) / 2, judged = d.games.filter(function (g) { return g[3] === "A" || g[3] === "B" || g[3] === "tie"; }).length;
+    var facts = el("div", "facts");
+    add(facts, el("span", "kv", "row " + d.row), el("span", "kv", d.k + " candidates"),
+        el("span", "kv", d.games.length + " of " + total + " pairs compared, " + judged + " with a verdict"),
+        el("span", "kv", "gold: " + (d.gold_kind || "none")));
+    if (d.failed) facts.appendChild(el("span", "flag fE", d.failed + " comparison" + (d.failed === 1 ? "" : "s") + " failed (errors table)"));
+    var topc = d.candidates[0], gold = topc[8];
+    if (gold !== null) facts.appendChild(el("span", "flag " + (gold === 1 ? "fW" : "fI"), gold === 1 ? "top-1 is a gold best" : "top-1 has gold rank " + gold));
+    pv.appendChild(facts);
+    if (d.columns && d.columns.length) {
+      var cols = el("div", "columns");
+      d.columns.forEach(function (c) { add(cols, el("span", "colname", c[0]), el("span", "colval", c[1] === null ? "null" : c[1])); });
+      pv.appendChild(collapsible("Input columns (" + d.columns.length + ")", function () { return cols; }, false));
+    }
+    pv.appendChild(el("h3", "sect", "Prompt"));
+    var conv = conversation({ messages: JSON.stringify(d.messages), prompt: "" });
+    conv.classList.add("clip");  // a long prompt scrolls in its box: the ranking stays in view
+    pv.appendChild(conv);
+    pv.appendChild(el("h3", "sect", "Candidates in rank order"));
+    var tbl = el("table", "cands"), thead = el("tr");
+    [["rank", "1 = best"], ["candidate", "its number in the input (0 = first)"], ["score", "Bradley-Terry log-strength"],
+     ["W / L / T", "comparisons won, lost, tied (orders disagreeing)"], ["no verdict", "comparisons without a verdict"],
+     ["confidence", "the probability that it beats the candidate ranked just below (the last: that the one above beats it)"],
+     ["gold rank", "1 = a gold best"], ["response", ""]].forEach(function (h) { var th = el("th", null, h[0]); th.title = h[1]; thead.appendChild(th); });
+    tbl.appendChild(thead);
+    d.candidates.forEach(function (c) {
+      var tr = el("tr", "cand");
+      tr.dataset.candidate = c[0];
+      var gb = c[8] === null ? el("span", "b bN", "–") : el("span", "b " + (c[8] === 1 ? "bOK" : "bT"), String(c[8]));
+      var text = c[9];
+      var cell = el("td", "ctext");
+      if (text === null) cell.appendChild(el("span", "muted", "(in no stored comparison)"));
+      else cell.appendChild(collapsible(el("span", "pv", preview(text) + " (" + String(text).length + " chars)"), function () { return markdown(text); }, false));
+      add(tr, el("td", "num rank", c[1]), el("td", "mono", "#" + c[0]), el("td", "num", fmt(c[2], 3)),
+          el("td", "num", c[3] + " / " + c[4] + " / " + c[5]), el("td", "num", c[6]), add(el("td"), confBar(c[7])),
+          add(el("td"), gb), cell);
+      tbl.appendChild(tr);
+    });
+    pv.appendChild(tbl);
+    pv.appendChild(el("h3", "sect", "Comparisons: the row's candidate against the column's"));
+    var by = {};
+    d.games.forEach(function (g) { by[g[0] + "," + g[1]] = g; by[g[1] + "," + g[0]] = g; });
+    var order = d.candidates.map(function (c) { return c[0]; });
+    var mx = el("table", "matrix"), hr = el("tr");
+    hr.appendChild(el("th", "corner", "rank · cand."));
+    order.forEach(function (c, n) { hr.appendChild(el("th", "mono", (n + 1) + " · #" + c)); });
+    mx.appendChild(hr);
+    order.forEach(function (x, n) {
+      var tr = el("tr");
+      tr.appendChild(el("th", "mono", (n + 1) + " · #" + x));
+      order.forEach(function (y) {
+        var td = el("td", "cell");
+        if (x === y) { td.className = "cell self"; td.textContent = "·"; }
+        else {
+          var g = by[x + "," + y];
+          if (!g) { td.className = "cell none"; td.textContent = ""; td.title = "not compared"; }
+          else {
+            var o = outcome(g, x), btn = el("button", "res " + o[1], o[0]);
+            btn.type = "button";
+            if (g[2] !== null) {
+              btn.dataset.pair = g[2];
+              btn.title = "#" + x + " against #" + y + ": " + o[2] + "; order (A, B) " + (g[4] || "–") + ", order (B, A) " + (g[5] || "–") +
+                " (A is #" + g[0] + "); vote share for A " + fmt(g[6], 2) + ". Open the comparison " + g[2];
+            } else {
+              btn.dataset.row = g[7];
+              btn.title = "#" + x + " against #" + y + ": " + o[2] + ". Open its error row";
+            }
+            btn.addEventListener("click", function () {
+              var pi = g[2] !== null ? S.byKey.get("p" + g[2]) : S.byKey.get("r" + g[7]);
+              if (pi !== undefined) openItem(pi, "push");
+            });
+            td.appendChild(btn);
+          }
+        }
+        tr.appendChild(td);
+      });
+      mx.appendChild(tr);
+    });
+    pv.appendChild(mx);
+    pv.appendChild(el("p", "muted legend", "W: the row's candidate won the comparison (both orders, or the only judged one); L: lost; ½: its two orders disagree; ?: no verdict. Each cell opens the comparison with its rollouts, anchors, reflections and votes."));
+  }
+
   // -- start -------------------------------------------------------------------------------------
   function start() {
     var m = S.meta;
@@ -843,7 +1327,9 @@
     refresh();
     document.body.dataset.ready = "1";
     if (window.performance && performance.mark) performance.mark("rmjudge-list-ready");
+    if (m.ranked) startPrompts();
     if (location.hash.length > 1) fromHash();
+    else if (R.on && R.tab === "prompts") $("plist").focus();
     else $("list").focus();
   }
 
@@ -879,12 +1365,14 @@
     document.addEventListener("keydown", function (e) {
       var t = e.target;
       if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA")) {
-        if (e.key === "Escape") { t.blur(); $("list").focus(); }
-        if (e.key === "Enter" && t.id === "search") { t.blur(); $("list").focus(); }
+        var home = R.on && t.id === "psearch" ? $("plist") : $("list");
+        if (e.key === "Escape") { t.blur(); home.focus(); }
+        if (e.key === "Enter" && (t.id === "search" || t.id === "psearch")) { t.blur(); home.focus(); }
         return;
       }
       if (e.ctrlKey || e.metaKey || e.altKey) return;
       if (t && (t.tagName === "BUTTON" || t.tagName === "SUMMARY" || t.tagName === "A") && (e.key === "Enter" || e.key === " ")) return;
+      if (R.on && S.open < 0 && (R.open >= 0 || R.tab === "prompts")) { promptKey(e); return; }
       var k = e.key, cur = S.open >= 0 ? S.open : S.view[S.sel];
       if (k === "j" || k === "ArrowDown") { step(1); e.preventDefault(); }
       else if (k === "k" || k === "ArrowUp") { step(-1); e.preventDefault(); }
