@@ -55,7 +55,9 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=4)
     ap.add_argument("--work", default="/tmp/view-ranked")
     a = ap.parse_args()
-    os.makedirs(a.work, exist_ok=True)
+    from rmjudge.files import make_dir
+
+    make_dir(a.work)
     src = os.path.join(a.work, "cands.jsonl")
     with open(src, "wb") as f:
         for p in range(a.prompts):

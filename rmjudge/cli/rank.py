@@ -61,7 +61,7 @@ def command(**kw) -> None:
         click.echo(render_summary(summary), err=True)
     if summary.prompts == 0:
         raise UserError(f"nothing was ranked: {source} holds no rows"
-                        + (" within --limit/--shard" if limit or shard else "")
+                        + (" within --limit/--shard" if opts.limit or opts.shard else "")
                         + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
