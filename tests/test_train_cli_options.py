@@ -809,3 +809,30 @@ def test_every_subcommand_keeps_its_options(program):
     assert sorted(now) == sorted(RECORDED[program])
     for command, recorded in RECORDED[program].items():
         assert now[command] == recorded, command
+        assert list(now[command]) == list(recorded), f"{command}: the options' order in --help"
+
+
+
+def typed_options(source: str) -> list[str]:
+    """Lines of `source` that declare an option or argument by hand: click.option(...),
+    click.argument(...), argparse's add_argument(...), optparse's add_option(...)."""
+    import ast
+
+    return [f"{node.lineno}: {node.func.attr}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("option", "argument", "add_argument", "add_option")]
+
+
+@pytest.mark.parametrize("path", ["training/cli.py", "quantize/cli.py"])
+def test_no_option_is_typed_by_hand(path):
+    """The training and export commands declare no option or argument of their own: every one
+    comes from a settings dataclass (or an option bundle shared with `rmjudge`)."""
+    from pathlib import Path
+
+    assert typed_options((Path(__file__).resolve().parents[1] / path).read_text()) == []
+
+
+def test_the_check_finds_options_typed_by_hand():
+    source = ('@click.option("--x")\n@click.argument("y")\ndef f(x, y): ...\n'
+              'parser.add_argument("--z")\n')
+    assert typed_options(source) == ["1: option", "2: argument", "4: add_argument"]

@@ -309,6 +309,18 @@ def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
                      overwrite=overwrite)
 
 
+def run_grpo(s: GRPOSettings, resume: str | None = None,
+             progress: Callable[[dict], None] | None = None, overwrite: bool = False,
+             say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`rmjudge-train grpo` as one call: the output folder is checked before the training
+    extras are (a wrong -o is reported first), then `train`."""
+    from rmjudge.core.extras import TRAIN, require
+
+    check_output(s, overwrite)
+    require(GRPO, "train", TRAIN + ("trl",))
+    return train(s, resume=resume, progress=progress, overwrite=overwrite, say=say)
+
+
 def train(s: GRPOSettings, resume: str | None = None,
           progress: Callable[[dict], None] | None = None,
           rollout_func: Callable | None = None, overwrite: bool = False,

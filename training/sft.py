@@ -263,6 +263,37 @@ def check_output(s: SFTSettings, overwrite: bool = False) -> None:
     check_output_dir(s, SFT, source=s.source, inputs=(s.model, gguf), overwrite=overwrite)
 
 
+def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
+               progress: Callable[[dict], None] | None = None,
+               say: Callable[[str], None] | None = None, overwrite: bool = False
+               ) -> dict[str, Any]:
+    """`rmjudge-train sft` as one call: the criteria, the output folder and the training extras
+    are checked before anything loads; the analyses come from templates (`--analyses
+    template`) or from base rollouts (`backend`: auto, llama or transformers); then `run`."""
+    from rmjudge.core.extras import TRAIN, require
+    from rmjudge.prompts.criteria import resolve_criteria
+
+    from training.sources import rollout_source, template_source
+
+    say = say or (lambda _: None)
+    criteria = resolve_criteria(s.criteria)  # a bad value fails before anything loads
+    check_output(s, overwrite)
+    require(SFT, "train", TRAIN)
+    if s.analyses == "template":
+        src = template_source(s.model, s.gguf_file, criteria)
+        say("targets: templated analyses, no base rollouts (--analyses template)")
+    else:
+        from training.rollouts import SamplingSettings
+
+        sampling = SamplingSettings(samples=s.samples, temperature=s.rollout_temperature,
+                                    max_tokens=s.rollout_max_tokens, seed=s.seed,
+                                    criteria=criteria)
+        src, desc = rollout_source(s.model, s.gguf_file, backend, sampling, s.parallel,
+                                   s.threads)
+        say(f"rollouts: {s.samples} per item, {desc}")
+    return run(s, src, resume=resume, progress=progress, say=say, overwrite=overwrite)
+
+
 def run(s: SFTSettings, rollout_source, resume: str | None = None,
         progress: Callable[[dict], None] | None = None,
         say: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
