@@ -836,3 +836,104 @@ def test_the_check_finds_options_typed_by_hand():
     source = ('@click.option("--x")\n@click.argument("y")\ndef f(x, y): ...\n'
               'parser.add_argument("--z")\n')
     assert typed_options(source) == ["1: option", "2: argument", "4: add_argument"]
+
+
+# -- what the generated options parse into: one library call with these settings -------------
+
+def _capture(monkeypatch, module, name: str) -> list:
+    """Replace `module.name` by a recorder that stops the command with a user error."""
+    from rmjudge.core.errors import UserError
+
+    calls: list = []
+
+    def record(*args, **kw):
+        calls.append((args, kw))
+        raise UserError("recorded")
+
+    monkeypatch.setattr(module, name, record)
+    return calls
+
+
+def _invoke(group, args: list[str]):
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(group, args)
+    assert (r.exit_code, r.output.strip()) == (1, "Error: recorded"), r.output
+    return r
+
+
+def test_grpo_and_sft_parse_into_their_settings_and_run_controls(monkeypatch, tmp_path):
+    import training.grpo
+    import training.sft
+    from training.cli import main
+
+    grpo = _capture(monkeypatch, training.grpo, "run_grpo")
+    base = ["grpo", "--model", "m", "--data", "d.jsonl", "-o", str(tmp_path / "r")]
+    _invoke(main, base + ["--resume", "--no-keep-mix", "--lora-r", "4", "-q"])
+    _invoke(main, base + ["--resume", "ckpt", "--overwrite", "--epochs", "0.5"])
+    (args, kw), (args2, kw2) = grpo
+    assert (args[0].lora_r, args[0].keep_mix, kw["resume"], kw["overwrite"]) == (
+        4, False, "latest", False)
+    assert (args2[0].epochs, kw2["resume"], kw2["overwrite"]) == (0.5, "ckpt", True)
+
+    sft = _capture(monkeypatch, training.sft, "warm_start")
+    _invoke(main, ["sft", "pairs.jsonl", "-o", str(tmp_path / "w"), "--backend", "llama",
+                   "--analyses", "template", "--threads", "2"])
+    ((s, backend), kw), = sft
+    assert (s.source, s.analyses, s.threads, s.samples, backend, kw["resume"]) == (
+        "pairs.jsonl", "template", 2, 2, "llama", None)
+
+
+def test_build_data_and_eval_parse_into_their_settings(monkeypatch, tmp_path):
+    import training.cli
+    import training.evaluate
+    from training.cli import main
+
+    build = _capture(monkeypatch, training.cli, "run_build_data")
+    _invoke(main, ["build-data", "pairs.jsonl", "-o", "t.jsonl", "--map", "prompt=q",
+                   "--samples", "3", "--temperature", "0.7", "--overwrite", "--lora", "a.gguf"])
+    ((s, server), kw), = build
+    assert (s.source, s.output, s.mapping, s.samples, s.temperature, s.overwrite, s.lora,
+            s.backend, server) == ("pairs.jsonl", "t.jsonl", "prompt=q", 3, 0.7, True, "a.gguf",
+                                   "auto", None)
+
+    ev = _capture(monkeypatch, training.evaluate, "evaluate_judge")
+    _invoke(main, ["eval", "--model", "m", "--data", "h.jsonl", "--limit", "5",
+                   "--quantization", "nf4"])
+    ((e,), _), = ev
+    assert (e.model, e.data, e.limit, e.quantization, e.batch, e.adapter) == (
+        "m", "h.jsonl", 5, "nf4", 8, None)
+
+
+def test_export_options_parse_into_the_step_configs(monkeypatch, tmp_path, model_path):
+    import quantize.lora
+    import quantize.quant
+    from quantize.cli import main
+
+    quant = _capture(monkeypatch, quantize.quant, "quantize")
+    _invoke(main, ["quantize", model_path, "-o", str(tmp_path / "q.gguf"), "--type", "q8_0",
+                   "--threads", "2"])
+    ((cfg,), _), = quant
+    assert (cfg.src, cfg.qtype, cfg.threads, cfg.overwrite) == (model_path, "Q8_0", 2, False)
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    lora = _capture(monkeypatch, quantize.lora, "export_lora")
+    _invoke(main, ["lora", str(adapter), "-o", str(tmp_path / "a.gguf"), "--outtype", "f16"])
+    ((cfg,), _), = lora
+    assert (cfg.adapter, cfg.base, cfg.out_type) == (str(adapter), None, "f16")
+
+    import quantize.verify
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    verify = _capture(monkeypatch, quantize.verify, "verify")
+    _invoke(main, ["verify", str(hf), "--gguf", model_path, "--gguf", model_path,
+                   "--prompt", "a", "--prompt", "b"])
+    _invoke(main, ["verify", str(hf), "--gguf", model_path])
+    ((cfg,), _), ((cfg2,), _) = verify
+    assert (cfg.ggufs, cfg.prompts, cfg.lora_scale, cfg.threads) == (
+        (model_path, model_path), ("a", "b"), 1.0, 0)
+    assert (cfg2.ggufs, cfg2.prompts) == ((model_path,), ())
