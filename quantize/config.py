@@ -126,7 +126,7 @@ FILE_OVERWRITE_HELP = "Replace an existing output file; an input is never replac
 
 
 def _overwrite(help_text: str):
-    return field(default=False, metadata={"help": help_text, "is_flag": True})
+    return field(default=False, metadata={"help": help_text, "flag": "--overwrite"})
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class BuildDataSettings:
         "metavar": "NAME|@FILE|TEXT"})
     overwrite: bool = field(default=False, metadata={
         "help": "Replace an existing -o (and its stats file) that build-data did not write; an "
-                "input is never replaced.", "is_flag": True})
+                "input is never replaced.", "flag": "--overwrite"})
 
 
 

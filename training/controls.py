@@ -17,10 +17,10 @@ class FolderControls:
         "flag_value": "latest"})
     overwrite: bool = field(default=False, metadata={
         "help": "Write into an -o folder that holds files another command wrote (files of the "
-                "same name are replaced).", "is_flag": True})
+                "same name are replaced).", "flag": "--overwrite"})
 
 
 @dataclass(frozen=True)
 class Quiet:
     quiet: bool = field(default=False, metadata={"help": "No progress on stderr.", "short": "-q",
-                                                  "is_flag": True})
+                                                  "flag": "--quiet"})

@@ -22,84 +22,152 @@ def _annotated_type(f) -> type | None:
     return {"int": int, "float": float}.get(name)
 
 
-def settings_options(cls, only: tuple[str, ...] | None = None) -> Callable:
-    """One click option per field of a settings dataclass (judge, engine, Ray, training), from
-    the field's metadata (its help, and `flag`, `switch` ("--x/--no-x" for a field whose
-    default None means "resolved later"), `short`, `metavar`, `choices`, `type`, `option`,
-    `envvar`, `argument` (a positional argument, shown as `metavar` when given), `cli`,
-    `is_flag` (a plain "--x" switch of a default-False field), `flag_value` (the value of an
-    option given without one, e.g. `--resume` alone), `multiple` (repeatable; a tuple),
-    `case_sensitive` (of `choices`), `show_default`): the dataclass is the one place a
-    setting, its default and its help are declared. A field without a default is a required
-    option; a bool field with a default is "--x/--no-x"; an option's type is `type`, else its
-    default's, else its annotation's (int or float; text otherwise). `only`: just these fields'
-    options (e.g. `--model` for a command that needs no other engine setting)."""
-    from dataclasses import MISSING, fields
+def field_meta(cls, f) -> dict:
+    """A field's option metadata; a subclass that only changes a default (no metadata of its
+    own) keeps the option its base class declares."""
+    if f.metadata:
+        return dict(f.metadata)
+    for base in cls.__mro__[1:]:
+        inherited = getattr(base, "__dataclass_fields__", {}).get(f.name)
+        if inherited is not None and inherited.metadata:
+            return dict(inherited.metadata)
+    return {}
 
+
+def _dest(f, meta: dict) -> str:
+    """The click parameter's name: `dest`, else "no_<field>" for a switch that turns a
+    default-True field off, else the field's name."""
+    if "dest" in meta:
+        return meta["dest"]
+    return f"no_{f.name}" if "flag" in meta and f.default is True else f.name
+
+
+def _cli_fields(cls, only):
+    """(field, metadata) of the fields with an option, in `only`'s order when given."""
+    from dataclasses import fields
+
+    by_name = {f.name: f for f in fields(cls)}
+    chosen = [by_name[n] for n in only] if only is not None else list(by_name.values())
+    out = []
+    for f in chosen:
+        meta = field_meta(cls, f)
+        if meta.get("cli", True) is not False:
+            out.append((f, meta))
+    return out
+
+
+def _value_type(f, meta: dict, default):
+    """The click type of a valued option: `choices`, `range`, `type`, else the default's type,
+    else the annotation's (int or float; text otherwise); None leaves it to click."""
+    if "choices" in meta:
+        return click.Choice(list(meta["choices"]),
+                            case_sensitive=meta.get("case_sensitive", True))
+    if "range" in meta:
+        lo, hi = meta["range"]
+        return click.IntRange(min=lo, max=hi)
+    if "type" in meta:
+        return meta["type"]
+    if default is not None and not isinstance(default, tuple):
+        return type(default)
+    return _annotated_type(f)
+
+
+def _option(f, meta: dict, helptext) -> Callable:
+    """The click option or argument of one field (see `settings_options`)."""
+    from dataclasses import MISSING
+
+    dest = _dest(f, meta)
+    if meta.get("argument"):
+        kw = {k: meta[k] for k in ("metavar", "nargs", "required") if k in meta}
+        return click.argument(dest, **kw)
+    if "switch" in meta:  # --x/--no-x; unset (None) leaves the choice to the run spec
+        return click.option(meta["switch"], dest, default=None, help=helptext)
+    if "flag" in meta:  # a switch: turns a default-True field off, a default-False one on
+        names = [meta["flag"]] + ([meta["short"]] if "short" in meta else [])
+        return click.option(*names, dest, is_flag=True, help=helptext)
+    option = meta.get("option", f"--{f.name.replace('_', '-')}")
+    names = list(option) if isinstance(option, tuple) else \
+        [option] + ([meta["short"]] if "short" in meta else [])
+    name = next(n for n in names if n.startswith("--"))
+    has_default = f.default is not MISSING or f.default_factory is not MISSING
+    if not has_default and "cli_default" not in meta:
+        kw = {k: meta[k] for k in ("metavar", "multiple") if k in meta}
+        if "choices" in meta or "range" in meta:
+            kw["type"] = _value_type(f, meta, None)
+        return click.option(*names, dest, required=True, help=helptext, **kw)
+    if isinstance(f.default, bool) and not {"cli_default", "choices"} & set(meta):
+        return click.option(f"{name}/--no-{name[2:]}", dest, default=f.default,
+                            show_default=True, help=helptext)
+    default = meta.get("cli_default", f.default)
+    if isinstance(meta.get("choices"), dict):  # the option's value that gives the default
+        default = next(k for k, v in meta["choices"].items() if v == default)
+    shown = default is not None and not meta.get("multiple")
+    kw: dict = {"help": helptext, "show_default": meta.get("show_default", shown)}
+    if meta.get("multiple"):
+        kw["multiple"] = True
+    else:
+        kw["default"] = default
+    if "flag_value" in meta:  # the value of the option given alone (`--resume` = "latest")
+        kw.update(is_flag=False, flag_value=meta["flag_value"])
+    value_type = _value_type(f, meta, default)
+    if value_type is not None:
+        kw["type"] = value_type
+    for key in ("metavar", "envvar", "hidden"):
+        if key in meta:
+            kw[key] = meta[key]
+    return click.option(*names, dest, **kw)
+
+
+def settings_options(cls, only: tuple[str, ...] | None = None,
+                     helps: dict | Callable[[str], str] | None = None) -> Callable:
+    """One click option (or argument) per field of a settings dataclass, from the field's
+    metadata (see `rmjudge.core.settings.setting` for the keys): the dataclass is the one
+    place a setting, its default and its help are declared. A field without a default is a
+    required option; a bool field with a default is "--x/--no-x" unless it is a `flag`; an
+    option's type is `choices`, `range` or `type`, else its default's, else its annotation's
+    (int or float; text otherwise). `only`: just these fields' options, in this order (e.g.
+    `--model` for a command that needs no other engine setting). `helps`: a command's own
+    wording of some fields' help (field -> text), or a function of every help text. Two more
+    keys: `flag_value` (the value of an option given alone: `--resume` is "latest") and
+    `case_sensitive` (False: `choices` match in any case, as `rmjudge-export quantize --type`)."""
     opts = []
-    for f in fields(cls):
-        meta = f.metadata
-        if meta.get("cli", True) is False or (only is not None and f.name not in only):
-            continue
-        if meta.get("argument"):
-            opts.append(click.argument(f.name, metavar=meta.get("metavar")))
-            continue
-        if "switch" in meta:  # --x/--no-x; unset (None) leaves the choice to the run spec
-            opts.append(click.option(meta["switch"], f.name, default=None, help=meta["help"]))
-            continue
-        if "flag" in meta:  # a switch that turns a default-True field off
-            opts.append(click.option(meta["flag"], f"no_{f.name}", is_flag=True,
-                                     help=meta["help"]))
-            continue
-        name = meta.get("option", f"--{f.name.replace('_', '-')}")
-        names = [name] + ([meta["short"]] if "short" in meta else [])
-        if f.default is MISSING and f.default_factory is MISSING:
-            opts.append(click.option(*names, f.name, required=True, help=meta.get("help", "")))
-            continue
-        if meta.get("is_flag"):
-            opts.append(click.option(*names, f.name, is_flag=True, help=meta.get("help", "")))
-            continue
-        if isinstance(f.default, bool):
-            opts.append(click.option(f"{name}/--no-{name[2:]}", f.name, default=f.default,
-                                     show_default=True, help=meta.get("help", "")))
-            continue
-        kw: dict = {"default": f.default, "help": meta.get("help", ""),
-                    "show_default": meta.get("show_default", f.default is not None)}
-        if meta.get("multiple"):  # repeatable: click collects a tuple (empty when not given)
-            kw = {"multiple": True, "help": meta.get("help", ""), "type": str}
-        if "flag_value" in meta:
-            kw.update(is_flag=False, flag_value=meta["flag_value"])
-        if "choices" in meta:
-            kw["type"] = click.Choice(list(meta["choices"]),
-                                      case_sensitive=meta.get("case_sensitive", True))
-        elif "type" in meta:
-            kw["type"] = meta["type"]
-        elif "type" in kw:
-            pass
-        elif f.default is not None:
-            kw["type"] = type(f.default)
-        elif _annotated_type(f) is not None:
-            kw["type"] = _annotated_type(f)
-        for key in ("metavar", "envvar"):
-            if key in meta:
-                kw[key] = meta[key]
-        opts.append(click.option(*names, f.name, **kw))
+    for f, meta in _cli_fields(cls, only):
+        helptext = meta.get("help")
+        if callable(helps) and helptext is not None:
+            helptext = helps(helptext)
+        elif isinstance(helps, dict) and f.name in helps:
+            helptext = helps[f.name]
+        opts.append(_option(f, meta, helptext))
     return combine_options(opts)
 
 
-def settings_from(cls, kw: dict):
-    """The settings dataclass from the options `settings_options(cls)` added (popped from kw)."""
-    from dataclasses import fields
-
+def settings_values(cls, kw: dict, only: tuple[str, ...] | None = None) -> dict:
+    """field -> value of the options `settings_options(cls, only)` added, popped from kw and
+    turned into the field's value (a `flag` inverted where it turns a field off, a `choices`
+    dict looked up, `split` into a tuple, `parse` applied). A field whose option the command
+    lacks is left out, so commands with part of a dataclass's options share one reader."""
     values = {}
-    for f in fields(cls):
-        if f.metadata.get("cli", True) is False:
+    for f, meta in _cli_fields(cls, only):
+        dest = _dest(f, meta)
+        if dest not in kw:
             continue
-        if "flag" in f.metadata:
-            values[f.name] = not kw.pop(f"no_{f.name}")
-        else:
-            values[f.name] = kw.pop(f.name)
-    return cls(**values)
+        value = kw.pop(dest)
+        if "flag" in meta and f.default is True:
+            value = not value
+        if isinstance(meta.get("choices"), dict):
+            value = meta["choices"][value]
+        if "split" in meta:
+            value = tuple(c.strip() for c in (value or "").split(meta["split"]) if c.strip())
+        if "parse" in meta:
+            value = meta["parse"](value)
+        values[f.name] = value
+    return values
+
+
+def settings_from(cls, kw: dict, only: tuple[str, ...] | None = None):
+    """The settings dataclass from the options `settings_options(cls, only)` added (popped
+    from kw); fields without an option keep their defaults."""
+    return cls(**settings_values(cls, kw, only))
 
 
 def _judge_options():
