@@ -30,7 +30,7 @@ from rmjudge.cli.options import settings_from, settings_options
 from training.build import BuildDataSettings, run_build_data
 from training.controls import FolderControls, Quiet
 from training.data import stats_path
-from training.evaluate import EvalSettings
+from training.evaluate import EvalJudgeSettings
 from training.grpo import GRPOSettings
 from training.sft import SFTSettings
 from training.sources import RolloutBackend
@@ -175,12 +175,12 @@ def sft_cmd(**kw):
 
 
 @main.command("eval")
-@settings_options(EvalSettings)
+@settings_options(EvalJudgeSettings)
 def eval_cmd(**kw):
     """Greedy accuracy and positional consistency (Pref in both orders) of a judge."""
     from training.evaluate import evaluate_judge
 
-    res = evaluate_judge(settings_from(EvalSettings, kw))
+    res = evaluate_judge(settings_from(EvalJudgeSettings, kw))
     click.echo(json.dumps(res.as_dict(), indent=2))
 
 

@@ -70,7 +70,7 @@ def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,
 
 
 @dataclass(frozen=True)
-class EvalSettings:
+class EvalJudgeSettings:
     """What `rmjudge-train eval` evaluates (its options are generated from these fields)."""
 
     model: str = field(metadata={"help": "Base model: HF directory or a .gguf file."})
@@ -85,7 +85,7 @@ class EvalSettings:
     batch: int = field(default=8, metadata={"help": "Prompts per generate call."})
 
 
-def evaluate_judge(s: EvalSettings) -> EvalResult:
+def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
     """Load the base (with the adapter when given) and `evaluate` it on the examples."""
     from rmjudge.core.extras import TRAIN, require
 
