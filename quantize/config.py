@@ -118,13 +118,25 @@ def _need_file(path: str, what: str) -> None:
         raise ExportError(f"{what} must be a file, got a folder: {path}")
 
 
+# The options of `rmjudge-export` are generated from these fields (rmjudge.cli.options.
+# settings_options): each field's metadata holds its option name, help and parsing.
+FOLDER_OVERWRITE_HELP = ("Write into a folder that already holds files (files of the same "
+                         "name are replaced); an input is never replaced.")
+FILE_OVERWRITE_HELP = "Replace an existing output file; an input is never replaced."
+
+
+def _overwrite(help_text: str):
+    return field(default=False, metadata={"help": help_text, "flag": "--overwrite"})
+
+
 @dataclass(frozen=True)
 class UnpackConfig:
-    gguf: str = field(metadata={"help": "GGUF model to turn into a Hugging Face folder"})
-    out_dir: str = field(metadata={"help": "output folder (safetensors, config, tokenizer)"})
-    dtype: str = field(default="float32", metadata={"help": "dtype of the saved weights"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "write into an existing folder that holds files (same names are replaced)"})
+    gguf: str = field(metadata={"help": "GGUF model to turn into a Hugging Face folder",
+                                "argument": True, "metavar": "MODEL.gguf"})
+    out_dir: str = field(metadata={"help": "output folder (safetensors, config, tokenizer)",
+                                   "argument": True})
+    dtype: str = field(default="float32", metadata={"choices": MERGE_DTYPES})  # saved weights
+    overwrite: bool = _overwrite(FOLDER_OVERWRITE_HELP)
 
     def __post_init__(self) -> None:
         _need_file(self.gguf, "GGUF model")
@@ -135,13 +147,13 @@ class UnpackConfig:
 
 @dataclass(frozen=True)
 class MergeConfig:
-    base: str = field(metadata={"help": "base model: Hugging Face folder or a GGUF file"})
-    adapter: str = field(metadata={"help": "PEFT LoRA adapter folder (adapter_config.json)"})
-    out_dir: str = field(metadata={"help": "output folder for the merged model"})
+    base: str = field(metadata={"help": "Base model: Hugging Face folder or GGUF file."})
+    adapter: str = field(metadata={"help": "PEFT LoRA adapter folder."})
+    out_dir: str = field(metadata={"help": "Output folder.", "option": "--out", "short": "-o"})
     dtype: str = field(default="bfloat16", metadata={
-        "help": "dtype the base is reloaded in and the merged weights are saved in (never 4-bit)"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "write into an existing folder that holds files (same names are replaced)"})
+        "help": "Precision the base is reloaded and saved in (never 4-bit).",
+        "choices": MERGE_DTYPES})
+    overwrite: bool = _overwrite(FOLDER_OVERWRITE_HELP)
 
     def __post_init__(self) -> None:
         if not Path(self.base).exists():
@@ -154,13 +166,15 @@ class MergeConfig:
 
 @dataclass(frozen=True)
 class ConvertConfig:
-    model_dir: str = field(metadata={"help": "Hugging Face model folder (safetensors)"})
-    out: str = field(metadata={"help": "output GGUF file"})
-    out_type: str = field(default="f16", metadata={"help": "f32, f16, bf16 or q8_0"})
+    model_dir: str = field(metadata={"help": "Hugging Face model folder (safetensors)",
+                                     "argument": True})
+    out: str = field(metadata={"help": "Output GGUF file.", "short": "-o"})
+    out_type: str = field(default="f16", metadata={"option": "--outtype", "choices": OUT_TYPES})
     pre_tokenizer: str | None = field(default=None, metadata={
-        "help": "llama.cpp pre-tokenizer name (tokenizer.ggml.pre); detected when omitted"})
-    name: str | None = field(default=None, metadata={"help": "general.name (default: folder)"})
-    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
+        "help": "llama.cpp pre-tokenizer name (detected from tokenizer.json if omitted)."})
+    name: str | None = field(default=None, metadata={
+        "help": "general.name in the GGUF (default: folder name)."})
+    overwrite: bool = _overwrite(FILE_OVERWRITE_HELP)
 
     def __post_init__(self) -> None:
         _need_dir(self.model_dir, "model folder")
@@ -170,11 +184,14 @@ class ConvertConfig:
 
 @dataclass(frozen=True)
 class QuantizeConfig:
-    src: str = field(metadata={"help": "f32/f16/bf16 GGUF to quantize"})
-    out: str = field(metadata={"help": "output GGUF file"})
-    qtype: str = field(default=DEFAULT_QUANT, metadata={"help": "llama.cpp quantization type"})
-    threads: int = field(default=0, metadata={"help": "quantizer threads (0: all cores)"})
-    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
+    src: str = field(metadata={"help": "f32/f16/bf16 GGUF to quantize", "argument": True,
+                               "metavar": "MODEL-f16.gguf"})
+    out: str = field(metadata={"help": "Output GGUF file.", "short": "-o"})
+    qtype: str = field(default=DEFAULT_QUANT, metadata={  # llama.cpp's quantization type
+        "option": "--type", "choices": QUANT_TYPES, "case_sensitive": False})
+    threads: int = field(default=0, metadata={"help": "Quantizer threads (0: all cores).",
+                                              "show_default": False})
+    overwrite: bool = _overwrite(FILE_OVERWRITE_HELP)
 
     def __post_init__(self) -> None:
         _need_file(self.src, "input GGUF")
@@ -186,14 +203,16 @@ class QuantizeConfig:
 
 @dataclass(frozen=True)
 class LoraExportConfig:
-    adapter: str = field(metadata={"help": "PEFT LoRA adapter folder"})
-    out: str = field(metadata={"help": "output GGUF LoRA file"})
+    adapter: str = field(metadata={"help": "PEFT LoRA adapter folder", "argument": True})
+    out: str = field(metadata={"help": "Output GGUF LoRA file.", "short": "-o"})
+    # The base gives the architecture and head counts; a GGUF base is also checked to hold
+    # every adapted matrix; without one, the adapter's base_model_name_or_path when that
+    # exists locally.
     base: str | None = field(default=None, metadata={
-        "help": "base model: Hugging Face folder or GGUF file (architecture and head counts; a "
-                "GGUF is also checked to hold every adapted matrix); default: the adapter's "
-                "base_model_name_or_path when that exists locally"})
-    out_type: str = field(default="f32", metadata={"help": "f32, f16 or bf16"})
-    overwrite: bool = field(default=False, metadata={"help": "replace an existing output file"})
+        "help": "Base model (Hugging Face folder or GGUF); default: the adapter's own."})
+    out_type: str = field(default="f32", metadata={"option": "--outtype",
+                                                   "choices": LORA_OUT_TYPES})
+    overwrite: bool = _overwrite(FILE_OVERWRITE_HELP)
 
     def __post_init__(self) -> None:
         _need_adapter(self.adapter)
@@ -205,15 +224,19 @@ class LoraExportConfig:
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    hf_dir: str = field(metadata={"help": "reference Hugging Face model (the merged model)"})
-    ggufs: tuple[str, ...] = field(default=(), metadata={"help": "GGUF files to compare"})
+    hf_dir: str = field(metadata={"help": "reference Hugging Face model (the merged model)",
+                                  "argument": True})
+    ggufs: tuple[str, ...] = field(default=(), metadata={
+        "help": "GGUF to compare (repeatable).", "option": "--gguf", "multiple": True})
     base_gguf: str | None = field(default=None, metadata={
-        "help": "base GGUF for the run-time LoRA check (with lora)"})
-    lora: str | None = field(default=None, metadata={"help": "GGUF LoRA applied to base_gguf"})
-    lora_scale: float = field(default=1.0, metadata={"help": "LoRA scale at run time"})
+        "help": "Base GGUF for the run-time LoRA check."})
+    lora: str | None = field(default=None, metadata={"help": "GGUF LoRA applied to --base-gguf."})
+    lora_scale: float = 1.0  # the LoRA's scale at run time
     prompts: tuple[str, ...] = field(default=(), metadata={
-        "help": "user messages to evaluate (default: a fixed built-in set)"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: all cores)"})
+        "help": "User message to evaluate (repeatable; default: a fixed built-in set).",
+        "option": "--prompt", "multiple": True})
+    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: all cores).",
+                                              "show_default": False})
 
     def __post_init__(self) -> None:
         _need_dir(self.hf_dir, "reference model folder")

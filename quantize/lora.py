@@ -128,7 +128,36 @@ def _adapter_tensors(adapter_dir: Path) -> dict[str, Any]:
     return load_file(str(st))
 
 
+@dataclass(frozen=True)
+class _Scale:
+    """The adapter's scaling: llama.cpp scales by alpha / r with one alpha for the file;
+    rsLoRA scales by alpha / sqrt(r), and alpha_pattern gives some modules their own alpha."""
+
+    alpha0: float
+    alpha_out: float
+    rslora: bool
+    alpha_pattern: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, acfg: dict[str, Any]) -> _Scale:
+        r0 = int(acfg.get("r", 8))
+        alpha0 = float(acfg.get("lora_alpha", r0))
+        rslora = bool(acfg.get("use_rslora"))
+        # llama.cpp scales by alpha / r; rsLoRA scales by alpha / sqrt(r)
+        alpha_out = alpha0 * math.sqrt(r0) if rslora else alpha0
+        return cls(alpha0, alpha_out, rslora, acfg.get("alpha_pattern"))
+
+    def factor(self, module: str, rank: int) -> float:
+        """What B is multiplied by so that llama.cpp's alpha_out / rank gives the module's own
+        scale."""
+        alpha_m = float(_pattern_value(self.alpha_pattern, module, self.alpha0))
+        scale_m = alpha_m / (math.sqrt(rank) if self.rslora else rank)
+        return scale_m / (self.alpha_out / rank)
+
+
 def export_lora(cfg: LoraExportConfig) -> LoraResult:
+    """Write the adapter of `cfg.adapter` as a GGUF LoRA at `cfg.out`: check what the adapter
+    holds, map its modules onto the base's GGUF tensor names, write the file whole."""
     import gguf
 
     adapter_dir = Path(cfg.adapter)
@@ -138,18 +167,34 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
     bcfg = base_config(base)
     family = family_for(bcfg)
     dims = Dims.of(bcfg)
-    tied = bool(text_config(bcfg).get("tie_word_embeddings", False))
-    base_tensors = bcfg.get("_gguf_tensors")
+    scale = _Scale.of(acfg)
+    modules = _adapter_modules(adapter_dir)
 
-    r0 = int(acfg.get("r", 8))
-    alpha0 = float(acfg.get("lora_alpha", r0))
-    rslora = bool(acfg.get("use_rslora"))
-    # llama.cpp scales by alpha / r; rsLoRA scales by alpha / sqrt(r)
-    alpha_out = alpha0 * math.sqrt(r0) if rslora else alpha0
+    out = Path(cfg.out)
+    make_dir(str(out.parent))
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "bf16": gguf.GGMLQuantizationType.BF16}[cfg.out_type]
+    arrays, max_rank = _lora_arrays(modules, family, dims, bcfg, base, scale)
+    if not arrays:
+        raise ExportError(f"{adapter_dir} has no LoRA matrices for modules llama.cpp knows")
 
-    tensors = _adapter_tensors(adapter_dir)
+    prompt_format = read_adapter_info(adapter_dir)
+
+    def produce(tmp: str) -> None:
+        _write_lora_gguf(tmp, family.arch_name, scale.alpha_out, adapter_dir.resolve().name,
+                         prompt_format, arrays, qtype)
+
+    write_produced(str(out), produce, check=lambda: check_lora_output(cfg))
+    return LoraResult(path=str(out), architecture=family.arch_name, alpha=scale.alpha_out,
+                      rank=max_rank, modules=len(arrays) // 2, bytes=out.stat().st_size,
+                      prompt_format=prompt_format)
+
+
+def _adapter_modules(adapter_dir: Path) -> dict[str, dict[str, Any]]:
+    """Module name (without PEFT's prefix) -> {"A": lora_A, "B": lora_B}; a tensor that is not
+    a LoRA A/B matrix, or an embedding LoRA, is refused."""
     modules: dict[str, dict[str, Any]] = {}
-    for name, t in tensors.items():
+    for name, t in _adapter_tensors(adapter_dir).items():
         m = re.fullmatch(r"(.*)\.lora_(A|B|embedding_A|embedding_B)(?:\.[^.]+)?\.weight", name) \
             or re.fullmatch(r"(.*)\.lora_(embedding_A|embedding_B)(?:\.[^.]+)?", name)
         if not m:
@@ -160,11 +205,17 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
             raise ExportError("embedding LoRAs are not exported (llama.cpp applies them in a "
                               "different layout): merge the adapter and convert the merged model")
         modules.setdefault(module.removeprefix(_PREFIX), {})[part] = t
+    return modules
 
-    out = Path(cfg.out)
-    make_dir(str(out.parent))
-    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-             "bf16": gguf.GGMLQuantizationType.BF16}[cfg.out_type]
+
+def _lora_arrays(modules: dict[str, dict[str, Any]], family, dims: Dims, bcfg: dict[str, Any],
+                 base: str, scale: _Scale) -> tuple[list[tuple[str, np.ndarray]], int]:
+    """The GGUF tensors (`<name>.lora_a`, `<name>.lora_b`) of every module llama.cpp knows, in
+    natural order, and the largest rank. Each module is checked against the base (its GGUF
+    tensors' shapes when the base is a GGUF); B carries the module's own scale and, for q/k of
+    the llama family, llama.cpp's RoPE row order."""
+    tied = bool(text_config(bcfg).get("tie_word_embeddings", False))
+    base_tensors = bcfg.get("_gguf_tensors")
     arrays: list[tuple[str, np.ndarray]] = []
     max_rank = 0
     for module in sorted(modules, key=_natural_key):
@@ -192,9 +243,7 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
                 raise ExportError(f"{module}: adapter shape {b.shape[0]}x{a.shape[1]} does not "
                                   f"match {gname} in the base GGUF: wrong base model")
         # per-module scale folded into B so that llama.cpp's alpha_out / rank reproduces it
-        alpha_m = float(_pattern_value(acfg.get("alpha_pattern"), module, alpha0))
-        scale_m = alpha_m / (math.sqrt(rank) if rslora else rank)
-        factor = scale_m / (alpha_out / rank)
+        factor = scale.factor(module, rank)
         if not math.isclose(factor, 1.0, rel_tol=1e-6):
             b = b * factor
         heads = qk_heads(family, gname, dims)
@@ -203,37 +252,34 @@ def export_lora(cfg: LoraExportConfig) -> LoraResult:
         max_rank = max(max_rank, rank)
         arrays.append((gname + ".lora_a", a))
         arrays.append((gname + ".lora_b", b))
-    if not arrays:
-        raise ExportError(f"{adapter_dir} has no LoRA matrices for modules llama.cpp knows")
+    return arrays, max_rank
 
-    prompt_format = read_adapter_info(adapter_dir)
 
-    def produce(tmp: str) -> None:
-        writer = gguf.GGUFWriter(tmp, family.arch_name)
-        try:
-            writer.add_type(gguf.GGUFType.ADAPTER)
-            writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-            writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha_out)
-            writer.add_name(adapter_dir.resolve().name)
-            if prompt_format is not None:
-                writer.add_uint32(GGUF_KEY, prompt_format)
-            for name, arr in arrays:
-                writer.add_tensor_info(name, arr.shape, np.dtype(np.float32),
-                                       nbytes(arr.shape, qtype), raw_dtype=qtype)
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            for name, arr in arrays:
-                writer.write_tensor_data(encode(arr, qtype))
-            writer.close()
-        except BaseException:
-            writer.close()
-            raise
+def _write_lora_gguf(path: str, arch: str, alpha: float, name: str, prompt_format: int | None,
+                     arrays: list[tuple[str, np.ndarray]], qtype) -> None:
+    """The GGUF LoRA file at `path` (the temporary `write_produced` moves into place)."""
+    import gguf
 
-    write_produced(str(out), produce, check=lambda: check_lora_output(cfg))
-    return LoraResult(path=str(out), architecture=family.arch_name, alpha=alpha_out,
-                      rank=max_rank, modules=len(arrays) // 2, bytes=out.stat().st_size,
-                      prompt_format=prompt_format)
+    writer = gguf.GGUFWriter(path, arch)
+    try:
+        writer.add_type(gguf.GGUFType.ADAPTER)
+        writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+        writer.add_name(name)
+        if prompt_format is not None:
+            writer.add_uint32(GGUF_KEY, prompt_format)
+        for tname, arr in arrays:
+            writer.add_tensor_info(tname, arr.shape, np.dtype(np.float32),
+                                   nbytes(arr.shape, qtype), raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for _, arr in arrays:
+            writer.write_tensor_data(encode(arr, qtype))
+        writer.close()
+    except BaseException:
+        writer.close()
+        raise
 
 
 def _natural_key(s: str):

@@ -333,8 +333,10 @@ def test_train_cli_reports_user_errors_and_leaves_bugs_alone(tmp_path, monkeypat
     def bug(*a, **k):
         raise ValueError("an internal bug")
 
-    monkeypatch.setattr(tcli, "build_data", bug)
-    monkeypatch.setattr(tcli, "_rollout_source", lambda *a, **k: (None, "scripted"))
+    import training.build
+
+    monkeypatch.setattr(training.build, "build_data", bug)
+    monkeypatch.setattr(training.build, "rollout_source", lambda *a, **k: (None, "scripted"))
     r = CliRunner().invoke(tcli.main, ["build-data", src, "-o", out])
     assert isinstance(r.exception, ValueError) and "Error: an internal bug" not in r.output
 

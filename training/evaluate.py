@@ -8,7 +8,7 @@ that does not parse counts as wrong and is counted as a parse failure.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmjudge.core.counts import item_accuracy, item_consistency
@@ -67,3 +67,39 @@ def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,
     if all_preds:
         res.parse_failure_rate = round(sum(p is None for p in all_preds) / len(all_preds), 4)
     return res
+
+
+@dataclass(frozen=True)
+class EvalJudgeSettings:
+    """What `rmjudge-train eval` evaluates (its options are generated from these fields)."""
+
+    model: str = field(metadata={"help": "Base model: HF directory or a .gguf file."})
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside --model."})
+    adapter: str | None = field(default=None, metadata={
+        "help": "LoRA adapter directory (none: the base alone)."})
+    data: str = field(kw_only=True, metadata={  # required, listed after --adapter
+        "help": "Examples (e.g. OUTPUT_DIR/heldout.jsonl)."})
+    max_tokens: int = 1024
+    limit: int | None = field(default=None, metadata={"help": "Evaluate at most N examples."})
+    quantization: str = field(default="none", metadata={"choices": ("nf4", "none")})
+    batch: int = field(default=8, metadata={"help": "Prompts per generate call."})
+
+
+def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
+    """Load the base (with the adapter when given) and `evaluate` it on the examples."""
+    from rmjudge.core.extras import TRAIN, require
+
+    from training.data import read_examples
+    from training.hf import ModelSource, load_base, load_tokenizer, materialize
+
+    examples = read_examples(s.data)[:s.limit] if s.limit else read_examples(s.data)
+    src = ModelSource.parse(s.model, s.gguf_file)
+    require("rmjudge-train eval", "train", TRAIN)
+    base = materialize(src)
+    m = load_base(base, s.quantization)
+    if s.adapter:
+        from peft import PeftModel
+
+        m = PeftModel.from_pretrained(m, s.adapter)
+    m.eval()
+    return evaluate(m, load_tokenizer(ModelSource(base)), examples, s.max_tokens, s.batch)

@@ -310,6 +310,18 @@ def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
                      overwrite=overwrite)
 
 
+def run_grpo(s: GRPOSettings, resume: str | None = None,
+             progress: Callable[[dict], None] | None = None, overwrite: bool = False,
+             say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`rmjudge-train grpo` as one call: the output folder is checked before the training
+    extras are (a wrong -o is reported first), then `train`."""
+    from rmjudge.core.extras import TRAIN, require
+
+    check_output(s, overwrite)
+    require(GRPO, "train", TRAIN + ("trl",))
+    return train(s, resume=resume, progress=progress, overwrite=overwrite, say=say)
+
+
 def train(s: GRPOSettings, resume: str | None = None,
           progress: Callable[[dict], None] | None = None,
           rollout_func: Callable | None = None, overwrite: bool = False,
@@ -319,41 +331,99 @@ def train(s: GRPOSettings, resume: str | None = None,
     `rollout_func` replaces the trainer's own `model.generate` (TRL's rollout-function hook:
     an external generation server, or scripted completions in tests). `say` gets one-line
     notes before training (the per-task counts of the prompt-length filter).
+
+    Steps: check the folder and the data (nothing loaded yet), claim the folder and write the
+    held-out split, load the base, filter the prompts by length, build the trainer, train
+    (checkpoints staged aside), save the adapter, evaluate, write training.json.
     """
     from rmjudge.files import write_file
 
-    from training.outputs import claim_output_dir
+    from training.outputs import StagedCheckpoints, claim_output_dir
 
     check_output(s, overwrite)
     checkpoint = find_checkpoint(s.output_dir, resume)
-    try:
-        examples = read_examples(s.data)
-        prompt_format = check_prompt_format(examples, s.data)
-    except DataError as exc:
-        raise TrainError(str(exc)) from None
+    examples, prompt_format = _read_data(s)
     train_ex, held = split(examples, s)
     check_split_size(s, len(examples), len(train_ex))
     src = ModelSource.parse(s.model, s.gguf_file)
 
-    import torch
-    from peft import prepare_model_for_kbit_training
-    from trl import GRPOConfig, GRPOTrainer
+    # the training libraries load (or fail) before the folder is claimed
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import trl  # noqa: F401
 
     from training.evaluate import evaluate
-    from training.reward import verdict_reward
 
     out = Path(s.output_dir)
     claim_output_dir(s, GRPO)
     write_file(str(out / "heldout.jsonl"), b"".join(orjson.dumps(e) + b"\n" for e in held))
 
+    base_dir, tokenizer, model = _load_model(s, src)
+    dataset, lengths, ids_by_text = _training_prompts(s, train_ex, tokenizer, say)
+
+    staged = StagedCheckpoints(out, s.save_total_limit)
+    trainer = _make_trainer(s, model, tokenizer, dataset, ids_by_text,
+                            grpo_config(s, staged.path), staged, progress, rollout_func)
+    write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
+    result = train_staged(trainer, staged, checkpoint)
+    adapter_dir = out / "adapter"
+    _save_adapter(trainer, tokenizer, adapter_dir, prompt_format)
+
+    trained = trainer.model
+    trained.eval()
+    eval_res = evaluate(trained, tokenizer, held, s.max_completion_length,
+                        s.eval_batch) if held else None
+    summary = {
+        "settings": asdict(s),
+        "base_model_dir": base_dir,
+        "prompt_suffixes": sorted({e.get("suffix") or "" for e in examples}),
+        "examples": len(examples),
+        "train_examples": len(dataset),
+        "train_prompts_too_long": lengths["pref"]["too_long"] + lengths["refl"]["too_long"],
+        "prompt_length_filter": lengths,
+        "prompt_format": prompt_format,
+        "criteria": sorted({e["criteria"] for e in examples if e.get("criteria")}),
+        "heldout_examples": len(held),
+        "steps": trainer.state.global_step,
+        "resumed_from": checkpoint,
+        "train_metrics": result.metrics,
+        "last_log": _last_log(trainer.state.log_history),
+        "eval": eval_res.as_dict() if eval_res else None,
+        "adapter": str(adapter_dir),
+    }
+    write_file(str(out / "training.json"),
+               (json.dumps(summary, indent=2, default=str) + "\n").encode())
+    return summary
+
+
+def _read_data(s: GRPOSettings) -> tuple[list[dict], Any]:
+    """The training examples and the prompt format they were built with."""
+    try:
+        examples = read_examples(s.data)
+        return examples, check_prompt_format(examples, s.data)
+    except DataError as exc:
+        raise TrainError(str(exc)) from None
+
+
+def _load_model(s: GRPOSettings, src: ModelSource):
+    """(base folder, tokenizer, model): the base as an HF folder, loaded in --quantization
+    (made ready for k-bit training under nf4)."""
+    from peft import prepare_model_for_kbit_training
+
     base_dir = materialize(src)
     tokenizer = load_tokenizer(ModelSource(base_dir))
     model = load_base(base_dir, s.quantization)
-    data_suffixes = sorted({e.get("suffix") or "" for e in examples})
-    data_criteria = sorted({e["criteria"] for e in examples if e.get("criteria")})
     if s.quantization == "nf4":
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=s.gradient_checkpointing)
+    return base_dir, tokenizer, model
+
+
+def _training_prompts(s: GRPOSettings, train_ex: list[dict], tokenizer,
+                      say: Callable[[str], None] | None):
+    """The TRL dataset of the training split without over-long prompts (`prepare_dataset`),
+    its length report and the prompts' engine token ids; refused when fewer than one step's
+    prompts are left."""
     dataset, lengths, ids_by_text = prepare_dataset(train_ex, tokenizer, s.max_prompt_tokens,
                                                     s.keep_mix, s.seed)
     too_long = lengths["pref"]["too_long"] + lengths["refl"]["too_long"]
@@ -365,15 +435,18 @@ def train(s: GRPOSettings, resume: str | None = None,
                          f"{len(dataset)} ({format_length_report(lengths)}), fewer than "
                          f"--batch-size {s.batch_size} (prompts per step), so no step would "
                          "run; raise --max-prompt-tokens or lower --batch-size")
+    return dataset, lengths, ids_by_text
 
-    from rmjudge.files import save_folder
-    from training.outputs import StagedCheckpoints
+
+def grpo_config(s: GRPOSettings, output_dir: str):
+    """TRL's GRPOConfig of a run, checkpointing into `output_dir` (the staged folder)."""
+    import torch
+    from trl import GRPOConfig
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
-    staged = StagedCheckpoints(out, s.save_total_limit)
-    config = GRPOConfig(
-        output_dir=staged.path,
+    return GRPOConfig(
+        output_dir=output_dir,
         num_train_epochs=s.epochs,
         max_steps=s.max_steps,
         per_device_train_batch_size=s.micro_batch,
@@ -408,6 +481,16 @@ def train(s: GRPOSettings, resume: str | None = None,
         log_completions=False,
         disable_tqdm=True,
     )
+
+
+def _make_trainer(s: GRPOSettings, model, tokenizer, dataset, ids_by_text, config, staged,
+                  progress, rollout_func):
+    """The GRPO trainer: a new LoRA adapter, or --init-adapter continued; the verdict reward;
+    engine-made prompt ids; progress to `progress` and log.jsonl, checkpoints to `staged`."""
+    from trl import GRPOTrainer
+
+    from training.reward import verdict_reward
+
     if s.init_adapter:
         # continue the given adapter: TRL keeps a frozen copy of it as the KL reference
         from peft import PeftModel
@@ -419,49 +502,35 @@ def train(s: GRPOSettings, resume: str | None = None,
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[jsonl_log_callback(out / "log.jsonl", progress), staged.callback()],
+        callbacks=[jsonl_log_callback(Path(s.output_dir) / "log.jsonl", progress),
+                   staged.callback()],
         rollout_func=rollout_func,
     )
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # progress goes through `progress` and log.jsonl
-    write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
+    return trainer
+
+
+def train_staged(trainer, staged, checkpoint: str | None):
+    """Train (from `checkpoint` when resuming); checkpoints are built aside and moved in whole,
+    and the trainer state is saved beside them."""
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
         staged.collect()
     finally:
         staged.close()
     staged.write_state(trainer)
-    adapter_dir = out / "adapter"
+    return result
+
+
+def _save_adapter(trainer, tokenizer, adapter_dir: Path, prompt_format) -> None:
+    """OUTPUT_DIR/adapter: the trained LoRA adapter with its tokenizer and adapter info."""
+    from rmjudge.files import save_folder
+
     save_folder(str(adapter_dir), trainer.save_model, tokenizer.save_pretrained,
                 # `rmjudge-export lora` copies it
                 functools.partial(write_adapter_info, prompt_format=prompt_format))
-
-    trained = trainer.model
-    trained.eval()
-    eval_res = evaluate(trained, tokenizer, held, s.max_completion_length,
-                        s.eval_batch) if held else None
-    summary = {
-        "settings": asdict(s),
-        "base_model_dir": base_dir,
-        "prompt_suffixes": data_suffixes,
-        "examples": len(examples),
-        "train_examples": len(dataset),
-        "train_prompts_too_long": too_long,
-        "prompt_length_filter": lengths,
-        "prompt_format": prompt_format,
-        "criteria": data_criteria,
-        "heldout_examples": len(held),
-        "steps": trainer.state.global_step,
-        "resumed_from": checkpoint,
-        "train_metrics": result.metrics,
-        "last_log": _last_log(trainer.state.log_history),
-        "eval": eval_res.as_dict() if eval_res else None,
-        "adapter": str(adapter_dir),
-    }
-    write_file(str(out / "training.json"),
-               (json.dumps(summary, indent=2, default=str) + "\n").encode())
-    return summary
 
 
 def _last_log(history: list[dict]) -> dict:

@@ -264,10 +264,45 @@ def check_output(s: SFTSettings, overwrite: bool = False) -> None:
     check_output_dir(s, SFT, source=s.source, inputs=(s.model, gguf), overwrite=overwrite)
 
 
+def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
+               progress: Callable[[dict], None] | None = None,
+               say: Callable[[str], None] | None = None, overwrite: bool = False
+               ) -> dict[str, Any]:
+    """`rmjudge-train sft` as one call: the criteria, the output folder and the training extras
+    are checked before anything loads; the analyses come from templates (`--analyses
+    template`) or from base rollouts (`backend`: auto, llama or transformers); then `run`."""
+    from rmjudge.core.extras import TRAIN, require
+    from rmjudge.prompts.criteria import resolve_criteria
+
+    from training.sources import rollout_source, template_source
+
+    say = say or (lambda _: None)
+    criteria = resolve_criteria(s.criteria)  # a bad value fails before anything loads
+    check_output(s, overwrite)
+    require(SFT, "train", TRAIN)
+    if s.analyses == "template":
+        src = template_source(s.model, s.gguf_file, criteria)
+        say("targets: templated analyses, no base rollouts (--analyses template)")
+    else:
+        from training.rollouts import SamplingSettings
+
+        sampling = SamplingSettings(samples=s.samples, temperature=s.rollout_temperature,
+                                    max_tokens=s.rollout_max_tokens, seed=s.seed,
+                                    criteria=criteria)
+        src, desc = rollout_source(s.model, s.gguf_file, backend, sampling, s.parallel,
+                                   s.threads)
+        say(f"rollouts: {s.samples} per item, {desc}")
+    return run(s, src, resume=resume, progress=progress, say=say, overwrite=overwrite)
+
+
 def run(s: SFTSettings, rollout_source, resume: str | None = None,
         progress: Callable[[dict], None] | None = None,
         say: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """The whole stage; returns the summary also written to OUTPUT_DIR/sft.json."""
+    """The whole stage; returns the summary also written to OUTPUT_DIR/sft.json.
+
+    Steps: claim the folder, build and write the examples, load the base and tokenize them,
+    check the base's format, train (checkpoints staged aside), save model/ (and adapter/),
+    check the warm-started format, write sft.json."""
     from rmjudge.files import write_file
 
     from training.outputs import claim_output_dir
@@ -277,39 +312,18 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     out = Path(s.output_dir)
     claim_output_dir(s, SFT)
     checkpoint = find_checkpoint(s.output_dir, resume)
-    examples, stats, rows = build_examples(s, rollout_source)
-    if not examples:
-        raise SFTError(f"{s.source}: no warm-start example was built ({rows['rows_read']} rows "
-                       f"read, {rows['rows_unlabelled']} unlabelled, {rows['rows_bad']} bad); "
-                       "give labelled pairs (chosen/rejected or a label column)")
-    write_file(str(out / "sft_data.jsonl"), b"".join(orjson.dumps(e) + b"\n" for e in examples))
-    if len(examples) < s.batch_size:
-        raise SFTError(f"{s.source}: {len(examples)} warm-start examples, fewer than "
-                       f"--batch-size {s.batch_size}, so no step would run; give more rows or "
-                       "lower --batch-size")
-    origin = ("templated analyses (no base rollouts)" if s.analyses == "template" else
-              f"base analyses used {stats.analyses_used}, short {stats.analyses_short}; base "
-              f"rollouts parsed {stats.rollouts_parsed} of {stats.rollouts}")
-    say(f"examples: {stats.pref_examples} Pref + {stats.refl_examples} Refl (label 1: "
-        f"{stats.label_1}, label 2: {stats.label_2}); {origin}")
+    examples, stats, rows = _write_examples(s, rollout_source, say)
 
     import torch
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments  # noqa: F401
 
-    from training.grpo import jsonl_log_callback
-    from training.hf import ModelSource, load_base, load_tokenizer, materialize
+    from training.grpo import train_staged
+    from training.hf import load_base
+    from training.outputs import StagedCheckpoints
 
     if s.threads:
         torch.set_num_threads(s.threads)
-    from rmjudge.engine.models import resolve_model
-
-    base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
-    tokenizer = load_tokenizer(ModelSource(base_dir))
-    rows_tok = tokenize_examples(examples, tokenizer, s.max_length, stats)
-    if len(rows_tok) < s.batch_size:
-        raise SFTError(f"{stats.too_long} of {len(examples)} examples are longer than "
-                       f"--max-length {s.max_length} tokens, leaving {len(rows_tok)}, fewer than "
-                       f"--batch-size {s.batch_size}; raise --max-length")
+    base_dir, tokenizer, rows_tok = _tokenized(s, examples, stats)
     torch.manual_seed(s.seed)
     model = load_base(base_dir, quantization="none", dtype="float32")
     check = check_prompts(examples, s.check_items)
@@ -325,47 +339,11 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         model = get_peft_model(model, lora_config(s))
     model.train()
 
-    from datasets import Dataset
-
-    from rmjudge.files import save_folder
-    from training.outputs import StagedCheckpoints
-
-    cuda = torch.cuda.is_available()
     staged = StagedCheckpoints(out, s.save_total_limit)
-    args = TrainingArguments(
-        output_dir=staged.path, num_train_epochs=s.epochs, max_steps=s.max_steps,
-        per_device_train_batch_size=s.micro_batch,
-        gradient_accumulation_steps=s.batch_size // s.micro_batch,
-        learning_rate=s.learning_rate, lr_scheduler_type="cosine",
-        warmup_steps=s.warmup_ratio, logging_steps=s.logging_steps, save_strategy="steps",
-        save_steps=s.save_steps, save_total_limit=s.save_total_limit, seed=s.seed,
-        data_seed=s.seed, use_cpu=not cuda, bf16=bool(cuda and torch.cuda.is_bf16_supported()),
-        report_to="none", remove_unused_columns=False, disable_tqdm=True,
-        dataloader_drop_last=False)
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
-                      data_collator=pad_collator(tokenizer.pad_token_id),
-                      callbacks=[jsonl_log_callback(out / "log.jsonl", progress),
-                                 staged.callback()])
-    from transformers import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)
+    trainer = _trainer(s, model, tokenizer, rows_tok, staged, progress)
     write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
-    try:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        staged.collect()
-    finally:
-        staged.close()
-    staged.write_state(trainer)
-
-    model = trainer.model
-    if s.method == "lora":
-        save_folder(str(out / "adapter"), model.save_pretrained, tokenizer.save_pretrained,
-                    # targets built with these prompts
-                    functools.partial(write_adapter_info, prompt_format=PROMPT_FORMAT))
-        model = model.merge_and_unload()
-    model_dir = out / "model"
-    save_folder(str(model_dir), functools.partial(model.save_pretrained, safe_serialization=True),
-                tokenizer.save_pretrained)
+    result = train_staged(trainer, staged, checkpoint)
+    model, model_dir = _save_models(s, trainer.model, tokenizer)
     after = None
     if check:
         model.eval()
@@ -386,3 +364,90 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     write_file(str(out / "sft.json"),
                (json.dumps(summary, indent=2, default=str) + "\n").encode())
     return summary
+
+
+def _write_examples(s: SFTSettings, rollout_source, say: Callable[[str], None]
+                    ) -> tuple[list[dict], SFTStats, dict]:
+    """Build the warm-start examples and write OUTPUT_DIR/sft_data.jsonl; refused when there
+    are none, or fewer than one step's."""
+    from rmjudge.files import write_file
+
+    examples, stats, rows = build_examples(s, rollout_source)
+    if not examples:
+        raise SFTError(f"{s.source}: no warm-start example was built ({rows['rows_read']} rows "
+                       f"read, {rows['rows_unlabelled']} unlabelled, {rows['rows_bad']} bad); "
+                       "give labelled pairs (chosen/rejected or a label column)")
+    write_file(str(Path(s.output_dir) / "sft_data.jsonl"),
+               b"".join(orjson.dumps(e) + b"\n" for e in examples))
+    if len(examples) < s.batch_size:
+        raise SFTError(f"{s.source}: {len(examples)} warm-start examples, fewer than "
+                       f"--batch-size {s.batch_size}, so no step would run; give more rows or "
+                       "lower --batch-size")
+    origin = ("templated analyses (no base rollouts)" if s.analyses == "template" else
+              f"base analyses used {stats.analyses_used}, short {stats.analyses_short}; base "
+              f"rollouts parsed {stats.rollouts_parsed} of {stats.rollouts}")
+    say(f"examples: {stats.pref_examples} Pref + {stats.refl_examples} Refl (label 1: "
+        f"{stats.label_1}, label 2: {stats.label_2}); {origin}")
+    return examples, stats, rows
+
+
+def _tokenized(s: SFTSettings, examples: list[dict], stats: SFTStats):
+    """(base folder, tokenizer, tokenized examples): the base (--model, else the embedded
+    model) as an HF folder; refused when too few examples fit --max-length."""
+    from rmjudge.engine.models import resolve_model
+
+    from training.hf import ModelSource, load_tokenizer, materialize
+
+    base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
+    tokenizer = load_tokenizer(ModelSource(base_dir))
+    rows_tok = tokenize_examples(examples, tokenizer, s.max_length, stats)
+    if len(rows_tok) < s.batch_size:
+        raise SFTError(f"{stats.too_long} of {len(examples)} examples are longer than "
+                       f"--max-length {s.max_length} tokens, leaving {len(rows_tok)}, fewer than "
+                       f"--batch-size {s.batch_size}; raise --max-length")
+    return base_dir, tokenizer, rows_tok
+
+
+def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, progress):
+    """transformers' Trainer on the tokenized examples: loss logged to `progress` and
+    log.jsonl, checkpoints to `staged`."""
+    import torch
+    from datasets import Dataset
+    from transformers import PrinterCallback, Trainer, TrainingArguments
+
+    from training.grpo import jsonl_log_callback
+
+    cuda = torch.cuda.is_available()
+    args = TrainingArguments(
+        output_dir=staged.path, num_train_epochs=s.epochs, max_steps=s.max_steps,
+        per_device_train_batch_size=s.micro_batch,
+        gradient_accumulation_steps=s.batch_size // s.micro_batch,
+        learning_rate=s.learning_rate, lr_scheduler_type="cosine",
+        warmup_steps=s.warmup_ratio, logging_steps=s.logging_steps, save_strategy="steps",
+        save_steps=s.save_steps, save_total_limit=s.save_total_limit, seed=s.seed,
+        data_seed=s.seed, use_cpu=not cuda, bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        report_to="none", remove_unused_columns=False, disable_tqdm=True,
+        dataloader_drop_last=False)
+    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
+                      data_collator=pad_collator(tokenizer.pad_token_id),
+                      callbacks=[jsonl_log_callback(Path(s.output_dir) / "log.jsonl", progress),
+                                 staged.callback()])
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def _save_models(s: SFTSettings, model, tokenizer):
+    """OUTPUT_DIR/adapter (LoRA: the adapter, then merged into the base) and OUTPUT_DIR/model
+    (the warm-started model as a plain HF folder with its tokenizer); (model, its folder)."""
+    from rmjudge.files import save_folder
+
+    out = Path(s.output_dir)
+    if s.method == "lora":
+        save_folder(str(out / "adapter"), model.save_pretrained, tokenizer.save_pretrained,
+                    # targets built with these prompts
+                    functools.partial(write_adapter_info, prompt_format=PROMPT_FORMAT))
+        model = model.merge_and_unload()
+    model_dir = out / "model"
+    save_folder(str(model_dir), functools.partial(model.save_pretrained, safe_serialization=True),
+                tokenizer.save_pretrained)
+    return model, model_dir

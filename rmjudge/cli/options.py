@@ -60,7 +60,8 @@ def _value_type(f, meta: dict, default):
     """The click type of a valued option: `choices`, `range`, `type`, else the default's type,
     else the annotation's (int or float; text otherwise); None leaves it to click."""
     if "choices" in meta:
-        return click.Choice(list(meta["choices"]))
+        return click.Choice(list(meta["choices"]),
+                            case_sensitive=meta.get("case_sensitive", True))
     if "range" in meta:
         lo, hi = meta["range"]
         return click.IntRange(min=lo, max=hi)
@@ -106,6 +107,8 @@ def _option(f, meta: dict, helptext) -> Callable:
         kw["multiple"] = True
     else:
         kw["default"] = default
+    if "flag_value" in meta:  # the value of the option given alone (`--resume` = "latest")
+        kw.update(is_flag=False, flag_value=meta["flag_value"])
     value_type = _value_type(f, meta, default)
     if value_type is not None:
         kw["type"] = value_type
@@ -124,7 +127,9 @@ def settings_options(cls, only: tuple[str, ...] | None = None,
     option's type is `choices`, `range` or `type`, else its default's, else its annotation's
     (int or float; text otherwise). `only`: just these fields' options, in this order (e.g.
     `--model` for a command that needs no other engine setting). `helps`: a command's own
-    wording of some fields' help (field -> text), or a function of every help text."""
+    wording of some fields' help (field -> text), or a function of every help text. Two more
+    keys: `flag_value` (the value of an option given alone: `--resume` is "latest") and
+    `case_sensitive` (False: `choices` match in any case, as `rmjudge-export quantize --type`)."""
     opts = []
     for f, meta in _cli_fields(cls, only):
         helptext = meta.get("help")
