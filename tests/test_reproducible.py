@@ -137,3 +137,35 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
     assert on.prefix_cache.hits >= 2
     assert on.prompt_tokens_reused > 2 * 100
     assert on.prompt_tokens_evaluated + on.prompt_tokens_reused == off.prompt_tokens_evaluated
+
+
+def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_path):
+    # The ordered comparisons of one prompt, admitted together: each pair-order's group waits
+    # for the group already evaluating the same opening (the prompt, and the first response
+    # when they share it) and copies its cells instead of evaluating them beside it. A copied
+    # cell holds what evaluating it gives, so the samples are those of the engine without it.
+    from rmjudge import prompts
+    from rmjudge.core.types import GenRequest
+
+    conv = [{"role": "user", "content": "Why is the sky blue, and why are sunsets red? " * 2}]
+    cands = ["Rayleigh scattering favours short wavelengths. " * 2,
+             "The sky reflects the ocean, which is blue. " * 2,
+             "At sunset light crosses more air, so blue is scattered away. " * 2]
+    reqs = [GenRequest(messages=prompts.pref_messages(conv, cands[a], cands[b], ""), n=2,
+                       assistant_prefix=prompts.ASSISTANT_PREFIX, temperature=1.0,
+                       seed=10 * a + b, max_tokens=4, share_key=(a, b))
+            for a in range(3) for b in range(3) if a != b]
+    runs = {}
+    for share, mb in ((True, 0), (False, 0), (True, 256)):
+        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
+                                            prefix_cache_mb=mb))
+        engine.share_prefill = share
+        gens = engine.generate(reqs)
+        runs[share, mb] = engine, [[(g.text, g.token_logprobs, g.finish_reason) for g in gl]
+                                   for gl in gens]
+    (on, got), (off, want), (cached, with_cache) = runs.values()
+    assert got == want == with_cache
+    assert off.prompt_tokens_copied == 0 and on.prompt_tokens_copied > 60
+    # nothing evaluated twice that the copies covered, nothing skipped
+    assert on.prompt_tokens_evaluated + on.prompt_tokens_copied == off.prompt_tokens_evaluated
+    assert cached.prompt_tokens_evaluated < on.prompt_tokens_evaluated
