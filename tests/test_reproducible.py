@@ -169,3 +169,33 @@ def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_
     # nothing evaluated twice that the copies covered, nothing skipped
     assert on.prompt_tokens_evaluated + on.prompt_tokens_copied == off.prompt_tokens_evaluated
     assert cached.prompt_tokens_evaluated < on.prompt_tokens_evaluated
+
+
+def test_rank_gives_the_same_comparisons_and_rankings_with_openings_shared_in_flight(
+        model_path, tmp_path):
+    # rank sends a prompt's comparisons together, so their groups share openings in flight;
+    # copying them instead of evaluating them again changes no verdict and no ranking.
+    import json
+
+    from rmjudge.rank import rank
+
+    src = tmp_path / "cands.jsonl"
+    src.write_text(json.dumps({"id": "p1", "prompt": "Why is the sky blue? Explain briefly.",
+                               "responses": ["Rayleigh scattering favours short wavelengths.",
+                                             "The sky reflects the ocean.",
+                                             "Air scatters blue light more than red light."]})
+                   + "\n")
+    stores, engines = [], []
+    for share in (True, False):
+        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
+        engine.share_prefill = share
+        out = str(tmp_path / f"r{share}.duckdb")
+        rank(str(src), out, engine=engine, judge=JudgeSettings(**JS), strategy="round-robin")
+        stores.append(out)
+        engines.append(engine)
+    ranking_q = "SELECT * FROM rankings ORDER BY ALL"
+    assert rows(stores[0], "SELECT count(*) FROM pairs")[0][0] == 3
+    assert rows(stores[0], SAMPLES_Q) == rows(stores[1], SAMPLES_Q)
+    assert rows(stores[0], PAIRS_Q) == rows(stores[1], PAIRS_Q)
+    assert rows(stores[0], ranking_q) == rows(stores[1], ranking_q)
+    assert engines[0].prompt_tokens_copied > 0 and engines[1].prompt_tokens_copied == 0
