@@ -1,8 +1,10 @@
 """`rmjudge rank` against judging the same comparisons as flat pairs with `rmjudge score`: same
 model, settings, seed and comparisons, in one run on one machine.
 
-    python benchmarks/bench_rank.py --prompts 8 --k 4 --samples 4 --max-tokens 96 --threads 1 \
-        --out benchmarks/results_rank.json
+    python benchmarks/bench_rank.py --prompts 4 --k 4 --samples 2 --max-tokens 24 --threads 1 \
+        --jobs 4 --out benchmarks/results_rank.json
+    python benchmarks/bench_rank.py --prompts 2 --k 3 --samples 8 --max-tokens 64 --threads 1 \
+        --jobs 3 --variants rank,flat,flat_shuffled --out benchmarks/results_rank_n8.json
 
 Data: PandaLM's human test set (../shared/data/pandalm/pairs.jsonl, or --data), whose
 instructions come with several models' responses: the `--prompts` instructions with at least K
