@@ -555,8 +555,8 @@ class LlamaEngine:
                 and src.copied_at < self._decode_calls)
 
     def _copy_opening(self, g: _Group) -> None:
-        """Copy the first `g.share` cells of `g.source`'s stream into `g`'s (a whole-stream copy,
-        then the rest dropped): they hold the numbers evaluating those tokens at those positions
+        """`g` takes the first `g.share` cells of `g.source`'s stream (a whole-stream copy, the
+        rest then dropped): they hold the numbers evaluating those tokens at those positions
         gives, whichever chunks did it (docs/engine.md), so `g`'s samples are unchanged."""
         l = self.l
         l.llama_memory_seq_rm(self.mem, g.owner, -1, -1)
