@@ -12,6 +12,9 @@ in *groups* that share a prompt prefix:
 - a group's evaluated prefix is saved in the prefix cache (`rmjudge.engine.prefix_cache`), and
   a group or lone sequence that starts later restores the longest cached match of its prompt
   instead of evaluating it: a pair-order's reflections open with its rollout prompt's text;
+- a group admitted while another group is still evaluating the same opening (the two orders
+  of a pair, a prompt's comparisons in `rmjudge rank`) waits for it and copies its cells
+  instead of evaluating them beside it (`_follow`);
 - each sequence then feeds its own suffix and decodes; finished sequences free their slot,
   and the next group is admitted as soon as slots allow (continuous batching across pairs, in
   request order);
