@@ -136,4 +136,68 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
     # both responses: well over a hundred tokens each), and nothing was evaluated twice
     assert on.prefix_cache.hits >= 2
     assert on.prompt_tokens_reused > 2 * 100
-    assert on.prompt_tokens_evaluated + on.prompt_tokens_reused == off.prompt_tokens_evaluated
+    # (both engines also copy the opening the two orders share while it is being evaluated)
+    assert (on.prompt_tokens_evaluated + on.prompt_tokens_reused + on.prompt_tokens_copied
+            == off.prompt_tokens_evaluated + off.prompt_tokens_copied)
+
+
+def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_path):
+    # The ordered comparisons of one prompt, admitted together: each pair-order's group waits
+    # for the group already evaluating the same opening (the prompt, and the first response
+    # when they share it) and copies its cells instead of evaluating them beside it. A copied
+    # cell holds what evaluating it gives, so the samples are those of the engine without it.
+    from rmjudge import prompts
+    from rmjudge.core.types import GenRequest
+
+    conv = [{"role": "user", "content": "Why is the sky blue, and why are sunsets red? " * 2}]
+    cands = ["Rayleigh scattering favours short wavelengths. " * 2,
+             "The sky reflects the ocean, which is blue. " * 2,
+             "At sunset light crosses more air, so blue is scattered away. " * 2]
+    reqs = [GenRequest(messages=prompts.pref_messages(conv, cands[a], cands[b], ""), n=2,
+                       assistant_prefix=prompts.ASSISTANT_PREFIX, temperature=1.0,
+                       seed=10 * a + b, max_tokens=4, share_key=(a, b))
+            for a in range(3) for b in range(3) if a != b]
+    runs = {}
+    for share, mb in ((True, 0), (False, 0), (True, 256)):
+        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
+                                            prefix_cache_mb=mb))
+        engine.share_prefill = share
+        gens = engine.generate(reqs)
+        runs[share, mb] = engine, [[(g.text, g.token_logprobs, g.finish_reason) for g in gl]
+                                   for gl in gens]
+    (on, got), (off, want), (cached, with_cache) = runs.values()
+    assert got == want == with_cache
+    assert off.prompt_tokens_copied == 0 and on.prompt_tokens_copied > 60
+    # nothing evaluated twice that the copies covered, nothing skipped
+    assert on.prompt_tokens_evaluated + on.prompt_tokens_copied == off.prompt_tokens_evaluated
+    assert cached.prompt_tokens_evaluated < on.prompt_tokens_evaluated
+
+
+def test_rank_gives_the_same_comparisons_and_rankings_with_openings_shared_in_flight(
+        model_path, tmp_path):
+    # rank sends a prompt's comparisons together, so their groups share openings in flight;
+    # copying them instead of evaluating them again changes no verdict and no ranking.
+    import json
+
+    from rmjudge.rank import rank
+
+    src = tmp_path / "cands.jsonl"
+    src.write_text(json.dumps({"id": "p1", "prompt": "Why is the sky blue? Explain briefly.",
+                               "responses": ["Rayleigh scattering favours short wavelengths.",
+                                             "The sky reflects the ocean.",
+                                             "Air scatters blue light more than red light."]})
+                   + "\n")
+    stores, engines = [], []
+    for share in (True, False):
+        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
+        engine.share_prefill = share
+        out = str(tmp_path / f"r{share}.duckdb")
+        rank(str(src), out, engine=engine, judge=JudgeSettings(**JS), strategy="round-robin")
+        stores.append(out)
+        engines.append(engine)
+    ranking_q = "SELECT * FROM rankings ORDER BY ALL"
+    assert rows(stores[0], "SELECT count(*) FROM pairs")[0][0] == 3
+    assert rows(stores[0], SAMPLES_Q) == rows(stores[1], SAMPLES_Q)
+    assert rows(stores[0], PAIRS_Q) == rows(stores[1], PAIRS_Q)
+    assert rows(stores[0], ranking_q) == rows(stores[1], ranking_q)
+    assert engines[0].prompt_tokens_copied > 0 and engines[1].prompt_tokens_copied == 0

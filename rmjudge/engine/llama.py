@@ -12,6 +12,9 @@ in *groups* that share a prompt prefix:
 - a group's evaluated prefix is saved in the prefix cache (`rmjudge.engine.prefix_cache`), and
   a group or lone sequence that starts later restores the longest cached match of its prompt
   instead of evaluating it: a pair-order's reflections open with its rollout prompt's text;
+- a group admitted while another group is still evaluating the same opening (the two orders
+  of a pair, a prompt's comparisons in `rmjudge rank`) waits for it and copies its cells
+  instead of evaluating them beside it (`_follow`);
 - each sequence then feeds its own suffix and decodes; finished sequences free their slot,
   and the next group is admitted as soon as slots allow (continuous batching across pairs, in
   request order);
@@ -116,6 +119,9 @@ class _Group:
     seqs: list[_Seq]
     fed: int = 0  # prefix tokens evaluated so far (on the first sequence's slot)
     owner: int = -1
+    source: "_Group | None" = None  # a group still evaluating this one's opening: wait for it
+    share: int = 0  # prefix tokens to copy from `source` once it has evaluated them
+    copied_at: int = -1  # the engine's decode-call count when its own opening was copied
 
 
 @dataclass
@@ -169,6 +175,11 @@ class LlamaEngine:
         self._generated = 0
         self.prompt_tokens_evaluated = 0  # prefill work, for profiles and benchmarks
         self.prompt_tokens_reused = 0  # prompt tokens restored from the prefix cache instead
+        self.prompt_tokens_copied = 0  # ... or copied from a group evaluating them at the time
+        # A group admitted while another group is still evaluating the same opening waits for
+        # it and copies its cells (`_follow`); False evaluates the opening twice (benchmarks).
+        self.share_prefill = True
+        self._decode_calls = 0  # llama_decode calls; a stream copy is applied by the next one
         self.prefix_cache = PrefixCache(settings.prefix_cache_mb << 20)
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
@@ -334,6 +345,7 @@ class LlamaEngine:
             batch.seq_id[i][0] = slot
             batch.logits[i] = logits
         batch.n_tokens = len(items)
+        self._decode_calls += 1
         rc = self.l.llama_decode(self.ctx, batch)
         if rc != 0:
             raise ModelError(f"llama_decode failed (code {rc}); lower --parallel or --batch-size")
@@ -412,7 +424,8 @@ class LlamaEngine:
                 s.slot = heapq.heappop(run.free_slots)
             g.owner = g.seqs[0].slot
             if g.prefix:
-                g.fed = self._restore(g.owner, g.prefix, len(g.prefix))
+                if not self._follow(g, run):
+                    g.fed = self._restore(g.owner, g.prefix, len(g.prefix))
                 run.prefilling.append(g)
             else:
                 for s in g.seqs:
@@ -444,6 +457,8 @@ class LlamaEngine:
         budget = self.settings.batch_size
         work: list[tuple[int, int, int, _Group | None, _Seq | None]] = []
         for g in run.prefilling:
+            if g.source is not None:
+                continue  # waits for the group evaluating its opening (`_follow`)
             take = _take(len(g.prefix) - g.fed, budget)
             if take:
                 work.append((take, g.owner, g.fed, g, None))
@@ -473,6 +488,9 @@ class LlamaEngine:
             self.prompt_tokens_evaluated += len(items)
             if sampled:
                 self._sample(sampled)
+        ready = [g for g in run.prefilling if g.source is not None and self._can_copy(g)]
+        for g in ready:  # before any finished source leaves `prefilling`
+            self._copy_opening(g)
         still = []
         for g in run.prefilling:
             if g.fed == len(g.prefix):
@@ -509,6 +527,48 @@ class LlamaEngine:
         for g in run.prefilling:
             for s in g.seqs:
                 self.l.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
+
+    # -- prefixes shared in flight ------------------------------------------------------
+    def _follow(self, g: _Group, run: _Schedule) -> bool:
+        """Whether `g` waits for a group that is evaluating the same opening right now (the
+        comparisons of one prompt admitted together: the prompt, and often their first
+        response). It then copies that group's cells (`_copy_opening`) instead of evaluating
+        them a second time beside it. Only worth it when the copy covers at least `MIN_REUSE`
+        tokens more than the prefix cache holds; the copy always leaves `g` at least one chunk
+        of its own to evaluate, so its sequences are copied from cells it completed itself."""
+        if not self.share_prefill or not run.prefilling:
+            return False
+        limit = len(g.prefix) - MIN_CHUNK
+        cached = self.prefix_cache.lookup(g.prefix, limit)[1] if self.prefix_cache.budget else 0
+        best, best_m = None, 0
+        for h in run.prefilling:
+            m = min(common_prefix([g.prefix, h.prefix]), limit)
+            if m > best_m:
+                best, best_m = h, m
+        if best is None or best_m < max(MIN_REUSE, cached + MIN_REUSE):
+            return False
+        g.source, g.share = best, best_m
+        return True
+
+    def _can_copy(self, g: _Group) -> bool:
+        """`g.source` has evaluated `g.share` tokens, and no copy into its own stream is still
+        pending (llama.cpp applies stream copies at the next decode call)."""
+        src = g.source
+        return (src is not None and src.source is None and src.fed >= g.share
+                and src.copied_at < self._decode_calls)
+
+    def _copy_opening(self, g: _Group) -> None:
+        """`g` takes the first `g.share` cells of `g.source`'s stream (a whole-stream copy, the
+        rest then dropped): they hold the numbers evaluating those tokens at those positions
+        gives, whichever chunks did it (docs/engine.md), so `g`'s samples are unchanged."""
+        l = self.l
+        l.llama_memory_seq_rm(self.mem, g.owner, -1, -1)
+        l.llama_memory_seq_cp(self.mem, g.source.owner, g.owner, -1, -1)
+        l.llama_memory_seq_rm(self.mem, g.owner, g.share, -1)
+        g.fed = g.share
+        g.copied_at = self._decode_calls
+        self.prompt_tokens_copied += g.share
+        g.source = None
 
     # -- prefix cache --------------------------------------------------------------------
     def _restore(self, slot: int, tokens: list[int], limit: int) -> int:

@@ -184,7 +184,8 @@ def schedule(plan: list[tuple[Prompt, list[tuple[int, int]]]]
     """A round's comparisons in judging order: prompt by prompt, and within a prompt candidate
     by candidate ((0,1), (0,2), ..., (1,2), ...), so consecutive comparisons share the prompt
     and often their first response, which the engine's prefix cache then restores instead of
-    evaluating again. (Interleaving the comparisons of several prompts, so that a prompt's
+    evaluating again; comparisons that start together copy that opening from the one
+    evaluating it (docs/engine.md, "Openings shared in flight"). (Interleaving the comparisons of several prompts, so that a prompt's
     first comparison is cached before its next one starts, was measured slower: with 8 prompts
     at a time their cached prefixes no longer fit the cache together; docs/speed.md.) The
     order changes the time a run takes, never its verdicts."""
