@@ -18,7 +18,7 @@ def server_default(name: str):
     """A `ServerSettings` field's default: the dataclass is where it is written."""
     from dataclasses import fields
 
-    from rmjudge.engine.server import ServerSettings
+    from rmjudge.engine.server_settings import ServerSettings
 
     return next(f.default for f in fields(ServerSettings) if f.name == name)
 
@@ -66,7 +66,7 @@ def server_settings(kw: dict):
             raise SettingsError("--server-model, --server-api, --server-share-prompt and "
                                 "--chat-template need --server URL")
         return None
-    from rmjudge.engine.server import ServerSettings
+    from rmjudge.engine.server_settings import ServerSettings
 
     if template is not None:
         check_template_file(template)
