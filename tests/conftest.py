@@ -162,3 +162,36 @@ def _private_cache(tmp_path_factory):
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = old
+
+
+
+TIMELOG = os.environ.get("RMJUDGE_TEST_TIMELOG")
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True, specname="pytest_runtest_protocol")
+def pytest_runtest_protocol_timelog(item, nextitem):
+    """With RMJUDGE_TEST_TIMELOG=FILE, one JSON line per test appended to FILE: its worker,
+    start and end (setup, call and teardown, waits for the `alone` lock included), the CPU
+    time of the worker process (all its threads) and of the subprocesses it waited for, and
+    its xdist group; docs/development.md reads the suite's time with it."""
+    if not TIMELOG:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    t0, c0, k0 = time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    t1, c1, k1 = time.time(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    group = item.get_closest_marker("xdist_group")
+    with open(TIMELOG, "a") as f:
+        f.write(json.dumps({"id": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER",
+                                                                         "main"),
+                            "start": t0, "end": t1, "cpu": round(c1 - c0, 3),
+                            "child_cpu": round(k1 - k0, 3),
+                            "group": group.args[0] if group else None}) + "\n")

@@ -320,3 +320,28 @@ def test_check_reports_rows_refusals_and_duplicates_without_judging(tmp_path):
     # bench without --check still needs -o
     r = bench_cli("--data", f"rmbench={data}")
     assert r.returncode != 0 and r.stderr.startswith("Error: give -o DIR")
+
+
+def test_check_lists_a_utf16_file_as_not_read_and_reads_the_others(tmp_path):
+    """A published file saved as UTF-16 (a Windows editor's "Unicode") is one file the check
+    cannot read, with the reason and the conversion; the other files are still counted and the
+    check ends normally."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    data = tmp_path / "data"
+    shutil.copytree(RMBENCH, data)
+    chat = data / "chat_filtered.json"
+    chat.write_bytes(chat.read_text(encoding="utf-8").encode("utf-16"))
+    r = CliRunner().invoke(main, ["bench", "--check", "--data", f"rmbench={data}"])
+    assert r.exit_code == 0, r.output
+    assert f"{chat}: not read: {chat} is UTF-16 (or UTF-32) text; rmjudge reads UTF-8: " \
+           f"convert it with iconv -f UTF-16 -t UTF-8 {chat}" in r.output
+    assert "in all: 5 rows read from 5 file(s), 5 items (45 pairs), 0 refused, 0 duplicate " \
+           "keys, 0 pairs refused by the intake, 1 file(s) not read" in r.output
+    r = CliRunner().invoke(main, ["bench", "--check", "--json", "--data", f"rmbench={data}"])
+    assert r.exit_code == 0, r.output
+    files = {f["path"]: f for f in json.loads(r.output)[0]["files"]}
+    assert files[str(chat)]["rows"] == 0 and "UTF-16" in files[str(chat)]["error"]
+    assert sum(f["rows"] for f in files.values()) == 5

@@ -516,7 +516,7 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
     import importlib
 
     import rmjudge.cli.server_options as so
-    import rmjudge.engine.server as server
+    import rmjudge.engine.server_settings as server  # where the dataclass is defined
 
     @dataclasses.dataclass(frozen=True)
     class Other(server.ServerSettings):

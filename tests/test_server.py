@@ -1091,7 +1091,8 @@ def _count(db: str) -> int:
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_path, tmp_path):
+def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_path, tmp_path,
+                                                                         llama_server):
     proc, url = start_llama_server(model_path, tmp_path / "server.log")
     out = str(tmp_path / "d.duckdb")
     try:
@@ -1108,13 +1109,12 @@ def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_pat
     assert err.count("\n") == 1 and err.startswith("Error: the server at " + url)
     assert "rerun the same command to resume" in err
     assert _count(out) < 2
-    # a new server (another port) finishes the run: the store resumes where it stopped
-    proc2, url2 = start_llama_server(model_path, tmp_path / "server2.log")
-    try:
-        done = subprocess.run(_score_cmd(url2, model_path, out, "--limit", "2"),
-                              capture_output=True, text=True)
-    finally:
-        stop_server(proc2)
+    # another server (the module's, another port) finishes the run: the store resumes where
+    # it stopped
+    url2, _ = llama_server
+    assert url2 != url
+    done = subprocess.run(_score_cmd(url2, model_path, out, "--limit", "2"),
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert rows(out, "SELECT count(*), count(DISTINCT id) FROM pairs") == [(2, 2)]
     assert recompute_all(out) == 2

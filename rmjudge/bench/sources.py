@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import orjson
 
 from rmjudge.bench.base import BenchError, Benchmark
-from rmjudge.io.readers import read_rows
+from rmjudge.io.readers import InputError, read_rows
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 
 def read_file(path: str, fields: dict[str, Any]) -> Iterator[Published]:
     """The published rows of one file (or Hub id); BenchError when the file cannot be read at
-    all (a Git LFS pointer, not a JSON array)."""
+    all (a Git LFS pointer, not a JSON array, UTF-16 or binary text), so that `bench --check`
+    lists it as not read and goes on with the other files."""
     if "://" not in path and _head(path).startswith(LFS_POINTER):
         raise BenchError(f"{path} is a Git LFS pointer, not the data: fetch the file itself "
                          "(`git lfs pull` in the clone)")
@@ -58,7 +59,14 @@ def read_file(path: str, fields: dict[str, Any]) -> Iterator[Published]:
                 yield Published(path, n, None, fields, "element is not a JSON object",
                                 orjson.dumps(obj).decode()[:2000])
         return
-    for r in read_rows(path):
+    rows = read_rows(path)
+    while True:
+        try:
+            r = next(rows)
+        except StopIteration:
+            return
+        except InputError as exc:  # the file as a whole (UTF-16, binary, not JSON Lines)
+            raise BenchError(str(exc)) from None
         if r.obj is None:
             yield Published(path, r.row_number, None, fields, r.error or "unreadable row", r.raw)
         else:

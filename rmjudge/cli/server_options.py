@@ -9,15 +9,15 @@ option, so it stays out of shell history and of the run tables.
 from __future__ import annotations
 
 from rmjudge.cli.options import settings_options, settings_values
-from rmjudge.engine import server
+from rmjudge.engine.server_settings import ServerSettings
 
 
-server_options = settings_options(server.ServerSettings, only=server.ServerSettings.OPTIONS)
+server_options = settings_options(ServerSettings, only=ServerSettings.OPTIONS)
 
 
 def server_settings(kw: dict):
     """A ServerSettings from the options (None without --server); pops them from `kw`."""
-    values = settings_values(server.ServerSettings, kw, only=server.ServerSettings.OPTIONS)
+    values = settings_values(ServerSettings, kw, only=ServerSettings.OPTIONS)
     if values["url"] is None:
         if values["model"] or values["chat_template"] or values["api"] != "auto" \
                 or values["share_prompt"]:
@@ -28,7 +28,7 @@ def server_settings(kw: dict):
         return None
     if values["chat_template"] is not None:
         check_template_file(values["chat_template"])
-    return server.ServerSettings(**values)
+    return ServerSettings(**values)
 
 
 def check_template_file(path: str) -> None:
