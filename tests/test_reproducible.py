@@ -58,6 +58,24 @@ def test_parallel_batch_size_and_threads_do_not_change_samples(reference, model_
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
 
 
+def test_threads_following_the_load_mid_run_change_no_sample(reference, model_path, tmp_path):
+    # Without --threads the engine follows the load while it runs (LoadFollower): here it is
+    # told to switch between 1 and 2 threads before every decode, and every sample is still
+    # the reference's.
+    src, ref = reference
+    engine = load_engine(EngineSettings(model=model_path, parallel=16))
+    assert engine.load_follower is not None
+    flips = iter(lambda: 2 if engine.threads == 1 else 1, None)
+    engine.load_follower.check = lambda: next(flips)
+    out = str(tmp_path / "f.duckdb")
+    score(src, engine, JudgeSettings(**JS), output=out)
+    assert engine.decode_steps > 10 and engine.threads in (1, 2)
+    assert rows(out, SAMPLES_Q) == rows(ref, SAMPLES_Q)
+    assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
+    fixed = load_engine(EngineSettings(model=model_path, threads=1))
+    assert fixed.load_follower is None  # --threads given: the count stays as asked
+
+
 def test_two_shards_give_the_unsharded_samples(reference, model_path, tmp_path):
     src, ref = reference
     shards = [_run(src, str(tmp_path / f"s{i}.duckdb"), model_path, shard=(i, 2), parallel=4)

@@ -79,3 +79,4 @@ def test_default_threads_leaves_the_busy_cores_to_their_processes():
             p.wait()
     # jobs that ended a moment ago no longer count (the 1-minute load average still would)
     assert _until(cpu_load.default_threads, lambda n: n == len(cpus)) == len(cpus)
+

@@ -70,6 +70,45 @@ def busy_cores(cpus: list[int] | None = None, window: float = 0.3) -> float:
     return max(0.0, share * len(cpus) - own)
 
 
+class LoadFollower:
+    """The thread count of a run whose `--threads` was not given, kept in step with the load
+    while it runs: at most every `interval` seconds, the cores other processes kept busy since
+    the last look (their CPU time on these CPUs from /proc/stat, this process's own taken out)
+    decide it again, as `default_threads` decides it at the start. A job that starts beside a
+    run then costs the run one thread instead of most of its speed (llama.cpp's threads spin at
+    a barrier while one of them waits for its core), and the thread comes back when the job
+    ends. Looking costs one read of /proc/stat and never sleeps. The thread count does not
+    change a sample (docs/engine.md), so following the load changes only the time a run takes."""
+
+    def __init__(self, threads: int, interval: float = 2.0):
+        self.threads = threads
+        self.interval = interval
+        self.changes = 0
+        self._cpus = _usable_cpus()
+        self._mark = self._look()
+
+    def _look(self) -> tuple[tuple[int, int] | None, float, float]:
+        return _cpu_ticks(self._cpus), _own_seconds(), time.monotonic()
+
+    def check(self) -> int | None:
+        """The new thread count when the load since the last look asks for another one; None
+        when it does not, when the last look is under `interval` old, or without /proc/stat."""
+        if time.monotonic() - self._mark[2] < self.interval:
+            return None
+        (before, own_before, t0), (after, own_after, t1) = self._mark, self._look()
+        self._mark = (after, own_after, t1)
+        if before is None or after is None or after[1] <= before[1]:
+            return None
+        share = (after[0] - before[0]) / (after[1] - before[1])
+        others = max(0.0, share * len(self._cpus) - (own_after - own_before) / max(t1 - t0, 1e-6))
+        want = max(1, len(self._cpus) - int(others + 0.5))
+        if want == self.threads:
+            return None
+        self.threads = want
+        self.changes += 1
+        return want
+
+
 def _own_seconds() -> float:
     t = os.times()
     return t.user + t.system

@@ -43,7 +43,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from rmjudge.engine.base import RequestSource
-from rmjudge.engine.cpu_load import default_threads
+from rmjudge.engine.cpu_load import LoadFollower, default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.prefix_cache import PrefixCache
 from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count_tokens,
@@ -184,6 +184,8 @@ class LlamaEngine:
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
         self.threads = settings.threads or default_threads()
+        # without --threads, the thread count follows the load while the run goes (CPU only)
+        self.load_follower = None if settings.threads or self.on_gpu else LoadFollower(self.threads)
         if settings.lora:
             self._lora = llama_cpp.llama_adapter_lora_init(self.model, settings.lora.encode())
             if not self._lora:
@@ -345,6 +347,9 @@ class LlamaEngine:
             batch.seq_id[i][0] = slot
             batch.logits[i] = logits
         batch.n_tokens = len(items)
+        if self.load_follower is not None and (n := self.load_follower.check()) is not None:
+            self.threads = n
+            self.l.llama_set_n_threads(self.ctx, n, n)
         self._decode_calls += 1
         rc = self.l.llama_decode(self.ctx, batch)
         if rc != 0:
