@@ -172,21 +172,9 @@ def write_data(t: JudgedTable, w: _Writer, table: str, output: str) -> dict:
     vocab = {c: cols[c]["values"] for c in CODED}
     for c in CODED:
         cols[c] = cols[c]["codes"]
-    groups = [{"name": g["name"], "values": g["values"]} for g in cols["groups"]]
-    group_codes = [g["codes"] for g in cols.pop("groups")]
-    parts = {"list": 0, "detail": 0, "text": 0}
-    for k, start in enumerate(range(0, n, LIST_CHUNK)):
-        part = {c: v[start:start + LIST_CHUNK] for c, v in cols.items()}
-        part["groups"] = [g[start:start + LIST_CHUNK] for g in group_codes]
-        w.put(f"data/list-{k:05d}.js", _script("list", str(k).encode(), _json(part)))
-        parts["list"] += 1
-    for k, rows in enumerate(_chunks(items.detail_rows(), DETAIL_CHUNK)):
-        w.put(f"data/detail-{k:05d}.js",
-              _script("detail", str(k).encode(), b"[" + b",\n".join(rows) + b"]"))
-        parts["detail"] += 1
-    for k, rows in enumerate(_chunks(items.search_texts(), TEXT_CHUNK)):
-        w.put(f"data/text-{k:05d}.js", _script("text", str(k).encode(), _json(rows)))
-        parts["text"] += 1
+    parts: dict = {}
+    groups = _put_parts(w, items, cols, parts, ("list", "detail", "text"),
+                        ("list", "detail", "text"))
     settings = t.meta.get("settings")
     name = os.path.basename(table_stem(os.path.abspath(table)))
     meta = {
@@ -213,27 +201,38 @@ def write_data(t: JudgedTable, w: _Writer, table: str, output: str) -> dict:
     return {"meta": meta, "parts": parts}
 
 
+def _put_parts(w: _Writer, items, cols: dict, parts: dict, names: tuple[str, str, str],
+               keys: tuple[str, str, str]) -> list[dict]:
+    """The three parts of a list of items (pairs, or a ranked store's prompts) as data files:
+    the list's columns in chunks of LIST_CHUNK (`names[0]`), the details (`names[1]`) and the
+    search texts (`names[2]`); `parts[keys[i]]` counts each part's files. Returns the groups'
+    names and values (their codes go into the list's chunks)."""
+    groups = [{"name": g["name"], "values": g["values"]} for g in cols["groups"]]
+    group_codes = [g["codes"] for g in cols.pop("groups")]
+    for key in keys:
+        parts[key] = 0
+    for k, start in enumerate(range(0, items.count, LIST_CHUNK)):
+        part = {c: v[start:start + LIST_CHUNK] for c, v in cols.items()}
+        part["groups"] = [g[start:start + LIST_CHUNK] for g in group_codes]
+        w.put(f"data/{names[0]}-{k:05d}.js", _script(names[0], str(k).encode(), _json(part)))
+        parts[keys[0]] += 1
+    for k, rows in enumerate(_chunks(items.detail_rows(), DETAIL_CHUNK)):
+        w.put(f"data/{names[1]}-{k:05d}.js",
+              _script(names[1], str(k).encode(), b"[" + b",\n".join(rows) + b"]"))
+        parts[keys[1]] += 1
+    for k, rows in enumerate(_chunks(items.search_texts(), TEXT_CHUNK)):
+        w.put(f"data/{names[2]}-{k:05d}.js", _script(names[2], str(k).encode(), _json(rows)))
+        parts[keys[2]] += 1
+    return groups
+
+
 def write_prompts(t: JudgedTable, w: _Writer, parts: dict) -> dict:
     """The data files of a ranked store's prompts (`plist`, `pdetail`, `ptext`, the same three
     parts as the pairs'); returns their part of the meta."""
     items = PromptItems(t)
-    cols = items.index_columns()
-    groups = [{"name": g["name"], "values": g["values"]} for g in cols["groups"]]
-    group_codes = [g["codes"] for g in cols.pop("groups")]
-    for name in ("prompt_list", "prompt_detail", "prompt_text"):
-        parts[name] = 0
-    for k, start in enumerate(range(0, items.count, LIST_CHUNK)):
-        part = {c: v[start:start + LIST_CHUNK] for c, v in cols.items()}
-        part["groups"] = [g[start:start + LIST_CHUNK] for g in group_codes]
-        w.put(f"data/plist-{k:05d}.js", _script("plist", str(k).encode(), _json(part)))
-        parts["prompt_list"] += 1
-    for k, rows in enumerate(_chunks(items.detail_rows(), DETAIL_CHUNK)):
-        w.put(f"data/pdetail-{k:05d}.js",
-              _script("pdetail", str(k).encode(), b"[" + b",\n".join(rows) + b"]"))
-        parts["prompt_detail"] += 1
-    for k, rows in enumerate(_chunks(items.search_texts(), TEXT_CHUNK)):
-        w.put(f"data/ptext-{k:05d}.js", _script("ptext", str(k).encode(), _json(rows)))
-        parts["prompt_text"] += 1
+    groups = _put_parts(w, items, items.index_columns(), parts,
+                        ("plist", "pdetail", "ptext"),
+                        ("prompt_list", "prompt_detail", "prompt_text"))
     s = items.settings
     return {"count": items.count, "prompts": len(items.prompts),
             "errors": len(items.error_prompts), "flags": PROMPT_FLAGS, "groups": groups,
