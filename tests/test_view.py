@@ -172,6 +172,26 @@ def test_list_and_details_hold_what_the_store_holds(judged, tmp_path):
     assert "william shakespeare" in texts[7] and texts[7] == texts[7].lower()
 
 
+def test_the_run_settings_name_the_lora_a_run_applied(judged, tmp_path):
+    """A run with a LoRA (the demo format adapter, `--lora`) records its file and sha256; the
+    explorer's run settings name both, and a run without one says none."""
+    import shutil
+
+    import duckdb
+
+    store = str(tmp_path / "lora.duckdb")
+    shutil.copy(judged, store)
+    build_view(store, str(tmp_path / "plain"))
+    assert all(r["lora"] is None for r in _meta(tmp_path / "plain")["runs"])
+    with duckdb.connect(store) as c:
+        c.execute("UPDATE runs SET lora_path = '/x/adapters/demo.lora.gguf', "
+                  "lora_sha256 = 'ab' || repeat('0', 62)")
+    build_view(store, str(tmp_path / "with"))
+    runs = _meta(tmp_path / "with")["runs"]
+    assert runs and all(r["lora"] == "demo.lora.gguf" and r["lora_sha256"].startswith("ab0")
+                        for r in runs)
+
+
 def test_exports_and_error_rows(tmp_path):
     out = build(tmp_path, "e.parquet")
     s = build_view(out)

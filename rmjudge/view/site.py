@@ -123,7 +123,9 @@ def _runs(t: JudgedTable) -> list[dict]:
     out = []
     for r in t.runs():
         out.append({"run_id": r.get("run_id"), "model": os.path.basename(r.get("model_path") or "")
-                    or None, "model_sha256": r.get("model_sha256"), "lora": r.get("lora_path"),
+                    or None, "model_sha256": r.get("model_sha256"),
+                    "lora": os.path.basename(r.get("lora_path") or "") or None,
+                    "lora_sha256": r.get("lora_sha256"),
                     "started": str(r.get("started")) if r.get("started") else None,
                     "status": r.get("status"), "pairs_judged": r.get("pairs_judged"),
                     "shard": r.get("shard"), "input": r.get("input")})

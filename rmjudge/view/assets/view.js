@@ -593,7 +593,8 @@
     var run = null;
     (S.meta.runs || []).forEach(function (r) { if (r.run_id === d.run) run = r; });
     run = run || (S.meta.runs || [])[S.meta.runs.length - 1] || {};
-    var rows = [["model", run.model || "–"], ["N (samples)", s.samples], ["max tokens", s.max_tokens === null || s.max_tokens === undefined ? "default" : s.max_tokens],
+    var lora = run.lora ? run.lora + (run.lora_sha256 ? " (sha256 " + run.lora_sha256.slice(0, 12) + ")" : "") : "none";
+    var rows = [["model", run.model || "–"], ["LoRA", lora], ["N (samples)", s.samples], ["max tokens", s.max_tokens === null || s.max_tokens === undefined ? "default" : s.max_tokens],
                 ["temperature", s.temperature], ["criteria", S.meta.criteria || "–"], ["reflection", s.reflect === false ? "off" : "on"],
                 ["on inconsistent", s.on_inconsistent], ["run", d.run === null ? "–" : d.run]];
     box.appendChild(el("div", "settings-title", "Run settings"));
