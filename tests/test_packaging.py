@@ -120,6 +120,14 @@ def test_the_version_is_written_once():
     assert CliRunner().invoke(main, ["--version"]).output.strip().endswith(rmjudge.__version__)
 
 
+def test_the_version_is_the_changelogs_newest():
+    """The package says the version whose changes CHANGELOG.md lists first."""
+    import rmjudge
+
+    newest = re.search(r"^## (\S+) \(", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert newest and newest.group(1) == rmjudge.__version__
+
+
 def test_the_metadata_is_complete():
     project = pyproject()["project"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
