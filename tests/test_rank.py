@@ -675,3 +675,22 @@ def test_ranking_into_a_store_of_judged_pairs_is_one_error_in_plain_words(tmp_pa
     assert r.exit_code != 0 and len(lines) == 1, r.output
     assert "holds pairs judged by `rmjudge score`" in lines[0] and "--overwrite" in lines[0]
     assert rows(out, "SELECT id, verdict FROM pairs") == before
+
+
+def test_eval_resamples_0_on_a_ranked_store_gives_no_interval(tmp_path):
+    """--resamples 0 means no intervals (as on judged pairs), not a zero-width one."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    objs = responses_rows(3, 3)
+    objs[1]["ratings"] = [-v for v in objs[1]["ratings"]]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0"])
+    assert r.exit_code == 0, r.output
+    assert "top-1 accuracy: 0.667 [-, -]" in r.output, r.output
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0", "--json"])
+    top1 = json.loads(r.output)["top1_accuracy"]
+    assert top1["lo"] is None and top1["hi"] is None and top1["value"] == pytest.approx(2 / 3)

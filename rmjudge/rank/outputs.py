@@ -258,8 +258,8 @@ class RankEval:
     table: str
     prompts: int  # prompts in the store
     with_gold: int  # prompts with gold ranks and a judged comparison
-    top1: tuple[float, float, float] | None  # (value, lo, hi)
-    kendall_tau: tuple[float, float, float] | None
+    top1: tuple[float, float | None, float | None] | None  # (value, lo, hi); no lo/hi: --resamples 0
+    kendall_tau: tuple[float, float | None, float | None] | None
     tau_prompts: int  # prompts with a defined tau
     level: float = 0.95
     groups: dict[str, dict] = field(default_factory=dict)
@@ -298,9 +298,8 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
 
     if not values:
         return None
-    if resamples <= 0:
-        m = sum(values) / len(values)
-        return (m, m, m)
+    if resamples <= 0:  # --resamples 0: no interval (lo and hi None, shown as -)
+        return (sum(values) / len(values), None, None)
     return bootstrap_mean(values, resamples, seed, level)
 
 
@@ -353,7 +352,10 @@ def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 
 
 def render_eval(e: RankEval) -> str:
     def fig(x):
-        return "n/a" if x is None else f"{x[0]:.3f} [{x[1]:.3f}, {x[2]:.3f}]"
+        if x is None:
+            return "n/a"
+        lo, hi = ("-" if v is None else f"{v:.3f}" for v in x[1:])
+        return f"{x[0]:.3f} [{lo}, {hi}]"
 
     pct = f"{int(e.level * 100)}%"
     lines = [f"{e.table}: ranked store, {e.prompts} prompts, {e.with_gold} with gold ranks",
