@@ -33,8 +33,8 @@ from rmjudge.core.extras import install_hint
 from rmjudge.core.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
-from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
-                         materialize, render_prompt)
+from training.hf import (DEFAULT_TARGETS, ModelSource, check_target_modules, load_base,
+                         load_tokenizer, lora_config, materialize, render_prompt)
 from training.outputs import write_adapter_info
 
 
@@ -498,6 +498,7 @@ def _make_trainer(s: GRPOSettings, model, tokenizer, dataset, ids_by_text, confi
         model = PeftModel.from_pretrained(model, s.init_adapter, is_trainable=True)
         peft_config = None
     else:
+        check_target_modules(model, s)
         peft_config = lora_config(s)
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,
