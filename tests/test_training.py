@@ -187,6 +187,18 @@ def test_grpo_refuses_an_init_adapter_that_is_not_one(tmp_path):
         GRPOSettings(model="m", data="d", output_dir=str(tmp_path), init_adapter=str(tmp_path))
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("eval_max_items", -1, "--eval-max-items must be 0 or more"),  # was held[:-1]
+    ("temperature", -1.0, "--temperature must be above 0"),
+    ("temperature", 0.0, "--temperature must be above 0"),
+])
+def test_grpo_refuses_settings_that_would_train_on_nonsense(tmp_path, field, value, message):
+    from training.grpo import GRPOSettings, TrainError
+
+    with pytest.raises(TrainError, match=message):
+        GRPOSettings(model="m", data="d", output_dir=str(tmp_path), **{field: value})
+
+
 def test_build_data_lora_needs_a_gguf_model(tmp_path):
     from click.testing import CliRunner
 

@@ -111,6 +111,11 @@ class GRPOSettings:
             raise TrainError("--quantization must be nf4 or none")
         if not 0.0 <= self.eval_fraction < 1.0:
             raise TrainError("--eval-fraction must be in [0, 1)")
+        if self.eval_max_items < 0:  # a negative cap would slice items off the end
+            raise TrainError("--eval-max-items must be 0 or more")
+        if not 0.0 < self.temperature <= 5.0:  # greedy completions of a prompt never differ
+            raise TrainError("--temperature must be above 0 (GRPO compares sampled "
+                             "completions) and at most 5")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise TrainError("--warmup-ratio must be in [0, 1)")
         if self.beta < 0 or not 0.0 <= self.lora_dropout < 1.0 or self.learning_rate <= 0:
