@@ -16,3 +16,19 @@ def test_eval_negative_resamples_is_one_error_line(tmp_path):
     r = run("eval", tmp_path / "x.duckdb", "--resamples", "-5")
     assert r.exit_code != 0
     assert r.output == "Error: --resamples must be 0 (no intervals) or more\n"
+
+
+def test_an_output_under_a_file_names_the_file_in_the_way(tmp_path):
+    """Before: "cannot create the directory .../pairs.jsonl: File exists", no fix given."""
+    import pytest
+
+    from rmjudge.files import prepare_dir
+    from rmjudge.files.errors import StoreError
+
+    (tmp_path / "pairs.jsonl").write_text("{}\n")
+    with pytest.raises(StoreError) as info:
+        prepare_dir(str(tmp_path / "pairs.jsonl" / "deeper" / "out.duckdb"))
+    assert str(info.value) == (f"cannot create the directory {tmp_path / 'pairs.jsonl' / 'deeper'}"
+                               f": {tmp_path / 'pairs.jsonl'} is a file, not a folder; choose "
+                               "another -o")
+    assert (tmp_path / "pairs.jsonl").read_text() == "{}\n"
