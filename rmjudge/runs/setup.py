@@ -57,7 +57,7 @@ class RunOptions:
         None, "Judge only shard I of N (stable partition by pair id), for array jobs.",
         metavar="I/N", type=str, parse=parse_shard)
     commit_every: int = setting(8, "Commit results every N pairs (a crash loses at most the "
-                                "pairs in flight).")
+                                "pairs in flight).", range=(1, None))
     overwrite: bool = setting(False, "Discard an existing output (an rmjudge store no other run "
                               "is writing) and start again.", flag="--overwrite")
     rejudge_changed: bool = setting(False, "On resume, judge again the rows edited since they "
