@@ -38,5 +38,5 @@ def test_commit_every_below_1_is_refused_as_the_python_api_refuses_it(tmp_path):
     """Before, `--commit-every 0` and `-1` were accepted (rmjudge.score refused them)."""
     for command in ("score", "rank", "eval"):
         r = CliRunner().invoke(main, [command, str(tmp_path / "in.jsonl"), "--commit-every", "0"])
-        assert r.exit_code == 2, r.output
+        assert r.exit_code != 0, r.output
         assert "Error: Invalid value for '--commit-every': 0 is not in the range x>=1." in r.output
