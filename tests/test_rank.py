@@ -694,3 +694,34 @@ def test_eval_resamples_0_on_a_ranked_store_gives_no_interval(tmp_path):
     r = CliRunner().invoke(main, ["eval", out, "--resamples", "0", "--json"])
     top1 = json.loads(r.output)["top1_accuracy"]
     assert top1["lo"] is None and top1["hi"] is None and top1["value"] == pytest.approx(2 / 3)
+
+
+def test_the_advice_after_nothing_was_ranked_or_judged_works_when_followed(tmp_path, monkeypatch):
+    """Every row an error row (a --group-by or --map typo): the store keeps the settings that
+    made the errors, so a plain rerun with the fixed option is refused; the message says
+    --overwrite, and the rerun it describes ranks/judges."""
+    from click.testing import CliRunner
+
+    import rmjudge.runs.setup
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine",
+                        lambda *a, **k: quality_engine())
+    src = write_jsonl(tmp_path / "in.jsonl", [{"pid": "p1", "response": t, "prompt": "q"}
+                                              for t in ("a q=1", "b q=2", "c q=3")])
+    out = str(tmp_path / "r.duckdb")
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--quiet", "--group-by", "pdi"])
+    assert r.exit_code != 0 and "rerun with --overwrite" in r.output, r.output
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--quiet", "--group-by", "pid",
+                                  "--overwrite"])
+    assert r.exit_code == 0, r.output
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"q": "x", "chosen": "a q=2",
+                                                               "rejected": "b q=1"}])
+    out = str(tmp_path / "s.duckdb")
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=qq"])
+    assert r.exit_code != 0 and "rerun with --overwrite" in r.output, r.output
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=q"])
+    assert r.exit_code != 0 and "other settings" in r.output, r.output  # why --overwrite
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=q",
+                                  "--overwrite"])
+    assert r.exit_code == 0, r.output
