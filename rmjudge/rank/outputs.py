@@ -258,7 +258,8 @@ class RankEval:
     table: str
     prompts: int  # prompts in the store
     with_gold: int  # prompts with gold ranks and a judged comparison
-    top1: tuple[float, float | None, float | None] | None  # (value, lo, hi); no lo/hi: --resamples 0
+    top1: tuple[float, float | None, float | None] | None  # (value, lo, hi); lo, hi: None at
+    # --resamples 0 (no interval)
     kendall_tau: tuple[float, float | None, float | None] | None
     tau_prompts: int  # prompts with a defined tau
     level: float = 0.95
