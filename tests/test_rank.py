@@ -725,3 +725,26 @@ def test_the_advice_after_nothing_was_ranked_or_judged_works_when_followed(tmp_p
     r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=q",
                                   "--overwrite"])
     assert r.exit_code == 0, r.output
+
+
+def test_rank_options_on_a_store_of_judged_pairs_are_one_error_not_ignored(tmp_path):
+    """Before, `filter PAIRS.duckdb --rank-margin 0.9` wrote the pairs as if it were not given."""
+    from click.testing import CliRunner
+
+    from rmjudge import score
+    from rmjudge.cli import main
+
+    judged = str(tmp_path / "s.duckdb")
+    score([{"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}], output=judged,
+          engine=quality_engine(), samples=2)
+    out = tmp_path / "f.jsonl"
+    for args, first in ((["--rank-margin", "0.9"], "--rank-margin applies"),
+                        (["--rank-pairs", "all", "--rank-margin", "0.9"],
+                         "--rank-pairs and --rank-margin apply")):
+        r = CliRunner().invoke(main, ["filter", judged, "-o", str(out), *args])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code != 0 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"Error: {first} only to a ranked store"), r.output
+        assert not out.exists()
+    r = CliRunner().invoke(main, ["filter", judged, "-o", str(out)])
+    assert r.exit_code == 0 and out.exists(), r.output

@@ -211,6 +211,24 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
                              desirable=sum(1 for r in rows if rs.format == "kto" and r[2]))
 
 
+def _check_no_rank_choice(path: str, rank_choice: dict | None) -> None:
+    """--rank-pairs and --rank-margin (other than their defaults) on a store of judged pairs
+    would be ignored: one error instead."""
+    from dataclasses import fields
+
+    from rmjudge.analysis.tables import TableError
+
+    defaults = {f.name: f.default for f in fields(RankFilterSettings)}
+    options = {"pairs": "--rank-pairs", "margin": "--rank-margin"}
+    given = [options[k] for k, v in (rank_choice or {}).items()
+             if k in options and v != defaults[k]]
+    if given:
+        verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
+        raise TableError(f"{' and '.join(given)} {verb} only to a ranked store (rmjudge rank); "
+                         f"{path} holds judged pairs: leave {it} out (--min-confidence chooses "
+                         "pairs by the judge's vote share)")
+
+
 def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
     """`rmjudge filter`: the dataset of a judged table written to `output` with its record
     beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
@@ -229,6 +247,7 @@ def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
                                         keep_columns=fs.keep_columns)
             summary = filter_ranked(t, output, ranked)
         else:
+            _check_no_rank_choice(path, rank_choice)
             summary = filter_table(t, output, fs)
         write_record(output, build_record(t, summary, ranked or fs))
     return summary, ranked
