@@ -40,3 +40,11 @@ def test_commit_every_below_1_is_refused_as_the_python_api_refuses_it(tmp_path):
         r = CliRunner().invoke(main, [command, str(tmp_path / "in.jsonl"), "--commit-every", "0"])
         assert r.exit_code != 0, r.output
         assert "Error: Invalid value for '--commit-every': 0 is not in the range x>=1." in r.output
+
+
+def test_bench_check_with_score_only_is_one_error(tmp_path):
+    """Before, --check won silently and --score-only was ignored."""
+    r = run("bench", "--check", "--score-only", "-o", tmp_path)
+    assert r.exit_code != 0
+    assert r.output.startswith("Error: --check and --score-only cannot be combined"), r.output
+    assert len(r.output.strip().splitlines()) == 1
