@@ -48,3 +48,13 @@ def test_bench_check_with_score_only_is_one_error(tmp_path):
     assert r.exit_code != 0
     assert r.output.startswith("Error: --check and --score-only cannot be combined"), r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_a_huge_resamples_is_one_error_not_a_memory_error_or_a_hang(tmp_path):
+    """Before, `eval --resamples 99999999999999999` died in numpy (711 PiB) and `compare` ran
+    on for minutes."""
+    r = run("eval", tmp_path / "x.duckdb", "--resamples", "99999999999999999")
+    assert r.exit_code != 0 and r.output == "Error: --resamples must be at most 1,000,000\n"
+    r = run("compare", tmp_path / "a.duckdb", tmp_path / "b.duckdb", "--resamples",
+            "99999999999999999")
+    assert r.exit_code != 0 and r.output == "Error: --resamples must be at most 1,000,000\n"
