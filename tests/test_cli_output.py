@@ -454,3 +454,20 @@ def test_dry_run_estimate_follows_the_current_max_tokens(tmp_path, model_path, m
     assert (lo, hi) == (80, 140) and "(60 tokens per generation at --max-tokens 256)" in line
     line, lo, hi = estimate(rmjudge(*base, "--max-tokens", 8))
     assert (lo, hi) == (12, 21)
+
+
+def test_a_dry_run_of_a_shard_counts_that_shards_pairs(model_path):
+    """Before, `--dry-run --shard I/N` estimated every pair of the input, not the shard's."""
+    import re
+
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    counts = []
+    for shard in ("0/2", "1/2"):
+        r = CliRunner().invoke(main, ["score", PAIRS, "--dry-run", "--shard", shard, "--model",
+                                      model_path, "--threads", "1"])
+        assert r.exit_code == 0, r.output
+        counts.append(int(re.search(r"5 rows -> (\d+) pairs to judge", r.output).group(1)))
+    assert sum(counts) == 5 and all(0 < c < 5 for c in counts), counts

@@ -675,3 +675,76 @@ def test_ranking_into_a_store_of_judged_pairs_is_one_error_in_plain_words(tmp_pa
     assert r.exit_code != 0 and len(lines) == 1, r.output
     assert "holds pairs judged by `rmjudge score`" in lines[0] and "--overwrite" in lines[0]
     assert rows(out, "SELECT id, verdict FROM pairs") == before
+
+
+def test_eval_resamples_0_on_a_ranked_store_gives_no_interval(tmp_path):
+    """--resamples 0 means no intervals (as on judged pairs), not a zero-width one."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    objs = responses_rows(3, 3)
+    objs[1]["ratings"] = [-v for v in objs[1]["ratings"]]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(), judge=JS)
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0"])
+    assert r.exit_code == 0, r.output
+    assert "top-1 accuracy: 0.667 [-, -]" in r.output, r.output
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0", "--json"])
+    top1 = json.loads(r.output)["top1_accuracy"]
+    assert top1["lo"] is None and top1["hi"] is None and top1["value"] == pytest.approx(2 / 3)
+
+
+def test_the_advice_after_nothing_was_ranked_or_judged_works_when_followed(tmp_path, monkeypatch):
+    """Every row an error row (a --group-by or --map typo): the store keeps the settings that
+    made the errors, so a plain rerun with the fixed option is refused; the message says
+    --overwrite, and the rerun it describes ranks/judges."""
+    from click.testing import CliRunner
+
+    import rmjudge.runs.setup
+    from rmjudge.cli import main
+
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine",
+                        lambda *a, **k: quality_engine())
+    src = write_jsonl(tmp_path / "in.jsonl", [{"pid": "p1", "response": t, "prompt": "q"}
+                                              for t in ("a q=1", "b q=2", "c q=3")])
+    out = str(tmp_path / "r.duckdb")
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--quiet", "--group-by", "pdi"])
+    assert r.exit_code != 0 and "rerun with --overwrite" in r.output, r.output
+    r = CliRunner().invoke(main, ["rank", src, "-o", out, "--quiet", "--group-by", "pid",
+                                  "--overwrite"])
+    assert r.exit_code == 0, r.output
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"q": "x", "chosen": "a q=2",
+                                                               "rejected": "b q=1"}])
+    out = str(tmp_path / "s.duckdb")
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=qq"])
+    assert r.exit_code != 0 and "rerun with --overwrite" in r.output, r.output
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=q"])
+    assert r.exit_code != 0 and "other settings" in r.output, r.output  # why --overwrite
+    r = CliRunner().invoke(main, ["score", pairs, "-o", out, "--quiet", "--map", "prompt=q",
+                                  "--overwrite"])
+    assert r.exit_code == 0, r.output
+
+
+def test_rank_options_on_a_store_of_judged_pairs_are_one_error_not_ignored(tmp_path):
+    """Before, `filter PAIRS.duckdb --rank-margin 0.9` wrote the pairs as if it were not given."""
+    from click.testing import CliRunner
+
+    from rmjudge import score
+    from rmjudge.cli import main
+
+    judged = str(tmp_path / "s.duckdb")
+    score([{"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}], output=judged,
+          engine=quality_engine(), samples=2)
+    out = tmp_path / "f.jsonl"
+    for args, first in ((["--rank-margin", "0.9"], "--rank-margin applies"),
+                        (["--rank-pairs", "all", "--rank-margin", "0.9"],
+                         "--rank-pairs and --rank-margin apply")):
+        r = CliRunner().invoke(main, ["filter", judged, "-o", str(out), *args])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code != 0 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"Error: {first} only to a ranked store"), r.output
+        assert not out.exists()
+    r = CliRunner().invoke(main, ["filter", judged, "-o", str(out)])
+    assert r.exit_code == 0 and out.exists(), r.output

@@ -425,6 +425,22 @@ def test_ray_runner_on_the_embedded_model(tmp_path, local_ray, model_path):
     assert rows(out, "SELECT count(*) FROM pairs WHERE verdict IS NULL") == [(0,)]
 
 
+def test_a_ray_work_dir_that_is_a_file_is_one_error_and_left_untouched(tmp_path):
+    """Before, --work-dir naming a file was a NotADirectoryError traceback after the tokenizer
+    loaded."""
+    pytest.importorskip("ray")
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
+    from rmjudge.runs.ray_runner import RayRunError, RaySettings, ray_score
+
+    work = tmp_path / "notes.txt"
+    work.write_text("mine")
+    with pytest.raises(RayRunError, match=r"--work-dir .*notes.txt is a file, not a folder"):
+        ray_score(str(DATA / "pandalm_5.jsonl"), JudgeSettings(), EngineSettings(),
+                  str(tmp_path / "out.duckdb"), rs=RaySettings(work_dir=str(work)),
+                  engine_factory=lambda **k: pytest.fail("no engine before the checks"))
+    assert work.read_text() == "mine" and not (tmp_path / "out.duckdb").exists()
+
+
 def test_ray_input_listing_and_batches_without_ray(tmp_path, monkeypatch):
     """The driver's file listing and the batch cutting (plain functions, no Ray needed)."""
     from rmjudge.runs.ray_runner import ROW_STRIDE, RayRunError, _Chunker, list_inputs

@@ -1173,6 +1173,33 @@ def test_hub_specs_resolve_offline_from_the_cache(hub_home):
         resolve_model("hf:other/missing:Q4_K_M")
 
 
+def test_an_unreachable_hub_listing_falls_back_to_the_cache(hub_home, monkeypatch):
+    """huggingface_hub's HTTP client (httpx, httpx2) raises connection errors that are no
+    OSError: an unreachable Hub is the cache's answer or one ModelError, never a traceback."""
+    import importlib
+    import importlib.util
+
+    import huggingface_hub
+
+    from rmjudge.engine.models import ModelError, resolve_model
+
+    errors = [importlib.import_module(n).ConnectError for n in ("httpx", "httpx2")
+              if importlib.util.find_spec(n)]
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    snap = lay_out_cache(hub_home, "org/judge-GGUF", {"judge-Q4_K_M.gguf": FAKE_GGUF})
+    for error in errors:
+        def unreachable(self, repo, *a, **k):
+            raise error("[Errno -2] Name or service not known")
+
+        monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", unreachable)
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download",
+                            lambda repo, name, **k: str(snap / name))
+        assert resolve_model("org/judge-GGUF:Q4_K_M") == str(snap / "judge-Q4_K_M.gguf")
+        with pytest.raises(ModelError, match="not in the Hugging Face cache"):
+            resolve_model("hf:other/missing:Q4_K_M")
+
+
 def test_split_gguf_resolves_to_its_first_part(hub_home):
     from rmjudge.engine.models import resolve_model
 

@@ -187,6 +187,40 @@ def test_grpo_refuses_an_init_adapter_that_is_not_one(tmp_path):
         GRPOSettings(model="m", data="d", output_dir=str(tmp_path), init_adapter=str(tmp_path))
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("eval_max_items", -1, "--eval-max-items must be 0 or more"),  # was held[:-1]
+    ("temperature", -1.0, "--temperature must be above 0"),
+    ("temperature", 0.0, "--temperature must be above 0"),
+])
+def test_grpo_refuses_settings_that_would_train_on_nonsense(tmp_path, field, value, message):
+    from training.grpo import GRPOSettings, TrainError
+
+    with pytest.raises(TrainError, match=message):
+        GRPOSettings(model="m", data="d", output_dir=str(tmp_path), **{field: value})
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-tokens", "0"], "Error: --max-tokens must be at least 1"),  # was a traceback
+    (["--batch", "0"], "Error: --batch must be at least 1"),  # was a traceback
+    (["--limit", "-1"], "Error: --limit must be at least 1"),  # left the last example out
+    (["--adapter", "nowhere"], "Error: --adapter nowhere: not a PEFT adapter folder"),
+    (["--data", "EMPTY"], "holds no examples to evaluate"),  # was accuracy 0.0 of nothing
+])
+def test_train_eval_bad_values_are_one_error_line(tmp_path, monkeypatch, args, message):
+    from click.testing import CliRunner
+
+    from training.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "EMPTY").write_text("")
+    (tmp_path / "d.jsonl").write_text(json.dumps({"task": "pref"}) + "\n")
+    data = [] if "--data" in args else ["--data", "d.jsonl"]
+    res = CliRunner().invoke(main, ["eval", "--model", "no-model", *data, *args])
+    assert res.exit_code == 1, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.output
+
+
 def test_build_data_lora_needs_a_gguf_model(tmp_path):
     from click.testing import CliRunner
 

@@ -173,6 +173,23 @@ def test_cli_reports_bad_ratio_without_traceback(tmp_path):
     assert "--ratio '4-1' must look like PREF:REFL" in res.output
 
 
+@pytest.mark.parametrize("option,value,message", [
+    ("--max-tokens", "0", "Error: --max-tokens must be at least 8"),
+    ("--temperature", "-1", "Error: --temperature must be between 0 and 5"),
+])
+def test_cli_refuses_rollout_settings_no_rollout_can_use(tmp_path, option, value, message):
+    """Before, --max-tokens 0 sampled empty rollouts and wrote a training file of them."""
+    from training.cli import main
+
+    write_pairs(tmp_path / "p.jsonl", ["mixed-1"])
+    out = tmp_path / "o.jsonl"
+    res = CliRunner().invoke(main, ["build-data", str(tmp_path / "p.jsonl"), "-o", str(out),
+                                    "--model", str(tmp_path / "missing.gguf"), option, value])
+    assert res.exit_code == 1
+    assert res.output.strip() == message
+    assert not out.exists()
+
+
 def test_grpo_cli_names_bad_settings_and_missing_checkpoints(tmp_path):
     from training.cli import main
 

@@ -137,6 +137,31 @@ def test_settings_errors_name_the_option():
         SFTSettings(source="x", output_dir="o", method="qlora")
 
 
+def test_a_negative_rollout_temperature_is_refused():
+    """Before, --rollout-temperature -1 ran the whole warm start."""
+    with pytest.raises(SFTError, match="--rollout-temperature must be between 0 and 5"):
+        SFTSettings(source="x", output_dir="o", rollout_temperature=-1.0)
+
+
+def test_target_modules_the_model_lacks_are_one_error_naming_its_modules():
+    """A typo in --target-modules was peft's NoMatchingPeftModuleError traceback."""
+    torch = pytest.importorskip("torch")
+    from training.hf import ModelLoadError, check_target_modules
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.up_proj = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    model = torch.nn.Sequential(Block())
+    settings = dataclasses.make_dataclass("S", [("target_modules", str)])
+    check_target_modules(model, settings("q_proj, 0.up_proj"))  # names and dotted suffixes
+    check_target_modules(model, settings("all-linear"))
+    with pytest.raises(ModelLoadError, match="--target-modules q_projj: no such module in the "
+                       "model; its linear modules are q_proj, up_proj"):
+        check_target_modules(model, settings("q_projj,up_proj"))
+
+
 def test_sft_cli_reports_bad_settings_without_traceback(tmp_path):
     from training.cli import main
 

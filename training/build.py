@@ -66,6 +66,10 @@ def run_build_data(s: BuildDataSettings, server=None,
                         chunk_items=s.chunk_items)
     if s.samples < 2:
         raise DataError("--samples must be at least 2 (mixed outcomes need two rollouts)")
+    if not 0.0 <= s.temperature <= 5.0:  # the bounds of `rmjudge score --temperature`
+        raise DataError("--temperature must be between 0 and 5")
+    if s.max_tokens < 8:  # an analysis and a verdict; `rmjudge score --max-tokens`'s bound
+        raise DataError("--max-tokens must be at least 8")
     sampling = SamplingSettings(samples=s.samples, temperature=s.temperature,
                                 max_tokens=s.max_tokens, seed=s.seed,
                                 criteria=resolve_criteria(s.criteria))

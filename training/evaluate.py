@@ -84,6 +84,22 @@ class EvalJudgeSettings:
     quantization: str = field(default="none", metadata={"choices": ("nf4", "none")})
     batch: int = field(default=8, metadata={"help": "Prompts per generate call."})
 
+    def __post_init__(self) -> None:
+        """Values no evaluation can use are one error before a model loads."""
+        from pathlib import Path
+
+        from training.data import DataError
+
+        for name in ("max_tokens", "batch"):
+            if getattr(self, name) < 1:
+                raise DataError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.limit is not None and self.limit < 1:  # -1 would leave the last example out
+            raise DataError("--limit must be at least 1")
+        if self.adapter is not None and not (Path(self.adapter) / "adapter_config.json").is_file():
+            raise DataError(f"--adapter {self.adapter}: not a PEFT adapter folder (no "
+                            "adapter_config.json); give e.g. `rmjudge-train grpo`'s "
+                            "OUTPUT/adapter")
+
 
 def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
     """Load the base (with the adapter when given) and `evaluate` it on the examples."""
@@ -93,6 +109,11 @@ def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
     from training.hf import ModelSource, load_base, load_tokenizer, materialize
 
     examples = read_examples(s.data)[:s.limit] if s.limit else read_examples(s.data)
+    if not examples:
+        from training.data import DataError
+
+        raise DataError(f"{s.data} holds no examples to evaluate; give the heldout.jsonl of "
+                        "`rmjudge-train grpo` or a file of `rmjudge-train build-data`")
     src = ModelSource.parse(s.model, s.gguf_file)
     require("rmjudge-train eval", "train", TRAIN)
     base = materialize(src)

@@ -33,8 +33,8 @@ from rmjudge.core.extras import install_hint
 from rmjudge.core.seeds import derive_seed
 
 from training.data import DataError, Stats, check_prompt_format, mix, read_examples
-from training.hf import (DEFAULT_TARGETS, ModelSource, load_base, load_tokenizer, lora_config,
-                         materialize, render_prompt)
+from training.hf import (DEFAULT_TARGETS, ModelSource, check_target_modules, load_base,
+                         load_tokenizer, lora_config, materialize, render_prompt)
 from training.outputs import write_adapter_info
 
 
@@ -111,6 +111,11 @@ class GRPOSettings:
             raise TrainError("--quantization must be nf4 or none")
         if not 0.0 <= self.eval_fraction < 1.0:
             raise TrainError("--eval-fraction must be in [0, 1)")
+        if self.eval_max_items < 0:  # a negative cap would slice items off the end
+            raise TrainError("--eval-max-items must be 0 or more")
+        if not 0.0 < self.temperature <= 5.0:  # greedy completions of a prompt never differ
+            raise TrainError("--temperature must be above 0 (GRPO compares sampled "
+                             "completions) and at most 5")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise TrainError("--warmup-ratio must be in [0, 1)")
         if self.beta < 0 or not 0.0 <= self.lora_dropout < 1.0 or self.learning_rate <= 0:
@@ -498,6 +503,7 @@ def _make_trainer(s: GRPOSettings, model, tokenizer, dataset, ids_by_text, confi
         model = PeftModel.from_pretrained(model, s.init_adapter, is_trainable=True)
         peft_config = None
     else:
+        check_target_modules(model, s)
         peft_config = lora_config(s)
     trainer = engine_tokenized_trainer(GRPOTrainer, ids_by_text)(
         model=model, reward_funcs=[verdict_reward], args=config, train_dataset=dataset,

@@ -186,6 +186,26 @@ def load_base(path: str, quantization: str = "nf4", dtype: str = "auto",
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"  # --target-modules
 
 
+def check_target_modules(model, s) -> None:
+    """A `--target-modules` name that matches no module of `model` (a typo, another family's
+    naming) is one error listing the model's linear modules, not peft's traceback."""
+    t = s.target_modules.strip()
+    if t == "all-linear":
+        return
+    import torch
+
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                     if isinstance(m, torch.nn.Linear)})
+    names = [name for name, _ in model.named_modules()]
+    # peft's rule for a list of names: a module's full name is the target or ends in ".target"
+    missing = [x for x in (x.strip() for x in t.split(",")) if x and not any(
+        n == x or n.endswith("." + x) for n in names)]
+    if missing:
+        raise ModelLoadError(f"--target-modules {', '.join(missing)}: no such module in the "
+                             f"model; its linear modules are {', '.join(linear)} (or give "
+                             "all-linear)")
+
+
 def lora_config(s):
     """The PEFT `LoraConfig` of a training run's settings (`GRPOSettings`, `SFTSettings`):
     `lora_r`, `lora_alpha`, `lora_dropout`, and `target_modules` (comma-separated module names,
@@ -194,6 +214,9 @@ def lora_config(s):
 
     t = s.target_modules.strip()
     targets = t if t == "all-linear" else [x.strip() for x in t.split(",") if x.strip()]
+    if not targets:
+        raise ModelLoadError("--target-modules is empty: give comma-separated module names "
+                             f"(default {DEFAULT_TARGETS}) or all-linear")
     return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM", bias="none")
 

@@ -33,7 +33,7 @@ import orjson
 from rmjudge.core.errors import UserError
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
-from training.hf import DEFAULT_TARGETS, lora_config
+from training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
 from training.outputs import write_adapter_info
 from training.sft_data import TASKS, SFTStats, sft_examples
 
@@ -111,6 +111,8 @@ class SFTSettings:
             raise SFTError("--limit must be at least 1")
         if self.check_items < 0:
             raise SFTError("--check-items must be 0 or more")
+        if not 0.0 <= self.rollout_temperature <= 5.0:  # `rmjudge score --temperature`'s bounds
+            raise SFTError("--rollout-temperature must be between 0 and 5")
         if self.analyses not in ANALYSES:
             raise SFTError(f"--analyses {self.analyses!r}: give base or template")
         if self.method not in ("lora", "full"):
@@ -336,6 +338,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     if s.method == "lora":
         from peft import get_peft_model
 
+        check_target_modules(model, s)
         model = get_peft_model(model, lora_config(s))
     model.train()
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from rmjudge.analysis.stats import (LETTERS, RESAMPLES, bootstrap_mean,  # noqa: F401  (re-exported)
                                     cohen_kappa, order_items, pair_correct, paired_gain)
+from rmjudge.analysis.stats import MAX_RESAMPLES
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
 from rmjudge.core.settings import SettingsError, setting
@@ -59,6 +60,8 @@ class CompareSettings:
     def __post_init__(self) -> None:
         if self.resamples < 1:
             raise SettingsError("--resamples must be at least 1")
+        if self.resamples > MAX_RESAMPLES:
+            raise SettingsError(f"--resamples must be at most {MAX_RESAMPLES:,}")
         if not 0.5 <= self.level < 1.0:
             raise SettingsError("--level must be in [0.5, 1)")
 

@@ -28,9 +28,9 @@ import numpy as np
 
 from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, TIES_HALF, item_accuracy,
                                  item_consistency, rollout_counts_line, sample_counts)
-from rmjudge.analysis.stats import resampled_means
+from rmjudge.analysis.stats import MAX_RESAMPLES, resampled_means
 from rmjudge.analysis.tables import JudgedTable, TableError
-from rmjudge.core.settings import setting
+from rmjudge.core.settings import SettingsError, setting
 from rmjudge.core.sql import quote_ident
 
 SYSTEMS = {
@@ -59,9 +59,11 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         if self.resamples < 0:
-            raise ValueError("--resamples must be 0 (no intervals) or more")
+            raise SettingsError("--resamples must be 0 (no intervals) or more")
+        if self.resamples > MAX_RESAMPLES:
+            raise SettingsError(f"--resamples must be at most {MAX_RESAMPLES:,}")
         if not 0.5 <= self.level < 1.0:
-            raise ValueError("--level must be in [0.5, 1)")
+            raise SettingsError("--level must be in [0.5, 1)")
 
 
 @dataclass

@@ -12,6 +12,7 @@ import numpy as np
 from rmjudge.core.counts import item_accuracy
 
 RESAMPLES = 10000
+MAX_RESAMPLES = 1_000_000  # --resamples' bound: a million intervals' draws, not a hang
 MAX_DRAWS = 4_000_000  # pair indices drawn per chunk of resamples (bounds the memory)
 LETTERS = ("A", "B")
 

@@ -43,6 +43,12 @@ class BenchSettings:
                           "files and report rows read, items, pairs, rows refused with their "
                           "reasons and duplicate keys.", flag="--check")
 
+    def __post_init__(self) -> None:
+        if self.check and self.score_only:  # one reads published files, the other the stores
+            raise SettingsError("--check and --score-only cannot be combined: --check reads the "
+                                "benchmarks' published files, --score-only scores the stores in "
+                                "-o DIR; give one")
+
 
 def parse_data(specs: tuple[str, ...]) -> dict[str, str]:
     """`--data NAME=PATH` specs as benchmark name -> path; a malformed one is a SettingsError."""

@@ -66,7 +66,8 @@ def command(**kw) -> None:
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "
-                        "fix the input (docs/rank.md) and rerun")
+                        "fix the input (docs/rank.md) and rerun with --overwrite (it replaces "
+                        "these error rows)")
     if call.strict and (summary.problems or summary.failed):
         sys.exit(EXIT_STRICT)
 

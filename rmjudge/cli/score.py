@@ -70,7 +70,8 @@ def command(**kw) -> None:
         raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
                         f"{summary.errors} of them in the errors table of "
                         f"{summary.files[0] if summary.files else output}; fix the input (or "
-                        "--map its columns) and rerun")
+                        "--map its columns) and rerun with --overwrite (it replaces these error "
+                        "rows)")
     if call.strict and summary.errors:
         sys.exit(EXIT_STRICT)
 

@@ -127,6 +127,20 @@ def hub_file(repo: str, filename: str) -> str | None:
         return None
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The connection errors huggingface_hub lets through from its HTTP client: requests'
+    are OSErrors, but httpx's (huggingface_hub 1.x) and httpx2's (2.x) are not."""
+    import importlib
+
+    errors = []
+    for name in ("httpx", "httpx2"):
+        try:
+            errors.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
 def repo_files(repo: str) -> list[str]:
     """Files of a repository: the Hub's listing, or offline the cached snapshot's files."""
     hub = _hub()
@@ -138,7 +152,7 @@ def repo_files(repo: str) -> list[str]:
         except RepositoryNotFoundError:
             raise ModelError(f"the Hub has no repository {repo} (or it is private: log in with "
                              "huggingface-cli login, or set HF_TOKEN)") from None
-        except (HfHubHTTPError, OSError):
+        except (HfHubHTTPError, OSError, *_transport_errors()):
             pass  # unreachable: fall back to what the cache holds
     snap = _cached_snapshot(repo)
     if snap is None:

@@ -19,11 +19,24 @@ def prepare_dir(path: str) -> None:
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as exc:
+        blocking = _file_in_the_way(d)
+        why = f"{blocking} is a file, not a folder" if blocking else exc.strerror
         raise disk_error(path, exc) or StoreError(
-            f"cannot create the directory {d}: {exc.strerror}") from None
+            f"cannot create the directory {d}: {why}; choose another -o") from None
     if not os.access(d, os.W_OK | os.X_OK):
         raise DiskError(f"cannot write {path}: the directory {d} is not writable; choose -o in "
                         "a writable directory")
+
+
+def _file_in_the_way(d: str) -> str | None:
+    """The first existing part of the folder path `d` that is not a folder, if any."""
+    part = d
+    while part and not os.path.exists(part):
+        parent = os.path.dirname(part)
+        if parent == part:
+            return None
+        part = parent
+    return part if part and not os.path.isdir(part) else None
 
 
 def make_dir(path: str) -> None:

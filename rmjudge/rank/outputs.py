@@ -211,6 +211,24 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
                              desirable=sum(1 for r in rows if rs.format == "kto" and r[2]))
 
 
+def _check_no_rank_choice(path: str, rank_choice: dict | None) -> None:
+    """--rank-pairs and --rank-margin (other than their defaults) on a store of judged pairs
+    would be ignored: one error instead."""
+    from dataclasses import fields
+
+    from rmjudge.analysis.tables import TableError
+
+    defaults = {f.name: f.default for f in fields(RankFilterSettings)}
+    options = {"pairs": "--rank-pairs", "margin": "--rank-margin"}
+    given = [options[k] for k, v in (rank_choice or {}).items()
+             if k in options and v != defaults[k]]
+    if given:
+        verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
+        raise TableError(f"{' and '.join(given)} {verb} only to a ranked store (rmjudge rank); "
+                         f"{path} holds judged pairs: leave {it} out (--min-confidence chooses "
+                         "pairs by the judge's vote share)")
+
+
 def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
     """`rmjudge filter`: the dataset of a judged table written to `output` with its record
     beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
@@ -229,6 +247,7 @@ def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
                                         keep_columns=fs.keep_columns)
             summary = filter_ranked(t, output, ranked)
         else:
+            _check_no_rank_choice(path, rank_choice)
             summary = filter_table(t, output, fs)
         write_record(output, build_record(t, summary, ranked or fs))
     return summary, ranked
@@ -258,8 +277,9 @@ class RankEval:
     table: str
     prompts: int  # prompts in the store
     with_gold: int  # prompts with gold ranks and a judged comparison
-    top1: tuple[float, float, float] | None  # (value, lo, hi)
-    kendall_tau: tuple[float, float, float] | None
+    top1: tuple[float, float | None, float | None] | None  # (value, lo, hi); lo, hi: None at
+    # --resamples 0 (no interval)
+    kendall_tau: tuple[float, float | None, float | None] | None
     tau_prompts: int  # prompts with a defined tau
     level: float = 0.95
     groups: dict[str, dict] = field(default_factory=dict)
@@ -298,9 +318,8 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
 
     if not values:
         return None
-    if resamples <= 0:
-        m = sum(values) / len(values)
-        return (m, m, m)
+    if resamples <= 0:  # --resamples 0: no interval (lo and hi None, shown as -)
+        return (sum(values) / len(values), None, None)
     return bootstrap_mean(values, resamples, seed, level)
 
 
@@ -353,7 +372,10 @@ def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 
 
 def render_eval(e: RankEval) -> str:
     def fig(x):
-        return "n/a" if x is None else f"{x[0]:.3f} [{x[1]:.3f}, {x[2]:.3f}]"
+        if x is None:
+            return "n/a"
+        lo, hi = ("-" if v is None else f"{v:.3f}" for v in x[1:])
+        return f"{x[0]:.3f} [{lo}, {hi}]"
 
     pct = f"{int(e.level * 100)}%"
     lines = [f"{e.table}: ranked store, {e.prompts} prompts, {e.with_gold} with gold ranks",

@@ -400,6 +400,9 @@ def _prepare_output(output: str, rs: RaySettings, overwrite: bool) -> str:
         raise RayRunError("ray-score writes a DuckDB run store: give -o a .duckdb name (export "
                           "with rmjudge score's Parquet/JSONL outputs or DuckDB COPY)")
     work = os.path.abspath(rs.work_dir or output + ".ray")
+    if os.path.exists(work) and not os.path.isdir(work):
+        raise RayRunError(f"--work-dir {work} is a file, not a folder; it is left untouched: "
+                          "pass another --work-dir")
     if os.path.exists(output) and not is_rmjudge_store(output):
         raise RayRunError(not_a_store_message(output, LEAVE_FIX, exists=True))
     check_not_busy(output)

@@ -57,7 +57,7 @@ class RunOptions:
         None, "Judge only shard I of N (stable partition by pair id), for array jobs.",
         metavar="I/N", type=str, parse=parse_shard)
     commit_every: int = setting(8, "Commit results every N pairs (a crash loses at most the "
-                                "pairs in flight).")
+                                "pairs in flight).", range=(1, None))
     overwrite: bool = setting(False, "Discard an existing output (an rmjudge store no other run "
                               "is writing) and start again.", flag="--overwrite")
     rejudge_changed: bool = setting(False, "On resume, judge again the rows edited since they "
@@ -110,14 +110,15 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
                           "judged; rerun the same command to start") from None
 
 
-def open_input(source: str, mapper: Mapper, limit: int | None = None) -> "Intake":
+def open_input(source: str, mapper: Mapper, limit: int | None = None,
+               shard: tuple[int, int] | None = None) -> "Intake":
     """`source` as pairs and row failures, opened the one way every front door reads an input
     (the dry run, merge's --input check, the Ray driver, build-data): its rows with the labels
     checked before anything is judged (`io.intake.checked_rows`), through an `Intake` that
-    stops after `limit` rows."""
+    stops after `limit` rows and keeps the pairs of `shard` (I, N) only, as a run does."""
     from rmjudge.io.intake import Intake, checked_rows
 
-    return Intake(checked_rows(source, mapper, limit), mapper, limit=limit)
+    return Intake(checked_rows(source, mapper, limit), mapper, shard=shard, limit=limit)
 
 
 def build_judge(engine, opts: RunOptions, spec: "RunSpec | None" = None) -> "Judge":
@@ -229,9 +230,9 @@ def dry_run(source: str, opts: RunOptions):
                             "model's tokenizer: add --model FILE.gguf (the GGUF it serves)")
     style = check_prompting(opts.judge)
     with graceful():  # Ctrl-C while the tokenizer loads is not lost in llama.cpp's logs
-        return estimate(lambda: open_input(source, opts.mapper, opts.limit), opts.judge,
-                        opts.engine, server=None if server is None else server.public,
-                        style=style)
+        return estimate(lambda: open_input(source, opts.mapper, opts.limit, opts.shard),
+                        opts.judge, opts.engine,
+                        server=None if server is None else server.public, style=style)
 
 
 def _close_quietly(engine) -> None:
