@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from quantize.config import ExportError, UnpackConfig
+from rmjudge.engine.gguf_header import read_gguf_header
 
 # tokenizer.ggml.pre -> the Hugging Face pre-tokenizer that reproduces it, for GGUF files whose
 # pre-tokenizer transformers' GGUF loader does not rebuild (it gives every BPE model GPT-2's).
@@ -165,10 +166,7 @@ def _load_from_gguf(path: Path, dtype: str):
 
 def _restore_pre_tokenizer(tokenizer, path: Path) -> None:
     """Give the tokenizer the pre-tokenizer the GGUF names, where transformers drops it."""
-    import gguf
-
-    field_ = gguf.GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
-    pre = field_.contents() if field_ is not None else None
+    pre = read_gguf_header(path, tensors=False).get("tokenizer.ggml.pre")
     if pre in _HF_PRE_TOKENIZERS and hasattr(tokenizer, "backend_tokenizer"):
         tokenizer.backend_tokenizer.pre_tokenizer = _pre_from_json(
             json.dumps(_HF_PRE_TOKENIZERS[pre]))

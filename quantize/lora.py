@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from rmjudge.engine.adapter_format import GGUF_KEY, read_adapter_info
+from rmjudge.engine.gguf_header import read_gguf_header
 
 from quantize.config import ExportError, LoraExportConfig, check_lora_output
 from quantize.convert import encode, nbytes, to_numpy
@@ -58,13 +59,8 @@ def base_config(base: str) -> dict[str, Any]:
     p = Path(base)
     if p.is_dir():
         return read_config(p)
-    import gguf
-
-    reader = gguf.GGUFReader(str(p))
-
-    def val(key: str):
-        f = reader.fields.get(key)
-        return f.contents() if f is not None else None
+    header = read_gguf_header(p)
+    val = header.get
 
     arch = val("general.architecture")
     cfg = {
@@ -76,8 +72,8 @@ def base_config(base: str) -> dict[str, Any]:
         "intermediate_size": val(f"{arch}.feed_forward_length"),
         "vocab_size": val(f"{arch}.vocab_size") or len(val("tokenizer.ggml.tokens") or []),
         "head_dim": val(f"{arch}.attention.key_length"),
-        "tie_word_embeddings": not any(t.name == "output.weight" for t in reader.tensors),
-        "_gguf_tensors": {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors},
+        "tie_word_embeddings": not any(t.name == "output.weight" for t in header.tensors),
+        "_gguf_tensors": {t.name: t.shape for t in header.tensors},
     }
     return cfg
 

@@ -2,8 +2,9 @@
 what came out.
 
 `quantize(cfg)` calls `llama_model_quantize` with `llama_model_quantize_default_params()` and
-the requested file type, then reads the result with `gguf.GGUFReader`: tensor types, size,
-bits per weight, and how many matrices *fell back* to another type.
+the requested file type, then reads the result's tensor table (`rmjudge.engine.gguf_header`,
+with `gguf`'s block sizes per type): tensor types, size, bits per weight, and how many
+matrices *fell back* to another type.
 
 Fallbacks: a quantization type works on blocks along each row (32 values for Q8_0/Q4_0, 256
 for the K-quants). When the type llama.cpp picks for a matrix does not fit its row length, it
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantize.config import ExportError, QuantizeConfig, check_quantize_output
+from rmjudge.engine.gguf_header import read_gguf_header
 from rmjudge.files import make_dir, write_produced
 
 # the type each requested file type is built around (K-quant mixes also use other K types)
@@ -60,31 +62,48 @@ class QuantResult:
 
 
 def gguf_stats(path: str) -> GGUFStats:
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    header = read_gguf_header(path)
     counts: dict[str, int] = {}
     tbytes = nparams = 0
-    for t in reader.tensors:
-        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
-        tbytes += int(t.n_bytes)
-        nparams += int(t.n_elements)
+    for t in header.tensors:
+        kind = _type_name(t.ggml_type)
+        counts[kind] = counts.get(kind, 0) + 1
+        tbytes += _tensor_bytes(t)
+        nparams += t.n_elements
     return GGUFStats(path=path, file_bytes=os.path.getsize(path), tensor_bytes=tbytes,
                      n_params=nparams, type_counts=counts)
 
 
-def count_fallbacks(path: str, qtype: str) -> tuple[int, int]:
-    """(fallbacks, matrices) in a quantized GGUF, from its tensor types; see the module doc."""
+def _type_name(ggml_type: int) -> str:
     import gguf
 
+    try:
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"TYPE_{ggml_type}"
+
+
+def _tensor_bytes(t) -> int:
+    """Bytes of a tensor's data, from gguf's block sizes of its type."""
+    import gguf
+
+    try:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.ggml_type)]
+    except (ValueError, KeyError):
+        raise ExportError(f"{t.name} has a tensor type ({t.ggml_type}) this gguf package does "
+                          "not know: upgrade gguf") from None
+    return t.n_elements * size // block
+
+
+def count_fallbacks(path: str, qtype: str) -> tuple[int, int]:
+    """(fallbacks, matrices) in a quantized GGUF, from its tensor types; see the module doc."""
     base = _BASE_TYPE[qtype.upper()]
-    reader = gguf.GGUFReader(path)
     fallbacks = matrices = 0
-    for t in reader.tensors:
+    for t in read_gguf_header(path).tensors:
         if len([d for d in t.shape if d > 1]) < 2:
             continue  # norms and biases stay f32
         matrices += 1
-        kind = t.tensor_type.name
+        kind = _type_name(t.ggml_type)
         row = int(t.shape[0])  # GGUF shapes are in ne order: ne[0] is the row length
         if kind in ("F16", "BF16", "F32") or (
                 kind in _FALLBACK_TYPES and kind != base and row % _QK_K):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from quantize.config import VerifyConfig
+from rmjudge.engine.gguf_header import read_gguf_header
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,13 @@ class ParityRow:
 def file_type_name(path: str) -> str:
     import gguf
 
-    f = gguf.GGUFReader(path).fields.get("general.file_type")
-    if f is None:
+    value = read_gguf_header(path, tensors=False).get("general.file_type")
+    if not isinstance(value, int):
         return "UNKNOWN"
     try:
-        return gguf.LlamaFileType(int(f.contents())).name
+        return gguf.LlamaFileType(value).name
     except ValueError:
-        return f"FTYPE_{int(f.contents())}"
+        return f"FTYPE_{value}"
 
 
 def _prompt_texts(tokenizer, prompts: tuple[str, ...]) -> list[str]:

@@ -78,7 +78,8 @@ def test_no_demo_adapter_is_an_option_of_the_judging_commands(tmp_path):
 
 
 def test_the_packaged_adapter_exists_with_the_recorded_hash_and_prompt_format():
-    from rmjudge.engine.adapter_format import GGUF_KEY, gguf_metadata_value
+    from rmjudge.engine.adapter_format import GGUF_KEY
+    from rmjudge.engine.gguf_header import gguf_metadata_value
 
     path = Path(demo_adapter_path())
     assert path.name == DEMO_ADAPTER_FILE and path.parent == ROOT / "rmjudge" / "engine" / "adapters"

@@ -67,8 +67,8 @@ def rollout_source(model, gguf_file, backend, sampling, parallel, threads, serve
 
 def template_source(model, gguf_file, criteria):
     """What `sft --analyses template` needs of the base without sampling from it: the prompt
-    suffix of its family (read from the GGUF's metadata with the `gguf` package, no llama.cpp
-    load; or from an HF folder's config)."""
+    suffix of its family (read from the GGUF's header, no llama.cpp load; or from an HF
+    folder's config)."""
     from training.sft_templates import TemplateSource
 
     if model is not None and not gguf_file and not model.lower().endswith(".gguf"):
@@ -77,17 +77,16 @@ def template_source(model, gguf_file, criteria):
         cfg = Path(model) / "config.json"
         arch = json.loads(cfg.read_text()).get("model_type") if cfg.is_file() else None
         return TemplateSource(suffix_for_model(arch, model), criteria)
-    import gguf as gguf_lib
-
+    from rmjudge.engine.gguf_header import read_gguf_header
     from rmjudge.engine.models import resolve_model
     from rmjudge.prompts import suffix_for_model
 
     path = str(Path(model) / gguf_file) if model and gguf_file else resolve_model(model)
-    fields = gguf_lib.GGUFReader(path).fields
+    fields = read_gguf_header(path, tensors=False).fields
 
     def meta(key: str) -> str | None:  # a string field, as llama.cpp reads it (engine/vocab.py)
-        f = fields.get(key)
-        return bytes(f.parts[f.data[0]]).decode("utf-8", "replace") if f is not None else None
+        value = fields.get(key)
+        return value if isinstance(value, str) else None
 
     name = meta("general.name") or Path(path).name
     return TemplateSource(suffix_for_model(meta("general.architecture"), name), criteria)
