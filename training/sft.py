@@ -412,12 +412,14 @@ def _tokenized(s: SFTSettings, examples: list[dict], stats: SFTStats):
 
 
 def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, progress):
-    """transformers' Trainer on the tokenized examples: loss logged to `progress` and
-    log.jsonl, checkpoints to `staged`."""
+    """transformers' Trainer on the tokenized examples, its loss computed from the logits of
+    the target positions only (`training.completion_loss`): logged to `progress` and log.jsonl,
+    checkpoints to `staged`."""
     import torch
     from datasets import Dataset
-    from transformers import PrinterCallback, Trainer, TrainingArguments
+    from transformers import PrinterCallback, TrainingArguments
 
+    from training.completion_loss import completion_loss_trainer
     from training.grpo import jsonl_log_callback
 
     cuda = torch.cuda.is_available()
@@ -431,10 +433,11 @@ def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, pro
         data_seed=s.seed, use_cpu=not cuda, bf16=bool(cuda and torch.cuda.is_bf16_supported()),
         report_to="none", remove_unused_columns=False, disable_tqdm=True,
         dataloader_drop_last=False)
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
-                      data_collator=pad_collator(tokenizer.pad_token_id),
-                      callbacks=[jsonl_log_callback(Path(s.output_dir) / "log.jsonl", progress),
-                                 staged.callback()])
+    trainer = completion_loss_trainer()(
+        model=model, args=args, train_dataset=Dataset.from_list(rows_tok),
+        data_collator=pad_collator(tokenizer.pad_token_id),
+        callbacks=[jsonl_log_callback(Path(s.output_dir) / "log.jsonl", progress),
+                   staged.callback()])
     trainer.remove_callback(PrinterCallback)
     return trainer
 
