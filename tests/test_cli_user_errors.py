@@ -58,3 +58,22 @@ def test_a_huge_resamples_is_one_error_not_a_memory_error_or_a_hang(tmp_path):
     r = run("compare", tmp_path / "a.duckdb", tmp_path / "b.duckdb", "--resamples",
             "99999999999999999")
     assert r.exit_code != 0 and r.output == "Error: --resamples must be at most 1,000,000\n"
+
+
+def test_engine_settings_out_of_range_are_one_error_line_before_a_model_loads(tmp_path):
+    """Before, `--ctx-size 0`, `--n-gpu-layers -5` and `--lora-scale nan` were accepted and
+    reached llama.cpp."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    cases = {("--ctx-size", "0"): "Error: --ctx-size must be at least 1",
+             ("--n-gpu-layers", "-5"): "Error: --n-gpu-layers must be 0 or more",
+             ("--lora-scale", "nan"): "Error: --lora-scale must be a finite number",
+             ("--lora-scale", "inf"): "Error: --lora-scale must be a finite number"}
+    for command in ("score", "rank"):
+        for (opt, value), want in cases.items():
+            r = CliRunner().invoke(main, [command, str(src), "-o", str(tmp_path / "o.duckdb"),
+                                          opt, value])
+            assert r.exit_code != 0, (command, opt, r.output)
+            assert r.output.startswith(want) and r.output.count("\n") == 1, (command, opt,
+                                                                             r.output)
+    assert not (tmp_path / "o.duckdb").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
 
@@ -165,3 +166,11 @@ class EngineSettings:
             raise SettingsError("--threads must be at least 1")
         if self.kind not in ("batched", "naive"):
             raise SettingsError("--engine must be batched or naive")
+        if self.n_ctx is not None and self.n_ctx < 1:
+            raise SettingsError("--ctx-size must be at least 1 (leave it out for the model's "
+                                "training context)")
+        if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
+            raise SettingsError("--n-gpu-layers must be 0 or more (leave it out to offload "
+                                "every layer on CUDA)")
+        if not math.isfinite(self.lora_scale):
+            raise SettingsError("--lora-scale must be a finite number")
