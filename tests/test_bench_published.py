@@ -345,3 +345,19 @@ def test_check_lists_a_utf16_file_as_not_read_and_reads_the_others(tmp_path):
     files = {f["path"]: f for f in json.loads(r.output)[0]["files"]}
     assert files[str(chat)]["rows"] == 0 and "UTF-16" in files[str(chat)]["error"]
     assert sum(f["rows"] for f in files.values()) == 5
+
+
+def test_check_that_reads_no_row_of_a_benchmark_fails_after_its_report(tmp_path):
+    """Before, a check whose files were all unreadable (Git LFS pointers of a checkout without
+    LFS) printed the report and exited 0, so a script took the copy for a good one."""
+    data = tmp_path / "data"
+    shutil.copytree(RMBENCH, data)
+    for f in data.glob("*.json"):
+        f.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 5\n")
+    r = bench_cli("--check", "--data", f"rmbench={data}")
+    assert r.returncode != 0
+    assert "is a Git LFS pointer" in r.stdout and "in all: 0 rows read" in r.stdout
+    assert r.stderr.startswith(f"Error: --check read no row of rmbench ({data})")
+    assert r.stderr.count("\n") == 1
+    js = bench_cli("--check", "--json", "--data", f"rmbench={data}")
+    assert js.returncode != 0 and json.loads(js.stdout)[0]["rows"] == 0
