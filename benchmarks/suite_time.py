@@ -18,7 +18,14 @@ from collections import defaultdict
 
 
 def main(path: str, top: int = 20) -> None:
-    tests = [json.loads(line) for line in open(path)]
+    tests, other = [], 0
+    for line in open(path):
+        try:
+            tests.append(json.loads(line))
+        except ValueError:  # a line a subprocess of some test wrote to an inherited descriptor
+            other += 1
+    if other:
+        print(f"({other} lines of {path} are not test records; skipped)")
     if not tests:
         sys.exit(f"{path}: no test logged")
     t0 = min(t["start"] for t in tests)
