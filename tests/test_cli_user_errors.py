@@ -61,11 +61,12 @@ def test_a_huge_resamples_is_one_error_not_a_memory_error_or_a_hang(tmp_path):
 
 
 def test_engine_settings_out_of_range_are_one_error_line_before_a_model_loads(tmp_path):
-    """Before, `--ctx-size 0`, `--n-gpu-layers -5` and `--lora-scale nan` were accepted and
-    reached llama.cpp."""
+    """Before, `--ctx-size -1`, `--n-gpu-layers -5` and `--lora-scale nan` were accepted and
+    reached llama.cpp (`--ctx-size 0` is the model's training context, as in llama.cpp)."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
-    cases = {("--ctx-size", "0"): "Error: --ctx-size must be at least 1",
+    cases = {("--ctx-size", "-1"): "Error: --ctx-size must be 0 (the model's training context) "
+                                   "or more",
              ("--n-gpu-layers", "-5"): "Error: --n-gpu-layers must be 0 or more",
              ("--lora-scale", "nan"): "Error: --lora-scale must be a finite number",
              ("--lora-scale", "inf"): "Error: --lora-scale must be a finite number"}

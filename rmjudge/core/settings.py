@@ -166,9 +166,8 @@ class EngineSettings:
             raise SettingsError("--threads must be at least 1")
         if self.kind not in ("batched", "naive"):
             raise SettingsError("--engine must be batched or naive")
-        if self.n_ctx is not None and self.n_ctx < 1:
-            raise SettingsError("--ctx-size must be at least 1 (leave it out for the model's "
-                                "training context)")
+        if self.n_ctx is not None and self.n_ctx < 0:  # 0: the training context, as llama.cpp
+            raise SettingsError("--ctx-size must be 0 (the model's training context) or more")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
             raise SettingsError("--n-gpu-layers must be 0 or more (leave it out to offload "
                                 "every layer on CUDA)")
