@@ -9,6 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 
+from rmjudge.core.errors import UserError
 from rmjudge.engine.gguf_header import (GGUFArray, GGUFFormatError, gguf_metadata_value,
                                         read_gguf_header)
 
@@ -83,8 +84,11 @@ def test_a_file_cut_anywhere_in_its_header_is_a_format_error(tmp_path):
     cut = tmp_path / "cut.gguf"
     for n in range(0, header_end, 3):
         cut.write_bytes(data[:n])
-        with pytest.raises(GGUFFormatError):
+        with pytest.raises(GGUFFormatError) as info:
             read_gguf_header(cut)
+        # a user error: the commands print it as one `Error:` line naming the file and the fix
+        assert isinstance(info.value, UserError) and str(info.value).startswith(str(cut))
+        assert "\n" not in str(info.value) and "give a" in str(info.value)
         assert gguf_metadata_value(cut, "t.str") in (None, "naïve \u2603 text")
     cut.write_bytes(b"GGUF" + (7).to_bytes(4, "little") + bytes(16))
     with pytest.raises(GGUFFormatError, match="version 7"):

@@ -18,14 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmjudge.core.errors import UserError
+
 # GGUF metadata value types (ggml's gguf_type) -> struct format of a scalar
 SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                   10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
+TRUNCATED = ("the file ends inside its header; give a complete GGUF file (a download or copy "
+             "may have been cut short)")
 
 
-class GGUFFormatError(ValueError):
-    """Not a GGUF file of a version read here, or one cut short."""
+class GGUFFormatError(UserError, ValueError):
+    """Not a GGUF file of a version read here, or one cut short: a user error (the commands
+    print it as one `Error:` line naming the file)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class _Cursor:
         try:
             value = struct.unpack_from(fmt, self.buf, self.pos)[0]
         except struct.error:
-            raise GGUFFormatError("the file ends inside its header") from None
+            raise GGUFFormatError(TRUNCATED) from None
         self.pos += struct.calcsize(fmt)
         return value
 
@@ -89,7 +94,7 @@ class _Cursor:
         n = self.take("<Q")
         end = self.pos + n
         if end > len(self.buf):
-            raise GGUFFormatError("the file ends inside its header")
+            raise GGUFFormatError(TRUNCATED)
         text = bytes(self.buf[self.pos:end]).decode("utf-8", "replace")
         self.pos = end
         return text
@@ -101,9 +106,9 @@ class _Cursor:
             for _ in range(count):
                 pos += 8 + unpack("<Q", buf, pos)[0]
         except struct.error:
-            raise GGUFFormatError("the file ends inside its header") from None
+            raise GGUFFormatError(TRUNCATED) from None
         if pos > size:
-            raise GGUFFormatError("the file ends inside its header")
+            raise GGUFFormatError(TRUNCATED)
         self.pos = pos
 
     def value(self, vtype: int, keep_array: bool):
@@ -123,7 +128,7 @@ class _Cursor:
                 for _ in range(count):
                     self.value(itype, False)
             if self.pos > len(self.buf):
-                raise GGUFFormatError("the file ends inside its header")
+                raise GGUFFormatError(TRUNCATED)
             return GGUFArray(itype, count)
         raise GGUFFormatError(f"unknown GGUF metadata type {vtype}")
 
@@ -136,12 +141,16 @@ def read_gguf_header(path: str | Path, arrays: tuple[str, ...] | bool = (),
     or ends inside its header, OSError when it cannot be read."""
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
-            raise GGUFFormatError(f"{path} is not a GGUF file")
-        f.seek(0, 2)
-        if f.tell() < 24:
-            raise GGUFFormatError("the file ends inside its header")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _parse(memoryview(mm), arrays, tensors)
+            raise GGUFFormatError(f"{path} is not a GGUF file (it does not start with 'GGUF'); "
+                                  "give a .gguf model")
+        try:
+            f.seek(0, 2)
+            if f.tell() < 24:
+                raise GGUFFormatError(TRUNCATED)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _parse(memoryview(mm), arrays, tensors)
+        except GGUFFormatError as exc:
+            raise GGUFFormatError(f"{path}: {exc}") from None
 
 
 def _parse(buf: memoryview, arrays, want_tensors: bool) -> GGUFHeader:
@@ -150,7 +159,8 @@ def _parse(buf: memoryview, arrays, want_tensors: bool) -> GGUFHeader:
     try:
         version = c.take("<I")
         if version not in (2, 3):
-            raise GGUFFormatError(f"GGUF version {version} is not read here (2 and 3 are)")
+            raise GGUFFormatError(f"GGUF version {version} is not read here (2 and 3 are); "
+                                  "convert it with a current llama.cpp")
         n_tensors, n_kv = c.take("<Q"), c.take("<Q")
         fields: dict[str, Any] = {}
         for _ in range(n_kv):
