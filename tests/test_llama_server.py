@@ -49,7 +49,8 @@ def start(model_path: str, log: Path, slots: int) -> tuple[subprocess.Popen, str
     (2048 tokens per slot), one thread (the test machines are small)."""
     port = free_port()
     cmd = [llama_server_binary(), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
-           "-np", str(slots), "-c", str(2048 * slots), "-t", "1", "-tb", "1", "--metrics"]
+           "-np", str(slots), "-c", str(2048 * slots), "-t", "1", "-tb", "1", "--metrics",
+           "--no-repack"]  # llama.cpp's AMX kernels crash on AMX Xeons (docs/serving.md)
     url = f"http://127.0.0.1:{port}"
     return start_server(cmd, log, url + "/health", "llama-server", interval=0.3), url + "/v1"
 

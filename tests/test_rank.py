@@ -645,8 +645,10 @@ def test_an_empty_input_is_one_error_saying_so(tmp_path, monkeypatch):
     import rmjudge.runs.setup
     from rmjudge.cli import main
 
-    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine",
-                        lambda *a, **k: quality_engine())
+    def no_model(*a, **k):  # the input is read before a model loads
+        raise AssertionError("a model was loaded for an empty input")
+
+    monkeypatch.setattr(rmjudge.runs.setup, "load_judge_engine", no_model)
     for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n")):
         src = tmp_path / name
         src.write_text(text)
@@ -748,3 +750,53 @@ def test_rank_options_on_a_store_of_judged_pairs_are_one_error_not_ignored(tmp_p
         assert not out.exists()
     r = CliRunner().invoke(main, ["filter", judged, "-o", str(out)])
     assert r.exit_code == 0 and out.exists(), r.output
+
+
+def test_pair_options_on_a_ranked_store_are_one_error_not_ignored(tmp_path):
+    """Before, `filter RANKED.duckdb --min-confidence 0.9` (or --relabel, --evidence, ...) wrote
+    the ranked pairs as if it were not given."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(2, 3))
+    ranked = str(tmp_path / "r.duckdb")
+    rank(src, ranked, engine=quality_engine(), judge=JS)
+    out = tmp_path / "f.jsonl"
+    for args, first in ((["--min-confidence", "0.9"], "--min-confidence applies"),
+                        (["--relabel", "--unlabelled", "drop"], "--relabel, --unlabelled apply"),
+                        (["--evidence"], "--evidence applies"),
+                        (["--allow-inconsistent", "--prefer", "human"],
+                         "--allow-inconsistent, --prefer apply")):
+        r = CliRunner().invoke(main, ["filter", ranked, "-o", str(out), *args])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code != 0 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"Error: {first} only to a store of judged pairs"), r.output
+        assert "--rank-pairs" in lines[0] and not out.exists()
+    # the options a ranked store uses still work
+    r = CliRunner().invoke(main, ["filter", ranked, "-o", str(out), "--format", "kto", "--chat",
+                                  "--rank-pairs", "all"])
+    assert r.exit_code == 0 and out.exists(), r.output
+
+
+def test_ultrafeedback_rows_with_only_overall_score_say_which_gold_field_reads_it(tmp_path):
+    """Before, completions carrying only `overall_score` were ranked without gold and the
+    summary did not say that --gold-field overall_score would read it."""
+    from rmjudge.cli.rank import render_summary
+
+    uf = {"instruction": "q", "completions": [
+        {"response": "a q=1", "overall_score": 6}, {"response": "b q=2", "overall_score": 9}]}
+    both = {"instruction": "r", "completions": [
+        {"response": "c q=1", "fine-grained_score": 2.0, "overall_score": 3},
+        {"response": "d q=2", "fine-grained_score": 4.0, "overall_score": 8}]}
+    read = list(read_prompts(raws([uf, both])))
+    assert [(p.gold, p.gold_elsewhere) for p in read] == [(None, "overall_score"),
+                                                           ((2, 1), None)]
+    src = write_jsonl(tmp_path / "in.jsonl", [uf, uf | {"instruction": "q2"}, both])
+    s = rank(src, str(tmp_path / "r.duckdb"), engine=quality_engine(), judge=JS)
+    assert s.gold_elsewhere == {"overall_score": 2}
+    assert ("  note: 2 prompts without gold ranks have overall_score on every completion: "
+            "--gold-field overall_score ranks against it") in render_summary(s).splitlines()
+    s = rank(src, str(tmp_path / "o.duckdb"), engine=quality_engine(), judge=JS,
+             gold_field="overall_score")
+    assert s.gold_elsewhere == {}

@@ -102,6 +102,14 @@ def test_selections(table, tmp_path):
             "--threshold", "0.7")
     assert r.exit_code == 1 and r.stderr.startswith("Error: --threshold 0.7")
     assert not (tmp_path / "k").exists()
+    # a selection's own option without its selection would be ignored: one error instead
+    for args, named in ((["--select", "flipped", "--threshold", "0.2"], "--threshold applies "
+                         "only to --select low-confidence"),
+                        (["--select", "low-confidence", "--seed", "3"], "--seed applies only "
+                         "to --select random:N")):
+        r = cli("review", "export", table, "-o", str(tmp_path / "k"), *args)
+        assert r.exit_code == 1 and r.stderr.startswith(f"Error: {named}"), r.stderr
+        assert r.stderr.count("\n") == 1 and not (tmp_path / "k").exists()
 
 
 def test_csv_saved_by_a_spreadsheet_with_a_byte_order_mark(table, tmp_path):

@@ -193,6 +193,63 @@ def test_merge_refuses_shards_with_other_settings(tmp_path):
     assert "Traceback" not in res.output
 
 
+def test_merge_of_a_ranked_store_and_a_pairs_store_names_the_two_kinds(tmp_path):
+    """Before, the merge printed a settings diff (rank: ... -> absent) as if one shard had been
+    run with other options."""
+    import json
+
+    from helpers import quality_engine
+
+    from rmjudge.rank import rank
+
+    pairs_in = tmp_path / "pairs.jsonl"
+    pairs_in.write_text(json.dumps({"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}) + "\n")
+    ranked_in = tmp_path / "ranked.jsonl"
+    ranked_in.write_text(json.dumps({"prompt": "q", "responses": ["a q=1", "b q=2", "c q=3"]})
+                         + "\n")
+    js = JudgeSettings(samples=2, max_tokens=32, seed=3)
+    a, b = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
+    score(str(pairs_in), quality_engine(), js, output=a)
+    rank(str(ranked_in), b, engine=quality_engine(), judge=js)
+    out = str(tmp_path / "all.duckdb")
+    for shards in ([a, b], [b, a]):
+        res = CliRunner().invoke(main, ["merge", *shards, "-o", out])
+        lines = [x for x in res.output.splitlines() if x.strip()]
+        assert res.exit_code == 1 and len(lines) == 1, res.output
+        assert lines[0] == (f"Error: {b} is a ranked store (rmjudge rank) and {a} holds pairs "
+                            "judged by rmjudge score: stores of different kinds cannot be "
+                            "merged; merge the shards of one command")
+        assert not os.path.exists(out)
+
+
+def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_path):
+    """Before, `ray-score --address bogus:1` hung in Ray's connection retries (over 120 s)."""
+    import socket
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    from rmjudge.runs.ray_runner import unreachable
+
+    with socket.socket() as listening:  # a port that takes connections is reachable
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        assert unreachable(f"127.0.0.1:{port}") is None
+        assert unreachable(f"ray://127.0.0.1:{port}") is None
+    assert unreachable("auto") is None and unreachable(None) is None
+    assert "refused" in unreachable(f"127.0.0.1:{port}").lower()
+    out = tmp_path / "out.duckdb"
+    p = subprocess.run([sys.executable, "-m", "rmjudge", "ray-score",
+                        str(DATA / "pandalm_5.jsonl"), "-o", str(out), "--address",
+                        f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
+    assert "check --address" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # no output, no work folder
+
+
 def test_merge_refuses_a_doubled_pair(tmp_path):
     src = mixed_input(tmp_path)
     outs = run_shards(src, tmp_path, 2)
@@ -251,7 +308,7 @@ def test_merge_refuses_to_overwrite_and_names_the_fix(tmp_path):
     out = str(tmp_path / "all.duckdb")
     res = CliRunner().invoke(main, ["merge", *outs, "-o", out])
     assert res.exit_code == 0, res.output
-    assert "rmjudge merge: 2 shard(s)" in res.output and "-> " + out + ": 9 pairs, 11 errors" in res.output
+    assert "rmjudge merge: 2 shards" in res.output and "-> " + out + ": 9 pairs, 11 errors" in res.output
     res = CliRunner().invoke(main, ["merge", *outs, "-o", out])
     assert res.exit_code == 1
     assert f"Error: {out} exists; use --overwrite to replace it or -o to write elsewhere" in res.output

@@ -877,14 +877,28 @@ def test_prompt_encoding_is_in_the_run_settings_and_the_card(fake, template, tmp
 # -- a real server: llama-cpp-python's, with the embedded model ---------------------------------
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Xeon from Sapphire Rapids on), where llama.cpp's
+    default repacked weights crash its server (docs/serving.md)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
+
+
 def start_llama_server(model_path: str, log: Path, plain: bool = False
                        ) -> tuple[subprocess.Popen, str]:
     """rmjudge's launcher of llama-cpp-python's server (one thread), or with `plain` the
-    server started exactly as llama-cpp-python's docs say."""
+    server started exactly as docs/serving.md says for this CPU: llama-cpp-python's own
+    `python -m llama_cpp.server --model FILE --host --port`, or on a CPU with AMX, where that
+    start crashes on the first prompt, the same arguments to `python -m
+    rmjudge.engine.llamacpp_server`."""
     pytest.importorskip("uvicorn")
     port = free_port()
     if plain:
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model_path,
+        server = "rmjudge.engine.llamacpp_server" if cpu_has_amx() else "llama_cpp.server"
+        cmd = [sys.executable, "-m", server, "--model", model_path,
                "--host", "127.0.0.1", "--port", str(port)]
     else:
         cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model_path,

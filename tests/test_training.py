@@ -18,6 +18,21 @@ HERE = os.path.dirname(__file__)
 HAS_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "peft", "trl"))
 
 
+def scripted_grpo_data(path):
+    """GRPO data built from the PandaLM fixture with scripted rollouts (Pref + Refl, 1:1)."""
+    from rmjudge.engine.fake import ScriptedEngine
+    from training.data import DataConfig, build_data
+    from training.rollouts import EngineRollouts, SamplingSettings
+
+    def respond(req, i):
+        return completion_text("pref", f"analysis {i}", 1 + i % 2)
+
+    build_data(os.path.join(HERE, "data", "pandalm_5.jsonl"), path,
+               EngineRollouts(ScriptedEngine(respond), SamplingSettings(samples=2)),
+               DataConfig(ratio="1:1"))
+    return path
+
+
 def test_reward_is_one_only_for_the_labelled_verdict_of_the_task():
     assert score(completion_text("pref", "a", 2), "pref", 2) == (1.0, True)
     assert score(completion_text("pref", "a", 1), "pref", 2) == (0.0, True)
@@ -142,19 +157,10 @@ def test_grpo_continues_a_given_adapter(tmp_path, model_path):
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 
-    from rmjudge.engine.fake import ScriptedEngine
-    from training.data import DataConfig, build_data
     from training.grpo import GRPOSettings, train
     from training.hf import ModelSource, load_base, materialize
-    from training.rollouts import EngineRollouts, SamplingSettings
 
-    def respond(req, i):
-        return completion_text("pref", f"analysis {i}", 1 + i % 2)
-
-    data = tmp_path / "train.jsonl"
-    build_data(os.path.join(HERE, "data", "pandalm_5.jsonl"), data,
-               EngineRollouts(ScriptedEngine(respond), SamplingSettings(samples=2)),
-               DataConfig(ratio="1:1"))
+    data = scripted_grpo_data(tmp_path / "train.jsonl")
     # a warm-start stand-in: rank 2 on two modules, B non-zero
     torch.manual_seed(0)
     base = load_base(materialize(ModelSource.parse(model_path)), quantization="none")
@@ -268,6 +274,27 @@ def test_the_trl_pin_is_the_first_version_with_what_grpo_uses():
 
     assert callable(getattr(GRPOTrainer, "_tokenize_prompts", None))
     assert "rollout_func" in inspect.signature(GRPOTrainer.__init__).parameters
+
+
+@pytest.mark.hf
+def test_a_loss_type_trl_does_not_name_is_refused_before_the_model_loads(tmp_path, model_path):
+    """Before, `rmjudge-train grpo --loss-type nope` loaded the model, generated the first
+    completions and then stopped in TRL's loss ("Unknown loss type")."""
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("TRL is not installed")
+    from training.grpo import GRPOSettings, TrainError, train, trl_loss_types
+
+    names = trl_loss_types()
+    assert {"dapo", "grpo", "dr_grpo", "bnpo"} <= set(names)  # the losses docs/reflectrm.md names
+
+    data = scripted_grpo_data(tmp_path / "train.jsonl")
+    settings = GRPOSettings(model=model_path, data=str(data),
+                            output_dir=str(tmp_path / "run"), max_steps=1, batch_size=1,
+                            num_generations=2, micro_batch=2, generation_prompts=1,
+                            loss_type="nope")
+    with pytest.raises(TrainError, match=r"^--loss-type nope: TRL \S+ knows .*dapo"):
+        train(settings)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_trl_without_the_prompt_tokenization_hook_is_refused():

@@ -305,6 +305,31 @@ def engine_tokenized_trainer(trainer_cls, ids_by_text: dict[str, list[int]]):
 GRPO = "rmjudge-train grpo"
 
 
+def trl_loss_types() -> list[str]:
+    """The GRPO losses the installed TRL names in its `GRPOConfig.loss_type` help ("Supported
+    values are 'grpo', 'dr_grpo', ..."); empty when it names none in that form."""
+    import re
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    text = next((f.metadata.get("help", "") for f in fields(GRPOConfig) if f.name == "loss_type"),
+                "")
+    m = re.search(r"Supported values are (.*?)\.", text)
+    return re.findall(r"'([a-z_]+)'", m.group(1)) if m else []
+
+
+def check_loss_type(loss_type: str) -> None:
+    """TrainError for a --loss-type the installed TRL does not name; TRL itself refuses it only
+    at the first loss, after the model loaded and the first completions were generated."""
+    import trl
+
+    names = trl_loss_types()
+    if names and loss_type not in names:
+        raise TrainError(f"--loss-type {loss_type}: TRL {trl.__version__} knows "
+                         f"{', '.join(names)}; give one of them (dapo is rmjudge's default)")
+
+
 def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
     """Refuse an output folder that is an input or holds files another command wrote
     (training.outputs), before anything loads."""
@@ -359,6 +384,7 @@ def train(s: GRPOSettings, resume: str | None = None,
 
     from training.evaluate import evaluate
 
+    check_loss_type(s.loss_type)
     out = Path(s.output_dir)
     claim_output_dir(s, GRPO)
     write_file(str(out / "heldout.jsonl"), b"".join(orjson.dumps(e) + b"\n" for e in held))

@@ -54,9 +54,12 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         from rmjudge.runs.pipeline import default_output
         from rmjudge.runs.setup import judge_input
 
+        check_has_labels(table, opts)  # before a model loads
         summary = (judge or judge_input)(table, output, opts)
         engine = summary.engine
         path = output or default_output(table)
+    else:
+        check_no_input_options(table, output, opts)
     with open_judged(path) as t:
         baseline = None
         if greedy:
@@ -70,3 +73,44 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         res = None if human is not None and t.count_labelled() == 0 else evaluate(t, ev)
     return EvalRun(path, res, human, baseline, summary)
 
+
+
+def check_no_input_options(table: str, output: str | None, opts: "RunOptions") -> None:
+    """-o and the options that read an input (--map, --label-values, --label) apply only to
+    unjudged input; on a judged table (or a ranked store) they would be ignored: one error."""
+    from rmjudge.analysis.tables import TableError
+
+    m = opts.mapper
+    given = [name for name, on in (("-o", output is not None), ("--map", bool(m.mapping)),
+                                   ("--label-values", m.label_values is not None),
+                                   ("--label", m.label_choice is not None)) if on]
+    if given:
+        verb = "apply" if len(given) > 1 else "applies"
+        raise TableError(f"{', '.join(given)} {verb} only when TABLE is input not judged yet; "
+                         f"{table} is judged already (its gold labels were read when it was "
+                         "judged): leave them out, or judge the input again with `rmjudge "
+                         "score INPUT --overwrite` and these options")
+
+
+def check_has_labels(source: str, opts: "RunOptions") -> None:
+    """Unjudged input without one gold label (under its mapping, --limit and --shard) has
+    nothing to evaluate against: one error before any model loads. Reads until the first
+    labelled pair."""
+    from rmjudge.analysis.tables import TableError
+    from rmjudge.io.intake import Intake
+    from rmjudge.io.mapping import Mapper
+    from rmjudge.io.readers import read_rows
+
+    m = opts.mapper  # a fresh Mapper of the same options: the run's own stays unread
+    mapper = Mapper(m.mapping, m.seed, label_values=m.label_values, label_choice=m.label_choice,
+                    read_labels=m.read_labels, blank_responses=m.blank_responses)
+    intake = Intake(read_rows(source), mapper, shard=opts.shard, limit=opts.limit)
+    for _ in intake:
+        if intake.labelled:
+            return
+    if intake.pairs == 0:
+        return  # no pair at all: the run reports its error rows (or the empty input) itself
+    raise TableError(f"{source}: none of its {intake.pairs} pairs has a gold label, so there is "
+                     "nothing to evaluate against: give labelled input (chosen/rejected, or a "
+                     "label column: --map label=COL, --label-values), or judge it with "
+                     "`rmjudge score` and use `rmjudge report` / `rmjudge filter`")

@@ -5,6 +5,7 @@ with `check`, each benchmark's published files read and counted, nothing judged.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -110,7 +111,8 @@ def run_bench(settings: BenchSettings, opts, *, status: Callable[[str], None] = 
     written) before anything is judged; a bad --criteria or --prompt-template fails before
     anything is written. `status` hears one line per step, `progress()` makes each benchmark's
     progress display (closed after it), `on_judged(bench, summary)` hears each judged run."""
-    from rmjudge.bench.runner import prepare, require_results, score_stored, stored_judge
+    from rmjudge.bench.runner import (prepare, require_results, score_stored, store_file,
+                                      stored_judge)
 
     todo = plan(settings)
     if settings.check:
@@ -122,6 +124,11 @@ def run_bench(settings: BenchSettings, opts, *, status: Callable[[str], None] = 
         raise SettingsError("give -o DIR, the folder for the run stores (or --check to only "
                             "read the benchmarks' files)")
     if settings.score_only:  # nothing is written where there is nothing to score
+        if not settings.benchmarks and not settings.data:  # the default set: those run in DIR
+            todo = [(b, src) for b, src in todo if os.path.exists(store_file(outdir, b))]
+            if not todo:
+                raise BenchError(f"no benchmark results in {outdir}: run `rmjudge bench -o "
+                                 f"{outdir}` first (or name one with --benchmark)")
         for bench, _ in todo:
             require_results(bench, outdir)
     else:  # a bad --criteria or --prompt-template: before anything is written

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 from dataclasses import dataclass
 
 import click
@@ -61,4 +63,4 @@ def command(**kw) -> None:
     else:
         click.echo(render(result, call.max_flips))
     if jury:
-        click.echo(f"wrote the jury's verdicts on {rows} pairs -> {output}", err=True)
+        click.echo(f"wrote the jury's verdicts on {count(rows, 'pair')} -> {output}", err=True)

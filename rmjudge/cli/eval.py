@@ -59,7 +59,7 @@ def command(**kw) -> None:
     with bootstrap intervals over prompts (docs/rank.md)."""
     import orjson
 
-    from rmjudge.analysis.eval_run import evaluate_table
+    from rmjudge.analysis.eval_run import check_no_input_options, evaluate_table
     from rmjudge.analysis.metrics import render
     from rmjudge.analysis.agreement import render as render_human
 
@@ -69,12 +69,14 @@ def command(**kw) -> None:
     check_not_being_written(table, "eval")
     from rmjudge.rank.outputs import evaluate_if_ranked, render_eval
 
+    opts = parse_run_options(kw)
     ranked = evaluate_if_ranked(table, ev)
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
+        check_no_input_options(table, call.output, opts)
         click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
                    if as_json else render_eval(ranked))
         return
-    run = evaluate_table(table, ev, parse_run_options(kw), output=call.output,
+    run = evaluate_table(table, ev, opts, output=call.output,
                          greedy=call.greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(
                              f"greedy baseline: {done}/{total} pair-orders", err=True))

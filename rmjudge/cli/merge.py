@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import click
 
 from rmjudge.cli.common import fail
@@ -37,17 +39,17 @@ def command(**kw) -> None:
 
 
 def render(r) -> str:
-    lines = [f"rmjudge merge: {len(r.shards)} shard(s)"]
+    lines = [f"rmjudge merge: {count(len(r.shards), 'shard')}"]
     for s in r.shards:
         spec = ", ".join(x or "unsharded" for x in s.specs) or "no runs"
-        lines.append(f"  {s.path}: {s.pairs} pairs, {s.errors} errors, {s.runs} run(s) "
+        lines.append(f"  {s.path}: {count(s.pairs, 'pair')}, {count(s.errors, 'error')}, {count(s.runs, 'run')} "
                      f"[{spec}; last run {s.last_status}]")
     if r.input_rows is not None:
-        lines.append(f"  input: {r.input_rows} rows")
+        lines.append(f"  input: {count(r.input_rows, 'row')}")
     for p in r.problems:
         lines.append(f"  problem: {p}")
     if r.output is not None:
-        lines.append(f"  -> {r.output}: {r.pairs} pairs, {r.errors} errors, {r.samples} samples, "
-                     f"{r.runs} runs")
+        lines.append(f"  -> {r.output}: {count(r.pairs, 'pair')}, {count(r.errors, 'error')}, "
+                     f"{count(r.samples, 'sample')}, {count(r.runs, 'run')}")
     return "\n".join(lines)
 

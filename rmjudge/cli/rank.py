@@ -14,6 +14,7 @@ from rmjudge.cli.score import RUN_FIELDS, parse_run_options
 from rmjudge.cli.server_options import server_options
 from rmjudge.core.errors import EXIT_STRICT, UserError
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 from rmjudge.rank.runner import RUN_OPTION_HELP, RankOptions
 from rmjudge.runs.setup import RunOptions
 
@@ -59,10 +60,6 @@ def command(**kw) -> None:
                          progress=None if quiet else progress)
     if not quiet:
         click.echo(render_summary(summary), err=True)
-    if summary.prompts == 0:
-        raise UserError(f"nothing was ranked: {source} holds no rows"
-                        + (" within --limit/--shard" if opts.limit or opts.shard else "")
-                        + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "
@@ -70,10 +67,6 @@ def command(**kw) -> None:
                         "these error rows)")
     if call.strict and (summary.problems or summary.failed):
         sys.exit(EXIT_STRICT)
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def render_summary(s) -> str:
@@ -84,21 +77,24 @@ def render_summary(s) -> str:
     if s.candidates:
         lo, hi = s.candidates
         what = (f" ({lo if lo == hi else f'{lo} to {hi}'} candidates per prompt ranked)")
-    lines = [f"rmjudge: ranked {s.ranked} of {_n(s.prompts, 'prompt')}{what}: "
-             f"{_n(s.judged, 'comparison')} judged, {s.skipped} already done, {s.failed} "
-             f"failed, {_n(s.rounds, 'round')} in {s.wall_seconds:.1f}s -> {s.output}"]
+    lines = [f"rmjudge: ranked {s.ranked} of {count(s.prompts, 'prompt')}{what}: "
+             f"{count(s.judged, 'comparison')} judged, {s.skipped} already done, {s.failed} "
+             f"failed, {count(s.rounds, 'round')} in {s.wall_seconds:.1f}s -> {s.output}"]
     if s.problem_kinds:
         lines += error_lines(s.problem_kinds, s.problem_rows)
     if s.strategies:
-        lines.append("  strategy: " + ", ".join(f"{k} for {_n(v, 'prompt')}"
+        lines.append("  strategy: " + ", ".join(f"{k} for {count(v, 'prompt')}"
                                                  for k, v in sorted(s.strategies.items())))
     top1 = top1_line(s.own_rankings())
     if top1:
         lines.append(f"  {top1}")
     if s.others:
-        lines.append(f"  the store also holds {_n(s.others, 'ranked prompt')} that this input "
+        lines.append(f"  the store also holds {count(s.others, 'ranked prompt')} that this input "
                      "does not name (an earlier, larger input or --limit); its rankings table, "
                      "eval and filter include them")
+    for name, n in sorted(s.gold_elsewhere.items()):
+        lines.append(f"  note: {count(n, 'prompt')} without gold ranks {'has' if n == 1 else 'have'} "
+                     f"{name} on every completion: --gold-field {name} ranks against it")
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/comparison, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import sys
 from dataclasses import dataclass
 
@@ -56,17 +58,19 @@ def command(**kw) -> None:
 
     def on_batch(row, n, judged) -> None:
         if not quiet:
-            click.echo(f"batch {row['key']}: {row['judged']} pairs, {row['errors']} errors, "
-                       f"{row['seconds']:.1f}s (this run: {n} batches, {judged} pairs)", err=True)
+            click.echo(f"batch {row['key']}: {count(row['judged'], 'pair')}, "
+                       f"{count(row['errors'], 'error')}, {row['seconds']:.1f}s (this run: "
+                       f"{count(n, 'batch', 'batches')}, {count(judged, 'pair')})", err=True)
 
     s = ray_score(source, opts.judge, opts.engine, output, rs=rs, mapper=opts.mapper,
                   overwrite=opts.overwrite,
                   rejudge_changed=opts.rejudge_changed,
                   engine_factory=EngineFactory(opts.engine, opts.server), on_batch=on_batch)
     if not quiet:
-        click.echo(f"rmjudge ray-score: {s.files} file(s), {s.batches} batches "
-                   f"({s.batches_done_before} done before), judged {s.judged} pairs in "
-                   f"{s.wall_seconds:.1f}s -> {s.output}: {s.pairs} pairs, {s.errors} errors"
+        click.echo(f"rmjudge ray-score: {count(s.files, 'file')}, {count(s.batches, 'batch', 'batches')} "
+                   f"({s.batches_done_before} done before), judged {count(s.judged, 'pair')} "
+                   f"in {s.wall_seconds:.1f}s -> {s.output}: {count(s.pairs, 'pair')}, "
+                   f"{count(s.errors, 'error')}"
                    + (f" ({s.duplicates} duplicate ids)" if s.duplicates else ""), err=True)
     if s.pairs == 0:
         sys.exit(1)

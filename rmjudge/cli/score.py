@@ -15,6 +15,7 @@ from rmjudge.cli.options import (combine_options, engine_options, engine_setting
                                  settings_values)
 from rmjudge.core.errors import EXIT_STRICT, UserError
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 from rmjudge.runs.setup import RunOptions
 
 RUN_FIELDS = ("limit", "shard", "commit_every", "overwrite", "rejudge_changed")
@@ -128,10 +129,6 @@ def judgment_lines(s, total: int) -> list[str]:
 ERROR_KINDS_SHOWN = 5
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str]:
     """The summary's error rows: one line per kind, most frequent first, with a few row
     numbers; at most ERROR_KINDS_SHOWN kinds, so any number of bad rows prints a few lines."""
@@ -140,12 +137,12 @@ def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str
     for kind, n in kinds[:ERROR_KINDS_SHOWN]:
         shown = rows.get(kind, [])
         where = ", ".join(map(str, shown)) + (", ..." if n > len(shown) else "")
-        out.append(f"    {kind}: {_count(n, 'row')}"
+        out.append(f"    {kind}: {count(n, 'row')}"
                    + (f" ({'row' if n == 1 else 'rows'} {where})" if shown else ""))
     rest = kinds[ERROR_KINDS_SHOWN:]
     if rest:
-        out.append(f"    and {_count(len(rest), 'more kind')}: "
-                   f"{_count(sum(n for _, n in rest), 'row')}")
+        out.append(f"    and {count(len(rest), 'more kind')}: "
+                   f"{count(sum(n for _, n in rest), 'row')}")
     return out
 
 

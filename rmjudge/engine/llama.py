@@ -184,6 +184,7 @@ class LlamaEngine:
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
         self.threads = settings.threads or default_threads()
+        self.thread_counts = {self.threads}  # every count the run decoded with (load follower)
         # without --threads, the thread count follows the load while the run goes (CPU only)
         self.load_follower = None if settings.threads or self.on_gpu else LoadFollower(self.threads)
         if settings.lora:
@@ -349,6 +350,7 @@ class LlamaEngine:
         batch.n_tokens = len(items)
         if self.load_follower is not None and (n := self.load_follower.check()) is not None:
             self.threads = n
+            self.thread_counts.add(n)
             self.l.llama_set_n_threads(self.ctx, n, n)
         self._decode_calls += 1
         rc = self.l.llama_decode(self.ctx, batch)

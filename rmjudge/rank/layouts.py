@@ -67,6 +67,7 @@ class Prompt:
     gold: tuple[int, ...] | None = None  # gold rank per candidate, 1 = best; None: no gold
     gold_kind: str | None = None  # best | ratings | order
     fields: dict[str, Any] = field(default_factory=dict)  # columns that pass through
+    gold_elsewhere: str | None = None  # no gold, but this other gold field would give one
 
     @property
     def k(self) -> int:
@@ -188,6 +189,7 @@ def read_row(layout: str, row_number: int, obj: dict, gold_field: str = GOLD_FIE
     """One row of a one-row-per-prompt layout as a Prompt; RowError (GoldError) when it cannot
     be one. Candidates are checked later (`check_prompt`)."""
     fields: dict[str, Any]
+    elsewhere = None
     if layout == "responses":
         msgs = _prompt(obj)
         cands = _candidate_list(obj.get("responses"), "responses")
@@ -204,6 +206,9 @@ def read_row(layout: str, row_number: int, obj: dict, gold_field: str = GOLD_FIE
         gold, kind = ((ranks_from_scores(nums), "ratings")  # type: ignore[arg-type]
                       if nums and all(x is not None for x in nums) else (None, None))
         fields = _scalars(obj, ("completions", "instruction", *PROMPT_KEYS))
+        if gold is None and comps:  # say which --gold-field would give this prompt its gold
+            elsewhere = next((f for f in GOLD_FIELDS if f != gold_field and all(
+                _number(c.get(f)) is not None for c in comps)), None)
     elif layout == "rewardbench2":
         msgs = _prompt(obj)
         chosen = _candidate_list(obj.get("chosen"), "chosen")
@@ -231,7 +236,7 @@ def read_row(layout: str, row_number: int, obj: dict, gold_field: str = GOLD_FIE
     else:
         raise ValueError(layout)
     return Prompt(_row_id(obj, layout) or content_prompt_id(msgs, cands), row_number, msgs,
-                  tuple(cands), gold, kind, fields)
+                  tuple(cands), gold, kind, fields, elsewhere)
 
 
 def _row_id(obj: dict, layout: str) -> str | None:

@@ -28,6 +28,8 @@ ranks are all equal has no tau), each with a percentile bootstrap interval over 
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -229,6 +231,24 @@ def _check_no_rank_choice(path: str, rank_choice: dict | None) -> None:
                          "pairs by the judge's vote share)")
 
 
+def _check_no_pair_choice(path: str, fs) -> None:
+    """The options that choose among judged pairs (--min-confidence, --relabel, ...: every
+    FilterSettings field but the format, --chat and --keep-columns), other than their defaults,
+    on a ranked store would be ignored: one error instead."""
+    from dataclasses import fields
+
+    from rmjudge.analysis.tables import TableError
+
+    shared = {"format", "chat", "keep_columns"}
+    given = [f.metadata.get("option") or f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"
+             for f in fields(fs) if f.name not in shared and getattr(fs, f.name) != f.default]
+    if given:
+        verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
+        raise TableError(f"{', '.join(given)} {verb} only to a store of judged pairs (rmjudge "
+                         f"score); {path} is a ranked store: leave {it} out (--rank-pairs and "
+                         "--rank-margin choose its pairs)")
+
+
 def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
     """`rmjudge filter`: the dataset of a judged table written to `output` with its record
     beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
@@ -243,6 +263,7 @@ def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
     ranked = None
     with open_judged(path) as t:
         if is_ranked(t):
+            _check_no_pair_choice(path, fs)
             ranked = RankFilterSettings(**(rank_choice or {}), format=fs.format, chat=fs.chat,
                                         keep_columns=fs.keep_columns)
             summary = filter_ranked(t, output, ranked)
@@ -258,10 +279,11 @@ def render_filter(s, rs: RankFilterSettings) -> str:
             else f"every pair with P(better wins) >= {rs.margin}")
     if rs.format == "kto":
         head = (f"wrote {s.rows} KTO rows ({s.desirable} desirable, {s.rows - s.desirable} "
-                f"undesirable; each candidate once, from {s.written} pairs: {what}) from "
-                f"{s.total} ranked prompts -> {s.output}")
+                f"undesirable; each candidate once, from {count(s.written, 'pair')}: {what}) from "
+                f"{count(s.total, 'ranked prompt')} -> {s.output}")
     else:
-        head = f"wrote {s.written} pairs ({what}) from {s.total} ranked prompts -> {s.output}"
+        head = (f"wrote {count(s.written, 'pair')} ({what}) from {count(s.total, 'ranked prompt')} "
+                f"-> {s.output}")
     lines = [head, f"  prompts without a pair: {sum(s.dropped.values())}"]
     lines += [f"    {n} x {reason}" for reason, n in s.dropped.items()]
     if s.flattened:

@@ -136,6 +136,8 @@ class RankSummary:
     others: int = 0  # ranked prompts of the store that this run's input (--limit, --shard) lacks
     prompt_ids: frozenset = field(default_factory=frozenset, repr=False)  # this run's prompts
     candidates: tuple[int, int] | None = None  # the fewest and most candidates of its prompts
+    # prompts without gold that another --gold-field would give one: {field: prompts}
+    gold_elsewhere: dict[str, int] = field(default_factory=dict)
 
     def own_rankings(self) -> list:
         """The rankings of the prompts this run read (the store may hold others: an earlier
@@ -312,6 +314,10 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     style = check_prompting(opts.judge)  # --criteria @FILE and --prompt-template read once
     started = time.monotonic()
     prompts, problems, identity = read_input(source, ropts, opts.limit, opts.shard)
+    if not prompts and not problems:  # before a model loads
+        raise RankError(f"nothing was ranked: {source} holds no rows"
+                        + (" within --limit/--shard" if opts.limit or opts.shard else "")
+                        + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     strategies = {p.id: resolve(ropts.strategy, p.k) for p in prompts}
     settings = {"rank": ropts.settings(opts.judge.seed)}
     judged = skipped = rounds = 0
@@ -391,6 +397,10 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
         if len(rows.setdefault(k, [])) < ERROR_ROW_EXAMPLES:
             rows[k].append(q.row_number)
     mine = {p.id for p in prompts}
+    elsewhere: dict[str, int] = {}
+    for p in prompts:
+        if p.gold_elsewhere:
+            elsewhere[p.gold_elsewhere] = elsewhere.get(p.gold_elsewhere, 0) + 1
     counts: dict[str, int] = {}
     for s in strategies.values():
         counts[s] = counts.get(s, 0) + 1
@@ -403,4 +413,5 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
         strategies=counts, engine=engine, rankings=rankings,
         others=sum(1 for r in rankings if r.prompt_id not in mine),
         prompt_ids=frozenset(mine),
-        candidates=(min(p.k for p in prompts), max(p.k for p in prompts)) if prompts else None)
+        candidates=(min(p.k for p in prompts), max(p.k for p in prompts)) if prompts else None,
+        gold_elsewhere=elsewhere)

@@ -7,6 +7,8 @@ refused (choose another -o, or move the old files away).
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -148,6 +150,13 @@ def run_export(rs: ReviewSettings, on_written: Callable[[ExportSummary], None] |
     from rmjudge.review.select import parse_selection
 
     selections = list(dict.fromkeys(parse_selection(s) for s in rs.selects))
+    rules = {s.rule for s in selections}
+    if rs.threshold != DEFAULT_THRESHOLD and "low-confidence" not in rules:
+        raise ReviewError("--threshold applies only to --select low-confidence; leave it out "
+                          "or add --select low-confidence")
+    if rs.seed != 0 and "random" not in rules:
+        raise ReviewError("--seed applies only to --select random:N; leave it out or add "
+                          "--select random:N")
     fmts = list(dict.fromkeys(rs.fmts or ("csv",)))
     if rs.push_name:
         check_argilla()  # before any work
@@ -164,7 +173,7 @@ def run_export(rs: ReviewSettings, on_written: Callable[[ExportSummary], None] |
 
 def render(s: ExportSummary) -> str:
     rules = ", ".join(f"{k}: {v}" for k, v in s.by_rule.items())
-    lines = [f"selected {s.pairs} of {s.total} pairs for review ({rules})"]
+    lines = [f"selected {s.pairs} of {count(s.total, 'pair')} for review ({rules})"]
     lines += [f"  wrote {p}" for p in s.files]
     if not s.pairs:
         lines.append("note: no pair matched; the files have no rows (try another --select "

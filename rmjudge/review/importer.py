@@ -12,6 +12,8 @@ and an import replaces what an earlier import stored for the same pair and revie
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -122,7 +124,7 @@ def import_labels(table_path: str, labels_path: str, reviewer: str | None = None
 
 def render(s: ImportSummary) -> str:
     counts = ", ".join(f"{k} {s.counts.get(k, 0)}" for k in ("A", "B", "tie"))
-    lines = [(f"imported {s.imported} labels ({counts}) on {s.pairs} pairs from "
+    lines = [(f"imported {count(s.imported, 'label')} ({counts}) on {count(s.pairs, 'pair')} from "
               f"{s.labels_path} ({s.format}) -> {s.store}, table human_labels")]
     if s.replaced:
         lines.append(f"  {s.replaced} replaced a label stored earlier for the same pair and "

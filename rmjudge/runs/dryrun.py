@@ -12,6 +12,8 @@ size: nothing per pair is kept but its id (for duplicate detection).
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -42,6 +44,20 @@ def record_throughput(key: str, generated_tokens: int, generations: int, seconds
                                 "tokens_per_generation": generated_tokens / generations}
     cache.update(THROUGHPUT_CACHE, key, {"seconds_per_token": seconds / generated_tokens,
                                          "budgets": budgets})
+
+
+def record_engine_throughput(engine, generations: int, seconds: float, max_tokens: int) -> None:
+    """Record what a finished run on an in-process engine measured (`record_throughput`), under
+    its model and device (`cpuN`: N threads; `cuda`). Not recorded: servers (no `on_gpu`),
+    and a CPU run whose thread count changed while it ran (the load follower): its figure
+    belongs to no one thread count, and filing it under the last one would mislead the next
+    dry run at that count."""
+    from rmjudge.engine.vocab import device_name
+
+    if not hasattr(engine, "on_gpu") or len(getattr(engine, "thread_counts", ())) > 1:
+        return
+    record_throughput(throughput_key(engine.info.sha256, device_name(engine)),
+                      engine.generated_tokens, generations, seconds, max_tokens)
 
 
 def measured_throughput(key: str) -> dict | None:
@@ -107,7 +123,8 @@ class DryRunReport:
     def render(self) -> str:
         lines = [f"input read as {self.schema}"] if self.schema else []
         lines += [
-            f"dry run: {self.rows} rows -> {self.pairs} pairs to judge, {self.errors} error rows"
+            f"dry run: {count(self.rows, 'row')} -> {count(self.pairs, 'pair')} to judge, "
+            f"{count(self.errors, 'error row')}"
             + (f" ({self.too_long} too long for the context of {self.context})" if self.too_long else ""),
         ]
         for e in self.error_examples:

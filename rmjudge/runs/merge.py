@@ -171,6 +171,12 @@ def _check_settings(con, shards: list[str], aliases: list[str]) -> dict:
                              "a JSON object); rerun its shard into a fresh output")
         found.append(value)
     first = found[0]
+    kinds = [bool(s.get("rank")) for s in found]
+    if len(set(kinds)) > 1:  # a ranked store's rows are comparisons of a prompt's candidates
+        ranked, pairs = shards[kinds.index(True)], shards[kinds.index(False)]
+        raise MergeError(f"{ranked} is a ranked store (rmjudge rank) and {pairs} holds pairs "
+                         "judged by rmjudge score: stores of different kinds cannot be merged; "
+                         "merge the shards of one command")
     for p, s in zip(shards[1:], found[1:]):
         if s != first:
             raise MergeError(

@@ -7,6 +7,8 @@ an earlier run of the same output already judged, commits results in small chunk
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import re
 import time
 from itertools import chain
@@ -361,7 +363,8 @@ class _ScoreRun:
         _end_run(self.store, self.prog, self.engine, INTERRUPTED)
         n = self.store.pair_count()
         return Interrupted(
-            f"interrupted: {n} judged pairs are saved in {self.store.path}"
+            f"interrupted: {count(n, 'judged pair')} {'is' if n == 1 else 'are'} saved in "
+            f"{self.store.path}"
             + ("" if saved else " (the last few were lost)")
             + "; rerun the same command to resume")
 
@@ -374,13 +377,11 @@ class _ScoreRun:
 
 def _record_speed(engine, spec: RunSpec, run: _ScoreRun) -> None:
     """The measured throughput the dry run estimates from (in-process engines)."""
-    if run.prog.done and hasattr(engine, "on_gpu"):
-        from rmjudge.runs.dryrun import record_throughput, throughput_key
-        from rmjudge.engine.vocab import device_name
+    if run.prog.done:
+        from rmjudge.runs.dryrun import record_engine_throughput
 
-        record_throughput(throughput_key(engine.info.sha256, device_name(engine)),
-                          engine.generated_tokens, run.counts.generations, run.prog.elapsed,
-                          spec.settings.max_tokens)
+        record_engine_throughput(engine, run.counts.generations, run.prog.elapsed,
+                                 spec.settings.max_tokens)
 
 
 def input_reading(mapper: Mapper) -> dict:

@@ -352,6 +352,10 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
+    why = unreachable(rs.address)  # before anything is written (Ray retries for minutes)
+    if why is not None:
+        raise RayRunError(f"cannot reach the Ray cluster at {rs.address}: {why}; check --address "
+                          "(ray status on the head node prints the address to give)")
     from rmjudge.files import make_dir
 
     work = _prepare_output(output, rs, overwrite)
@@ -435,6 +439,24 @@ def _keep_settings(work: str, settings: dict) -> None:
                                                      RESUME_FIX))
     else:
         write_json(settings_path, settings)
+
+
+def unreachable(address: str | None, timeout: float = 5.0) -> str | None:
+    """Why a HOST:PORT (or ray://HOST:PORT) address takes no TCP connection, or None when it
+    does or is not of that form ("auto", None). Ray itself retries an unreachable address for
+    minutes; this answers within `timeout` seconds."""
+    import socket
+
+    if not address or "://" in address and not address.startswith("ray://"):
+        return None
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError, OverflowError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def _connect(ray, rs: RaySettings) -> None:

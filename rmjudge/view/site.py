@@ -17,6 +17,8 @@ files go through the store's writers.
 
 from __future__ import annotations
 
+from rmjudge.core.words import count
+
 import hashlib
 import os
 import time
@@ -288,7 +290,7 @@ def render(s: ViewSummary) -> str:
                 + (f" and {s.prompt_errors} prompt{'' if s.prompt_errors == 1 else 's'} that "
                    "could not be ranked" if s.prompt_errors else ""))
     else:
-        what = f"{s.pairs} pairs" + (f" and {s.errors} error rows" if s.errors else "")
+        what = count(s.pairs, "pair") + (f" and {count(s.errors, 'error row')}" if s.errors else "")
     return (f"explorer of {s.table}: {what}"
-            + f" in {s.files} files ({mb:.1f} MB) in {s.seconds:.1f} s -> {s.page}\n"
+            + f" in {count(s.files, 'file')} ({mb:.1f} MB) in {s.seconds:.1f} s -> {s.page}\n"
             f"open it in a browser: file://{os.path.abspath(s.page)}")
