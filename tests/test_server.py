@@ -1200,7 +1200,11 @@ def test_an_unreachable_hub_listing_falls_back_to_the_cache(hub_home, monkeypatc
     errors = [importlib.import_module(n).ConnectError for n in ("httpx", "httpx2")
               if importlib.util.find_spec(n)]
 
+    import rmjudge.engine.hub_models
+
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    # the Hub takes connections, then its listing fails in the HTTP client
+    monkeypatch.setattr(rmjudge.engine.hub_models, "hub_unreachable", lambda: None)
     snap = lay_out_cache(hub_home, "org/judge-GGUF", {"judge-Q4_K_M.gguf": FAKE_GGUF})
     for error in errors:
         def unreachable(self, repo, *a, **k):
@@ -1212,6 +1216,39 @@ def test_an_unreachable_hub_listing_falls_back_to_the_cache(hub_home, monkeypatc
         assert resolve_model("org/judge-GGUF:Q4_K_M") == str(snap / "judge-Q4_K_M.gguf")
         with pytest.raises(ModelError, match="not in the Hugging Face cache"):
             resolve_model("hf:other/missing:Q4_K_M")
+
+
+def test_a_hub_without_connections_is_the_caches_answer_at_once(hub_home, monkeypatch):
+    """Before, a machine without network (HF_HUB_OFFLINE unset) waited about 20 s in
+    huggingface_hub's retries before `--model org/repo:TAG` fell back to the cache."""
+    import socket
+
+    import huggingface_hub
+
+    from rmjudge.engine.hub_models import hub_unreachable
+    from rmjudge.engine.models import ModelError, resolve_model
+
+    with socket.socket() as s:  # a port that refuses connections
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+
+    def no_network(*a, **k):
+        raise AssertionError("the Hub was asked although it takes no connection")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", no_network)
+    assert "refused" in hub_unreachable().lower()
+    snap = lay_out_cache(hub_home, "org/judge-GGUF", {"judge-Q4_K_M.gguf": FAKE_GGUF})
+    assert resolve_model("org/judge-GGUF:Q4_K_M") == str(snap / "judge-Q4_K_M.gguf")
+    with pytest.raises(ModelError, match="not in the Hugging Face cache .* cannot be reached"):
+        resolve_model("hf:other/missing:Q4_K_M")
+    with pytest.raises(ModelError, match="the Hub is unreachable and the file is not cached"):
+        resolve_model("hf:other/missing/judge.gguf")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # the proxy decides
+    assert hub_unreachable() is None
 
 
 def test_split_gguf_resolves_to_its_first_part(hub_home):

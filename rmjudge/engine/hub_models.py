@@ -11,8 +11,9 @@ Specs (`is_hub_spec`):
 
 Files are downloaded once with `huggingface_hub` (`pip install '.[hub]'`) into its cache
 (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`) and read from there
-afterwards; with `HF_HUB_OFFLINE=1` only the cache is used, and a file that is not in it is a
-`ModelError` naming the command that fetches it. `cached_ggufs()` lists the GGUF files in the
+afterwards; with `HF_HUB_OFFLINE=1`, or when the Hub takes no connection within 3 s
+(`hub_unreachable`), only the cache is used, and a file that is not in it is a `ModelError`
+naming the command that fetches it. `cached_ggufs()` lists the GGUF files in the
 cache (`rmjudge models`).
 """
 
@@ -71,6 +72,32 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+_PROBED: dict[str, str | None] = {}  # endpoint -> why it is unreachable (None: reachable)
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hub (`$HF_ENDPOINT`, else https://huggingface.co) takes no TCP connection, or None
+    when it does, or when a proxy is set (the proxy decides what is reachable). Asked once per
+    process and endpoint, within `timeout` seconds: huggingface_hub itself retries an unreachable
+    Hub for about 20 s before it gives up, and a machine without network then waits for the
+    cache's answer."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if endpoint not in _PROBED:
+        try:
+            url = urlsplit(endpoint)
+            port = url.port or (80 if url.scheme == "http" else 443)
+            socket.create_connection((url.hostname or "", port), timeout=timeout).close()
+            _PROBED[endpoint] = None
+        except (OSError, ValueError) as exc:
+            _PROBED[endpoint] = str(exc) or type(exc).__name__
+    return _PROBED[endpoint]
+
+
 def cache_dir() -> str:
     """The hub cache folder, read from the environment at call time."""
     if os.environ.get("HF_HUB_CACHE"):
@@ -101,7 +128,7 @@ def download(repo: str, filename: str) -> str:
 
     try:
         return hub.hf_hub_download(repo, filename, cache_dir=cache_dir(),
-                                   local_files_only=offline())
+                                   local_files_only=offline() or hub_unreachable() is not None)
     except LocalEntryNotFoundError:
         if offline():
             raise ModelError(f"hf:{repo}/{filename} is not in the Hugging Face cache "
@@ -144,7 +171,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 def repo_files(repo: str) -> list[str]:
     """Files of a repository: the Hub's listing, or offline the cached snapshot's files."""
     hub = _hub()
-    if not offline():
+    if not offline() and hub_unreachable() is None:
         from huggingface_hub.utils import HfHubHTTPError, RepositoryNotFoundError
 
         try:
