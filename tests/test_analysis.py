@@ -239,11 +239,27 @@ def test_cli_eval_of_unlabelled_input_is_one_error_before_a_model_loads(tmp_path
                                        "label": "tie" if i else None}) + "\n" for i in range(3)))
     r = CliRunner().invoke(main, ["eval", str(src)])
     assert r.exit_code == 1 and r.output == (
-        f"Error: {src}: none of its 3 pairs has a gold label, so there is nothing to evaluate "
-        "against: give labelled input (chosen/rejected, or a label column: --map label=COL, "
-        "--label-values), or judge it with `rmjudge score` and use `rmjudge report` / "
-        "`rmjudge filter`\n"), r.output
+        f"Error: {src}: none of its 3 pairs has a gold label (a tie is none), so there is "
+        "nothing to evaluate against: give labelled input (chosen/rejected, or a label column: "
+        "--map label=COL, --label-values), or judge it with `rmjudge score` and use `rmjudge "
+        "report` / `rmjudge filter`\n"), r.output
     assert not (tmp_path / "pairs.judged.duckdb").exists()
+    # the labelled pair beyond --limit; no row that is a pair; no row at all
+    src.write_text(src.read_text() + json.dumps({"prompt": "q9", "chosen": "a", "rejected": "b"})
+                   + "\n")
+    assert CliRunner().invoke(main, ["eval", str(src), "--limit", "3"]).output.startswith(
+        f"Error: {src}: none of its 3 pairs within --limit has a gold label")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "q", "a": "x", "b": "y"}) + "\n")
+    r = CliRunner().invoke(main, ["eval", str(bad)])
+    assert r.exit_code == 1 and r.output.startswith(
+        f"Error: {bad}: its one row cannot be judged (row 1: no two responses found"), r.output
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = CliRunner().invoke(main, ["eval", str(empty)])
+    assert r.output == f"Error: {empty} holds no rows: there is nothing to evaluate\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "empty.jsonl",
+                                                           "pairs.jsonl"]
 
 
 def test_cli_eval_input_options_on_a_judged_table_are_one_error_not_ignored(judged, tmp_path):
@@ -251,11 +267,14 @@ def test_cli_eval_input_options_on_a_judged_table_are_one_error_not_ignored(judg
     for args, named in ((["-o", str(tmp_path / "x.duckdb")], "-o applies"),
                         (["--map", "label=verdict"], "--map applies"),
                         (["--label-values", "1=A,2=B", "--label", "better"],
-                         "--label-values, --label apply")):
+                         "--label-values, --label apply"),
+                        (["--limit", "1", "--shard", "0/2", "--overwrite"],
+                         "--limit, --shard, --overwrite apply")):
         r = CliRunner().invoke(main, ["eval", judged, *args])
         assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
         assert r.output.startswith(f"Error: {named} only when TABLE is input not judged yet; "
                                    f"{judged} is judged already"), r.output
+        assert ("leave it out" if "applies" in named else "leave them out") in r.output
     assert not (tmp_path / "x.duckdb").exists()
 
 

@@ -239,6 +239,11 @@ def test_score_only_without_a_benchmark_scores_those_run_in_the_folder(tmp_path,
         f"Error: no benchmark results in {empty}: run `rmjudge bench -o {empty}` first (or "
         "name one with --benchmark)\n"), r.output
     assert not empty.exists()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    r = CliRunner().invoke(main, ["bench", "-o", str(a_file), "--score-only"])
+    assert r.exit_code == 1 and r.output.startswith(f"Error: -o {a_file} is a file"), r.output
+    assert a_file.read_text() == "mine"
     # a folder holding the store of one benchmark of the default set: only that one is planned
     import rmjudge.bench.runner
 

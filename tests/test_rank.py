@@ -14,6 +14,7 @@ import pytest
 from helpers import SCRIPTED_CLI, kill_after_commits, quality_engine, rows
 
 from rmjudge.analysis.tables import open_judged
+from rmjudge.io.intake import in_shard
 from rmjudge.io.rows import RawRow
 from rmjudge.rank import rank
 from rmjudge.rank.aggregate import Game, rank as rank_games
@@ -658,6 +659,13 @@ def test_an_empty_input_is_one_error_saying_so(tmp_path, monkeypatch):
         assert r.exit_code != 0 and len(lines) == 1, r.output
         assert lines[0] == f"Error: nothing was ranked: {src} holds no rows; give a file with " \
             "a prompt and its candidates per row (docs/rank.md)"
+    src = write_jsonl(tmp_path / "one.jsonl", responses_rows(1, 3))  # one prompt, 50 shards
+    shard = next(f"{i}/50" for i in range(50) if not in_shard("p0", (i, 50)))
+    r = CliRunner().invoke(main, ["rank", src, "-o", str(tmp_path / "s.duckdb"), "--quiet",
+                                  "--shard", shard])
+    assert r.exit_code != 0 and r.output == (
+        f"Error: nothing was ranked: shard {shard} of {src} holds no prompt; use fewer shards "
+        "(each takes whole prompts)\n"), r.output
 
 
 def test_ranking_into_a_store_of_judged_pairs_is_one_error_in_plain_words(tmp_path):
@@ -777,6 +785,12 @@ def test_pair_options_on_a_ranked_store_are_one_error_not_ignored(tmp_path):
     r = CliRunner().invoke(main, ["filter", ranked, "-o", str(out), "--format", "kto", "--chat",
                                   "--rank-pairs", "all"])
     assert r.exit_code == 0 and out.exists(), r.output
+    # eval: what only judging or a pairs store would use is refused too
+    r = CliRunner().invoke(main, ["eval", ranked, "--greedy-baseline", "--limit", "1"])
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"Error: --limit, --greedy-baseline apply only when TABLE is "
+                               f"input not judged yet; {ranked} is a ranked store"), r.output
+    assert "`rmjudge rank INPUT --overwrite`" in r.output
 
 
 def test_ultrafeedback_rows_with_only_overall_score_say_which_gold_field_reads_it(tmp_path):

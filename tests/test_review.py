@@ -164,7 +164,7 @@ def test_csv_round_trip_and_eval(table, tmp_path):
     r = cli("review", "import", table, str(path), "--reviewer", "ann")
     assert r.exit_code == 0, r.output
     assert "imported 7 labels (A 3, B 3, tie 1)" in r.stderr
-    assert "1 rows/tasks have no label yet" in r.stderr
+    assert "1 row/task has no label yet" in r.stderr
     assert human_rows(table) == sorted((k, "ann", v) for k, v in REVIEW.items())
     check_hand_computed(eval_human(table))
     text = cli("eval", table, "--resamples", "200").stdout
@@ -291,7 +291,7 @@ def test_malformed_rows_and_unknown_ids_are_reported(table, tmp_path):
     r = cli("review", "import", table, str(path))
     assert r.exit_code == 0, r.output
     assert "imported 2 labels (A 1, B 1, tie 0)" in r.stderr
-    assert "warning: 1 labels name pair ids that are not in" in r.stderr and "'nope'" in r.stderr
+    assert "warning: 1 label names a pair id that is not in" in r.stderr and "'nope'" in r.stderr
     assert "warning: 3 rows could not be read" in r.stderr
     assert "line 3: pair 'p2': human_label 'maybe' is not A, B or tie" in r.stderr
     assert "line 4: no pair id" in r.stderr and "line 5: 1 more cells" in r.stderr
@@ -299,7 +299,7 @@ def test_malformed_rows_and_unknown_ids_are_reported(table, tmp_path):
 
     for name, body, why in (
             ("bad.json", "{not json", "is not valid JSON"),
-            ("empty.csv", "id,human_label\np1,\n", "1 rows have no label yet"),
+            ("empty.csv", "id,human_label\np1,\n", "1 row has no label yet"),
             ("other.csv", "a,b\n1,2\n", "no `id` and `human_label` columns"),
             ("only_unknown.jsonl", '{"id": "zz", "human_label": "A"}\n', "not in"),
             ("labels.txt", "p1 A\n", "cannot tell the format")):

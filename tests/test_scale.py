@@ -248,6 +248,17 @@ def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_pa
     assert lines[0].startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
     assert "check --address" in lines[0]
     assert list(tmp_path.iterdir()) == []  # no output, no work folder
+    # an address Ray would take with minutes of retries or a traceback: one error, no writes
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.runs.ray_runner import RayRunError, RaySettings, ray_score
+
+    for address in ("", ":6379", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:+1",
+                    "127.0.0.1:1/x", "head", "http://head:6379"):
+        with pytest.raises(RayRunError, match=r"is not a Ray address: give auto"):
+            ray_score(str(DATA / "pandalm_5.jsonl"), JudgeSettings(), EngineSettings(), str(out),
+                      rs=RaySettings(address=address),
+                      engine_factory=lambda **k: pytest.fail("no engine before the checks"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_merge_refuses_a_doubled_pair(tmp_path):

@@ -528,7 +528,7 @@ def test_labels_marked_on_the_page_import_back(driver, judged, judged_view, tmp_
     store = shutil.copy(judged, tmp_path / "copy.duckdb")
     r = CliRunner().invoke(main, ["review", "import", str(store), str(target)])
     assert r.exit_code == 0, r.output
-    assert "imported 3 labels" in r.output and "1 rows/tasks have no label yet" in r.output
+    assert "imported 3 labels" in r.output and "1 row/task has no label yet" in r.output
     assert rows(str(store), "SELECT pair_id, reviewer, label FROM human_labels ORDER BY 1") == [
         ("p1", "ana", "A"), ("p3", "ana", "B"), ("p4", "ana", "tie")]
     # the imported labels are the list's human labels in the next explorer of that store

@@ -75,42 +75,64 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
 
 
 
-def check_no_input_options(table: str, output: str | None, opts: "RunOptions") -> None:
-    """-o and the options that read an input (--map, --label-values, --label) apply only to
-    unjudged input; on a judged table (or a ranked store) they would be ignored: one error."""
+def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
+                           ranked: bool = False, greedy: bool = False) -> None:
+    """-o, the options that read an input (--map, --label-values, --label) and those of a
+    judging run (--limit, --shard, --overwrite, --rejudge-changed) apply only to unjudged input;
+    on a judged table, or a ranked store (which has no greedy baseline either), they would be
+    ignored: one error."""
     from rmjudge.analysis.tables import TableError
 
     m = opts.mapper
-    given = [name for name, on in (("-o", output is not None), ("--map", bool(m.mapping)),
-                                   ("--label-values", m.label_values is not None),
-                                   ("--label", m.label_choice is not None)) if on]
+    given = [name for name, on in (
+        ("-o", output is not None), ("--map", bool(m.mapping)),
+        ("--label-values", m.label_values is not None), ("--label", m.label_choice is not None),
+        ("--limit", opts.limit is not None), ("--shard", opts.shard is not None),
+        ("--overwrite", opts.overwrite), ("--rejudge-changed", opts.rejudge_changed),
+        ("--greedy-baseline", ranked and greedy)) if on]
     if given:
-        verb = "apply" if len(given) > 1 else "applies"
+        verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
+        what, again = (("a ranked store", "rank the input again with `rmjudge rank INPUT "
+                        "--overwrite`") if ranked else
+                       ("judged already", "judge the input again with `rmjudge score INPUT "
+                        "--overwrite`"))
         raise TableError(f"{', '.join(given)} {verb} only when TABLE is input not judged yet; "
-                         f"{table} is judged already (its gold labels were read when it was "
-                         "judged): leave them out, or judge the input again with `rmjudge "
-                         "score INPUT --overwrite` and these options")
+                         f"{table} is {what} (its input was read when it was made): leave {it} "
+                         f"out, or {again} and the options you need")
 
 
 def check_has_labels(source: str, opts: "RunOptions") -> None:
-    """Unjudged input without one gold label (under its mapping, --limit and --shard) has
-    nothing to evaluate against: one error before any model loads. Reads until the first
-    labelled pair."""
-    from rmjudge.analysis.tables import TableError
-    from rmjudge.io.intake import Intake
-    from rmjudge.io.mapping import Mapper
-    from rmjudge.io.readers import read_rows
+    """Unjudged input without one gold label (under its mapping, --limit and --shard), or
+    without one readable pair, has nothing to evaluate against: one error before any model
+    loads. Read the way a run reads it (`runs.setup.open_input`, label checks included) until
+    the first labelled pair."""
+    import copy
 
-    m = opts.mapper  # a fresh Mapper of the same options: the run's own stays unread
-    mapper = Mapper(m.mapping, m.seed, label_values=m.label_values, label_choice=m.label_choice,
-                    read_labels=m.read_labels, blank_responses=m.blank_responses)
-    intake = Intake(read_rows(source), mapper, shard=opts.shard, limit=opts.limit)
-    for _ in intake:
+    from rmjudge.analysis.tables import TableError
+    from rmjudge.core.words import count
+    from rmjudge.io.intake import RowFailure
+    from rmjudge.runs.setup import open_input
+
+    intake = open_input(source, copy.deepcopy(opts.mapper), opts.limit, opts.shard)
+    first_failure = None
+    for item in intake:
         if intake.labelled:
             return
+        if first_failure is None and isinstance(item, RowFailure):
+            first_failure = item
+    within = [o for o, on in (("--limit", opts.limit), ("--shard", opts.shard)) if on]
+    where = f" within {' and '.join(within)}" if within else ""
     if intake.pairs == 0:
-        return  # no pair at all: the run reports its error rows (or the empty input) itself
-    raise TableError(f"{source}: none of its {intake.pairs} pairs has a gold label, so there is "
-                     "nothing to evaluate against: give labelled input (chosen/rejected, or a "
-                     "label column: --map label=COL, --label-values), or judge it with "
-                     "`rmjudge score` and use `rmjudge report` / `rmjudge filter`")
+        if first_failure is None:
+            raise TableError(f"{source} holds no rows{where}: there is nothing to evaluate")
+        rows = "its one row" if intake.rows_read == 1 else \
+            f"none of its {count(intake.rows_read, 'row')}"
+        raise TableError(f"{source}: {rows}{where} can{'not' if intake.rows_read == 1 else ''} "
+                         f"be judged ({first_failure.reason}); `rmjudge score INPUT --dry-run` "
+                         "lists every row's problem")
+    pairs = "its one pair" if intake.pairs == 1 else f"none of its {count(intake.pairs, 'pair')}"
+    raise TableError(f"{source}: {pairs}{where} has {'no' if intake.pairs == 1 else 'a'} gold "
+                     "label (a tie is none), so there is nothing to evaluate against: give "
+                     "labelled input (chosen/rejected, or a label column: --map label=COL, "
+                     "--label-values), or judge it with `rmjudge score` and use `rmjudge "
+                     "report` / `rmjudge filter`")

@@ -124,6 +124,9 @@ def run_bench(settings: BenchSettings, opts, *, status: Callable[[str], None] = 
         raise SettingsError("give -o DIR, the folder for the run stores (or --check to only "
                             "read the benchmarks' files)")
     if settings.score_only:  # nothing is written where there is nothing to score
+        if os.path.exists(outdir) and not os.path.isdir(outdir):
+            raise BenchError(f"-o {outdir} is a file; --score-only reads the folder of run "
+                             "stores that `rmjudge bench -o DIR` wrote: give that folder")
         if not settings.benchmarks and not settings.data:  # the default set: those run in DIR
             todo = [(b, src) for b, src in todo if os.path.exists(store_file(outdir, b))]
             if not todo:

@@ -72,7 +72,8 @@ def command(**kw) -> None:
     opts = parse_run_options(kw)
     ranked = evaluate_if_ranked(table, ev)
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
-        check_no_input_options(table, call.output, opts)
+        check_no_input_options(table, call.output, opts, ranked=True,
+                               greedy=call.greedy_baseline)
         click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
                    if as_json else render_eval(ranked))
         return

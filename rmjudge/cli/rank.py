@@ -61,7 +61,7 @@ def command(**kw) -> None:
     if not quiet:
         click.echo(render_summary(summary), err=True)
     if summary.ranked == 0:
-        raise UserError(f"nothing was ranked: {summary.prompts} prompts read from {source}, "
+        raise UserError(f"nothing was ranked: {count(summary.prompts, 'prompt')} read from {source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "
                         "fix the input (docs/rank.md) and rerun with --overwrite (it replaces "
                         "these error rows)")

@@ -68,7 +68,7 @@ def command(**kw) -> None:
         return
     summary = judge_input(source, output, opts, quiet=call.quiet)
     if summary.judged == 0 and summary.skipped == 0:
-        raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
+        raise UserError(f"nothing was judged: {count(summary.rows_read, 'row')} read from {source}, "
                         f"{summary.errors} of them in the errors table of "
                         f"{summary.files[0] if summary.files else output}; fix the input (or "
                         "--map its columns) and rerun with --overwrite (it replaces these error "
@@ -155,11 +155,11 @@ def render_summary(s, width: int | None = None) -> str:
     wrapped at word boundaries to `width` (the terminal's, at most SUMMARY_WIDTH), so a path or
     a count is never split mid-word."""
     lines = [
-        f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
+        f"rmjudge: read {count(s.rows_read, 'row')}: judged {s.judged}, already done {s.skipped}, "
         f"errors {s.errors} in {s.wall_seconds:.1f}s",
         "  output: " + ", ".join(s.files),
     ] if s.files else [
-        f"rmjudge: read {s.rows_read} rows: judged {s.judged}, already done {s.skipped}, "
+        f"rmjudge: read {count(s.rows_read, 'row')}: judged {s.judged}, already done {s.skipped}, "
         f"errors {s.errors} in {s.wall_seconds:.1f}s"
     ]
     total = sum(s.verdicts.values())

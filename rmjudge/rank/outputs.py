@@ -400,12 +400,12 @@ def render_eval(e: RankEval) -> str:
         return f"{x[0]:.3f} [{lo}, {hi}]"
 
     pct = f"{int(e.level * 100)}%"
-    lines = [f"{e.table}: ranked store, {e.prompts} prompts, {e.with_gold} with gold ranks",
+    lines = [f"{e.table}: ranked store, {count(e.prompts, 'prompt')}, {e.with_gold} with gold ranks",
              f"  top-1 accuracy: {fig(e.top1)}  ({pct} bootstrap interval over prompts)",
-             f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ({e.tau_prompts} prompts with a "
+             f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ({count(e.tau_prompts, 'prompt')} with a "
              "defined tau)"]
     for name, g in e.groups.items():
-        lines.append(f"  {name}: {g['prompts']} prompts, top-1 {fig(g['top1_accuracy'])}, "
+        lines.append(f"  {name}: {count(g['prompts'], 'prompt')}, top-1 {fig(g['top1_accuracy'])}, "
                      f"tau {fig(g['kendall_tau'])}")
     return "\n".join(lines)
 

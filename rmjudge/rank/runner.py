@@ -315,8 +315,13 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     started = time.monotonic()
     prompts, problems, identity = read_input(source, ropts, opts.limit, opts.shard)
     if not prompts and not problems:  # before a model loads
+        if opts.shard:  # an empty shard: more shards than prompts
+            raise RankError(f"nothing was ranked: shard {opts.shard[0]}/{opts.shard[1]} of "
+                            f"{source} holds no prompt"
+                            + (" within --limit" if opts.limit else "")
+                            + "; use fewer shards (each takes whole prompts)")
         raise RankError(f"nothing was ranked: {source} holds no rows"
-                        + (" within --limit/--shard" if opts.limit or opts.shard else "")
+                        + (" within --limit" if opts.limit else "")
                         + "; give a file with a prompt and its candidates per row (docs/rank.md)")
     strategies = {p.id: resolve(ropts.strategy, p.k) for p in prompts}
     settings = {"rank": ropts.settings(opts.judge.seed)}

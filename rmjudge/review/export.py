@@ -176,6 +176,7 @@ def render(s: ExportSummary) -> str:
     lines = [f"selected {s.pairs} of {count(s.total, 'pair')} for review ({rules})"]
     lines += [f"  wrote {p}" for p in s.files]
     if not s.pairs:
-        lines.append("note: no pair matched; the files have no rows (try another --select "
-                     "or a larger --threshold)")
+        larger = " or a larger --threshold" if "low-confidence" in s.by_rule else ""
+        lines.append(f"note: no pair matched; the files have no rows (try another --select"
+                     f"{larger})")
     return "\n".join(lines)

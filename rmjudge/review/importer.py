@@ -105,14 +105,17 @@ def import_labels(table_path: str, labels_path: str, reviewer: str | None = None
     if not rows:
         why = []
         if s.errors:
-            why.append(f"{len(s.errors)} rows could not be read, e.g. "
+            why.append(f"{count(len(s.errors), 'row')} could not be read, e.g. "
                        f"{s.errors[0][0]}: {s.errors[0][1]}")
         if s.unknown:
-            why.append(f"{len(s.unknown)} labels name pair ids not in {db}, e.g. "
+            n = len(s.unknown)
+            why.append(f"{count(n, 'label')} {'names a pair id' if n == 1 else 'name pair ids'} "
+                       f"not in {db}, e.g. "
                        f"{s.unknown[0]!r}")
         if not why:
-            why.append(f"{s.unlabelled} rows have no label yet: fill human_label (A, B or tie) "
-                       "or finish the annotations first")
+            verb = "has" if s.unlabelled == 1 else "have"
+            why.append(f"{count(s.unlabelled, 'row')} {verb} no label yet: fill human_label (A, B "
+                       "or tie) or finish the annotations first")
         raise ReviewError(f"no label imported from {labels_path}: " + "; ".join(why))
     with Store(db) as store:
         s.replaced = store.add_human_labels(list(rows.values()))
@@ -136,13 +139,16 @@ def render(s: ImportSummary) -> str:
         lines.append(f"  {s.swapped} were exported from a table with A and B exchanged; mapped "
                      "to this store's slots")
     if s.unlabelled:
-        lines.append(f"  {s.unlabelled} rows/tasks have no label yet (skipped)")
+        lines.append(f"  {count(s.unlabelled, 'row/task', 'rows/tasks')} "
+                     f"{'has' if s.unlabelled == 1 else 'have'} no label yet (skipped)")
     if s.unknown:
         ex = ", ".join(repr(x) for x in s.unknown[:EXAMPLES])
-        lines.append(f"warning: {len(s.unknown)} labels name pair ids that are not in "
-                     f"{s.store} (not imported), e.g. {ex}")
+        n = len(s.unknown)
+        what = "names a pair id that is" if n == 1 else "name pair ids that are"
+        lines.append(f"warning: {count(n, 'label')} {what} not in {s.store} (not imported), "
+                     f"e.g. {ex}")
     if s.errors:
-        lines.append(f"warning: {len(s.errors)} rows could not be read (not imported):")
+        lines.append(f"warning: {count(len(s.errors), 'row')} could not be read (not imported):")
         for where, why in s.errors[:EXAMPLES]:
             lines.append(f"  {where}: {why}")
         if len(s.errors) > EXAMPLES:

@@ -352,6 +352,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
         import ray
     except ImportError:
         raise RayRunError(f"Ray is not installed: {install_hint('ray')}") from None
+    check_address(rs.address)
     why = unreachable(rs.address)  # before anything is written (Ray retries for minutes)
     if why is not None:
         raise RayRunError(f"cannot reach the Ray cluster at {rs.address}: {why}; check --address "
@@ -370,12 +371,13 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     info = factory(vocab_only=True).info
     # the run's spec on the model the driver's tokenizer describes (each worker builds its own)
     settings = orjson.loads(orjson.dumps(resolve(js, info, es.n_ctx, style).verdict_settings()))
+    _check_same_settings(work, settings)
+    _connect(ray, rs)  # nothing is written before the cluster is reached
     make_dir(os.path.join(work, "batches"))
     if dataset:  # rows Ray cannot read itself: read once here, as `score` reads them
         files = [snapshot_input(source, work)]
         _check_labels(files[0], opts)  # the labels, as for a file below
     _keep_settings(work, settings)
-    _connect(ray, rs)
     log = _RunLog(work, run_record(info, orjson.dumps(settings).decode(), source,
                                    f"ray:{rs.workers}"))
     ds = _judged_batches(ray, files, work, rs, es, {
@@ -426,9 +428,8 @@ def _check_labels(path: str, opts: RunOptions) -> None:
     open_input(path, copy.deepcopy(opts.mapper))
 
 
-def _keep_settings(work: str, settings: dict) -> None:
-    """Record the run's settings in the work directory, or check they are those recorded."""
-    from rmjudge.files import write_json
+def _check_same_settings(work: str, settings: dict) -> None:
+    """RayRunError when the work directory holds batches made with other settings."""
     from rmjudge.store import RESUME_FIX, other_settings_message
 
     settings_path = os.path.join(work, "settings.json")
@@ -437,23 +438,56 @@ def _keep_settings(work: str, settings: dict) -> None:
         if old != settings:
             raise RayRunError(other_settings_message(f"{work} holds batches", old, settings,
                                                      RESUME_FIX))
-    else:
+
+
+def _keep_settings(work: str, settings: dict) -> None:
+    """Record the run's settings in the work directory, or check they are those recorded."""
+    from rmjudge.files import write_json
+
+    _check_same_settings(work, settings)
+    settings_path = os.path.join(work, "settings.json")
+    if not os.path.exists(settings_path):
         write_json(settings_path, settings)
 
 
+RAY_CLIENT_PORT = 10001  # Ray's default for ray://HOST without a port
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of HOST:PORT, [IPV6]:PORT, ray://HOST[:PORT]; None when it is not one."""
+    client = address.startswith("ray://")
+    rest = address[len("ray://"):] if client else address
+    host, sep, port = rest.rpartition(":")
+    if client and (not sep or host.startswith("[") and not host.endswith("]")
+                   or rest.startswith("[") and rest.endswith("]")):
+        host, port = rest, str(RAY_CLIENT_PORT)  # ray://HOST, ray://[IPV6]
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536 \
+            or "/" in host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_address(address: str | None) -> None:
+    """RayRunError unless `address` is None (a local Ray instance), `auto` or a form
+    `_host_port` reads; Ray takes other forms with minutes of retries or a traceback."""
+    if address is None or address == "auto" or _host_port(address) is not None:
+        return
+    raise RayRunError(f"--address {address!r} is not a Ray address: give auto (the cluster this "
+                      "node belongs to), HOST:PORT (the head's GCS, port 1 to 65535) or "
+                      "ray://HOST[:PORT] (Ray Client), or leave it out for a local instance")
+
+
 def unreachable(address: str | None, timeout: float = 5.0) -> str | None:
-    """Why a HOST:PORT (or ray://HOST:PORT) address takes no TCP connection, or None when it
+    """Why a HOST:PORT (or ray://HOST[:PORT]) address takes no TCP connection, or None when it
     does or is not of that form ("auto", None). Ray itself retries an unreachable address for
     minutes; this answers within `timeout` seconds."""
     import socket
 
-    if not address or "://" in address and not address.startswith("ray://"):
-        return None
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    where = _host_port(address) if address else None
+    if where is None:
         return None
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        socket.create_connection(where, timeout=timeout).close()
     except (OSError, ValueError, OverflowError) as exc:
         return str(exc) or type(exc).__name__
     return None
