@@ -11,7 +11,7 @@ parses its options, makes this call and prints what it returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rmjudge.analysis.greedy import GreedySummary
 from rmjudge.analysis.metrics import EvalResult, EvalSettings, evaluate
@@ -37,13 +37,15 @@ class EvalRun:
 
 def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
                    output: str | None = None, greedy: bool = False,
+                   judging: Sequence[str] = (),
                    judge: Callable[..., "Summary"] | None = None,
                    greedy_progress: Callable[[int, int], Any] | None = None) -> EvalRun:
     """Evaluate `table` (module docstring). `opts`: the judging options, used when the table
     must be judged first or the greedy baseline needs an engine; `judge(table, output, opts)`
     judges an unjudged input (default `rmjudge.runs.setup.judge_input`; the CLI passes its own, which
     shows progress and the summary); `greedy_progress(done, total)` hears the greedy
-    baseline's progress."""
+    baseline's progress; `judging`: the judge, engine and server options the caller was given
+    (as written, "--samples"), refused on a judged table unless the greedy baseline uses them."""
     from rmjudge.analysis.greedy import run_greedy
     from rmjudge.analysis.tables import is_judged, open_judged
     from rmjudge.analysis.agreement import table_agreement
@@ -59,7 +61,8 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         engine = summary.engine
         path = output or default_output(table)
     else:
-        check_no_input_options(table, output, opts)
+        check_no_input_options(table, output, opts, greedy=greedy,
+                               judging=() if greedy else judging)
     with open_judged(path) as t:
         baseline = None
         if greedy:
@@ -76,11 +79,12 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
 
 
 def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
-                           ranked: bool = False, greedy: bool = False) -> None:
+                           ranked: bool = False, greedy: bool = False,
+                           judging: Sequence[str] = ()) -> None:
     """-o, the options that read an input (--map, --label-values, --label) and those of a
-    judging run (--limit, --shard, --overwrite, --rejudge-changed) apply only to unjudged input;
-    on a judged table, or a ranked store (which has no greedy baseline either), they would be
-    ignored: one error."""
+    judging run (--limit, --shard, --overwrite, --rejudge-changed, and `judging`: the judge,
+    engine and server options given) apply only to unjudged input; on a judged table, or a
+    ranked store (which has no greedy baseline either), they would be ignored: one error."""
     from rmjudge.analysis.tables import TableError
 
     m = opts.mapper
@@ -89,14 +93,17 @@ def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
         ("--label-values", m.label_values is not None), ("--label", m.label_choice is not None),
         ("--limit", opts.limit is not None), ("--shard", opts.shard is not None),
         ("--overwrite", opts.overwrite), ("--rejudge-changed", opts.rejudge_changed),
-        ("--greedy-baseline", ranked and greedy)) if on]
+        ("--greedy-baseline", ranked and greedy)) if on] + list(judging)
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
         what, again = (("a ranked store", "rank the input again with `rmjudge rank INPUT "
                         "--overwrite`") if ranked else
                        ("judged already", "judge the input again with `rmjudge score INPUT "
                         "--overwrite`"))
-        raise TableError(f"{', '.join(given)} {verb} only when TABLE is input not judged yet; "
+        when = "TABLE is input not judged yet" + (
+            " (or, for the judge's options, with --greedy-baseline)" if judging and not ranked
+            else "")
+        raise TableError(f"{', '.join(given)} {verb} only when {when}; "
                          f"{table} is {what} (its input was read when it was made): leave {it} "
                          f"out, or {again} and the options you need")
 

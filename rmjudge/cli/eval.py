@@ -10,11 +10,13 @@ import click
 
 from rmjudge.analysis.metrics import EvalSettings
 from rmjudge.cli.common import check_not_being_written
-from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
+from rmjudge.cli.options import (engine_options, given_options, judge_options, option_dests,
+                                 settings_from, settings_options)
 from rmjudge.cli.mapping_options import input_source
 from rmjudge.cli.score import judge_input, parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
-from rmjudge.core.settings import setting
+from rmjudge.core.settings import EngineSettings, JudgeSettings, setting
+from rmjudge.engine.server_settings import ServerSettings
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,16 @@ def command(**kw) -> None:
     from rmjudge.rank.outputs import evaluate_if_ranked, render_eval
 
     opts = parse_run_options(kw)
+    judging = given_options(option_dests(JudgeSettings) | option_dests(EngineSettings)
+                            | option_dests(ServerSettings))
     ranked = evaluate_if_ranked(table, ev)
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
         check_no_input_options(table, call.output, opts, ranked=True,
-                               greedy=call.greedy_baseline)
+                               greedy=call.greedy_baseline, judging=judging)
         click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
                    if as_json else render_eval(ranked))
         return
-    run = evaluate_table(table, ev, opts, output=call.output,
+    run = evaluate_table(table, ev, opts, output=call.output, judging=judging,
                          greedy=call.greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(
                              f"greedy baseline: {done}/{total} pair-orders", err=True))

@@ -56,6 +56,21 @@ def _cli_fields(cls, only):
     return out
 
 
+def option_dests(cls, only=None) -> set[str]:
+    """The click parameter names of a settings dataclass's options (see `settings_options`)."""
+    return {_dest(f, meta) for f, meta in _cli_fields(cls, only)}
+
+
+def given_options(names: set[str]) -> list[str]:
+    """Of the current command's parameters named in `names`, those given on its command line
+    (not defaults, not environment variables), each as its first option string."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return [p.opts[0] for p in ctx.command.params if p.name in names
+            and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+
+
 def _value_type(f, meta: dict, default):
     """The click type of a valued option: `choices`, `range`, `type`, else the default's type,
     else the annotation's (int or float; text otherwise); None leaves it to click."""
