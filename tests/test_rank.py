@@ -749,6 +749,7 @@ def test_rank_options_on_a_store_of_judged_pairs_are_one_error_not_ignored(tmp_p
           engine=quality_engine(), samples=2)
     out = tmp_path / "f.jsonl"
     for args, first in ((["--rank-margin", "0.9"], "--rank-margin applies"),
+                        (["--rank-margin", "0.5"], "--rank-margin applies"),  # its default
                         (["--rank-pairs", "all", "--rank-margin", "0.9"],
                          "--rank-pairs and --rank-margin apply")):
         r = CliRunner().invoke(main, ["filter", judged, "-o", str(out), *args])
@@ -775,7 +776,8 @@ def test_pair_options_on_a_ranked_store_are_one_error_not_ignored(tmp_path):
                         (["--relabel", "--unlabelled", "drop"], "--relabel, --unlabelled apply"),
                         (["--evidence"], "--evidence applies"),
                         (["--allow-inconsistent", "--prefer", "human"],
-                         "--allow-inconsistent, --prefer apply")):
+                         "--allow-inconsistent, --prefer apply"),
+                        (["--min-confidence", "0.5"], "--min-confidence applies")):  # default
         r = CliRunner().invoke(main, ["filter", ranked, "-o", str(out), *args])
         lines = [x for x in r.output.splitlines() if x.strip()]
         assert r.exit_code != 0 and len(lines) == 1, r.output

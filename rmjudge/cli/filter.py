@@ -8,7 +8,8 @@ import click
 
 from rmjudge.analysis.filter import FilterSettings
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
-from rmjudge.cli.options import settings_from, settings_options, settings_values
+from rmjudge.cli.options import (given_options, option_dests, settings_from, settings_options,
+                                 settings_values)
 from rmjudge.cli.push import upload_options
 from rmjudge.core.errors import DiskError
 from rmjudge.core.extras import install_hint
@@ -66,7 +67,9 @@ def command(**kw) -> None:
     out = call.output or default_output(table, fs.format)
     check_not_being_written(table, "filter")
     try:
-        summary, ranked = filter_judged(table, out, fs, rank_choice)
+        named = tuple(given_options(option_dests(FilterSettings)
+                                    | option_dests(RankFilterSettings)))
+        summary, ranked = filter_judged(table, out, fs, rank_choice, named)
     except DiskError as exc:
         raise rewrite_failed(exc, "filter", out) from None
     except OSError as exc:

@@ -213,17 +213,17 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
                              desirable=sum(1 for r in rows if rs.format == "kto" and r[2]))
 
 
-def _check_no_rank_choice(path: str, rank_choice: dict | None) -> None:
-    """--rank-pairs and --rank-margin (other than their defaults) on a store of judged pairs
-    would be ignored: one error instead."""
+def _check_no_rank_choice(path: str, rank_choice: dict | None, named: tuple = ()) -> None:
+    """--rank-pairs and --rank-margin (other than their defaults, or `named`: given on the
+    command line) on a store of judged pairs would be ignored: one error instead."""
     from dataclasses import fields
 
     from rmjudge.analysis.tables import TableError
 
     defaults = {f.name: f.default for f in fields(RankFilterSettings)}
     options = {"pairs": "--rank-pairs", "margin": "--rank-margin"}
-    given = [options[k] for k, v in (rank_choice or {}).items()
-             if k in options and v != defaults[k]]
+    given = [o for k, o in options.items()
+             if (rank_choice or {}).get(k, defaults[k]) != defaults[k] or o in named]
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
         raise TableError(f"{' and '.join(given)} {verb} only to a ranked store (rmjudge rank); "
@@ -231,17 +231,20 @@ def _check_no_rank_choice(path: str, rank_choice: dict | None) -> None:
                          "pairs by the judge's vote share)")
 
 
-def _check_no_pair_choice(path: str, fs) -> None:
+def _check_no_pair_choice(path: str, fs, named: tuple = ()) -> None:
     """The options that choose among judged pairs (--min-confidence, --relabel, ...: every
-    FilterSettings field but the format, --chat and --keep-columns), other than their defaults,
-    on a ranked store would be ignored: one error instead."""
+    FilterSettings field but the format, --chat and --keep-columns), other than their defaults
+    or `named` (given on the command line), on a ranked store would be ignored: one error
+    instead."""
     from dataclasses import fields
 
     from rmjudge.analysis.tables import TableError
 
     shared = {"format", "chat", "keep_columns"}
-    given = [f.metadata.get("option") or f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"
-             for f in fields(fs) if f.name not in shared and getattr(fs, f.name) != f.default]
+    given = [o for f in fields(fs) if f.name not in shared
+             for o in [f.metadata.get("option") or f.metadata.get("flag")
+                       or f"--{f.name.replace('_', '-')}"]
+             if getattr(fs, f.name) != f.default or o in named]
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
         raise TableError(f"{', '.join(given)} {verb} only to a store of judged pairs (rmjudge "
@@ -249,12 +252,15 @@ def _check_no_pair_choice(path: str, fs) -> None:
                          "--rank-margin choose its pairs)")
 
 
-def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
+def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None,
+                  named: tuple = ()):
     """`rmjudge filter`: the dataset of a judged table written to `output` with its record
     beside it: from each prompt's ranking on a ranked store (`rank_choice`: the
     RankFilterSettings fields `pairs` and `margin`, with `fs`'s format, chat and kept columns),
     else the pairs `fs` (rmjudge.analysis.filter.FilterSettings) keeps. (summary, the
-    RankFilterSettings used, or None for a judged table.)"""
+    RankFilterSettings used, or None for a judged table.) `named`: the options given on the
+    command line (as written, "--min-confidence"): one that applies only to the other kind of
+    store is refused even at its default value."""
     from rmjudge.analysis.filter import filter_table
     from rmjudge.analysis.filter_record import build_record, write_record
     from rmjudge.analysis.tables import open_judged
@@ -263,12 +269,12 @@ def filter_judged(path: str, output: str, fs, rank_choice: dict | None = None):
     ranked = None
     with open_judged(path) as t:
         if is_ranked(t):
-            _check_no_pair_choice(path, fs)
+            _check_no_pair_choice(path, fs, named)
             ranked = RankFilterSettings(**(rank_choice or {}), format=fs.format, chat=fs.chat,
                                         keep_columns=fs.keep_columns)
             summary = filter_ranked(t, output, ranked)
         else:
-            _check_no_rank_choice(path, rank_choice)
+            _check_no_rank_choice(path, rank_choice, named)
             summary = filter_table(t, output, fs)
         write_record(output, build_record(t, summary, ranked or fs))
     return summary, ranked
