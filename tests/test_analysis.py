@@ -275,13 +275,20 @@ def test_cli_eval_input_options_on_a_judged_table_are_one_error_not_ignored(judg
         assert r.output.startswith(f"Error: {named} only when TABLE is input not judged yet; "
                                    f"{judged} is judged already"), r.output
         assert ("leave it out" if "applies" in named else "leave them out") in r.output
-    # the judge's and engine's options given on the command line: refused, unless the greedy
-    # baseline uses them (an environment variable such as RMJUDGE_MODEL is no choice made here)
-    r = CliRunner().invoke(main, ["eval", judged, "--samples", "4", "--threads", "1"],
+    # the judge's and engine's options given on the command line: refused, but the engine's
+    # with the greedy baseline, which runs with the table's own judge settings (an environment
+    # variable such as RMJUDGE_MODEL is no choice made here)
+    r = CliRunner().invoke(main, ["eval", judged, "-n", "4", "--no-forced", "--threads", "1"],
                            env={"RMJUDGE_MODEL": "/nowhere.gguf"})
     assert r.exit_code == 1 and r.output.startswith(
-        "Error: --samples, --threads apply only when TABLE is input not judged yet (or, for the "
-        "judge's options, with --greedy-baseline)"), r.output
+        "Error: --samples, --no-forced, --threads apply only when TABLE is input not judged yet "
+        "(or, for --threads, with --greedy-baseline)"), r.output
+    r = CliRunner().invoke(main, ["eval", judged, "--greedy-baseline", "--temperature", "0.3",
+                                  "--model", "/nowhere.gguf"])
+    assert r.exit_code == 1 and r.output.startswith(
+        "Error: --temperature applies only when TABLE is input not judged yet;"), r.output
+    r = CliRunner().invoke(main, ["eval", judged, "--greedy-baseline", "--model", "/nowhere.gguf"])
+    assert r.exit_code == 1 and "model file not found: /nowhere.gguf" in r.output, r.output
     r = CliRunner().invoke(main, ["eval", judged, "--resamples", "0"],
                            env={"RMJUDGE_MODEL": "/nowhere.gguf"})
     assert r.exit_code == 0, r.output

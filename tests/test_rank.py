@@ -788,11 +788,19 @@ def test_pair_options_on_a_ranked_store_are_one_error_not_ignored(tmp_path):
                                   "--rank-pairs", "all"])
     assert r.exit_code == 0 and out.exists(), r.output
     # eval: what only judging or a pairs store would use is refused too
-    r = CliRunner().invoke(main, ["eval", ranked, "--greedy-baseline", "--limit", "1"])
+    r = CliRunner().invoke(main, ["eval", ranked, "--limit", "1", "--threads", "1"])
     assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
-    assert r.output.startswith(f"Error: --limit, --greedy-baseline apply only when TABLE is "
-                               f"input not judged yet; {ranked} is a ranked store"), r.output
+    assert r.output.startswith(f"Error: --limit, --threads apply only when TABLE is input not "
+                               f"judged yet; {ranked} is a ranked store"), r.output
     assert "`rmjudge rank INPUT --overwrite`" in r.output
+    r = CliRunner().invoke(main, ["eval", ranked, "--greedy-baseline"])
+    assert r.exit_code == 1 and r.output.startswith(
+        f"Error: --greedy-baseline does not apply to a ranked store ({ranked})"), r.output
+    r = CliRunner().invoke(main, ["filter", ranked, "-o", str(out), "--keep-columns",
+                                  "prompt_id,prompt_id"])  # was a DuckDB traceback
+    assert r.exit_code == 1 and r.output == (
+        "Error: --keep-columns prompt_id would overwrite the output's own column of that name; "
+        "the dpo rows of a ranked store already carry it\n"), r.output
 
 
 def test_ultrafeedback_rows_with_only_overall_score_say_which_gold_field_reads_it(tmp_path):

@@ -37,15 +37,17 @@ class EvalRun:
 
 def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
                    output: str | None = None, greedy: bool = False,
-                   judging: Sequence[str] = (),
+                   judging: Sequence[str] = (), engine_options: Sequence[str] = (),
                    judge: Callable[..., "Summary"] | None = None,
                    greedy_progress: Callable[[int, int], Any] | None = None) -> EvalRun:
     """Evaluate `table` (module docstring). `opts`: the judging options, used when the table
     must be judged first or the greedy baseline needs an engine; `judge(table, output, opts)`
     judges an unjudged input (default `rmjudge.runs.setup.judge_input`; the CLI passes its own, which
     shows progress and the summary); `greedy_progress(done, total)` hears the greedy
-    baseline's progress; `judging`: the judge, engine and server options the caller was given
-    (as written, "--samples"), refused on a judged table unless the greedy baseline uses them."""
+    baseline's progress; `judging` and `engine_options`: the judge's and the engine's and
+    server's options the caller was given (as written, "--samples"), refused on a judged table,
+    where they change nothing, but for `engine_options` with the greedy baseline (which runs with the table's
+    own judge settings)."""
     from rmjudge.analysis.greedy import run_greedy
     from rmjudge.analysis.tables import is_judged, open_judged
     from rmjudge.analysis.agreement import table_agreement
@@ -61,8 +63,8 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         engine = summary.engine
         path = output or default_output(table)
     else:
-        check_no_input_options(table, output, opts, greedy=greedy,
-                               judging=() if greedy else judging)
+        check_no_input_options(table, output, opts, greedy=greedy, judging=judging,
+                               engine=engine_options)
     with open_judged(path) as t:
         baseline = None
         if greedy:
@@ -80,20 +82,26 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
 
 def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
                            ranked: bool = False, greedy: bool = False,
-                           judging: Sequence[str] = ()) -> None:
+                           judging: Sequence[str] = (), engine: Sequence[str] = ()) -> None:
     """-o, the options that read an input (--map, --label-values, --label) and those of a
-    judging run (--limit, --shard, --overwrite, --rejudge-changed, and `judging`: the judge,
-    engine and server options given) apply only to unjudged input; on a judged table, or a
-    ranked store (which has no greedy baseline either), they would be ignored: one error."""
+    judging run (--limit, --shard, --overwrite, --rejudge-changed; `judging`: the judge's
+    options given, as written; `engine`: the engine's and server's, which the greedy baseline
+    uses) apply only to unjudged input; on a judged table, or a ranked store (which has no
+    greedy baseline), they would be ignored: one error."""
     from rmjudge.analysis.tables import TableError
 
+    if ranked and greedy:
+        raise TableError(f"--greedy-baseline does not apply to a ranked store ({table}): it "
+                         "compares a judge's verdicts on pairs with the base model's greedy "
+                         "rollouts; leave it out (rmjudge eval on a score store has it)")
     m = opts.mapper
     given = [name for name, on in (
         ("-o", output is not None), ("--map", bool(m.mapping)),
         ("--label-values", m.label_values is not None), ("--label", m.label_choice is not None),
         ("--limit", opts.limit is not None), ("--shard", opts.shard is not None),
-        ("--overwrite", opts.overwrite), ("--rejudge-changed", opts.rejudge_changed),
-        ("--greedy-baseline", ranked and greedy)) if on] + list(judging)
+        ("--overwrite", opts.overwrite), ("--rejudge-changed", opts.rejudge_changed)) if on]
+    engine = [] if greedy and not ranked else list(engine)  # the greedy baseline's engine
+    given += [name for name in [*judging, *engine] if name not in given]
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
         what, again = (("a ranked store", "rank the input again with `rmjudge rank INPUT "
@@ -101,7 +109,7 @@ def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
                        ("judged already", "judge the input again with `rmjudge score INPUT "
                         "--overwrite`"))
         when = "TABLE is input not judged yet" + (
-            " (or, for the judge's options, with --greedy-baseline)" if judging and not ranked
+            f" (or, for {', '.join(engine)}, with --greedy-baseline)" if engine and not ranked
             else "")
         raise TableError(f"{', '.join(given)} {verb} only when {when}; "
                          f"{table} is {what} (its input was read when it was made): leave {it} "

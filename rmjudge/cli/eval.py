@@ -72,16 +72,21 @@ def command(**kw) -> None:
     from rmjudge.rank.outputs import evaluate_if_ranked, render_eval
 
     opts = parse_run_options(kw)
-    judging = given_options(option_dests(JudgeSettings) | option_dests(EngineSettings)
-                            | option_dests(ServerSettings))
+    # what judging would use, given on the command line: refused on a judged table or ranked
+    # store, but for the engine's and server's with --greedy-baseline (the greedy rollouts run
+    # with the table's own judge settings)
+    judge_named = given_options(option_dests(JudgeSettings) | {"commit_every"})
+    engine_named = given_options(option_dests(EngineSettings) | option_dests(ServerSettings))
     ranked = evaluate_if_ranked(table, ev)
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
         check_no_input_options(table, call.output, opts, ranked=True,
-                               greedy=call.greedy_baseline, judging=judging)
+                               greedy=call.greedy_baseline, judging=judge_named,
+                               engine=engine_named)
         click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
                    if as_json else render_eval(ranked))
         return
-    run = evaluate_table(table, ev, opts, output=call.output, judging=judging,
+    run = evaluate_table(table, ev, opts, output=call.output, judging=judge_named,
+                         engine_options=engine_named,
                          greedy=call.greedy_baseline, judge=judge_input,
                          greedy_progress=lambda done, total: click.echo(
                              f"greedy baseline: {done}/{total} pair-orders", err=True))

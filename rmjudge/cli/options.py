@@ -63,12 +63,17 @@ def option_dests(cls, only=None) -> set[str]:
 
 def given_options(names: set[str]) -> list[str]:
     """Of the current command's parameters named in `names`, those given on its command line
-    (not defaults, not environment variables), each as its first option string."""
+    (not defaults, not environment variables), each by its long option ("--samples" for
+    -n), or the "--no-" form of a switch given off."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
-    return [p.opts[0] for p in ctx.command.params if p.name in names
-            and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+    out = []
+    for p in ctx.command.params:
+        if p.name in names and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE:
+            off = getattr(p, "secondary_opts", None) and ctx.params.get(p.name) is False
+            out.append(p.secondary_opts[0] if off else max(p.opts, key=len))
+    return out
 
 
 def _value_type(f, meta: dict, default):

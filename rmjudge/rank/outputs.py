@@ -31,7 +31,7 @@ from __future__ import annotations
 from rmjudge.core.words import count
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rmjudge.analysis.filter import FilterSummary
@@ -204,8 +204,15 @@ def filter_ranked(table, output: str, rs: RankFilterSettings):
         raise TableError(f"{table.path} has no column {', '.join(map(repr, missing))}; the "
                          f"prompts' own columns are: {', '.join(table.passthrough)}")
     check_filter_output(table.path, output)
+    rs = replace(rs, keep_columns=tuple(dict.fromkeys(rs.keep_columns)))  # a column once
     prompts = read_rankings(table)
     cols, rows, dropped, written, flattened = dataset_rows(prompts, rs)
+    names = [c[0] for c in cols]
+    clash = [c for c in rs.keep_columns if names.count(c) > 1]
+    if clash:
+        raise TableError(f"--keep-columns {','.join(clash)} would overwrite the output's own "
+                         f"column{'s' if len(clash) > 1 else ''} of that name; the "
+                         f"{rs.format} rows of a ranked store already carry it")
     write_rows_file(cols, rows, output, fmt)
     return RankFilterSummary(output=output, total=len(prompts), kept=written, swapped=0,
                              labelled=0, dropped=dropped, flattened=flattened, format=rs.format,
