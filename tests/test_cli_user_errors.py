@@ -78,3 +78,20 @@ def test_engine_settings_out_of_range_are_one_error_line_before_a_model_loads(tm
             assert r.output.startswith(want) and r.output.count("\n") == 1, (command, opt,
                                                                              r.output)
     assert not (tmp_path / "o.duckdb").exists()
+
+
+def test_server_options_without_a_server_name_only_those_given(tmp_path):
+    """Before, `--server-model m` alone was told that four options need --server URL."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\n')
+    r = CliRunner().invoke(main, ["score", str(src), "--server-model", "m"])
+    assert r.exit_code != 0 and r.output == "Error: --server-model needs --server URL\n"
+    r = CliRunner().invoke(main, ["score", str(src), "--server-model", "m", "--chat-template",
+                                  "x", "--server-share-prompt"])
+    assert r.output == ("Error: --server-model, --server-share-prompt and --chat-template need "
+                        "--server URL\n"), r.output
+    assert [p.name for p in tmp_path.iterdir()] == ["in.jsonl"]

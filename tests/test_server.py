@@ -498,9 +498,7 @@ def test_cli_server_errors_are_one_line(tmp_path):
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("Error: cannot reach the server")
     r = subprocess.run([sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"),
                         "--server-model", "x"], capture_output=True, text=True)
-    assert r.returncode == 1 and r.stderr.strip() == (
-        "Error: --server-model, --server-api, --server-share-prompt and --chat-template need "
-        "--server URL")
+    assert r.returncode == 1 and r.stderr.strip() == "Error: --server-model needs --server URL"
 
 
 # -- hostile servers and hostile data -----------------------------------------------------------

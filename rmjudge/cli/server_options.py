@@ -19,12 +19,15 @@ def server_settings(kw: dict):
     """A ServerSettings from the options (None without --server); pops them from `kw`."""
     values = settings_values(ServerSettings, kw, only=ServerSettings.OPTIONS)
     if values["url"] is None:
-        if values["model"] or values["chat_template"] or values["api"] != "auto" \
-                or values["share_prompt"]:
+        given = [name for name, on in (
+            ("--server-model", values["model"]), ("--server-api", values["api"] != "auto"),
+            ("--server-share-prompt", values["share_prompt"]),
+            ("--chat-template", values["chat_template"])) if on]
+        if given:
             from rmjudge.core.settings import SettingsError
 
-            raise SettingsError("--server-model, --server-api, --server-share-prompt and "
-                                "--chat-template need --server URL")
+            names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+            raise SettingsError(f"{names} {'needs' if len(given) == 1 else 'need'} --server URL")
         return None
     if values["chat_template"] is not None:
         check_template_file(values["chat_template"])
