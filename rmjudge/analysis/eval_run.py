@@ -46,8 +46,8 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
     shows progress and the summary); `greedy_progress(done, total)` hears the greedy
     baseline's progress; `judging` and `engine_options`: the judge's and the engine's and
     server's options the caller was given (as written, "--samples"), refused on a judged table,
-    where they change nothing, but for `engine_options` with the greedy baseline (which runs with the table's
-    own judge settings)."""
+    where they change nothing, but for `engine_options` with the greedy baseline (which runs
+    with the table's own judge settings)."""
     from rmjudge.analysis.greedy import run_greedy
     from rmjudge.analysis.tables import is_judged, open_judged
     from rmjudge.analysis.agreement import table_agreement
@@ -77,7 +77,6 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
         # human labels alone (no gold label) still give the judge-vs-human figures
         res = None if human is not None and t.count_labelled() == 0 else evaluate(t, ev)
     return EvalRun(path, res, human, baseline, summary)
-
 
 
 def check_no_input_options(table: str, output: str | None, opts: "RunOptions",

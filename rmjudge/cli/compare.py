@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 from dataclasses import dataclass
 
 import click
@@ -12,6 +10,7 @@ from rmjudge.analysis.compare import CompareSettings
 from rmjudge.cli.common import fail
 from rmjudge.cli.options import settings_from, settings_options
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 
 
 @dataclass(frozen=True)

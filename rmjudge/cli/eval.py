@@ -77,11 +77,10 @@ def command(**kw) -> None:
     # with the table's own judge settings)
     judge_named = given_options(option_dests(JudgeSettings) | {"commit_every"})
     engine_named = given_options(option_dests(EngineSettings) | option_dests(ServerSettings))
-    ranked = evaluate_if_ranked(table, ev)
+    ranked = evaluate_if_ranked(table, ev, check=lambda: check_no_input_options(
+        table, call.output, opts, ranked=True, greedy=call.greedy_baseline, judging=judge_named,
+        engine=engine_named))
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
-        check_no_input_options(table, call.output, opts, ranked=True,
-                               greedy=call.greedy_baseline, judging=judge_named,
-                               engine=engine_named)
         click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
                    if as_json else render_eval(ranked))
         return

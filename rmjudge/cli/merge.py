@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import click
 
 from rmjudge.cli.common import fail
 from rmjudge.cli.mapping_options import dataset_options, input_source
 from rmjudge.cli.options import settings_from, settings_options
+from rmjudge.core.words import count
 from rmjudge.io.mapping import ReadingChoice
 from rmjudge.runs.merge import MAP_HELP, MergeSettings
 
@@ -42,7 +41,8 @@ def render(r) -> str:
     lines = [f"rmjudge merge: {count(len(r.shards), 'shard')}"]
     for s in r.shards:
         spec = ", ".join(x or "unsharded" for x in s.specs) or "no runs"
-        lines.append(f"  {s.path}: {count(s.pairs, 'pair')}, {count(s.errors, 'error')}, {count(s.runs, 'run')} "
+        lines.append(f"  {s.path}: {count(s.pairs, 'pair')}, {count(s.errors, 'error')}, "
+                     f"{count(s.runs, 'run')} "
                      f"[{spec}; last run {s.last_status}]")
     if r.input_rows is not None:
         lines.append(f"  input: {count(r.input_rows, 'row')}")

@@ -61,7 +61,8 @@ def command(**kw) -> None:
     if not quiet:
         click.echo(render_summary(summary), err=True)
     if summary.ranked == 0:
-        raise UserError(f"nothing was ranked: {count(summary.prompts, 'prompt')} read from {source}, "
+        raise UserError(f"nothing was ranked: {count(summary.prompts, 'prompt')} read from "
+                        f"{source}, "
                         f"{summary.problems} of them in the errors table of {summary.output}; "
                         "fix the input (docs/rank.md) and rerun with --overwrite (it replaces "
                         "these error rows)")
@@ -93,8 +94,9 @@ def render_summary(s) -> str:
                      "does not name (an earlier, larger input or --limit); its rankings table, "
                      "eval and filter include them")
     for name, n in sorted(s.gold_elsewhere.items()):
-        lines.append(f"  note: {count(n, 'prompt')} without gold ranks {'has' if n == 1 else 'have'} "
-                     f"{name} on every completion: --gold-field {name} ranks against it")
+        verb = "has" if n == 1 else "have"
+        lines.append(f"  note: {count(n, 'prompt')} without gold ranks {verb} {name} on every "
+                     f"completion: --gold-field {name} ranks against it")
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/comparison, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")

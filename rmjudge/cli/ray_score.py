@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import sys
 from dataclasses import dataclass
 
@@ -13,6 +11,7 @@ from rmjudge.cli.mapping_options import dataset_options, input_source, label_opt
 from rmjudge.cli.server_options import server_options
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 from rmjudge.runs.ray_runner import RaySettings
 from rmjudge.runs.setup import RunOptions
 
@@ -67,7 +66,8 @@ def command(**kw) -> None:
                   rejudge_changed=opts.rejudge_changed,
                   engine_factory=EngineFactory(opts.engine, opts.server), on_batch=on_batch)
     if not quiet:
-        click.echo(f"rmjudge ray-score: {count(s.files, 'file')}, {count(s.batches, 'batch', 'batches')} "
+        click.echo(f"rmjudge ray-score: {count(s.files, 'file')}, "
+                   f"{count(s.batches, 'batch', 'batches')} "
                    f"({s.batches_done_before} done before), judged {count(s.judged, 'pair')} "
                    f"in {s.wall_seconds:.1f}s -> {s.output}: {count(s.pairs, 'pair')}, "
                    f"{count(s.errors, 'error')}"

@@ -68,7 +68,8 @@ def command(**kw) -> None:
         return
     summary = judge_input(source, output, opts, quiet=call.quiet)
     if summary.judged == 0 and summary.skipped == 0:
-        raise UserError(f"nothing was judged: {count(summary.rows_read, 'row')} read from {source}, "
+        raise UserError(f"nothing was judged: {count(summary.rows_read, 'row')} read from "
+                        f"{source}, "
                         f"{summary.errors} of them in the errors table of "
                         f"{summary.files[0] if summary.files else output}; fix the input (or "
                         "--map its columns) and rerun with --overwrite (it replaces these error "

@@ -28,14 +28,13 @@ ranks are all equal has no tau), each with a percentile bootstrap interval over 
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rmjudge.analysis.filter import FilterSummary
 from rmjudge.core.settings import SettingsError, setting
+from rmjudge.core.words import count
 
 RANK_PAIRS = ("best-worst", "all")
 
@@ -247,11 +246,12 @@ def _check_no_pair_choice(path: str, fs, named: tuple = ()) -> None:
 
     from rmjudge.analysis.tables import TableError
 
+    def option(f) -> str:
+        return f.metadata.get("option") or f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"
+
     shared = {"format", "chat", "keep_columns"}
-    given = [o for f in fields(fs) if f.name not in shared
-             for o in [f.metadata.get("option") or f.metadata.get("flag")
-                       or f"--{f.name.replace('_', '-')}"]
-             if getattr(fs, f.name) != f.default or o in named]
+    given = [option(f) for f in fields(fs) if f.name not in shared
+             and (getattr(fs, f.name) != f.default or option(f) in named)]
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")
         raise TableError(f"{', '.join(given)} {verb} only to a store of judged pairs (rmjudge "
@@ -358,10 +358,11 @@ def _figure(values: list[float], resamples: int, seed: int, level: float):
     return bootstrap_mean(values, resamples, seed, level)
 
 
-def evaluate_if_ranked(path: str, ev) -> "RankEval | None":
+def evaluate_if_ranked(path: str, ev, check=None) -> "RankEval | None":
     """`rmjudge eval` of a ranked store (`rmjudge rank`): top-1 accuracy and Kendall tau with
     the intervals `ev` (rmjudge.analysis.metrics.EvalSettings) asks for; None for any other
-    table (a judged one, or input not judged yet)."""
+    table (a judged one, or input not judged yet). `check()` runs once the store is known to be
+    ranked, before the work (the caller's refusal of options that do not apply)."""
     from rmjudge.analysis.tables import is_judged, open_judged
     from rmjudge.rank.table import is_ranked
 
@@ -370,6 +371,8 @@ def evaluate_if_ranked(path: str, ev) -> "RankEval | None":
     with open_judged(path) as t:
         if not is_ranked(t):
             return None
+        if check is not None:
+            check()
         return evaluate_ranked(t, ev.resamples, ev.seed, ev.level, tuple(ev.group_by or ()))
 
 
@@ -413,10 +416,11 @@ def render_eval(e: RankEval) -> str:
         return f"{x[0]:.3f} [{lo}, {hi}]"
 
     pct = f"{int(e.level * 100)}%"
-    lines = [f"{e.table}: ranked store, {count(e.prompts, 'prompt')}, {e.with_gold} with gold ranks",
+    lines = [f"{e.table}: ranked store, {count(e.prompts, 'prompt')}, {e.with_gold} with gold "
+             "ranks",
              f"  top-1 accuracy: {fig(e.top1)}  ({pct} bootstrap interval over prompts)",
-             f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ({count(e.tau_prompts, 'prompt')} with a "
-             "defined tau)"]
+             f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ("
+             f"{count(e.tau_prompts, 'prompt')} with a defined tau)"]
     for name, g in e.groups.items():
         lines.append(f"  {name}: {count(g['prompts'], 'prompt')}, top-1 {fig(g['top1_accuracy'])}, "
                      f"tau {fig(g['kendall_tau'])}")

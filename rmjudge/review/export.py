@@ -7,8 +7,6 @@ refused (choose another -o, or move the old files away).
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,6 +14,7 @@ from typing import Callable
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.errors import UserError
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
 from rmjudge.files import make_dir, write_file

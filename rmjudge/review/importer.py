@@ -12,14 +12,13 @@ and an import replaces what an earlier import stored for the same pair and revie
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import os
 from collections import Counter
 from dataclasses import dataclass, field
 
 from rmjudge.analysis.tables import open_judged
 from rmjudge.core.settings import setting
+from rmjudge.core.words import count
 from rmjudge.review.export import ReviewError
 from rmjudge.review.formats import LabelFileError, read_labels
 from rmjudge.review.select import slot_key

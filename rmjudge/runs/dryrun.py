@@ -12,11 +12,10 @@ size: nothing per pair is kept but its id (for duplicate detection).
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rmjudge.core.words import count
 from rmjudge.files import cache
 from rmjudge.io.intake import Intake, RowFailure
 from rmjudge.prompts import PromptStyle

@@ -7,8 +7,6 @@ an earlier run of the same output already judged, commits results in small chunk
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import re
 import time
 from itertools import chain
@@ -17,6 +15,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rmjudge.core.errors import EXIT_INTERRUPTED, UserError
 from rmjudge.core.interrupts import critical, deliver_pending, graceful
+from rmjudge.core.words import count
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
 from rmjudge.io.mapping import Mapper
 from rmjudge.io.readers import RawRow, default_output_stem

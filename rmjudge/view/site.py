@@ -17,8 +17,6 @@ files go through the store's writers.
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 import hashlib
 import os
 import time
@@ -34,6 +32,7 @@ from rmjudge import __version__
 from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
 from rmjudge.core.errors import DiskError
+from rmjudge.core.words import count
 from rmjudge.files import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
                            remove_tree, replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
