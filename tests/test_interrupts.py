@@ -227,3 +227,104 @@ def test_a_ctrl_c_delivered_as_the_judge_finishes_loading_ends_the_run_with_the_
     lines = r.output.strip().splitlines()
     assert lines == ["Error: interrupted; no judged pair is lost: rerun the same command to "
                      "resume"], r.output
+
+
+def _long_query_during_ctrl_c(con) -> None:
+    """A DuckDB query (about a second) with SIGINT arriving 50 ms into it."""
+    import threading
+
+    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    con.execute("SELECT sum(hash(range)) FROM range(400000000)").fetchone()
+
+
+def test_a_signal_while_the_store_lists_its_judged_pairs_ends_the_run_as_interrupted(
+        tmp_path, monkeypatch):
+    """Ctrl-C while the store reads what earlier runs judged (the query after "input read as";
+    DuckDB 2 turned the KeyboardInterrupt into `RuntimeError: Query interrupted`, a traceback
+    and exit 1): held, then delivered as judging starts; the run is recorded as interrupted."""
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.core.interrupts import graceful
+    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.core.settings import JudgeSettings
+    from rmjudge.store import Store
+    from test_score import length_judge
+
+    judged = Store.judged
+
+    def judged_during_ctrl_c(self):
+        _long_query_during_ctrl_c(self.con)
+        return judged(self)
+
+    monkeypatch.setattr(Store, "judged", judged_during_ctrl_c)
+    engine = ScriptedEngine(length_judge)
+    out = str(tmp_path / "o.duckdb")
+    with graceful(), pytest.raises(Interrupted, match="0 judged pairs are saved"):
+        score(PAIRS, engine, JudgeSettings(samples=2), output=out)
+    assert engine.calls == []
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
+
+
+def test_a_signal_during_a_held_duckdb_call_arrives_as_the_call_returns():
+    """Through `held_calls`, the query finishes and the KeyboardInterrupt follows it; without
+    it, DuckDB stops the query with its own error, which `is_query_interrupt` recognises."""
+    from rmjudge.core.interrupts import graceful, held_calls, is_query_interrupt
+
+    con = duckdb.connect()
+    try:
+        with graceful():
+            with pytest.raises(KeyboardInterrupt):
+                _long_query_during_ctrl_c(held_calls(con))
+        with graceful():
+            with pytest.raises(RuntimeError) as caught:
+                _long_query_during_ctrl_c(con)
+        assert is_query_interrupt(caught.value)
+        with graceful():  # the handlers' state was reset: a call with no signal returns
+            assert held_calls(con).execute("SELECT 42").fetchone() == (42,)
+    finally:
+        con.close()
+    assert not is_query_interrupt(RuntimeError("some other failure"))
+
+
+def test_a_query_interrupted_inside_a_run_ends_it_as_interrupted_with_its_pairs_kept(tmp_path):
+    """DuckDB's form of a Ctrl-C raised inside a run (a streaming caller's query in
+    `on_commit`) stops the run as an interrupt: the committed pairs kept, the run recorded as
+    interrupted, not failed."""
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.runs.pipeline import Interrupted, score
+    from rmjudge.core.settings import JudgeSettings
+    from test_score import length_judge
+
+    def on_commit(store, ids, error_rows):
+        raise RuntimeError("Query interrupted")
+
+    out = str(tmp_path / "o.duckdb")
+    with pytest.raises(Interrupted, match="1 judged pair is saved"):
+        score(PAIRS, ScriptedEngine(length_judge), JudgeSettings(samples=2), output=out,
+              commit_every=1, on_commit=on_commit)
+    assert rows(out, "SELECT status FROM runs") == [("interrupted",)]
+    assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
+
+
+def test_a_query_interrupted_outside_a_run_is_one_error_line_and_exit_130(tmp_path,
+                                                                          monkeypatch):
+    """`rmjudge view`/`filter`/`eval` run DuckDB queries outside a run: a Ctrl-C there ends the
+    command with exit 130 and one `Error: interrupted` line, not a RuntimeError traceback."""
+    from click.testing import CliRunner
+
+    import rmjudge.analysis.eval_run
+    from rmjudge.cli import main
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.runs.pipeline import score
+    from rmjudge.core.settings import JudgeSettings
+    from test_score import length_judge
+
+    out = str(tmp_path / "o.duckdb")
+    score(PAIRS, ScriptedEngine(length_judge), JudgeSettings(samples=2), output=out)
+
+    def interrupted(*args, **kwargs):
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(rmjudge.analysis.eval_run, "evaluate", interrupted)
+    r = CliRunner().invoke(main, ["eval", out])
+    assert r.exit_code == EXIT_INTERRUPTED, r.output
+    assert r.output.strip().splitlines() == ["Error: interrupted"], r.output

@@ -56,9 +56,19 @@ class UserErrorGroup(click.Group):
         except UserError as exc:
             report_user_error(exc)
         except KeyboardInterrupt:  # outside a run (a run turns it into `Interrupted`)
-            err = UserError("interrupted")
-            err.exit_code = EXIT_INTERRUPTED
-            report_user_error(err)
+            _interrupted()
+        except RuntimeError as exc:
+            from rmjudge.core.interrupts import is_query_interrupt
+
+            if not is_query_interrupt(exc):  # a Ctrl-C during a DuckDB query outside a run
+                raise
+            _interrupted()
+
+
+def _interrupted() -> NoReturn:
+    err = UserError("interrupted")
+    err.exit_code = EXIT_INTERRUPTED
+    report_user_error(err)
 
 
 class ExtrasGroup(UserErrorGroup):

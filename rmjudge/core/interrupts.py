@@ -13,6 +13,10 @@ callback function") and dropped by ctypes, so the Ctrl-C would be lost, and afte
 later one too (the run would think it is already stopping). A C extension that is being
 imported (DuckDB's) turns it into an ImportError. A signal that arrives inside a C callback or
 an import is therefore sent again a moment later, until it lands in ordinary Python code.
+DuckDB checks for signals while a query runs and turns the KeyboardInterrupt into
+`RuntimeError("Query interrupted")`, so a signal that arrives during a call through
+`held_calls(con)` is held and delivered as the call returns (`is_query_interrupt` recognises the
+error of a query run without it).
 `graceful()` nests (the CLI holds it from before the model loads; `score()` holds it too).
 """
 
@@ -25,7 +29,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 _state = {"depth": 0, "pending": False, "stopping": False, "installed": False,
-          "deferred_since": None}
+          "deferred_since": None, "native": 0, "native_pending": False}
 _C_CALLBACKS: set = set()  # code objects of the Python functions C code calls back
 REDELIVER_SECONDS = 0.05
 IMPORT_WAIT_SECONDS = 2.0
@@ -82,6 +86,9 @@ def _handler(signum, frame) -> None:
     if _state["depth"]:
         _state["pending"] = True
         return
+    if _state["native"]:
+        _state["native_pending"] = True
+        return
     _state["stopping"] = True
     raise KeyboardInterrupt
 
@@ -97,9 +104,70 @@ def critical() -> Iterator[None]:
         _state["depth"] -= 1
 
 
+@contextmanager
+def native_call() -> Iterator[None]:
+    """A call into C code that would turn a KeyboardInterrupt raised inside it into another
+    error (a DuckDB query): a signal that arrives during it is delivered as it returns (or
+    held for `deliver_pending` inside a `critical()` section). Signals reach the main thread
+    only, so a call in another thread is not held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state["native"] += 1
+    try:
+        yield
+    finally:  # a call that failed leaves a held signal to the next `deliver_pending`
+        _state["native"] -= 1
+    if _state["native_pending"] and not _state["native"]:
+        _state["native_pending"] = False
+        if _state["depth"]:
+            _state["pending"] = True
+        elif _state["installed"] and not _state["stopping"]:
+            _state["stopping"] = True
+            raise KeyboardInterrupt
+
+
+class held_calls:
+    """`obj` (a DuckDB connection) whose method calls run as `native_call()`s; a call that
+    returns `obj` itself (DuckDB's `execute`) returns this wrapper, so `.fetchall()` after it is
+    held too."""
+
+    __slots__ = ("_obj",)
+
+    def __init__(self, obj) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._obj, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            with native_call():
+                result = attr(*args, **kwargs)
+            return self if result is self._obj else result
+
+        return call
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._obj.close()
+
+
+def is_query_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is DuckDB's form of a Ctrl-C that arrived during a query (DuckDB 1.x:
+    `duckdb.InterruptException`; 2.x: `RuntimeError("Query interrupted")`)."""
+    return (type(exc).__name__ == "InterruptException"
+            or (type(exc) is RuntimeError and str(exc) == "Query interrupted"))
+
+
 def deliver_pending() -> None:
     """Raise the KeyboardInterrupt held during a critical section, once the caller's own
     bookkeeping of that section's effect is done."""
+    if _state["native_pending"] and not _state["native"]:  # held by a call that failed
+        _state["native_pending"], _state["pending"] = False, True
     if _state["pending"] and not _state["depth"] and not _state["stopping"]:
         _state["pending"] = False
         _state["stopping"] = True
@@ -114,7 +182,8 @@ def graceful() -> Iterator[None]:
         yield
         return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    _state.update(depth=0, pending=False, stopping=False, installed=True, deferred_since=None)
+    _state.update(depth=0, pending=False, stopping=False, installed=True, deferred_since=None,
+                  native=0, native_pending=False)
     for s in old:
         signal.signal(s, _handler)
     try:
@@ -123,4 +192,4 @@ def graceful() -> Iterator[None]:
         for s, h in old.items():
             signal.signal(s, h)
         _state.update(depth=0, pending=False, stopping=False, installed=False,
-                      deferred_since=None)
+                      deferred_since=None, native=0, native_pending=False)

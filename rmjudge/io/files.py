@@ -197,7 +197,10 @@ def _read_duckdb_query(sql: str, params: list, database: str = ":memory:",
                        start: int = 1) -> Generator[RawRow, None, int]:
     import duckdb
 
-    con = duckdb.connect(database, read_only=database != ":memory:")
+    from rmjudge.core.interrupts import held_calls
+
+    # a Ctrl-C while DuckDB reads is delivered after the read, not turned into a DuckDB error
+    con = held_calls(duckdb.connect(database, read_only=database != ":memory:"))
     n = 0
     try:
         cur = con.execute(sql, params)

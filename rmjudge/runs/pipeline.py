@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
 from rmjudge.core.errors import EXIT_INTERRUPTED, UserError
-from rmjudge.core.interrupts import critical, deliver_pending, graceful
+from rmjudge.core.interrupts import critical, deliver_pending, graceful, is_query_interrupt
 from rmjudge.core.words import count
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
 from rmjudge.io.mapping import Mapper
@@ -212,11 +212,11 @@ def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, m
            on_commit=None, given=False, extra_settings=None) -> Summary:
     """A run in named steps: record it, judge every pair (committing in chunks), end it.
     `given`: the rows were made by the caller, who applied --limit and --shard."""
-    _start_run(store, engine, spec, mapper, source, shard, identity, extra_settings)
-    stream = rows if first is None else chain([first], rows)
-    intake = Intake(stream, mapper, shard=None if given else shard, limit=limit,
-                    judged=store.judged(),
-                    rejudge_changed=rejudge_changed)
+    with critical():  # a Ctrl-C here is delivered by the loop, which records the interrupt
+        _start_run(store, engine, spec, mapper, source, shard, identity, extra_settings)
+        stream = rows if first is None else chain([first], rows)
+        intake = Intake(stream, mapper, shard=None if given else shard, limit=limit,
+                        judged=store.judged(), rejudge_changed=rejudge_changed)
     run = _ScoreRun(store, intake, engine, commit_every, on_progress, on_commit)
     try:
         files = run.judge_all(Judge(engine, spec), out, fmt)
@@ -353,7 +353,8 @@ class _ScoreRun:
         raise `exc` itself."""
         saved = _save_what_is_done(self.store, self.batch, self.errors, self.drop)
         self.prog.committed += len(self.batch) if saved else 0
-        if not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted)) or is_query_interrupt(exc)
+        if not interrupted:
             _end_run(self.store, self.prog, self.engine, FAILED)
             if isinstance(exc, ChangedRows):
                 return ChangedRowsError(changed_rows_message(source, out, exc), exc.rows,

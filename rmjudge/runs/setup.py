@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from rmjudge.core.interrupts import is_query_interrupt
 from rmjudge.io.mapping import Mapper
 from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError, setting
 
@@ -297,8 +298,11 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress,
                                 rejudge_changed=opts.rejudge_changed,
                                 announce=(lambda line: display.note(f"rmjudge: {line}"))
                                 if display is not None else None, on_commit=on_commit)
-    except KeyboardInterrupt:  # before the run's own handling began (a Ctrl-C held while the
-        # judge loaded can be delivered just after the load returned), or after it ended
+    except (KeyboardInterrupt, RuntimeError) as exc:  # before the run's own handling began (a
+        # Ctrl-C held while the judge loaded can be delivered just after the load returned), or
+        # after it ended; RuntimeError: DuckDB's form of a Ctrl-C during a query
+        if not isinstance(exc, KeyboardInterrupt) and not is_query_interrupt(exc):
+            raise
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
                           "resume") from None
     finally:

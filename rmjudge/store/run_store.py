@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 import orjson
 
-from rmjudge.core.interrupts import critical
+from rmjudge.core.interrupts import critical, held_calls
 from rmjudge.judging.protocol import PairResult, Sample
 from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import delete_in, insert_rows
@@ -103,7 +103,7 @@ class Store:
             if overwrite:
                 remove_files(path)
             try:
-                self.con = duckdb.connect(path)
+                self.con = held_calls(duckdb.connect(path))  # Ctrl-C: after a query
             except duckdb.Error as exc:
                 raise disk_error(path, exc) or StoreError(
                     f"cannot open {path} as DuckDB: {first_line(exc)}") from None
