@@ -4,6 +4,7 @@ with a pool of engines, survives a killed worker and writes the same tables."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
@@ -222,6 +223,68 @@ def test_merge_of_a_ranked_store_and_a_pairs_store_names_the_two_kinds(tmp_path)
         assert not os.path.exists(out)
 
 
+# what `ray start --head`'s GCS (Ray 2.60) sent to an HTTP/2 preface: its SETTINGS frame header
+HTTP2_SETTINGS_FRAME = b"\x00\x00\x18\x04\x00\x00\x00\x00\x00" + bytes(24)
+
+
+@contextlib.contextmanager
+def _answering(reply: bytes | None):
+    """A TCP server on 127.0.0.1 that answers every connection with `reply` after reading what
+    the client sends (None: never answers); yields its port."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if reply is not None:
+                conn.recv(1024)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the accept, so the port stops listening
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_ray_score_at_a_port_that_is_not_a_ray_head_is_one_error_within_seconds(tmp_path):
+    """A port that takes connections but is no Ray head (the dashboard's web server, or one
+    that never answers): Ray retried it forever; now one `Error:` line, nothing written."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    from rmjudge.runs.ray_runner import unreachable
+
+    with _answering(None) as port:
+        why = unreachable(f"127.0.0.1:{port}", timeout=0.3)
+        assert why.startswith("it takes connections but does not answer as a Ray head"), why
+    with _answering(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as port:
+        assert "not the dashboard's port" in unreachable(f"ray://127.0.0.1:{port}")
+        out = tmp_path / "out.duckdb"
+        p = subprocess.run([sys.executable, "-m", "rmjudge", "ray-score",
+                            str(DATA / "pandalm_5.jsonl"), "-o", str(out), "--address",
+                            f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: it "
+                               "takes connections but does not answer as a Ray head")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_path):
     """Before, `ray-score --address bogus:1` hung in Ray's connection retries (over 120 s)."""
     import socket
@@ -231,10 +294,7 @@ def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_pa
     pytest.importorskip("ray")
     from rmjudge.runs.ray_runner import unreachable
 
-    with socket.socket() as listening:  # a port that takes connections is reachable
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        port = listening.getsockname()[1]
+    with _answering(HTTP2_SETTINGS_FRAME) as port:  # as a Ray head's GCS answers (gRPC)
         assert unreachable(f"127.0.0.1:{port}") is None
         assert unreachable(f"ray://127.0.0.1:{port}") is None
     assert unreachable("auto") is None and unreachable(None) is None
@@ -793,3 +853,31 @@ def test_merge_refuses_shards_of_two_hub_commits_and_records_the_commit(tmp_path
     with pytest.raises(MergeError, match=r"judged from different commits of their input: .*"
                                          r"out-0\.duckdb from a{40}, .*out-1\.duckdb from b{40}"):
         merge(outs, str(tmp_path / "all2.duckdb"))
+
+
+def test_a_head_that_refuses_the_driver_is_one_error_naming_token_authentication(monkeypatch):
+    """Ray 2.60's `ray start --head` turns token authentication on; a driver without
+    RAY_AUTH_MODE=token is refused after Ray's retries with "Failed to connect": the error says
+    what to set (checked by hand against a local `ray start --head`: docs/scaling.md)."""
+    from rmjudge.runs.ray_runner import RayRunError, RaySettings, _connect
+
+    class Ray:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379")
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with pytest.raises(RayRunError) as caught:
+        _connect(Ray(), RaySettings(address="10.0.0.5:6379"))
+    assert str(caught.value).startswith("cannot start or reach the Ray cluster at 10.0.0.5:6379: "
+                                        "Failed to connect to Ray cluster at 10.0.0.5:6379; ")
+    assert "set RAY_AUTH_MODE=token" in str(caught.value)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # already set: the hint would mislead
+    with pytest.raises(RayRunError) as caught:
+        _connect(Ray(), RaySettings(address="10.0.0.5:6379"))
+    assert "RAY_AUTH_MODE" not in str(caught.value)
+    with pytest.raises(RayRunError) as caught:  # a local instance has no head to authenticate
+        _connect(Ray(), RaySettings(address=None))
+    assert "RAY_AUTH_MODE" not in str(caught.value)

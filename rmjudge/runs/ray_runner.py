@@ -477,20 +477,56 @@ def check_address(address: str | None) -> None:
                       "ray://HOST[:PORT] (Ray Client), or leave it out for a local instance")
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP2_EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # length 0, type 4, stream 0
+HTTP2_SETTINGS = 0x04
+
+
 def unreachable(address: str | None, timeout: float = 5.0) -> str | None:
-    """Why a HOST:PORT (or ray://HOST[:PORT]) address takes no TCP connection, or None when it
-    does or is not of that form ("auto", None). Ray itself retries an unreachable address for
-    minutes; this answers within `timeout` seconds."""
+    """Why a HOST:PORT (or ray://HOST[:PORT]) address is not a Ray head, or None when it answers
+    as one or is not of that form ("auto", None): it takes no TCP connection, or it takes one
+    but does not speak gRPC (a Ray head's GCS and its Ray Client server both do; the dashboard's
+    port, a web server or a port that never answers does not). Ray itself retries such an
+    address for minutes, or forever; this answers within about twice `timeout` seconds. With
+    RAY_USE_TLS set, the connection alone is checked (the head expects a TLS handshake first)."""
     import socket
 
     where = _host_port(address) if address else None
     if where is None:
         return None
     try:
-        socket.create_connection(where, timeout=timeout).close()
+        sock = socket.create_connection(where, timeout=timeout)
     except (OSError, ValueError, OverflowError) as exc:
         return str(exc) or type(exc).__name__
-    return None
+    with sock:
+        if os.environ.get("RAY_USE_TLS", "0").strip().lower() not in ("", "0", "false"):
+            return None
+        if _answers_http2(sock, timeout):
+            return None
+    return ("it takes connections but does not answer as a Ray head (no gRPC reply within "
+            f"{timeout:g} s): give the head's GCS port (6379 unless `ray start --port` chose "
+            f"another) or ray://HOST:{RAY_CLIENT_PORT} for Ray Client, not the dashboard's port")
+
+
+def _answers_http2(sock, timeout: float) -> bool:
+    """Whether the server on `sock` answers an HTTP/2 connection preface (gRPC's transport)
+    with its SETTINGS frame, as the HTTP/2 standard (RFC 9113, 3.4) has every server do."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    try:
+        sock.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
+        head = b""
+        while len(head) < 9:  # a frame header: length (3), type (1), flags (1), stream (4)
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    except (socket.timeout, OSError):
+        return False
+    return head[3] == HTTP2_SETTINGS
 
 
 def _connect(ray, rs: RaySettings) -> None:
@@ -501,8 +537,14 @@ def _connect(ray, rs: RaySettings) -> None:
         ray.init(address=rs.address, include_dashboard=False, ignore_reinit_error=True)
     except Exception as exc:  # connection refused, no cluster at "auto", ...
         where = f"the Ray cluster at {rs.address}" if rs.address else "a local Ray instance"
+        token = ("; if the head uses token authentication (`ray start` of Ray 2.60 turns it on "
+                 "and says \"Token authentication is enabled\"), set "
+                 "RAY_AUTH_MODE=token with the head's token in ~/.ray/auth_token "
+                 "(docs/scaling.md)"
+                 if rs.address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token"
+                 else "")
         raise RayRunError(f"cannot start or reach {where}: {str(exc).strip().splitlines()[-1]}; "
-                          "check --address (ray status on the head node)") from None
+                          f"check --address (ray status on the head node){token}") from None
 
 
 class _RunLog:
