@@ -260,12 +260,24 @@ def _answering(reply: bytes | None):
             conn.close()
 
 
-def test_ray_score_at_a_port_that_is_not_a_ray_head_is_one_error_within_seconds(tmp_path):
-    """A port that takes connections but is no Ray head (the dashboard's web server, or one
-    that never answers): Ray retried it forever; now one `Error:` line, nothing written."""
+def _ray_score_error_line(tmp_path, address: str) -> str:
+    """`rmjudge ray-score --address ADDRESS` into tmp_path: its one stderr line, after checking
+    it failed with exit 1 and wrote nothing (no output, no work folder)."""
     import subprocess
     import sys
 
+    p = subprocess.run([sys.executable, "-m", "rmjudge", "ray-score",
+                        str(DATA / "pandalm_5.jsonl"), "-o", str(tmp_path / "out.duckdb"),
+                        "--address", address], capture_output=True, text=True, timeout=120)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert list(tmp_path.iterdir()) == []
+    return lines[0]
+
+
+def test_ray_score_at_a_port_that_is_not_a_ray_head_is_one_error_within_seconds(tmp_path):
+    """A port that takes connections but is no Ray head (the dashboard's web server, or one
+    that never answers): Ray retried it forever; now one `Error:` line, nothing written."""
     pytest.importorskip("ray")
     from rmjudge.runs.ray_runner import unreachable
 
@@ -274,23 +286,13 @@ def test_ray_score_at_a_port_that_is_not_a_ray_head_is_one_error_within_seconds(
         assert why.startswith("it takes connections but does not answer as a Ray head"), why
     with _answering(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as port:
         assert "not the dashboard's port" in unreachable(f"ray://127.0.0.1:{port}")
-        out = tmp_path / "out.duckdb"
-        p = subprocess.run([sys.executable, "-m", "rmjudge", "ray-score",
-                            str(DATA / "pandalm_5.jsonl"), "-o", str(out), "--address",
-                            f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
-    lines = [x for x in p.stderr.splitlines() if x.strip()]
-    assert p.returncode == 1 and len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: it "
-                               "takes connections but does not answer as a Ray head")
-    assert list(tmp_path.iterdir()) == []
+        line = _ray_score_error_line(tmp_path, f"127.0.0.1:{port}")
+    assert line.startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: it "
+                           "takes connections but does not answer as a Ray head")
 
 
 def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_path):
     """Before, `ray-score --address bogus:1` hung in Ray's connection retries (over 120 s)."""
-    import socket
-    import subprocess
-    import sys
-
     pytest.importorskip("ray")
     from rmjudge.runs.ray_runner import unreachable
 
@@ -299,15 +301,10 @@ def test_ray_score_at_an_unreachable_address_is_one_error_before_any_work(tmp_pa
         assert unreachable(f"ray://127.0.0.1:{port}") is None
     assert unreachable("auto") is None and unreachable(None) is None
     assert "refused" in unreachable(f"127.0.0.1:{port}").lower()
+    line = _ray_score_error_line(tmp_path, f"127.0.0.1:{port}")
+    assert line.startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
+    assert "check --address" in line
     out = tmp_path / "out.duckdb"
-    p = subprocess.run([sys.executable, "-m", "rmjudge", "ray-score",
-                        str(DATA / "pandalm_5.jsonl"), "-o", str(out), "--address",
-                        f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)
-    lines = [x for x in p.stderr.splitlines() if x.strip()]
-    assert p.returncode == 1 and len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"Error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
-    assert "check --address" in lines[0]
-    assert list(tmp_path.iterdir()) == []  # no output, no work folder
     # an address Ray would take with minutes of retries or a traceback: one error, no writes
     from rmjudge.core.settings import EngineSettings
     from rmjudge.runs.ray_runner import RayRunError, RaySettings, ray_score
