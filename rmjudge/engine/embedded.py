@@ -3,9 +3,9 @@ requantized once to Q8_0 by llama.cpp's own quantizer (`llama_model_quantize`) i
 cache folder (`~/.cache/rmjudge/models/`, or `$XDG_CACHE_HOME/rmjudge/models/`).
 
 Why: on CPU llama.cpp evaluates Q8_0 faster than Q4_1. Measured on rmjudge 0.12.0 (2-core Intel
-Xeon, one thread, `python benchmarks/bench_embedded_format.py`): prompt evaluation 258 against
-139 tokens/s, and the README's first command judged 1.4x as many tokens per second (docs/speed.md,
-"The embedded judge's file"). Q8_0 keeps every Q4_1 weight to within one step of its block's
+Xeon, `python benchmarks/bench_embedded_format.py`): prompt evaluation 1.77x as fast, and the
+README's first command processed 1.15x (two threads) to 1.19x (one) as many tokens per second
+(docs/speed.md, "The embedded judge's file"). Q8_0 keeps every Q4_1 weight to within one step of its block's
 Q8_0 scale (a 32-weight block's largest magnitude / 127); the judge's samples are therefore not
 byte-identical to the Q4_1 file's, which stays usable with `--model PATH`.
 
