@@ -18,7 +18,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,13 +58,14 @@ def readme(path: str, threads: int) -> dict:
     from rmjudge.engine import load_engine
     from rmjudge.engine.models import demo_adapter_path
     from rmjudge.judging.runspec import DEMO_MAX_TOKENS
+    from rmjudge.files import scratch
     from rmjudge.runs.pipeline import score
 
     engine = load_engine(EngineSettings(model=path, lora=demo_adapter_path(), threads=threads))
-    out = str(Path(tempfile.mkdtemp()) / "o.duckdb")
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    score(str(ROOT / "examples" / "pairs.jsonl"), engine,
-          JudgeSettings(max_tokens=DEMO_MAX_TOKENS), output=out)
+    with scratch() as work:
+        score(str(ROOT / "examples" / "pairs.jsonl"), engine,
+              JudgeSettings(max_tokens=DEMO_MAX_TOKENS), output=str(Path(work) / "o.duckdb"))
     wall = time.perf_counter() - t0
     c1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
