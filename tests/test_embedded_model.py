@@ -69,3 +69,18 @@ def test_a_cache_that_cannot_be_written_leaves_the_packaged_file_in_use(tmp_path
     assert len(err) == 1 and err[0].startswith(
         f"rmjudge: cannot keep the embedded judge's Q8_0 file under {blocker}/rmjudge/models")
     assert err[0].endswith("which is slower (docs/speed.md)")
+
+
+def test_a_killed_makers_temporary_is_removed_by_the_next_run(fresh_cache):
+    """A run killed while llama.cpp wrote the copy leaves its temporary (145 MB) and lock; the
+    next run removes them, since no live process holds that lock."""
+    from rmjudge.engine.embedded import fast_copy_path
+    from rmjudge.engine.models import default_model_path, packaged_model_path
+
+    target = fast_copy_path(packaged_model_path())
+    fresh_cache.mkdir(parents=True)
+    left = fresh_cache / f".{target.name}.new-0123abcd"
+    left.write_bytes(b"half a GGUF")
+    (fresh_cache / f"{left.name}.lock").write_text("")
+    assert default_model_path() == str(target)
+    assert sorted(os.listdir(fresh_cache)) == [target.name]

@@ -87,11 +87,13 @@ def write_produced(path: str, produce, check=None) -> None:
 def write_new(path: str, produce) -> bool:
     """Create `path` with `produce(tmp)` (a temporary file beside it) unless it exists; never
     replaces a file: when another process created `path` meanwhile (a cache both filled at
-    once), this one's temporary is dropped. True when this call created `path`. On a file
+    once), this one's temporary is dropped, and temporaries a killed maker left are removed
+    first. True when this call created `path`. On a file
     system without hard links the temporary is moved into place only while `path` is absent.
     An I/O failure is a DiskError naming `path`, with no temporary left behind."""
     import duckdb
 
+    clean_stale_temps(path)  # a killed maker's temporary (live makers hold their locks)
     tmp = temp_beside(path)
     lock = lock_temp(tmp, path)
     try:
