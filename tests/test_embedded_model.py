@@ -84,3 +84,20 @@ def test_a_killed_makers_temporary_is_removed_by_the_next_run(fresh_cache):
     (fresh_cache / f"{left.name}.lock").write_text("")
     assert default_model_path() == str(target)
     assert sorted(os.listdir(fresh_cache)) == [target.name]
+
+
+def test_models_says_which_file_the_embedded_judge_runs(fresh_cache, monkeypatch):
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.engine.models import packaged_model_path
+
+    monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
+    r = CliRunner().invoke(main, ["models"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith(f"path:           {fresh_cache}/SmolLM2-135M-Instruct.Q8_0-")
+    assert lines[1] == (f"embedded:       the Q8_0 copy of {packaged_model_path()} "
+                        "(docs/scoring.md#models)")
+    r = CliRunner().invoke(main, ["models", "--model", packaged_model_path()])
+    assert r.exit_code == 0 and "embedded:" not in r.output, r.output

@@ -14,11 +14,14 @@ def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.engine.models import embedded_model_files, resolve_model
 
     path = resolve_model(model)
     info = read_model_info(path)
     click.echo(f"path:           {info.path}")
+    embedded = embedded_model_files()
+    if len(embedded) == 2 and path == embedded[1]:
+        click.echo(f"embedded:       the Q8_0 copy of {embedded[0]} (docs/scoring.md#models)")
     click.echo(f"sha256:         {info.sha256}")
     click.echo(f"architecture:   {info.architecture}")
     click.echo(f"name:           {info.name}")
