@@ -179,3 +179,27 @@ def test_accuracy_alone_names_only_the_pooled_figure(judged):
         assert found, text
         for m in found:
             assert m.group(1) == "50.0%", (m.group(0), text)
+
+
+def test_the_rollout_line_counts_the_unanimous_pair_orders(tmp_path):
+    """Order (A, B): three rollouts all for 1, so self-reflection is skipped (the unanimity
+    shortcut); order (B, A): they disagree, so the two others are reflected against the anchor.
+    The rollout line names the one unanimous pair-order, as the store shows it."""
+    from helpers import refl, rows
+
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps({"id": "q", "prompt": "?", "chosen": "a", "rejected": "b"}) + "\n")
+
+    def script(req, i):
+        if req.share_key[2] != "rollout":
+            return refl(1)
+        return pref(1) if req.share_key[1] == "ab" else pref(1 + i % 2)
+
+    out = str(tmp_path / "o.duckdb")
+    summary = score(str(src), ScriptedEngine(script), JudgeSettings(samples=3), output=out)
+    assert rows(out, """SELECT "order", count(*) FILTER (stage = 'reflection') FROM samples
+                        GROUP BY ALL ORDER BY ALL""") == [("ab", 0), ("ba", 2)]
+    line = next(x for x in render_summary(summary).splitlines() if "rollouts" in x)
+    text = " ".join(render_summary(summary).split())
+    assert "rollouts 6: cut at the token limit 0, unparsed 0, forced verdicts 0; reflections 2: " \
+           "unparsed 0, cut 0; 1 pair-order unanimous (no reflection needed)" in text, line

@@ -23,9 +23,9 @@ not change the verdict).
 
 from __future__ import annotations
 
-from rmjudge.core.words import count
-
 from typing import Callable
+
+from rmjudge.core.words import count
 
 # the metrics' names, as every surface prints them
 ACCURACY = "accuracy"
@@ -74,24 +74,18 @@ SAMPLE_COUNTS = {
     "reflections_truncated": ("count(*) FILTER (WHERE stage = 'reflection' AND finish_reason = "
                               "'length')"),
 }
-# pair-orders with no usable rollout (own verdict, not cut) that forced verdicts decided
-FORCED_ORDERS = """
-SELECT count(*) FROM (
-  SELECT pair_id, "order" FROM samples WHERE stage = 'rollout' {and_where} GROUP BY ALL
-  HAVING count(*) FILTER (WHERE verdict_source = 'generated' AND finish_reason IS DISTINCT FROM
-                          'length') = 0
-     AND count(*) FILTER (WHERE verdict_source = 'forced') > 0)"""
-
-
-# pair-orders whose usable rollouts (two or more) all agree: self-reflection could not change
-# their verdict, so the unanimity shortcut skips it
-UNANIMOUS_ORDERS = """
-SELECT count(*) FROM (
-  SELECT pair_id, "order" FROM samples WHERE stage = 'rollout' {and_where} GROUP BY ALL
-  HAVING count(*) FILTER (WHERE verdict_source = 'generated' AND finish_reason IS DISTINCT FROM
-                          'length') >= 2
-     AND count(DISTINCT prediction) FILTER (WHERE verdict_source = 'generated' AND
-                                            finish_reason IS DISTINCT FROM 'length') = 1)"""
+# A usable rollout: a verdict of its own, not cut at the token limit (judging/protocol.py).
+_USABLE = "verdict_source = 'generated' AND finish_reason IS DISTINCT FROM 'length'"
+# Per pair-order, in one pass over its rollouts: the pair-orders with no usable rollout that
+# forced verdicts decided, and those whose usable rollouts (two or more) all agree, where the
+# unanimity shortcut skips self-reflection since it could not change the verdict.
+ORDER_COUNTS = f"""
+SELECT count(*) FILTER (WHERE usable = 0 AND forced > 0),
+       count(*) FILTER (WHERE usable >= 2 AND verdicts = 1)
+FROM (SELECT count(*) FILTER (WHERE {_USABLE}) AS usable,
+             count(*) FILTER (WHERE verdict_source = 'forced') AS forced,
+             count(DISTINCT prediction) FILTER (WHERE {_USABLE}) AS verdicts
+      FROM samples WHERE stage = 'rollout' {{and_where}} GROUP BY pair_id, "order")"""
 
 
 def pair_counts(one: Callable[[str, list], tuple], where: str = "TRUE",
@@ -113,9 +107,8 @@ def sample_counts(one: Callable[[str, list], tuple], pair_where: str | None = No
     p = params or []
     row = one(f"SELECT {', '.join(SAMPLE_COUNTS[n] for n in names)} FROM samples WHERE {cond}", p)
     out = {n: int(v or 0) for n, v in zip(names, row)}
-    out["forced_orders"] = int(one(FORCED_ORDERS.format(and_where=f"AND {cond}"), p)[0] or 0)
-    out["unanimous_orders"] = int(one(UNANIMOUS_ORDERS.format(and_where=f"AND {cond}"), p)[0]
-                                  or 0)
+    forced, unanimous = one(ORDER_COUNTS.format(and_where=f"AND {cond}"), p)
+    out["forced_orders"], out["unanimous_orders"] = int(forced or 0), int(unanimous or 0)
     return out
 
 

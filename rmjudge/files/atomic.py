@@ -21,10 +21,12 @@ from rmjudge.files.locks import export_lock
 from rmjudge.files.temps import clean_stale_temps, drop_temp_lock, lock_temp, temp_beside
 
 
-def _write_beside(path: str, produce, check=None) -> None:
+def _write_beside(path: str, produce, check=None, replace: bool = True) -> bool:
     """`produce(tmp)` writes a temporary file beside `path`; `check()`, when given, runs just
-    before it is moved onto `path` (and may refuse by raising). A failure leaves no temporary
-    behind, and an I/O failure is a DiskError naming `path`."""
+    before it is moved onto `path` (and may refuse by raising). With `replace` False an
+    existing `path` is left as it is and the temporary dropped. True when the temporary was
+    placed. A failure leaves no temporary behind, and an I/O failure is a DiskError naming
+    `path`."""
     import duckdb
 
     tmp = temp_beside(path)
@@ -34,17 +36,21 @@ def _write_beside(path: str, produce, check=None) -> None:
         if check is not None:
             check()
         if not _link_new(tmp, path):
-            if check is not None and os.path.lexists(path):
-                check()  # something appeared since the check: it must pass again
+            if os.path.lexists(path):
+                if not replace:
+                    return False
+                if check is not None:
+                    check()  # something appeared since the check: it must pass again
             os.replace(tmp, path)
+        return True
     except BaseException as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         err = disk_error(path, exc) if isinstance(exc, (duckdb.Error, OSError)) else None
         if err is None:
             raise
         raise err from None
     finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
         drop_temp_lock(lock)
 
 
@@ -88,31 +94,10 @@ def write_new(path: str, produce) -> bool:
     """Create `path` with `produce(tmp)` (a temporary file beside it) unless it exists; never
     replaces a file: when another process created `path` meanwhile (a cache both filled at
     once), this one's temporary is dropped, and temporaries a killed maker left are removed
-    first. True when this call created `path`. On a file
-    system without hard links the temporary is moved into place only while `path` is absent.
-    An I/O failure is a DiskError naming `path`, with no temporary left behind."""
-    import duckdb
-
+    first. True when this call created `path`. An I/O failure is a DiskError naming `path`,
+    with no temporary left behind."""
     clean_stale_temps(path)  # a killed maker's temporary (live makers hold their locks)
-    tmp = temp_beside(path)
-    lock = lock_temp(tmp, path)
-    try:
-        produce(tmp)
-        if _link_new(tmp, path):
-            return True
-        if os.path.lexists(path):
-            return False
-        os.replace(tmp, path)
-        return True
-    except BaseException as exc:
-        err = disk_error(path, exc) if isinstance(exc, (duckdb.Error, OSError)) else None
-        if err is None:
-            raise
-        raise err from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        drop_temp_lock(lock)
+    return _write_beside(path, produce, replace=False)
 
 
 def write_lines(path: str, lines: Iterable[bytes]) -> None:
