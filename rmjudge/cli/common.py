@@ -55,20 +55,16 @@ class UserErrorGroup(click.Group):
             raise
         except UserError as exc:
             report_user_error(exc)
-        except KeyboardInterrupt:  # outside a run (a run turns it into `Interrupted`)
-            _interrupted()
-        except RuntimeError as exc:
-            from rmjudge.core.interrupts import is_query_interrupt
+        except (KeyboardInterrupt, RuntimeError) as exc:
+            # a Ctrl-C outside a run (a run turns it into `Interrupted`), or DuckDB's form of
+            # one during a query (RuntimeError)
+            from rmjudge.core.interrupts import is_interrupt
 
-            if not is_query_interrupt(exc):  # a Ctrl-C during a DuckDB query outside a run
+            if not is_interrupt(exc):
                 raise
-            _interrupted()
-
-
-def _interrupted() -> NoReturn:
-    err = UserError("interrupted")
-    err.exit_code = EXIT_INTERRUPTED
-    report_user_error(err)
+            err = UserError("interrupted")
+            err.exit_code = EXIT_INTERRUPTED
+            report_user_error(err)
 
 
 class ExtrasGroup(UserErrorGroup):

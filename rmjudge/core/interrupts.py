@@ -15,7 +15,7 @@ imported (DuckDB's) turns it into an ImportError. A signal that arrives inside a
 an import is therefore sent again a moment later, until it lands in ordinary Python code.
 DuckDB checks for signals while a query runs and turns the KeyboardInterrupt into
 `RuntimeError("Query interrupted")`, so a signal that arrives during a call through
-`held_calls(con)` is held and delivered as the call returns (`is_query_interrupt` recognises the
+`held_calls(con)` is held and delivered as the call returns (`is_interrupt` recognises the
 error of a query run without it).
 `graceful()` nests (the CLI holds it from before the model loads; `score()` holds it too).
 """
@@ -161,6 +161,11 @@ def is_query_interrupt(exc: BaseException) -> bool:
     `duckdb.InterruptException`; 2.x: `RuntimeError("Query interrupted")`)."""
     return (type(exc).__name__ == "InterruptException"
             or (type(exc) is RuntimeError and str(exc) == "Query interrupted"))
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is a Ctrl-C: a KeyboardInterrupt, or DuckDB's form of one."""
+    return isinstance(exc, KeyboardInterrupt) or is_query_interrupt(exc)
 
 
 def deliver_pending() -> None:

@@ -302,7 +302,7 @@ def rank_input(source: str, output: str | None, opts, ropts: RankOptions, *, eng
 def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) -> RankSummary:
     import time
 
-    from rmjudge.core.interrupts import is_query_interrupt
+    from rmjudge.core.interrupts import is_interrupt
     from rmjudge.io.mapping import Mapper
     from rmjudge.runs.pipeline import ChangedRowsError, Interrupted, score
     from rmjudge.runs.setup import check_prompting, check_run_paths, load_judge_engine, run_spec
@@ -371,7 +371,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
         raise ChangedRowsError(changed_prompts_message(source, out, exc.rows, exc.more, prompts),
                                exc.rows, exc.more) from None
     except (KeyboardInterrupt, RuntimeError) as exc:  # RuntimeError: DuckDB's form of it
-        if not isinstance(exc, KeyboardInterrupt) and not is_query_interrupt(exc):
+        if not is_interrupt(exc):
             raise
         raise Interrupted("interrupted; no judged comparison is lost: rerun the same command "
                           "to resume") from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator
 
 from rmjudge.core.errors import EXIT_INTERRUPTED, UserError
-from rmjudge.core.interrupts import critical, deliver_pending, graceful, is_query_interrupt
+from rmjudge.core.interrupts import critical, deliver_pending, graceful, is_interrupt
 from rmjudge.core.words import count
 from rmjudge.io.intake import ChangedRows, Intake, RowFailure, checked_rows, input_identity
 from rmjudge.io.mapping import Mapper
@@ -353,8 +353,7 @@ class _ScoreRun:
         raise `exc` itself."""
         saved = _save_what_is_done(self.store, self.batch, self.errors, self.drop)
         self.prog.committed += len(self.batch) if saved else 0
-        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted)) or is_query_interrupt(exc)
-        if not interrupted:
+        if not isinstance(exc, Interrupted) and not is_interrupt(exc):
             _end_run(self.store, self.prog, self.engine, FAILED)
             if isinstance(exc, ChangedRows):
                 return ChangedRowsError(changed_rows_message(source, out, exc), exc.rows,

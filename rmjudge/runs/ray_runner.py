@@ -441,10 +441,10 @@ def _check_same_settings(work: str, settings: dict) -> None:
 
 
 def _keep_settings(work: str, settings: dict) -> None:
-    """Record the run's settings in the work directory, or check they are those recorded."""
+    """Record the run's settings in the work directory unless it holds them already (the run
+    checked them with `_check_same_settings` before it connected)."""
     from rmjudge.files import write_json
 
-    _check_same_settings(work, settings)
     settings_path = os.path.join(work, "settings.json")
     if not os.path.exists(settings_path):
         write_json(settings_path, settings)

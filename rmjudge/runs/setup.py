@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from rmjudge.core.interrupts import is_query_interrupt
+from rmjudge.core.interrupts import is_interrupt
 from rmjudge.io.mapping import Mapper
 from rmjudge.core.settings import EngineSettings, JudgeSettings, SettingsError, setting
 
@@ -301,7 +301,7 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress,
     except (KeyboardInterrupt, RuntimeError) as exc:  # before the run's own handling began (a
         # Ctrl-C held while the judge loaded can be delivered just after the load returned), or
         # after it ended; RuntimeError: DuckDB's form of a Ctrl-C during a query
-        if not isinstance(exc, KeyboardInterrupt) and not is_query_interrupt(exc):
+        if not is_interrupt(exc):
             raise
         raise Interrupted("interrupted; no judged pair is lost: rerun the same command to "
                           "resume") from None
