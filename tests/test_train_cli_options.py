@@ -39,6 +39,9 @@ def describe(group: click.Group) -> dict:
 
 
 # Recorded from 0.8.0 (hand-written click options), before the options were generated.
+PRECISION_HELP = ("Arithmetic of training and its greedy generations: auto (bfloat16 where the "
+                  "device computes it natively: a CUDA GPU that supports it, a CPU with "
+                  "AVX512-BF16 or AMX; else float32), bf16 or fp32.  [default: auto]")
 RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from the base model and write '
                                               'unified Pref + Refl training data\n'
                                               '    (in-process, or through an OpenAI-compatible '
@@ -200,7 +203,8 @@ RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from t
                                                 8,
                                                 False,
                                                 None,
-                                                False)},
+                                                False),
+                            '--precision [auto|bf16|fp32]': (PRECISION_HELP, 'auto', False, None, False)},
                    'grpo': {'__help__': 'GRPO + QLoRA on the unified data; saves checkpoints, the '
                                         'adapter and a greedy eval.',
                             '--model TEXT': ('Base model: HF directory or hub id, or a .gguf '
@@ -406,6 +410,7 @@ RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from t
                                                False,
                                                None,
                                                False),
+                            '--precision [auto|bf16|fp32]': (PRECISION_HELP, 'auto', False, None, False),
                             '--resume TEXT': ('Continue from a checkpoint: --resume (latest in '
                                               '-o) or --resume DIR.',
                                               None,
@@ -608,6 +613,7 @@ RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from t
                                               False,
                                               None,
                                               False),
+                           '--precision [auto|bf16|fp32]': (PRECISION_HELP, 'auto', False, None, False),
                            '--criteria NAME|@FILE|TEXT': ('Judging criteria in both prompts, as '
                                                           '`rmjudge score --criteria`: a built-in '
                                                           'name, @FILE or the text (train the '

@@ -177,6 +177,10 @@ def test_grpo_continues_a_given_adapter(tmp_path, model_path):
         init_adapter=str(tmp_path / "warm"))
     summary = train(settings, rollout_func=scripted_rollouts)
     assert summary["steps"] == 1
+    from training.precision import precision_name, use_bf16
+
+    # --precision auto: bfloat16 autocast where this machine computes it natively, recorded
+    assert summary["precision"] == precision_name(use_bf16("auto"))
     end = load_file(str(tmp_path / "run" / "adapter" / "adapter_model.safetensors"))
     assert set(end) == set(start)  # same modules, same rank: the given adapter, continued
     assert all(end[k].shape == start[k].shape for k in start)

@@ -201,6 +201,9 @@ def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded
     assert after["parse_failure_rate"] < before["parse_failure_rate"]
     assert after["parse_failure_rate"] <= 0.5
     assert summary["last_loss"] < summary["first_loss"]
+    from training.precision import precision_name, use_bf16
+
+    assert summary["precision"] == precision_name(use_bf16("auto"))  # bf16 where native
     st = summary["stats"]
     assert st["label_1"] == st["label_2"] == 6  # 3 items x 2 tasks x 2 orders, balanced
     log = [json.loads(x) for x in (tmp_path / "warm" / "log.jsonl").read_text().splitlines()]

@@ -15,6 +15,7 @@ from rmjudge.core.counts import item_accuracy, item_consistency
 from rmjudge.prompts import PromptStyle, parse_verdict, pref_messages
 
 from training.hf import greedy_completions
+from training.precision import PRECISION_HELP, PRECISIONS, check_precision, use_bf16
 
 
 @dataclass
@@ -41,12 +42,12 @@ def swapped_prompt(example: dict[str, Any]):
 
 
 def evaluate(model, tokenizer, examples: list[dict[str, Any]], max_tokens: int,
-             batch_size: int = 8) -> EvalResult:
+             batch_size: int = 8, bf16: bool = False) -> EvalResult:
     pref = [e for e in examples if e["task"] == "pref"]
     refl = [e for e in examples if e["task"] == "refl"]
     prompts = [e["prompt"] for e in pref] + [swapped_prompt(e) for e in pref] + [
         e["prompt"] for e in refl]
-    texts = greedy_completions(model, tokenizer, prompts, max_tokens, batch_size)
+    texts = greedy_completions(model, tokenizer, prompts, max_tokens, batch_size, bf16)
     n = len(pref)
     preds_ab = [parse_verdict(t, "pref") for t in texts[:n]]
     preds_ba = [parse_verdict(t, "pref") for t in texts[n:2 * n]]
@@ -83,6 +84,8 @@ class EvalJudgeSettings:
     limit: int | None = field(default=None, metadata={"help": "Evaluate at most N examples."})
     quantization: str = field(default="none", metadata={"choices": ("nf4", "none")})
     batch: int = field(default=8, metadata={"help": "Prompts per generate call."})
+    precision: str = field(default="auto", metadata={
+        "help": PRECISION_HELP, "choices": PRECISIONS})
 
     def __post_init__(self) -> None:
         """Values no evaluation can use are one error before a model loads."""
@@ -90,6 +93,7 @@ class EvalJudgeSettings:
 
         from training.data import DataError
 
+        check_precision(self.precision, DataError)
         for name in ("max_tokens", "batch"):
             if getattr(self, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1")
@@ -123,4 +127,5 @@ def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
 
         m = PeftModel.from_pretrained(m, s.adapter)
     m.eval()
-    return evaluate(m, load_tokenizer(ModelSource(base)), examples, s.max_tokens, s.batch)
+    return evaluate(m, load_tokenizer(ModelSource(base)), examples, s.max_tokens, s.batch,
+                    use_bf16(s.precision, DataError))

@@ -36,6 +36,8 @@ from training.data import DataError, Stats, check_prompt_format, mix, read_examp
 from training.hf import (DEFAULT_TARGETS, ModelSource, check_target_modules, load_base,
                          load_tokenizer, lora_config, materialize, render_prompt)
 from training.outputs import write_adapter_info
+from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
+                                use_bf16)
 
 
 class TrainError(UserError):
@@ -94,8 +96,11 @@ class GRPOSettings:
         "help": "Cap on held-out examples evaluated (Pref ones in both orders)."})
     eval_batch: int = field(default=8, metadata={"help": "Prompts per greedy generate call."})
     seed: int = field(default=0, metadata={"help": "Seed of the split, LoRA init and sampling."})
+    precision: str = field(default="auto", metadata={
+        "help": PRECISION_HELP, "choices": PRECISIONS})
 
     def __post_init__(self) -> None:
+        check_precision(self.precision, TrainError)
         positive = ("batch_size", "num_generations", "micro_batch", "generation_prompts",
                     "max_completion_length", "lora_r", "lora_alpha", "save_steps",
                     "logging_steps", "eval_batch", "max_prompt_tokens")
@@ -402,8 +407,9 @@ def train(s: GRPOSettings, resume: str | None = None,
 
     trained = trainer.model
     trained.eval()
+    bf16 = use_bf16(s.precision, TrainError)
     eval_res = evaluate(trained, tokenizer, held, s.max_completion_length,
-                        s.eval_batch) if held else None
+                        s.eval_batch, bf16) if held else None
     summary = {
         "settings": asdict(s),
         "base_model_dir": base_dir,
@@ -417,6 +423,7 @@ def train(s: GRPOSettings, resume: str | None = None,
         "heldout_examples": len(held),
         "steps": trainer.state.global_step,
         "resumed_from": checkpoint,
+        "precision": precision_name(bf16),
         "train_metrics": result.metrics,
         "last_log": _last_log(trainer.state.log_history),
         "eval": eval_res.as_dict() if eval_res else None,
@@ -475,7 +482,7 @@ def grpo_config(s: GRPOSettings, output_dir: str):
     from trl import GRPOConfig
 
     cuda = torch.cuda.is_available()
-    bf16 = bool(cuda and torch.cuda.is_bf16_supported())
+    bf16 = use_bf16(s.precision, TrainError)
     return GRPOConfig(
         output_dir=output_dir,
         num_train_epochs=s.epochs,

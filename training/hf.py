@@ -293,12 +293,15 @@ def sample_completions(model, tokenizer, prompts: list[Sequence[Message]], n: in
 
 
 def greedy_completions(model, tokenizer, prompts: list[Sequence[Message]], max_tokens: int,
-                       batch_size: int = 8) -> list[str]:
-    """One greedy completion per prompt (evaluation decoding, as in the paper)."""
+                       batch_size: int = 8, bf16: bool = False) -> list[str]:
+    """One greedy completion per prompt (evaluation decoding, as in the paper); with `bf16`
+    under bfloat16 autocast (training.precision)."""
+    from training.precision import autocast
+
     out: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        texts, _ = _generate(model, tokenizer, list(prompts[start:start + batch_size]),
-                             do_sample=False,
-                             max_new_tokens=max_tokens)
-        out.extend(texts)
+    with autocast(model, bf16):
+        for start in range(0, len(prompts), batch_size):
+            texts, _ = _generate(model, tokenizer, list(prompts[start:start + batch_size]),
+                                 do_sample=False, max_new_tokens=max_tokens)
+            out.extend(texts)
     return out

@@ -35,6 +35,8 @@ from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
 from training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
 from training.outputs import write_adapter_info
+from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
+                                use_bf16)
 from training.sft_data import TASKS, SFTStats, sft_examples
 
 ANALYSES = ("base", "template")
@@ -96,12 +98,15 @@ class SFTSettings:
     threads: int | None = field(default=None, metadata={
         "help": "CPU threads (llama.cpp rollouts and torch)."})
     seed: int = field(default=0, metadata={"help": "Seed of slots, targets, shuffling and init."})
+    precision: str = field(default="auto", metadata={
+        "help": PRECISION_HELP, "choices": PRECISIONS})
     criteria: str | None = field(default=None, metadata={
         "help": "Judging criteria in both prompts, as `rmjudge score --criteria`: a built-in "
                 "name, @FILE or the text (train the judge for that rubric).",
         "metavar": "NAME|@FILE|TEXT"})
 
     def __post_init__(self) -> None:
+        check_precision(self.precision, SFTError)
         for name in ("samples", "rollout_max_tokens", "max_analysis_chars", "max_length",
                      "batch_size", "micro_batch", "lora_r", "lora_alpha", "save_steps",
                      "save_total_limit", "logging_steps", "check_max_tokens", "chunk_items"):
@@ -224,14 +229,14 @@ def check_prompts(examples: list[dict], n_items: int) -> list[dict]:
 
 
 def parse_failure_rate(model, tokenizer, examples: list[dict], max_tokens: int,
-                       batch: int = 8) -> dict[str, Any]:
+                       batch: int = 8, bf16: bool = False) -> dict[str, Any]:
     """Greedy generations on the examples' prompts: parse failures and accuracy."""
     from training.hf import greedy_completions
 
     if not examples:
         return {"prompts": 0}
     texts = greedy_completions(model, tokenizer, [e["prompt"] for e in examples], max_tokens,
-                               batch)
+                               batch, bf16)
     preds = [parse_verdict(t, e["task"]) for t, e in zip(texts, examples)]
     n = len(examples)
     return {"prompts": n,
@@ -328,11 +333,12 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     base_dir, tokenizer, rows_tok = _tokenized(s, examples, stats)
     torch.manual_seed(s.seed)
     model = load_base(base_dir, quantization="none", dtype="float32")
+    bf16 = use_bf16(s.precision, SFTError)
     check = check_prompts(examples, s.check_items)
     before = None
     if check and checkpoint is None:
         model.eval()
-        before = parse_failure_rate(model, tokenizer, check, s.check_max_tokens)
+        before = parse_failure_rate(model, tokenizer, check, s.check_max_tokens, bf16=bf16)
         say(f"base: {before['parse_failures']} of {before['prompts']} check generations do not "
             "parse")
     if s.method == "lora":
@@ -343,14 +349,14 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     model.train()
 
     staged = StagedCheckpoints(out, s.save_total_limit)
-    trainer = _trainer(s, model, tokenizer, rows_tok, staged, progress)
+    trainer = _trainer(s, model, tokenizer, rows_tok, staged, progress, bf16)
     write_file(str(out / "settings.json"), (json.dumps(asdict(s), indent=2) + "\n").encode())
     result = train_staged(trainer, staged, checkpoint)
     model, model_dir = _save_models(s, trainer.model, tokenizer)
     after = None
     if check:
         model.eval()
-        after = parse_failure_rate(model, tokenizer, check, s.check_max_tokens)
+        after = parse_failure_rate(model, tokenizer, check, s.check_max_tokens, bf16=bf16)
         say(f"warm-started: {after['parse_failures']} of {after['prompts']} check generations "
             "do not parse")
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
@@ -361,6 +367,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
         "example_tokens": sum(len(r["input_ids"]) for r in rows_tok),
         "target_tokens": sum(sum(x != -100 for x in r["labels"]) for r in rows_tok),
         "steps": trainer.state.global_step, "resumed_from": checkpoint,
+        "precision": precision_name(bf16),
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
         "train_metrics": result.metrics, "check_before": before, "check_after": after,
     }
@@ -411,10 +418,11 @@ def _tokenized(s: SFTSettings, examples: list[dict], stats: SFTStats):
     return base_dir, tokenizer, rows_tok
 
 
-def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, progress):
+def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, progress,
+             bf16: bool):
     """transformers' Trainer on the tokenized examples, its loss computed from the logits of
     the target positions only (`training.completion_loss`): logged to `progress` and log.jsonl,
-    checkpoints to `staged`."""
+    checkpoints to `staged`; with `bf16` under bfloat16 autocast (training.precision)."""
     import torch
     from datasets import Dataset
     from transformers import PrinterCallback, TrainingArguments
@@ -430,7 +438,7 @@ def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, pro
         learning_rate=s.learning_rate, lr_scheduler_type="cosine",
         warmup_steps=s.warmup_ratio, logging_steps=s.logging_steps, save_strategy="steps",
         save_steps=s.save_steps, save_total_limit=s.save_total_limit, seed=s.seed,
-        data_seed=s.seed, use_cpu=not cuda, bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        data_seed=s.seed, use_cpu=not cuda, bf16=bf16,
         report_to="none", remove_unused_columns=False, disable_tqdm=True,
         dataloader_drop_last=False)
     trainer = completion_loss_trainer()(

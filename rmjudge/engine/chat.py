@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rmjudge.core.errors import UserError
 from rmjudge.core.types import Message
 from rmjudge.prompts.sandbox import (TemplateError, sandbox_environment,  # noqa: F401
                                      template_failure)

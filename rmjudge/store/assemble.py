@@ -70,7 +70,7 @@ def import_stores(store: Store, paths: list[str]) -> tuple[int, int, int, int]:
                 SELECT m.new_id AS run_id, {run_sel}, {sql_literal(p)} AS merged_from
                 FROM {qa}.runs r JOIN run_map m ON m.shard_index = {i} AND m.old_id = r.run_id""")
             dest = [c for c, _ in PAIR_COLUMNS if c in shard_types] + [m for _, m in moves]
-            src = [f"m.new_id" if c == "run_id" else f"t.{quote_ident(c)}"
+            src = ["m.new_id" if c == "run_id" else f"t.{quote_ident(c)}"
                    for c, _ in PAIR_COLUMNS if c in shard_types] + \
                   [f"t.{quote_ident(c)}" for c, _ in moves]
             con.execute(f"""
