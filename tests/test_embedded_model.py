@@ -90,14 +90,20 @@ def test_models_says_which_file_the_embedded_judge_runs(fresh_cache, monkeypatch
     from click.testing import CliRunner
 
     from rmjudge.cli import main
-    from rmjudge.engine.models import packaged_model_path
+    from rmjudge.engine.models import default_model_path, packaged_model_path
 
     monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
     r = CliRunner().invoke(main, ["models"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].startswith(f"path:           {fresh_cache}/SmolLM2-135M-Instruct.Q8_0-")
-    assert lines[1] == (f"embedded:       the Q8_0 copy of {packaged_model_path()} "
+    # what `score` runs without --model: the copy with the demo adapter merged in
+    assert lines[0].startswith(f"path:           {fresh_cache}/SmolLM2-135M-Instruct.Q8_0.demo-")
+    assert lines[1] == ("embedded:       the Q8_0 copy, with the demo format adapter merged in "
+                        f"(--no-demo-adapter: without it), of {packaged_model_path()} "
                         "(docs/scoring.md#models)")
+    copy = default_model_path()
+    r = CliRunner().invoke(main, ["models", "--model", copy])
+    assert r.output.splitlines()[1] == (f"embedded:       the Q8_0 copy of {packaged_model_path()} "
+                                        "(docs/scoring.md#models)")
     r = CliRunner().invoke(main, ["models", "--model", packaged_model_path()])
     assert r.exit_code == 0 and "embedded:" not in r.output, r.output

@@ -135,7 +135,7 @@ def test_models_command_reports_the_embedded_model(model_path):
 
     from rmjudge.cli import main
 
-    r = CliRunner().invoke(main, ["models"])
+    r = CliRunner().invoke(main, ["models", "--model", model_path])
     assert r.exit_code == 0
     assert f"path:           {model_path}" in r.output
     assert "architecture:   llama" in r.output

@@ -14,14 +14,18 @@ def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.engine.models import embedded_model_files, resolve_model
+    from rmjudge.engine.models import embedded_model_files, resolve_model, with_demo_adapter
 
-    path = resolve_model(model)
+    demo = with_demo_adapter(EngineSettings(model=model))  # what `score` runs without --model
+    path = demo.model if model is None and demo.model else resolve_model(model)
     info = read_model_info(path)
     click.echo(f"path:           {info.path}")
-    embedded = embedded_model_files()
-    if len(embedded) == 2 and path == embedded[1]:
-        click.echo(f"embedded:       the Q8_0 copy of {embedded[0]} (docs/scoring.md#models)")
+    packaged, *made = embedded_model_files() or [None]
+    if path in made:
+        what = ("the Q8_0 copy" if path == made[0] else
+                "the Q8_0 copy, with the demo format adapter merged in (--no-demo-adapter: "
+                "without it),")
+        click.echo(f"embedded:       {what} of {packaged} (docs/scoring.md#models)")
     click.echo(f"sha256:         {info.sha256}")
     click.echo(f"architecture:   {info.architecture}")
     click.echo(f"name:           {info.name}")

@@ -9,6 +9,15 @@ README's first command processed 1.15x (two threads) to 1.19x (one) as many toke
 Q8_0 scale (a 32-weight block's largest magnitude / 127); the judge's samples are therefore not
 byte-identical to the Q4_1 file's, which stays usable with `--model PATH`.
 
+With the demo format adapter (the default, rmjudge/engine/models.py), rmjudge runs one more
+file: that copy with the adapter merged into its weights (`demo_judge`,
+rmjudge/engine/lora_merge.py; a few seconds, once), named after both files' sha256. Applied at
+run time the adapter adds two small products per adapted matrix; merged, the README's first
+command processes 1.37x as many tokens per second as the copy with the adapter at run time, and
+its logits are closer to those of the packaged file with the adapter than the copy's are
+(docs/speed.md, "The demo adapter, merged"; tests/test_lora_merge.py). Another `--lora-scale`,
+or a merge that cannot be made (one note), applies the adapter at run time to the copy.
+
 The copy is named after the packaged file's sha256, created beside its place and linked in
 only while absent (`rmjudge.files.write_new`): processes that start at once each convert, the
 first to finish places the file, and none replaces it. A cache folder that cannot be written
@@ -31,8 +40,7 @@ def fast_copy_path(packaged: str) -> Path:
     from rmjudge.engine.models import file_sha256
     from rmjudge.files import cache
 
-    stem = Path(packaged).name.removesuffix(".gguf").rsplit(".", 1)[0]  # without ".Q4_1"
-    name = f"{stem}.{FAST_TYPE}-{file_sha256(packaged)[:16]}.gguf"
+    name = f"{_stem(packaged)}.{FAST_TYPE}-{file_sha256(packaged)[:16]}.gguf"
     return cache.cache_path(CACHE_FOLDER) / name
 
 
@@ -70,3 +78,66 @@ def _quantize(src: str, dest: str) -> None:
         raise OSError(f"llama.cpp could not requantize {src}")
     if not os.path.getsize(dest):
         raise OSError(f"llama.cpp wrote an empty file for {src}")
+
+
+MERGED_FORM = "1"  # the merge's form (rmjudge/engine/lora_merge.py); another makes a new file
+
+
+def demo_judge_path(packaged: str, adapter: str) -> Path:
+    """Where the Q8_0 copy of `packaged` with the demo adapter `adapter` merged in lives (it
+    may not exist yet), beside the copy: named after the sha256 of both files and the merge's
+    form."""
+    import hashlib
+
+    from rmjudge.engine.models import file_sha256
+
+    key = hashlib.sha256(f"{file_sha256(packaged)} {file_sha256(adapter)} {MERGED_FORM}"
+                         .encode()).hexdigest()[:16]
+    return fast_copy_path(packaged).parent / f"{_stem(packaged)}.{FAST_TYPE}.demo-{key}.gguf"
+
+
+def _stem(packaged: str) -> str:
+    """The packaged file's name without its type and extension ("SmolLM2-135M-Instruct")."""
+    return Path(packaged).name.removesuffix(".gguf").rsplit(".", 1)[0]
+
+
+def demo_judge(packaged: str, adapter: str) -> str | None:
+    """The embedded demo judge as one file: the Q8_0 copy of `packaged` with `adapter` merged
+    into its weights (rmjudge/engine/lora_merge.py), made now when missing (a few seconds, once),
+    placed like the Q8_0 copy. None (with one note on stderr) when it cannot be made: the run
+    then applies the adapter at run time to the Q8_0 copy, which gives other samples."""
+    copy = fast_copy(packaged)
+    if copy == packaged:  # no Q8_0 copy (its note was printed)
+        return None
+    target = demo_judge_path(packaged, adapter)
+    if target.is_file():
+        return str(target)
+    from rmjudge.core.errors import UserError
+    from rmjudge.engine.lora_merge import MergeError, merged_q8_0
+    from rmjudge.files import write_new_data
+
+    try:
+        data, _ = merged_q8_0(copy, packaged, adapter)
+        write_new_data(str(target), data)
+    except (OSError, UserError, MergeError) as exc:
+        sys.stderr.write(f"rmjudge: cannot keep the embedded judge with its demo adapter merged "
+                         f"under {target.parent} ({exc}); applying the adapter at run time, "
+                         "which is slower and samples other texts (docs/speed.md)\n")
+        return None
+    return str(target)
+
+
+def merged_demo_adapter(path: str) -> str | None:
+    """The packaged demo adapter when `path` is the demo judge file (`demo_judge`), else None:
+    what the run store records as the judge's LoRA."""
+    if f".{FAST_TYPE}.demo-" not in Path(path).name:
+        return None
+    from rmjudge.core.errors import ModelError
+    from rmjudge.engine.models import demo_adapter_path, packaged_model_path
+
+    try:
+        adapter = demo_adapter_path()
+        target = demo_judge_path(packaged_model_path(), adapter)
+        return adapter if os.path.samefile(path, target) else None
+    except (ModelError, OSError):
+        return None

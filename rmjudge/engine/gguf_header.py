@@ -24,6 +24,7 @@ from rmjudge.core.errors import UserError
 SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                   10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
+DEFAULT_ALIGNMENT = 32  # of the data section, unless `general.alignment` says otherwise
 TRUNCATED = ("the file ends inside its header; give a complete GGUF file (a download or copy "
              "may have been cut short)")
 
@@ -67,9 +68,13 @@ class GGUFTensor:
 
 @dataclass(frozen=True)
 class GGUFHeader:
+    """`data_offset`: where the data section starts in the file (the tensors' `offset`s count
+    from there); 0 when the tensor table was not read."""
+
     version: int
     fields: dict[str, Any] = field(default_factory=dict)
     tensors: list[GGUFTensor] = field(default_factory=list)
+    data_offset: int = 0
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
@@ -172,6 +177,10 @@ def _parse(buf: memoryview, arrays, want_tensors: bool) -> GGUFHeader:
                 name = c.string()
                 dims = tuple(c.take("<Q") for _ in range(c.take("<I")))
                 table.append(GGUFTensor(name, dims, c.take("<I"), c.take("<Q")))
+            align = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+            if not isinstance(align, int) or align <= 0:
+                raise GGUFFormatError(f"general.alignment {align!r} is not a positive integer")
+            return GGUFHeader(version, fields, table, -(-c.pos // align) * align)
         return GGUFHeader(version, fields, table)
     finally:
         c.buf = None

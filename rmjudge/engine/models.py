@@ -12,7 +12,8 @@ The demo format adapter: rmjudge ships a GGUF LoRA for the embedded model
 format of both judging prompts, so the first run shows the whole protocol (parsed rollouts, an
 anchor, self-reflection). It teaches the format only: the judge stays at chance. It is applied
 by `with_demo_adapter` only when the model is the embedded default (no `--model`, no
-`RMJUDGE_MODEL`) and no `--lora` is given; `--no-demo-adapter` turns it off.
+`RMJUDGE_MODEL`) and no `--lora` is given, merged into the Q8_0 copy's weights
+(rmjudge/engine/embedded.py `demo_judge`); `--no-demo-adapter` turns it off.
 """
 
 from __future__ import annotations
@@ -63,10 +64,21 @@ def wants_demo_adapter(es: "EngineSettings") -> bool:
 
 
 def with_demo_adapter(es: "EngineSettings") -> "EngineSettings":
-    """`es` with the demo format adapter as its `lora` when `wants_demo_adapter`, else `es`."""
+    """`es` judging with the demo format adapter when `wants_demo_adapter`, else `es`: as its
+    `model`, the demo judge file (the embedded model's Q8_0 copy with the adapter merged in,
+    rmjudge/engine/embedded.py: faster than the adapter applied at run time); with another
+    `--lora-scale`, or where that file cannot be made, the adapter as its `lora`, applied at
+    run time to the Q8_0 copy."""
     if not wants_demo_adapter(es):
         return es
-    return replace(es, lora=demo_adapter_path())
+    adapter = demo_adapter_path()
+    if es.lora_scale == 1.0:
+        from rmjudge.engine.embedded import demo_judge
+
+        merged = demo_judge(packaged_model_path(), adapter)
+        if merged is not None:
+            return replace(es, model=merged)
+    return replace(es, lora=adapter)
 
 
 def packaged_model_path() -> str:
@@ -93,16 +105,21 @@ def default_model_path() -> str:
 
 
 def embedded_model_files() -> list[str]:
-    """The files that are the embedded default judge: the packaged GGUF and its Q8_0 copy (when
-    made); nothing is created. Empty when the model extra is not installed."""
-    from rmjudge.engine.embedded import fast_copy_path
+    """The files that are the embedded default judge: the packaged GGUF, its Q8_0 copy and the
+    demo judge (the copy with the demo adapter merged in), the last two when made; nothing is
+    created. Empty when the model extra is not installed."""
+    from rmjudge.engine.embedded import demo_judge_path, fast_copy_path
 
     try:
         packaged = packaged_model_path()
     except ModelError:
         return []
-    copy = fast_copy_path(packaged)
-    return [packaged] + ([str(copy)] if copy.is_file() else [])
+    made = [fast_copy_path(packaged)]
+    try:
+        made.append(demo_judge_path(packaged, demo_adapter_path()))
+    except ModelError:  # an installation without the adapter
+        pass
+    return [packaged] + [str(p) for p in made if p.is_file()]
 
 
 def resolve_model(path: str | None) -> str:

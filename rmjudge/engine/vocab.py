@@ -123,7 +123,12 @@ def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
 
 
 def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
-    """What the run store records about a loaded model (`llama_model *`)."""
+    """What the run store records about a loaded model (`llama_model *`). The demo judge file
+    (an adapter merged in, rmjudge/engine/embedded.py) records that adapter as its LoRA."""
+    if lora is None:
+        from rmjudge.engine.embedded import merged_demo_adapter
+
+        lora = merged_demo_adapter(path)
     llama_cpp = llama_backend()
     arch = _meta(llama_cpp, model, "general.architecture") or "unknown"
     name = _meta(llama_cpp, model, "general.name") or os.path.basename(path)

@@ -22,7 +22,7 @@ itself; the DuckDB run store is `rmjudge.store`.
 from __future__ import annotations
 
 from rmjudge.files.atomic import (place_copy, write_file, write_json, write_lines, write_new,
-                                  write_once, write_produced, write_query_file)
+                                  write_new_data, write_once, write_produced, write_query_file)
 from rmjudge.files.errors import StoreBusyError, StoreError, disk_error, first_line
 from rmjudge.files.folders import (make_dir, place_dir, prepare_dir, remove_export, remove_file,
                                    remove_tree, replace_dir, replace_file, swap_dir)
@@ -91,6 +91,7 @@ __all__ = [
     "write_lines",
     "write_marker",
     "write_new",
+    "write_new_data",
     "write_once",
     "write_produced",
     "write_query_file",

@@ -100,6 +100,15 @@ def write_new(path: str, produce) -> bool:
     return _write_beside(path, produce, replace=False)
 
 
+def write_new_data(path: str, data) -> bool:
+    """`write_new` of the bytes `data` (a cache file several processes may make at once)."""
+    def produce(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    return write_new(path, produce)
+
+
 def write_lines(path: str, lines: Iterable[bytes]) -> None:
     """Write `lines` (each with its newline) as a whole file, streamed, so a reader never sees
     it half-written."""

