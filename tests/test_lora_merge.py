@@ -18,13 +18,15 @@ from rmjudge.engine.lora_merge import (F16, Q4_1, Q8_0, MergeError, dequantize, 
 
 def test_q8_0_blocks_round_half_away_from_zero_and_scale_by_the_largest_magnitude():
     x = np.zeros(64, dtype=np.float32)
-    x[0], x[1], x[2], x[3] = 127.0, 2.5, -2.5, 0.49  # scale 1: 2.5 -> 3, -2.5 -> -3
+    # scale 1: ties go away from zero (2.5 -> 3, -2.5 -> -3, 0.5 -> 1), and the largest float32
+    # below a half rounds down (adding 0.5 to it would round up to 1 in float32)
+    x[:7] = 127.0, 2.5, -2.5, 0.49, 0.5, np.nextafter(np.float32(0.5), np.float32(0)), 1.5
     x[32:] = 0.0  # an all-zero block: scale 0, values 0
     raw = quantize_q8_0(x)
     assert len(raw) == 2 * 34
     blocks = np.frombuffer(raw, dtype=np.uint8).reshape(2, 34)
     assert blocks[0, :2].copy().view(np.float16)[0] == 1.0
-    assert list(blocks[0, 2:6].view(np.int8)) == [127, 3, -3, 0]
+    assert list(blocks[0, 2:9].view(np.int8)) == [127, 3, -3, 0, 1, 0, 2]
     assert not blocks[1].any()
     back = dequantize(raw, Q8_0)
     assert back[0] == 127 and back[1] == 3 and back[2] == -3 and not back[32:].any()
@@ -146,6 +148,10 @@ def test_the_demo_judge_is_made_once_and_records_its_adapter(fresh_cache):
     assert (info.path, info.lora, info.lora_sha256) == (str(target), demo_adapter_path(),
                                                         DEMO_ADAPTER_SHA256)
     assert is_demo_model(info)
+    # the file serves on its own: the Q8_0 copy it was made from is not needed again
+    os.remove(fast_copy_path(packaged))
+    assert with_demo_adapter(EngineSettings()).model == str(target)
+    assert not fast_copy_path(packaged).exists()
 
 
 @pytest.mark.model

@@ -106,12 +106,12 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
     into its weights (rmjudge/engine/lora_merge.py), made now when missing (a few seconds, once),
     placed like the Q8_0 copy. None (with one note on stderr) when it cannot be made: the run
     then applies the adapter at run time to the Q8_0 copy, which gives other samples."""
-    copy = fast_copy(packaged)
-    if copy == packaged:  # no Q8_0 copy (its note was printed)
-        return None
     target = demo_judge_path(packaged, adapter)
     if target.is_file():
         return str(target)
+    copy = fast_copy(packaged)
+    if copy == packaged:  # no Q8_0 copy (its note was printed)
+        return None
     from rmjudge.core.errors import UserError
     from rmjudge.engine.lora_merge import MergeError, merged_q8_0
     from rmjudge.files import write_new_data

@@ -78,7 +78,11 @@ def quantize_q8_0(x: np.ndarray) -> bytes:
     d = np.abs(x).max(axis=1) / np.float32(127)
     inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
     v = x * inv[:, None]
-    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)
+    q = np.rint(v)  # to nearest, ties to even; C's roundf takes ties away from zero:
+    whole = np.trunc(v)
+    tie = np.abs(v - whole) == np.float32(0.5)  # the fraction is exact in float32
+    q[tie] = (whole + np.sign(v))[tie]
+    q = q.astype(np.int8)
     out = np.empty((x.shape[0], BLOCK_BYTES[Q8_0]), dtype=np.uint8)
     out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
     out[:, 2:] = q.view(np.uint8)
