@@ -50,8 +50,9 @@ def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the CPUs this process may use, at most
     MAX_AUTO_WORKERS. Many slow tests spend much of their time waiting (on a server they
     started, a killed process, a Ray cluster's workers, a subprocess), and the extra worker
-    runs tests meanwhile: on rmjudge 0.13.0 (2-core AMD EPYC) the suite took 510 s of tests
-    on 3 workers against 556 s on 2, with less CPU (918 s against 983 s; docs/development.md)."""
+    runs tests meanwhile: on rmjudge 0.13.0 (2-core AMD EPYC, clean clones) the suite took
+    504 to 522 s of tests in three runs on 3 workers against 506 and 569 s in two on 2, a
+    small gain within the machine's spread (docs/development.md)."""
     return max(1, min(usable_cpus() + 1, MAX_AUTO_WORKERS))
 
 
