@@ -172,3 +172,74 @@ def test_a_demo_judge_that_cannot_be_made_leaves_the_adapter_at_run_time(fresh_c
         "rmjudge: cannot keep the embedded judge with its demo adapter merged under ")
     assert "which the model does not have); applying the adapter at run time" in err[0]
     assert [p.name for p in fresh_cache.iterdir() if "merged" in p.name] == []
+
+
+@pytest.mark.model
+def test_a_lora_on_the_merged_judge_is_refused_before_loading(fresh_cache):
+    """Applied again at run time, the adapter would judge otherwise than the merged file alone,
+    while the run recorded the same model and adapter: another judge that resumes the store."""
+    from rmjudge.core.errors import ModelError
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.embedded import fast_copy_path
+    from rmjudge.engine.models import demo_adapter_path, packaged_model_path, with_demo_adapter
+
+    merged = with_demo_adapter(EngineSettings()).model
+    with pytest.raises(ModelError, match=r"has the demo format adapter merged in already; to "
+                                         r"apply --lora, give --model the Q8_0 copy it was made "
+                                         r"from \(.*Q8_0-.*\.gguf\), or leave --lora out$"):
+        load_engine(EngineSettings(model=merged, lora=demo_adapter_path()), vocab_only=True)
+    copy = str(fast_copy_path(packaged_model_path()))
+    info = load_engine(EngineSettings(model=copy, lora=demo_adapter_path()), vocab_only=True).info
+    assert (info.path, info.lora) == (copy, demo_adapter_path())
+
+
+@pytest.mark.model
+def test_a_cut_q8_0_copy_makes_no_merged_file_and_the_error_says_how_to_mend_it(fresh_cache,
+                                                                                 capsys):
+    """A copy cut short (a full disk, a killed copy by hand) used to be merged into a cut
+    demo judge that every run loaded again; now the merge is refused, naming the copy, and the
+    load error says to delete the cache file."""
+    from rmjudge.core.errors import ModelError
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.embedded import demo_judge_path, fast_copy_path
+    from rmjudge.engine.models import (default_model_path, demo_adapter_path,
+                                       packaged_model_path, with_demo_adapter)
+
+    packaged = packaged_model_path()
+    copy = fast_copy_path(packaged)
+    assert default_model_path() == str(copy)  # made whole, then cut: its header whole
+    with open(copy, "r+b") as f:
+        f.truncate(70_000_000)
+    es = with_demo_adapter(EngineSettings())
+    assert es.model is None and es.lora == demo_adapter_path()  # the adapter at run time
+    assert not demo_judge_path(packaged, demo_adapter_path()).exists()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"({copy} is cut short (its tensor " in err[0]
+    with pytest.raises(ModelError, match=r"rmjudge made it in its cache: delete it and rerun, "
+                                         r"which makes it again$"):
+        load_engine(es, vocab_only=False)
+    copy.unlink()
+    assert with_demo_adapter(EngineSettings()).model is None  # tried once per process
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.model
+def test_a_cache_that_cannot_be_written_is_noted_once_per_process(tmp_path, monkeypatch, capsys,
+                                                                   model_path):
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine.models import (ENV_VAR, default_model_path, packaged_model_path,
+                                       with_demo_adapter)
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    (tmp_path / "rmjudge").mkdir()
+    (tmp_path / "rmjudge" / "models").write_text("a file where the folder goes")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    es = with_demo_adapter(EngineSettings())
+    assert default_model_path() == packaged_model_path()  # as a run resolves it again
+    assert es.model is None and es.lora
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("rmjudge: cannot keep the embedded judge's Q8_0 "
+                                               f"file under {tmp_path}/rmjudge/models (")
+    assert "rerun the same command" not in err[0]  # an output's advice, not a cache file's

@@ -56,9 +56,19 @@ def check_lora_settings(settings: EngineSettings) -> None:
     loaded); print a one-line warning for one that records no format (rmjudge/adapter_format)."""
     import sys
 
+    from rmjudge.core.errors import ModelError
     from rmjudge.engine.adapter_format import check_lora
-    from rmjudge.engine.models import check_gguf
+    from rmjudge.engine.embedded import merged_demo_adapter
+    from rmjudge.engine.models import check_gguf, resolve_model
 
+    model = resolve_model(settings.model)
+    if merged_demo_adapter(model):  # the run would record the same judge as without --lora
+        from rmjudge.engine.embedded import fast_copy_path
+        from rmjudge.engine.models import packaged_model_path
+
+        raise ModelError(f"{model} has the demo format adapter merged in already; to apply "
+                         "--lora, give --model the Q8_0 copy it was made from "
+                         f"({fast_copy_path(packaged_model_path())}), or leave --lora out")
     warning = check_lora(check_gguf(settings.lora, what="LoRA adapter"))
     if warning:
         sys.stderr.write(warning + "\n")

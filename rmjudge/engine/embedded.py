@@ -44,12 +44,18 @@ def fast_copy_path(packaged: str) -> Path:
     return cache.cache_path(CACHE_FOLDER) / name
 
 
+# Files this process could not make (target -> what it used instead): tried and noted once.
+_FAILED: dict[str, str | None] = {}
+
+
 def fast_copy(packaged: str) -> str:
     """The path of the Q8_0 copy of `packaged`, made now when missing; `packaged` itself (with
-    one note on stderr) when the copy cannot be made."""
+    one note on stderr, once per process) when the copy cannot be made."""
     target = fast_copy_path(packaged)
     if target.is_file():
         return str(target)
+    if str(target) in _FAILED:
+        return packaged
     from rmjudge.core.errors import UserError
     from rmjudge.files import make_dir, write_new
 
@@ -59,8 +65,9 @@ def fast_copy(packaged: str) -> str:
     except (OSError, UserError) as exc:
         where = target.parent
         sys.stderr.write(f"rmjudge: cannot keep the embedded judge's {FAST_TYPE} file under "
-                         f"{where} ({exc}); judging with the packaged file {packaged}, which is "
-                         "slower (docs/speed.md)\n")
+                         f"{where} ({_why(exc)}); judging with the packaged file {packaged}, "
+                         "which is slower (docs/speed.md)\n")
+        _FAILED[str(target)] = packaged
         return packaged
     return str(target)
 
@@ -109,6 +116,8 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
     target = demo_judge_path(packaged, adapter)
     if target.is_file():
         return str(target)
+    if str(target) in _FAILED:
+        return None
     copy = fast_copy(packaged)
     if copy == packaged:  # no Q8_0 copy (its note was printed)
         return None
@@ -121,8 +130,9 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
         write_new_data(str(target), data)
     except (OSError, UserError, MergeError) as exc:
         sys.stderr.write(f"rmjudge: cannot keep the embedded judge with its demo adapter merged "
-                         f"under {target.parent} ({exc}); applying the adapter at run time, "
-                         "which is slower and samples other texts (docs/speed.md)\n")
+                         f"under {target.parent} ({_why(exc)}); applying the adapter at run "
+                         "time, which is slower and samples other texts (docs/speed.md)\n")
+        _FAILED[str(target)] = None
         return None
     return str(target)
 
@@ -141,3 +151,14 @@ def merged_demo_adapter(path: str) -> str | None:
         return adapter if os.path.samefile(path, target) else None
     except (ModelError, OSError):
         return None
+
+
+def _why(exc: Exception) -> str:
+    """What stopped a cache file being made, without the advice a run's own outputs get (a
+    DiskError names the fix for an output store, not for a cache file)."""
+    reason = getattr(exc, "reason", None)  # DiskError's
+    if reason:
+        return str(reason)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).split("; ")[0]

@@ -21,6 +21,7 @@ and quantization in tests/test_lora_merge.py).
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -96,6 +97,18 @@ def _matrix(buf, header: GGUFHeader, t: GGUFTensor) -> np.ndarray:
     return values.reshape(t.shape[1], t.shape[0])
 
 
+def check_extent(path: str, header: GGUFHeader, size: int) -> None:
+    """MergeError naming `path` when a tensor of a type read here ends past the file's `size`
+    bytes (a file cut short: its header is whole, its data is not)."""
+    for t in header.tensors:
+        if t.ggml_type not in TYPE_NAMES:
+            continue
+        end = header.data_offset + t.offset + nbytes(t)
+        if end > size:
+            raise MergeError(f"{path} is cut short (its tensor {t.name} ends at byte {end:,}, "
+                             f"the file has {size:,})")
+
+
 def lora_pairs(adapter: GGUFHeader) -> Iterator[tuple[str, GGUFTensor, GGUFTensor]]:
     """(base tensor name, lora_a, lora_b) of each matrix the adapter adapts, in file order."""
     by_name = {t.name: t for t in adapter.tensors}
@@ -118,10 +131,13 @@ def merged_q8_0(copy_path: str, base_path: str, adapter_path: str,
     with open(copy_path, "rb") as f:
         target = bytearray(f.read())
     q8 = read_gguf_header(copy_path)
+    check_extent(copy_path, q8, len(target))
     q8_tensors = {t.name: t for t in q8.tensors}
     base = read_gguf_header(base_path)
+    check_extent(base_path, base, os.path.getsize(base_path))
     base_tensors = {t.name: t for t in base.tensors}
     ad = read_gguf_header(adapter_path)
+    check_extent(adapter_path, ad, os.path.getsize(adapter_path))
     alpha = float(ad.get("adapter.lora.alpha", 0.0) or 0.0)
     merged = 0
     with open(base_path, "rb") as fb, open(adapter_path, "rb") as fa, \

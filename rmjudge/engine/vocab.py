@@ -118,8 +118,18 @@ def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
     model = llama_cpp.llama_model_load_from_file(path.encode(), params)
     if not model:
         raise ModelError(f"llama.cpp could not load {path}: the file is corrupt, truncated or "
-                         "of an unsupported architecture")
+                         f"of an unsupported architecture{_cache_file_hint(path)}")
     return model
+
+
+def _cache_file_hint(path: str) -> str:
+    """For a file rmjudge made in its cache (the embedded judge's), how to get a sound one."""
+    from rmjudge.engine.models import embedded_model_files
+
+    made = embedded_model_files()[1:]
+    if any(os.path.abspath(path) == os.path.abspath(m) for m in made):
+        return "; rmjudge made it in its cache: delete it and rerun, which makes it again"
+    return ""
 
 
 def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
