@@ -192,3 +192,30 @@ def test_loading_the_embedded_model_applies_the_adapter(model_path, no_env_model
     assert resolve(JudgeSettings(), info).demo
     assert load_engine(EngineSettings(demo_adapter=False), vocab_only=True).info.lora is None
     assert load_engine(EngineSettings(model=model_path), vocab_only=True).info.lora is None
+
+
+def test_another_lora_scale_is_another_judge_on_resume(tmp_path):
+    """The adapter's scale changes every sample: a store judged at one scale is refused at
+    another, naming it; at scale 1 nothing new is recorded, so stores of earlier versions
+    resume as before."""
+    from rmjudge.files import StoreError
+    from rmjudge.runs.pipeline import score
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": "q", "chosen": "a",
+                                       "rejected": "b"}) + "\n" for i in range(2)))
+    out = str(tmp_path / "o.duckdb")
+
+    def engine(scale):
+        eng = ScriptedEngine(lambda req, i: pref(1))
+        eng.info = dataclasses.replace(FAKE_INFO, lora="/x/mine.lora.gguf", lora_sha256="3" * 64,
+                                       lora_scale=scale)
+        return eng
+
+    score(str(src), engine(0.5), JudgeSettings(samples=2), output=out, limit=1)
+    with pytest.raises(StoreError, match=r"other settings \(lora_scale 0\.5 -> 1\.0\)"):
+        score(str(src), engine(1.0), JudgeSettings(samples=2), output=out)
+    assert score(str(src), engine(0.5), JudgeSettings(samples=2), output=out).judged == 1
+    plain = resolve(JudgeSettings(), dataclasses.replace(FAKE_INFO, lora="/x/a.gguf",
+                                                         lora_sha256="3" * 64, lora_scale=1.0))
+    assert "lora_scale" not in plain.verdict_settings()

@@ -24,6 +24,7 @@ class ModelInfo:
     prompt_suffix: str
     lora: str | None = None
     lora_sha256: str | None = None
+    lora_scale: float | None = None  # the adapter's `--lora-scale` (None without an adapter)
     prompt_encoding: str | None = None  # a served model: how prompts reach it (engine/server.py)
 
 

@@ -163,7 +163,7 @@ class LlamaEngine:
         if settings.lora:
             check_gguf(settings.lora, what="LoRA adapter")
         self.model = load_model(path, vocab_only=False, n_gpu_layers=ngl)
-        self.info = model_info(self.model, path, settings.lora)
+        self.info = model_info(self.model, path, settings.lora, settings.lora_scale)
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
         self.parallel = settings.parallel or (64 if self.on_gpu else 16)
         self.n_seq_ctx = context_limit(settings, self.info)

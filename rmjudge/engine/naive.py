@@ -37,7 +37,7 @@ class NaiveEngine:
                 n_threads_batch=threads, n_batch=settings.batch_size, logits_all=logprobs,
                 verbose=False, seed=0, lora_path=settings.lora, lora_scale=settings.lora_scale,
             )
-        self.info = model_info(self.llm.model, path, settings.lora)
+        self.info = model_info(self.llm.model, path, settings.lora, settings.lora_scale)
         self.tok = Tokenizer(llama_cpp, self.llm.model, self.info)
         self._generated = 0
         self.prompt_tokens_evaluated = 0

@@ -132,7 +132,7 @@ def _cache_file_hint(path: str) -> str:
     return ""
 
 
-def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
+def model_info(model, path: str, lora: str | None = None, lora_scale: float = 1.0) -> ModelInfo:
     """What the run store records about a loaded model (`llama_model *`). The demo judge file
     (an adapter merged in, rmjudge/engine/embedded.py) records that adapter as its LoRA."""
     if lora is None:
@@ -150,6 +150,7 @@ def model_info(model, path: str, lora: str | None = None) -> ModelInfo:
         prompt_suffix=suffix_for_model(arch, name),
         lora=os.path.abspath(lora) if lora else None,
         lora_sha256=file_sha256(lora) if lora else None,
+        lora_scale=lora_scale if lora else None,
     )
 
 
@@ -280,7 +281,7 @@ class ModelVocab:
         path = resolve_model(settings.model)
         llama_cpp = llama_backend()
         self.model = load_model(path, vocab_only=True)
-        self.info = model_info(self.model, path, settings.lora)
+        self.info = model_info(self.model, path, settings.lora, settings.lora_scale)
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
         self.n_seq_ctx = context_limit(settings, self.info)
         self.on_gpu = uses_gpu(settings)

@@ -110,6 +110,8 @@ class RunSpec:
         d["prompt_format"] = PROMPT_FORMAT
         d["model_sha256"] = self.model.sha256
         d["lora_sha256"] = self.model.lora_sha256
+        if self.model.lora and self.model.lora_scale not in (None, 1.0):
+            d["lora_scale"] = self.model.lora_scale  # absent at 1: stores of 0.12 and before
         if not self.model.sha256:  # a served model (engine/server.py): no file hash to compare
             d["model_name"] = self.model.name
             d["chat_template_sha256"] = hashlib.sha256(

@@ -142,10 +142,18 @@ def describe_differences(old: dict, new: dict) -> str:
     def shown(k: str, v: Any) -> str:
         return criteria_name(v) if k == "criteria" else repr(v)
 
+    def value(d: dict, k: str) -> Any:
+        return d.get(k, ABSENT_MEANS.get(k))
+
     keys = sorted(set(old) | set(new))
-    diffs = [f"{k} {shown(k, old.get(k))} -> {shown(k, new.get(k))}" for k in keys
-             if old.get(k) != new.get(k)]
+    diffs = [f"{k} {shown(k, value(old, k))} -> {shown(k, value(new, k))}" for k in keys
+             if value(old, k) != value(new, k)]
     return ", ".join(diffs)
+
+
+# Settings recorded only when they are not their default (so that stores made before they were
+# recorded still resume): what their absence means.
+ABSENT_MEANS = {"lora_scale": 1.0}
 
 
 
