@@ -22,9 +22,10 @@ def command(model: str | None) -> None:
     click.echo(f"path:           {info.path}")
     packaged, *made = embedded_model_files() or [None]
     if path in made:
-        what = ("the Q8_0 copy" if path == made[0] else
-                "the Q8_0 copy, with the demo format adapter merged in (--no-demo-adapter: "
-                "without it),")
+        from rmjudge.engine.embedded import merged_demo_adapter
+
+        what = ("the Q8_0 copy, with the demo format adapter merged in (--no-demo-adapter: "
+                "without it)," if merged_demo_adapter(path) else "the Q8_0 copy")
         click.echo(f"embedded:       {what} of {packaged} (docs/scoring.md#models)")
     click.echo(f"sha256:         {info.sha256}")
     click.echo(f"architecture:   {info.architecture}")
