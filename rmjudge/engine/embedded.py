@@ -44,8 +44,8 @@ def fast_copy_path(packaged: str) -> Path:
     return cache.cache_path(CACHE_FOLDER) / name
 
 
-# Files this process could not make (target -> what it used instead): tried and noted once.
-_FAILED: dict[str, str | None] = {}
+# Files this process could not make: tried and noted once.
+_FAILED: set[str] = set()
 
 
 def fast_copy(packaged: str) -> str:
@@ -63,12 +63,8 @@ def fast_copy(packaged: str) -> str:
         make_dir(str(target.parent))
         write_new(str(target), lambda tmp: _quantize(packaged, tmp))
     except (OSError, UserError) as exc:
-        where = target.parent
-        sys.stderr.write(f"rmjudge: cannot keep the embedded judge's {FAST_TYPE} file under "
-                         f"{where} ({_why(exc)}); judging with the packaged file {packaged}, "
-                         "which is slower (docs/speed.md)\n")
-        _FAILED[str(target)] = packaged
-        return packaged
+        return _gave_up(target, f"the embedded judge's {FAST_TYPE} file", exc,
+                        f"judging with the packaged file {packaged}, which is slower", packaged)
     return str(target)
 
 
@@ -129,11 +125,9 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
         data, _ = merged_q8_0(copy, packaged, adapter)
         write_new_data(str(target), data)
     except (OSError, UserError, MergeError) as exc:
-        sys.stderr.write(f"rmjudge: cannot keep the embedded judge with its demo adapter merged "
-                         f"under {target.parent} ({_why(exc)}); applying the adapter at run "
-                         "time, which is slower and samples other texts (docs/speed.md)\n")
-        _FAILED[str(target)] = None
-        return None
+        return _gave_up(target, "the embedded judge with its demo adapter merged", exc,
+                        "applying the adapter at run time, which is slower and samples other "
+                        "texts", None)
     return str(target)
 
 
@@ -151,6 +145,15 @@ def merged_demo_adapter(path: str) -> str | None:
         return adapter if os.path.samefile(path, target) else None
     except (ModelError, OSError):
         return None
+
+
+def _gave_up(target: Path, what: str, exc: Exception, instead: str, used):
+    """One note on stderr that `what` cannot be kept at `target` and what the run does
+    `instead`; `used` is what the caller returns. The process does not try `target` again."""
+    sys.stderr.write(f"rmjudge: cannot keep {what} under {target.parent} ({_why(exc)}); "
+                     f"{instead} (docs/speed.md)\n")
+    _FAILED.add(str(target))
+    return used
 
 
 def _why(exc: Exception) -> str:
