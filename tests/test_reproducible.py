@@ -2,7 +2,9 @@
 predictions, confidences) for the same input, model, settings and seed, whatever
 `--parallel`, `--batch-size`, `--threads`, the resume point or the `--shard` split.
 
-Runs on the embedded model with tiny settings (2 pairs, N=2, 16 tokens).
+Runs with tiny settings (2 pairs, N=2, 16 tokens) on the embedded model cut to two blocks
+(`small_model_path`, tests/small_model.py): the same vocabulary, tensor shapes and kernels, so
+the same engine code and llama.cpp paths, at a fraction of the compute.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from rmjudge.core.settings import EngineSettings, JudgeSettings
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 DATA = Path(__file__).parent / "data"
-JS = dict(samples=2, max_tokens=16, seed=11)
+# forced verdicts asked for: they are on by default only for the embedded demo judge, and every
+# rollout here is cut at 16 tokens, so each sample's verdict is read from the logits
+JS = dict(samples=2, max_tokens=16, seed=11, forced=True)
 SAMPLES_Q = ('SELECT pair_id, "order", stage, idx, text, prediction, confidence, p_first, '
              "verdict_source, tokens, finish_reason FROM samples ORDER BY ALL")
 PAIRS_Q = "SELECT id, verdict, verdict_ab, verdict_ba, p_a FROM pairs ORDER BY id"
@@ -32,38 +36,41 @@ def _rows_file(tmp_path, n: int) -> str:
     return str(path)
 
 
-def _run(src, out, model_path, shard=None, **engine):
-    es = EngineSettings(model=model_path, **{"threads": 1, **engine})
+def _run(src, out, small_model_path, shard=None, **engine):
+    es = EngineSettings(model=small_model_path, **{"threads": 1, **engine})
     score(src, load_engine(es), JudgeSettings(**JS), output=out, shard=shard)
     return out
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, model_path):
+def reference(tmp_path_factory, small_model_path):
     """One run with 16 parallel sequences: the samples every other run must reproduce."""
     tmp = tmp_path_factory.mktemp("repro")
     src = _rows_file(tmp, 2)
-    out = _run(src, str(tmp / "ref.duckdb"), model_path, parallel=16)
+    out = _run(src, str(tmp / "ref.duckdb"), small_model_path, parallel=16)
     assert rows(out, "SELECT count(*) FROM samples")[0][0] >= 2 * 2 * 2
+    # every rollout's verdict read from the logits: the comparisons cover the forced path too
+    assert rows(out, """SELECT count(*) FROM samples WHERE stage = 'rollout'
+                        AND (verdict_source IS DISTINCT FROM 'forced' OR p_first IS NULL)""") == [(0,)]
     return src, out
 
 
 @pytest.mark.parametrize("engine", [dict(parallel=1), dict(parallel=4, batch_size=16, threads=2)],
                          ids=["parallel1", "parallel4-batch16-threads2"])
-def test_parallel_batch_size_and_threads_do_not_change_samples(reference, model_path, tmp_path,
+def test_parallel_batch_size_and_threads_do_not_change_samples(reference, small_model_path, tmp_path,
                                                                 engine):
     src, ref = reference
-    out = _run(src, str(tmp_path / "o.duckdb"), model_path, **engine)
+    out = _run(src, str(tmp_path / "o.duckdb"), small_model_path, **engine)
     assert rows(out, SAMPLES_Q) == rows(ref, SAMPLES_Q)
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
 
 
-def test_threads_following_the_load_mid_run_change_no_sample(reference, model_path, tmp_path):
+def test_threads_following_the_load_mid_run_change_no_sample(reference, small_model_path, tmp_path):
     # Without --threads the engine follows the load while it runs (LoadFollower): here it is
     # told to switch between 1 and 2 threads before every decode, and every sample is still
     # the reference's.
     src, ref = reference
-    engine = load_engine(EngineSettings(model=model_path, parallel=16))
+    engine = load_engine(EngineSettings(model=small_model_path, parallel=16))
     assert engine.load_follower is not None
     flips = iter(lambda: 2 if engine.threads == 1 else 1, None)
     engine.load_follower.check = lambda: next(flips)
@@ -72,25 +79,25 @@ def test_threads_following_the_load_mid_run_change_no_sample(reference, model_pa
     assert engine.decode_steps > 10 and engine.threads in (1, 2)
     assert rows(out, SAMPLES_Q) == rows(ref, SAMPLES_Q)
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
-    fixed = load_engine(EngineSettings(model=model_path, threads=1))
+    fixed = load_engine(EngineSettings(model=small_model_path, threads=1))
     assert fixed.load_follower is None  # --threads given: the count stays as asked
 
 
-def test_two_shards_give_the_unsharded_samples(reference, model_path, tmp_path):
+def test_two_shards_give_the_unsharded_samples(reference, small_model_path, tmp_path):
     src, ref = reference
-    shards = [_run(src, str(tmp_path / f"s{i}.duckdb"), model_path, shard=(i, 2), parallel=4)
+    shards = [_run(src, str(tmp_path / f"s{i}.duckdb"), small_model_path, shard=(i, 2), parallel=4)
               for i in range(2)]
     got = sorted(r for s in shards for r in rows(s, SAMPLES_Q))
     assert got == rows(ref, SAMPLES_Q)
     assert sorted(r for s in shards for r in rows(s, PAIRS_Q)) == rows(ref, PAIRS_Q)
 
 
-def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, model_path, tmp_path):
+def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, small_model_path, tmp_path):
     src, ref = reference
     out = str(tmp_path / "k.duckdb")
     args = ["score", src, "-o", out, "--samples", "2", "--max-tokens", "16", "--seed", "11",
-            "--commit-every", "1", "--quiet", "--model", model_path, "--threads", "1",
-            "--parallel", "8"]
+            "--commit-every", "1", "--quiet", "--model", small_model_path, "--threads", "1",
+            "--forced", "--parallel", "8"]
     assert kill_after_commits(args, 1) == 1  # killed right after its first pair was stored
     assert rows(out, "SELECT count(*) FROM pairs") == [(1,)]
     cmd = [sys.executable, "-m", "rmjudge", *args]
@@ -129,7 +136,7 @@ class ParsedRollouts:
         return out
 
 
-def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(model_path,
+def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(small_model_path,
                                                                               tmp_path):
     # Reflections open with their rollout prompt's text, so the engine restores the rollout
     # prompt's saved cells instead of evaluating them again; a restored cell holds the numbers
@@ -138,7 +145,7 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
     js = JudgeSettings(samples=3, max_tokens=16, seed=11, shortcut=False)  # reflections always
     outs, engines = [], []
     for mb in (256, 0):
-        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
+        engine = load_engine(EngineSettings(model=small_model_path, threads=1, parallel=8,
                                             prefix_cache_mb=mb))
         out = str(tmp_path / f"c{mb}.duckdb")
         score(src, ParsedRollouts(engine), js, output=out)
@@ -159,7 +166,7 @@ def test_prefix_cache_saves_the_reflections_prompt_work_and_changes_no_sample(mo
             == off.prompt_tokens_evaluated + off.prompt_tokens_copied)
 
 
-def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_path):
+def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(small_model_path):
     # The ordered comparisons of one prompt, admitted together: each pair-order's group waits
     # for the group already evaluating the same opening (the prompt, and the first response
     # when they share it) and copies its cells instead of evaluating them beside it. A copied
@@ -177,7 +184,7 @@ def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_
             for a in range(3) for b in range(3) if a != b]
     runs = {}
     for share, mb in ((True, 0), (False, 0), (True, 256)):
-        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8,
+        engine = load_engine(EngineSettings(model=small_model_path, threads=1, parallel=8,
                                             prefix_cache_mb=mb))
         engine.share_prefill = share
         gens = engine.generate(reqs)
@@ -192,7 +199,7 @@ def test_groups_sharing_an_opening_in_flight_copy_it_and_change_no_sample(model_
 
 
 def test_rank_gives_the_same_comparisons_and_rankings_with_openings_shared_in_flight(
-        model_path, tmp_path):
+        small_model_path, tmp_path):
     # rank sends a prompt's comparisons together, so their groups share openings in flight;
     # copying them instead of evaluating them again changes no verdict and no ranking.
     import json
@@ -207,7 +214,7 @@ def test_rank_gives_the_same_comparisons_and_rankings_with_openings_shared_in_fl
                    + "\n")
     stores, engines = [], []
     for share in (True, False):
-        engine = load_engine(EngineSettings(model=model_path, threads=1, parallel=8))
+        engine = load_engine(EngineSettings(model=small_model_path, threads=1, parallel=8))
         engine.share_prefill = share
         out = str(tmp_path / f"r{share}.duckdb")
         rank(str(src), out, engine=engine, judge=JudgeSettings(**JS), strategy="round-robin")

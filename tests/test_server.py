@@ -907,29 +907,43 @@ def start_llama_server(model_path: str, log: Path, plain: bool = False
 
 
 @pytest.fixture(scope="module")
-def llama_server(model_path, tmp_path_factory):
+def llama_server(small_model_path, tmp_path_factory):
+    """llama-cpp-python's server on the embedded model cut to its first blocks (conftest's
+    `small_model_path`): the same vocabulary, template and shapes at a fraction of the compute,
+    for the tests of how runs go through the server. The contract test starts its own on the
+    whole model."""
     log = tmp_path_factory.mktemp("srv") / "server.log"
-    proc, url = start_llama_server(model_path, log)
+    proc, url = start_llama_server(small_model_path, log)
     yield url, log
     stop_server(proc)
 
 
 TINY = dict(samples=2, max_tokens=16, seed=3)
-# The kill tests: N = 1 (each request costs about a second on llama-cpp-python's server, which
-# computes logits for every prompt token); resuming is per pair, whatever N.
-MID_RUN = 6  # completion requests before a kill: 2 pairs take 13
+# The kill tests: N = 1 and 8 tokens, the least --max-tokens takes (llama-cpp-python's server
+# computes logits for every prompt token, and sorts the whole vocabulary in Python for each
+# generated token when asked for log-probabilities); resuming is per pair, whatever N or length.
+MID_RUN = 6  # completion requests before a kill: 2 pairs take 13 (forced verdicts asked for)
 
 
 def _score_cmd(url, model_path, out, *extra):
     return [sys.executable, "-m", "rmjudge", "score", str(DATA / "pandalm_5.jsonl"), "-o", out,
-            "--samples", "1", "--max-tokens", "16", "--seed", "3", "--server", url,
-            "--model", model_path, "--server-concurrency", "4", "--quiet", *extra]
+            "--samples", "1", "--max-tokens", "8", "--seed", "3", "--server", url,
+            "--model", model_path, "--server-concurrency", "4", "--forced", "--quiet", *extra]
 
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_score_through_a_real_server(llama_server, model_path, tmp_path):
-    llama_server, _ = llama_server
+def test_score_through_a_real_server(model_path, tmp_path):
+    """The contract, on the whole embedded model: forced verdicts read through the server need
+    a model that ranks the two choices among its top log-probabilities."""
+    proc, llama_server = start_llama_server(model_path, tmp_path / "server.log")
+    try:
+        _score_through_a_real_server(llama_server, model_path, tmp_path)
+    finally:
+        stop_server(proc)
+
+
+def _score_through_a_real_server(llama_server, model_path, tmp_path):
     from rmjudge.engine import load_engine
     from rmjudge.runs.pipeline import score
     from rmjudge.core.settings import EngineSettings
@@ -988,9 +1002,10 @@ def test_score_through_a_real_server(llama_server, model_path, tmp_path):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_control_strings_in_data_reach_a_real_server_as_text(llama_server, model_path):
+def test_control_strings_in_data_reach_a_real_server_as_text(llama_server, small_model_path):
     """llama-cpp-python's server takes text only and parses control tokens in it: a response
     holding "<|im_end|>\n<|im_start|>assistant\n" must still reach the model as text."""
+    model_path = small_model_path
     url, _ = llama_server
     from rmjudge.engine import load_engine
     from rmjudge.core.settings import EngineSettings
@@ -1045,9 +1060,10 @@ def test_the_served_gguf_gives_token_ids_for_llama_server(fake, model_path):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_the_documented_llama_cpp_python_server_start(model_path, tmp_path):
+def test_the_documented_llama_cpp_python_server_start(small_model_path, tmp_path):
     """`python -m llama_cpp.server --model FILE --host --port` names the model by its path:
     no Hub lookup of that name; the template comes from the served file."""
+    model_path = small_model_path
     proc, url = start_llama_server(model_path, tmp_path / "server.log", plain=True)
     out = tmp_path / "o.duckdb"
     try:
@@ -1065,8 +1081,9 @@ def test_the_documented_llama_cpp_python_server_start(model_path, tmp_path):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_cli_resumes_after_kill_9(llama_server, model_path, tmp_path):
+def test_cli_resumes_after_kill_9(llama_server, small_model_path, tmp_path):
     url, log = llama_server
+    model_path = small_model_path
     out = str(tmp_path / "k.duckdb")
     cmd = _score_cmd(url, model_path, out, "--commit-every", "1", "--limit", "2")
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
@@ -1103,8 +1120,9 @@ def _count(db: str) -> int:
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(model_path, tmp_path,
-                                                                         llama_server):
+def test_server_killed_mid_run_is_one_error_line_and_a_resumable_store(small_model_path,
+                                                                         tmp_path, llama_server):
+    model_path = small_model_path
     proc, url = start_llama_server(model_path, tmp_path / "server.log")
     out = str(tmp_path / "d.duckdb")
     try:

@@ -74,7 +74,7 @@ def scripted_rollouts(prompts, trainer):
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
-def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_path):
+def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, small_model_path):
     import torch
     from peft import PeftModel
     from safetensors.torch import load_file
@@ -97,9 +97,12 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     assert stats.pref_kept == 5 and stats.refl_kept == 5
 
     # One prompt with its two completions per step, one step, then one resumed step: what the
-    # plumbing checks below need (each prompt is ~500 tokens of judge template on the CPU).
+    # plumbing checks below need (each prompt is ~500 tokens of judge template on the CPU), on
+    # the embedded model cut to its first blocks (conftest's `small_model_path`): the same
+    # architecture, vocabulary and template, so the same trainer code, at a fraction of the
+    # compute. What training teaches the whole model: tests/test_training_sft.py.
     settings = GRPOSettings(
-        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
+        model=small_model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
         batch_size=1, num_generations=2, micro_batch=2, generation_prompts=1,
         max_completion_length=32, learning_rate=5e-3, warmup_ratio=0.0, beta=0.04,
         quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.2,
@@ -127,7 +130,7 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and any(float(v.abs().max()) > 0 for v in lora_b)
 
-    base = load_base(materialize(ModelSource.parse(model_path)), quantization="none")
+    base = load_base(materialize(ModelSource.parse(small_model_path)), quantization="none")
     peft_model = PeftModel.from_pretrained(base, str(run / "adapter"))
     loaded = {k: v for k, v in peft_model.state_dict().items() if "lora_B" in k}
     assert loaded and any(float(v.abs().max()) > 0 for v in loaded.values())
@@ -150,7 +153,7 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, model_
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
-def test_grpo_continues_a_given_adapter(tmp_path, model_path):
+def test_grpo_continues_a_given_adapter(tmp_path, small_model_path):
     """--init-adapter: GRPO trains the given adapter (its rank kept, its weights the start),
     so a warm-start adapter and its GRPO continuation are one adapter of the base."""
     import torch
@@ -163,14 +166,14 @@ def test_grpo_continues_a_given_adapter(tmp_path, model_path):
     data = scripted_grpo_data(tmp_path / "train.jsonl")
     # a warm-start stand-in: rank 2 on two modules, B non-zero
     torch.manual_seed(0)
-    base = load_base(materialize(ModelSource.parse(model_path)), quantization="none")
+    base = load_base(materialize(ModelSource.parse(small_model_path)), quantization="none")
     warm = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
                                            task_type="CAUSAL_LM", init_lora_weights=False))
     warm.save_pretrained(str(tmp_path / "warm"))
     start = load_file(str(tmp_path / "warm" / "adapter_model.safetensors"))
 
     settings = GRPOSettings(
-        model=model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
+        model=small_model_path, data=str(data), output_dir=str(tmp_path / "run"), max_steps=1,
         batch_size=1, num_generations=2, micro_batch=2, generation_prompts=1,
         max_completion_length=32, learning_rate=1e-3, warmup_ratio=0.0, beta=0.04,
         quantization="none", gradient_checkpointing=False, save_steps=1, eval_fraction=0.0,
