@@ -93,6 +93,20 @@ rmjudge.runs.setup.load_judge_engine = lambda *a, **k: quality_engine()
 """ % __import__("os").path.dirname(__import__("os").path.abspath(__file__))
 
 
+def judge_with(monkeypatch, make_engine) -> None:
+    """`rmjudge` commands run in this process judge with `make_engine()` instead of a model: the
+    engine loader and the model resolver are patched for the test. The modules that bind
+    `resolve_model` when imported (the llama.cpp engine and its vocabulary) are imported
+    first: imported for the first time while patched, they would keep the stand-in after the
+    test, and a later test's model would resolve to "<scripted>"."""
+    import rmjudge.engine
+    import rmjudge.engine.llama  # noqa: F401 - see above
+    import rmjudge.engine.models
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: make_engine())
+    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+
+
 def rows(db: str, sql: str) -> list[tuple]:
     """All rows of `sql` on a run store, opened read-only and closed again."""
     con = duckdb.connect(db, read_only=True)

@@ -24,6 +24,7 @@ from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.core.errors import EXIT_BUSY, EXIT_CODES, EXIT_DISK, EXIT_STRICT, EXIT_USER
 from rmjudge.runs.pipeline import score
 from rmjudge.core.settings import JudgeSettings
+from helpers import judge_with
 from test_score import length_judge
 
 ROOT = Path(__file__).parent.parent
@@ -44,12 +45,7 @@ def good(i: int) -> dict:
 @pytest.fixture
 def scripted(monkeypatch):
     """`rmjudge score` judging with the scripted engine instead of a model (in-process)."""
-    import rmjudge.engine
-    import rmjudge.engine.models
-
-    monkeypatch.setattr(rmjudge.engine, "load_engine",
-                        lambda *a, **k: ScriptedEngine(length_judge))
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+    judge_with(monkeypatch, lambda: ScriptedEngine(length_judge))
 
 
 def cli(*args):
@@ -133,6 +129,31 @@ def test_training_and_export_groups_exit_1_on_usage_errors():
         for args in (["--bogus"], ["nosuch"]):
             r = CliRunner().invoke(group, args)
             assert r.exit_code == EXIT_USER, (group.name, args, r.output)
+
+
+@pytest.mark.parametrize("command", [["sft", "{src}", "-o", "{out}"],
+                                     ["build-data", "{src}", "-o", "{out}/train.jsonl"]])
+@pytest.mark.parametrize("source", ["missing.jsonl", "rows.xlsx"])
+def test_training_on_an_input_it_cannot_read_is_one_error_line_before_anything(
+        tmp_path, monkeypatch, command, source):
+    """Before, `sft` and `build-data` loaded the rollout model, made the output folder and
+    wrote a rollout cache file into it, then said the input was not found."""
+    import rmjudge.engine
+    from training.cli import main as train_main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", no_model)
+    if source.endswith(".xlsx"):
+        (tmp_path / source).write_bytes(b"PK\x03\x04 not rows")
+    src, out = str(tmp_path / source), str(tmp_path / "out")
+    before = sorted(os.listdir(tmp_path))
+    r = CliRunner().invoke(train_main, [a.format(src=src, out=out) for a in command])
+    assert r.exit_code == EXIT_USER, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and source in lines[0], r.output
+    assert sorted(os.listdir(tmp_path)) == before  # no output folder, no rollout cache
 
 
 def test_readme_exit_code_table_is_generated_from_exit_codes():

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from helpers import pref, refl
+from helpers import judge_with, pref, refl
 
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.core.errors import EXIT_USER
@@ -139,12 +139,9 @@ def test_the_criteria_refusal_names_both_rubrics_briefly_on_one_line(tmp_path, m
 
     from click.testing import CliRunner
 
-    import rmjudge.engine
-    import rmjudge.engine.models
     from rmjudge.cli import main
 
-    monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: ScriptedEngine(judge))
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+    judge_with(monkeypatch, lambda: ScriptedEngine(judge))
     rubric = "Prefer the answer a careful domain\nexpert would give; " + "all else equal. " * 40
     (tmp_path / "rubric.txt").write_text(rubric)
     out = str(tmp_path / "o.duckdb")
@@ -235,18 +232,15 @@ def test_an_unreadable_criteria_file_is_one_error_line(tmp_path):
 def test_label_safer_judges_by_the_harmless_criterion(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import rmjudge.engine
-    import rmjudge.engine.models
     from rmjudge.cli import main
 
     engines = []
 
-    def load(*a, **k):
+    def load():
         engines.append(ScriptedEngine(judge))
         return engines[-1]
 
-    monkeypatch.setattr(rmjudge.engine, "load_engine", load)
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+    judge_with(monkeypatch, load)
     src = DATA / "schemas" / "pku_saferlhf.jsonl"
     r = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "a.duckdb"),
                                   "--label", "safer", "--samples", "2", "--limit", "1"])

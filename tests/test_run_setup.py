@@ -182,6 +182,7 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
     """`rmjudge score --criteria @FILE --prompt-template FILE`: each file is read once, the
     run spec is built once (the pipeline hands it to the Judge), the output checked once."""
     import rmjudge.engine
+    import rmjudge.engine.llama  # noqa: F401 - binds resolve_model before it is patched
     import rmjudge.engine.models
     from rmjudge.cli import main
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from helpers import rows
+from helpers import judge_with, rows
 from test_score import length_judge, settings
 
 from rmjudge.engine.fake import ScriptedEngine
@@ -969,16 +969,12 @@ def test_resuming_a_store_that_lacks_a_column_a_run_writes_is_one_error_line(
     """A store whose pairs, samples or errors table lacks a column (edited, or made by another
     version) is refused before anything is judged: one `Error:` line naming the store, the
     column and the fix, not a traceback from the first commit; the pairs it holds stay."""
-    import rmjudge.engine
-    import rmjudge.engine.models
     from click.testing import CliRunner
 
     from rmjudge.cli import main
     from rmjudge.core.errors import EXIT_USER
 
-    monkeypatch.setattr(rmjudge.engine, "load_engine",
-                        lambda *a, **k: ScriptedEngine(length_judge))
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+    judge_with(monkeypatch, lambda: ScriptedEngine(length_judge))
     src = tmp_path / "in.jsonl"
     write_jsonl(src, [row(i) for i in range(2)])
     out = str(tmp_path / "o.duckdb")

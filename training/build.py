@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.data import DataConfig, DataError, Stats, build_data, check_outputs
+from training.data import DataConfig, DataError, Stats, build_data, check_outputs, check_source
 from training.sources import BACKENDS, rollout_source
 
 
@@ -74,6 +74,7 @@ def run_build_data(s: BuildDataSettings, server=None,
                                 max_tokens=s.max_tokens, seed=s.seed,
                                 criteria=resolve_criteria(s.criteria))
     gguf = str(Path(s.model) / s.gguf_file) if s.model and s.gguf_file else None
+    check_source(s.source)
     check_outputs(s.source, s.output, s.cache, inputs=(s.model, gguf, s.lora),
                   overwrite=s.overwrite)
     src, desc = rollout_source(s.model, s.gguf_file, s.backend, sampling, s.parallel, s.threads,

@@ -15,6 +15,7 @@ command parses its options into settings, makes one library call and prints the 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -34,6 +35,12 @@ from training.evaluate import EvalJudgeSettings
 from training.grpo import GRPOSettings
 from training.sft import SFTSettings
 from training.sources import RolloutBackend
+
+
+# bitsandbytes' CPU backend logs a warning when it is imported on a CPU with AVX512-BF16 and the
+# optional `kernels` package (a faster CPU 4-bit kernel) is not installed: every command printed
+# it, 4-bit or not. docs/training.md says how to get that kernel.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 def _say(quiet: bool, text: str) -> None:

@@ -33,6 +33,7 @@ import orjson
 from rmjudge.core.errors import UserError
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
+from training.data import check_source
 from training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
 from training.outputs import write_adapter_info
 from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
@@ -285,6 +286,7 @@ def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
 
     say = say or (lambda _: None)
     criteria = resolve_criteria(s.criteria)  # a bad value fails before anything loads
+    check_source(s.source)
     check_output(s, overwrite)
     require(SFT, "train", TRAIN)
     if s.analyses == "template":
@@ -315,6 +317,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     from training.outputs import claim_output_dir
 
     say = say or (lambda _: None)
+    check_source(s.source)
     check_output(s, overwrite)
     out = Path(s.output_dir)
     claim_output_dir(s, SFT)
