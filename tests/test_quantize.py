@@ -217,7 +217,7 @@ def test_a_gguf_is_parsed_once_per_conversion_and_gives_the_same_model(tmp_path,
     assert len(made) == 1
     assert gguf.GGUFReader is Counted and gguf.get_tensor_name_map is real_map  # put back
     made.clear()
-    monkeypatch.setattr(hfio, "_gguf_parsed_once", contextlib.nullcontext)
+    monkeypatch.setattr(hfio, "gguf_parsed_once", contextlib.nullcontext)
     plain_model, plain_tok = hfio.load_causal_lm(str(out), "float32")
     assert len(made) == 3  # transformers' own reads, for comparison
     theirs = plain_model.state_dict()

@@ -39,7 +39,7 @@ from training.sources import RolloutBackend
 
 # bitsandbytes' CPU backend logs a warning when it is imported on a CPU with AVX512-BF16 and the
 # optional `kernels` package (a faster CPU 4-bit kernel) is not installed: every command printed
-# it, 4-bit or not. docs/training.md says how to get that kernel.
+# it, 4-bit or not. docs/training-guide.md says how to get that kernel.
 logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 

@@ -317,7 +317,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     from training.outputs import claim_output_dir
 
     say = say or (lambda _: None)
-    check_source(s.source)
+    check_source(s.source)  # again for callers of run() itself; a Hub id's lookup is remembered
     check_output(s, overwrite)
     out = Path(s.output_dir)
     claim_output_dir(s, SFT)
