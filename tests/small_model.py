@@ -9,7 +9,8 @@ whatever the batching, kill and resume, servers' contracts) use it; the tests of
 judge writes (the README's command, the demo adapter, training) keep the embedded model.
 
 The GGUF is rewritten byte for byte (header, metadata with `llama.block_count` changed, the kept
-tensors' infos and data): no dependency beyond the standard library.
+tensors' infos and data), so the metadata is walked here for its byte positions: rmjudge's
+reader (rmjudge/engine/gguf_header.py) gives the values, not where they lie.
 """
 
 from __future__ import annotations

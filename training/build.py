@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.data import DataConfig, DataError, Stats, build_data, check_outputs, check_source
+from training.data import DataConfig, DataError, Stats, build_data, check_outputs
 from training.sources import BACKENDS, rollout_source
 
 
@@ -58,6 +58,7 @@ def run_build_data(s: BuildDataSettings, server=None,
     it. Everything a user can get wrong (the mapping, the ratio, --samples, the criteria, the
     outputs) is refused before a model loads."""
     from rmjudge.io.mapping import parse_map
+    from rmjudge.io.readers import detect_format
     from rmjudge.prompts.criteria import resolve_criteria
 
     from training.rollouts import SamplingSettings
@@ -74,7 +75,7 @@ def run_build_data(s: BuildDataSettings, server=None,
                                 max_tokens=s.max_tokens, seed=s.seed,
                                 criteria=resolve_criteria(s.criteria))
     gguf = str(Path(s.model) / s.gguf_file) if s.model and s.gguf_file else None
-    check_source(s.source)
+    detect_format(s.source)  # an input that cannot be read fails before a model loads
     check_outputs(s.source, s.output, s.cache, inputs=(s.model, gguf, s.lora),
                   overwrite=s.overwrite)
     src, desc = rollout_source(s.model, s.gguf_file, s.backend, sampling, s.parallel, s.threads,

@@ -334,15 +334,6 @@ def is_own_output(path: str) -> bool:
     return bool(rec) and rec.get("output_sha256") == file_sha256(path)
 
 
-def check_source(source: str) -> None:
-    """Refuse an input that cannot be read (a missing file, an unknown format, a Hub id of no
-    form) before a model loads or a file is written: the readers' own check, as `rmjudge
-    score` makes it."""
-    from rmjudge.io.readers import detect_format
-
-    detect_format(source)
-
-
 def check_outputs(source: str, output: str | Path, cache_path: str | Path | None,
                   inputs: tuple[str | None, ...] = (), overwrite: bool = False) -> None:
     """Everything about build-data's outputs (training file, stats, rollout cache) that can be

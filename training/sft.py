@@ -31,9 +31,9 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.core.errors import UserError
+from rmjudge.io.readers import detect_format
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
-from training.data import check_source
 from training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
 from training.outputs import write_adapter_info
 from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
@@ -286,7 +286,7 @@ def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
 
     say = say or (lambda _: None)
     criteria = resolve_criteria(s.criteria)  # a bad value fails before anything loads
-    check_source(s.source)
+    detect_format(s.source)  # an input that cannot be read fails before anything loads
     check_output(s, overwrite)
     require(SFT, "train", TRAIN)
     if s.analyses == "template":
@@ -317,7 +317,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     from training.outputs import claim_output_dir
 
     say = say or (lambda _: None)
-    check_source(s.source)  # again for callers of run() itself; a Hub id's lookup is remembered
+    detect_format(s.source)  # again for callers of run() itself; a Hub id's lookup is remembered
     check_output(s, overwrite)
     out = Path(s.output_dir)
     claim_output_dir(s, SFT)
