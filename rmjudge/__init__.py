@@ -13,7 +13,7 @@ Errors are `rmjudge.UserError` and its subclasses (each message names the file a
 
 from __future__ import annotations
 
-__version__ = "0.13.1"
+__version__ = "0.14.0"
 
 # name -> the module that defines it, "module:attr" where its name there differs (imported on
 # first use)
