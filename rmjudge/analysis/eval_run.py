@@ -72,7 +72,8 @@ def evaluate_table(table: str, ev: EvalSettings, opts: "RunOptions", *,
                 from rmjudge.runs.setup import load_judge_engine
 
                 engine = load_judge_engine(opts.engine, opts.server)
-            baseline = run_greedy(t, engine, on_progress=greedy_progress)
+            given = opts.judge.judge_format if "--judge-format" in judging else None
+            baseline = run_greedy(t, engine, on_progress=greedy_progress, judge_format=given)
         human = table_agreement(t, ev.resamples, ev.seed, ev.level)
         # human labels alone (no gold label) still give the judge-vs-human figures
         res = None if human is not None and t.count_labelled() == 0 else evaluate(t, ev)
@@ -99,7 +100,9 @@ def check_no_input_options(table: str, output: str | None, opts: "RunOptions",
         ("--label-values", m.label_values is not None), ("--label", m.label_choice is not None),
         ("--limit", opts.limit is not None), ("--shard", opts.shard is not None),
         ("--overwrite", opts.overwrite), ("--rejudge-changed", opts.rejudge_changed)) if on]
-    engine = [] if greedy and not ranked else list(engine)  # the greedy baseline's engine
+    if greedy and not ranked:  # the greedy baseline's engine, and a table's format file
+        engine = []
+        judging = [name for name in judging if name != "--judge-format"]
     given += [name for name in [*judging, *engine] if name not in given]
     if given:
         verb, it = ("apply", "them") if len(given) > 1 else ("applies", "it")

@@ -46,6 +46,23 @@ def run_settings(table: JudgedTable) -> JudgeSettings:
     return JudgeSettings(**{k: v for k, v in stored.items() if k in names})
 
 
+def with_judge_format(table: JudgedTable, js: JudgeSettings,
+                      judge_format: str | None) -> JudgeSettings:
+    """The table's settings with the format file `--judge-format` gives (a table judged with a
+    format file records its name, not its path); a table judged with a format file and no file
+    given is one error naming what to give."""
+    from rmjudge.prompts.builtin_formats import BUILTIN
+
+    if judge_format is not None:
+        return dataclasses.replace(js, judge_format=judge_format)
+    if js.judge_format not in BUILTIN:
+        raise TableError(
+            f"{table.path} was judged with the format file of the judge format "
+            f"{js.judge_format!r}: give that file with --judge-format FILE.toml for the greedy "
+            "baseline")
+    return js
+
+
 def greedy_target(table: JudgedTable) -> str:
     return table.path if table.fmt == "duckdb" else sidecar(table.path, "greedy")
 
@@ -76,13 +93,14 @@ def _pairs_to_run(table: JudgedTable, orders: tuple[str, ...], sha: str, max_tok
 
 def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None,
                limit: int | None = None,
-               on_progress: Callable[[int, int], None] | None = None) -> GreedySummary:
+               on_progress: Callable[[int, int], None] | None = None,
+               judge_format: str | None = None) -> GreedySummary:
     """Generate the missing greedy rollouts of `table`'s labelled pairs and store them.
 
     Results are stored after every batch of `BATCH_REQUESTS` pair-orders, so an interrupted run
     keeps what it generated and a rerun goes on from there. `on_progress(done, total)` is called
     after each batch, with pair-orders generated so far and to generate in this call."""
-    js = settings or run_settings(table)
+    js = with_judge_format(table, settings or run_settings(table), judge_format)
     stored = table.meta.get("settings") or {}
     want_sha = stored.get("model_sha256")
     if want_sha and want_sha != engine.info.sha256:
@@ -97,6 +115,11 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             f"{table.path} was judged with a --prompt-template (sha256 {want_template[:12]}...), "
             "which the table does not hold: the greedy baseline would be prompted otherwise "
             "than the judge was; compare the judge with another run instead")
+    if stored.get("judge_format_sha256") != spec.verdict_settings().get("judge_format_sha256"):
+        raise TableError(
+            f"{table.path} was judged with the judge format {stored.get('judge_format')!r} as "
+            f"it was then (sha256 {str(stored.get('judge_format_sha256'))[:12]}...), not with "
+            f"--judge-format {judge_format}: give the format file the table was judged with")
     js, suffix = spec.settings, spec.suffix  # an old store's unset values resolve as scoring does
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)

@@ -14,6 +14,7 @@ from rmjudge.cli.common import UserErrorGroup
 COMMANDS = {
     "score": ("score", "Judge preference pairs with ReflectRM (the main job)."),
     "models": ("models", "Show the resolved judge model: path, sha256, architecture, context."),
+    "formats": ("formats", "List the judge formats (--judge-format): source, labels, ties, rubric."),
     "rank": ("rank", "Rank K candidate responses per prompt (best-of-N) with pairwise ReflectRM."),
     "eval": ("eval", "Accuracy and positional consistency of a judged table vs gold labels."),
     "report": ("report", "Biases and calibration of a judged table, as one offline HTML page."),

@@ -55,7 +55,11 @@ class JudgeSettings:
                              choices=("both", "ab"))
     on_inconsistent: Inconsistent = setting("tie", "Verdict when the two orders disagree.",
                                          choices=("tie", "drop", "confident"))
-    reflect: bool = setting(True, "Plain majority vote (no self-reflection).", flag="--no-reflect")
+    reflect: bool | None = setting(
+        None, "Self-reflection: compare the other rollouts' analyses with the anchor's "
+        "(default: resolved by the run spec: on for a judge format with a critique-comparison "
+        "prompt, as ReflectRM's; off for the others, which vote over their rollouts; --reflect "
+        "gives those ReflectRM's comparison prompt, an ablation).", switch="--reflect/--no-reflect")
     shortcut: bool = setting(True, "Run self-reflection even when all rollouts agree.",
                           flag="--no-shortcut")
     forced: bool | None = setting(
@@ -78,6 +82,11 @@ class JudgeSettings:
     prompt_template: str | None = setting(None, "A Jinja2 file worded as both prompts (task: "
                                        "pref|refl); checked before the model loads. See "
                                        "docs/scoring.md.", metavar="FILE")
+    judge_format: str = setting("reflectrm", "How the judge is prompted and its verdict read: "
+                                "reflectrm, a built-in judge's own format (mt-bench, prometheus2, "
+                                "skywork-critic, pandalm, judgelm, selene, auto-j: `rmjudge "
+                                "formats`) or a format file (.toml). See docs/judges.md.",
+                                metavar="NAME|FILE")
     confidence_fraction: float = setting(0.1, "Share of the lowest token log-probs averaged into a "
                                       "rollout's confidence.", cli=False)
 
@@ -112,6 +121,8 @@ class JudgeSettings:
         d = asdict(self)
         if d["ablation"] == "none":  # recorded only when chosen: earlier stores still resume
             del d["ablation"]
+        if d["judge_format"] == "reflectrm":  # likewise
+            del d["judge_format"]
         for key in ("criteria", "prompt_template"):  # likewise
             if d[key] is None:
                 del d[key]

@@ -39,6 +39,15 @@ class Pair:
         return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 
+class RawPrompt(tuple):
+    """Messages sent to the model as one plain completion prompt, their contents as they are,
+    without the chat template around them: for the judge formats whose authors prompt their
+    judge that way (rmjudge.prompts.builtin_formats). Any other tuple of messages goes through
+    the chat template."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class ForceSpec:
     """How to force a verdict when a generation does not parse.
@@ -85,6 +94,9 @@ class Generation:
     forced_probs: tuple[float, float] | None = None  # p(choice 1), p(choice 2), normalized
     forced_logprob: float | None = None  # log p of the forced choice under the full vocab
     error: str | None = None
+    # where each token ends in `text` (UTF-8 byte offsets), from engines that know it: a judge
+    # format reads the log-probabilities of its verdict's tokens (rmjudge.prompts.formats)
+    token_ends: list[int] | None = None
 
     @property
     def n_tokens(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rmjudge.core.types import Message
+from rmjudge.core.types import Message, RawPrompt
 from rmjudge.prompts.sandbox import (TemplateError, sandbox_environment,  # noqa: F401
                                      template_failure)
 
@@ -57,7 +57,9 @@ class ChatTemplate:
                  assistant_prefix: str = "") -> list[tuple[str, bool]]:
         """The prompt as (text, is_template) pieces, in order; data pieces are the message
         contents and the assistant prefix, everything else is the template's."""
-        if self._template is None:  # no template: a plain transcript, all of it data-like text
+        if isinstance(messages, RawPrompt):  # a completion prompt: no template around it
+            pieces = [(m["content"], False) for m in messages]
+        elif self._template is None:  # no template: a plain transcript, all of it data-like text
             pieces: list[tuple[str, bool]] = []
             for m in messages:
                 pieces += [(f"{m['role'].capitalize()}: ", True), (m["content"], False),

@@ -56,7 +56,7 @@ class ScriptedEngine:
                 g = self.respond(req, i)
                 if isinstance(g, str):
                     g = Generation(text=g, token_logprobs=[-0.1] * max(1, len(g.split())),
-                                   finish_reason="stop")
+                                   finish_reason="stop", token_ends=word_ends(g))
                 if req.force is not None and g.finish_reason != "error":
                     cont = req.force.continuation(g.text)
                     if cont is not None:
@@ -67,3 +67,12 @@ class ScriptedEngine:
                 gens.append(g)
             out.append(gens)
         return out
+
+
+def word_ends(text: str) -> list[int]:
+    """Where each scripted "token" (a word with the spaces after it) ends, as UTF-8 byte
+    offsets; one token for an empty text."""
+    import re
+
+    ends = [len(text[:m.end()].encode()) for m in re.finditer(r"\S+\s*", text)]
+    return ends or [0]

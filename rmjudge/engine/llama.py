@@ -77,6 +77,7 @@ class _Seq:
     out: bytearray = field(default_factory=bytearray)
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # len(out) after each token
     finish: str = "length"
     force_choices: tuple[int, int] | None = None
     forced: tuple[float, float] | None = None
@@ -334,7 +335,8 @@ class LlamaEngine:
                 continue
             gens.append(Generation(
                 text=s.out.decode("utf-8", errors="replace"), token_logprobs=s.logprobs,
-                finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp))
+                finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp,
+                token_ends=[min(e, len(s.out)) for e in s.ends]))
             self._generated += len(s.logprobs)
         return gens
 
@@ -642,6 +644,7 @@ class LlamaEngine:
             s.tokens.append(tok)
             s.logprobs.append(float(shifted[tok]) - lse)
             s.out += self.tok.piece_bytes(tok)
+            s.ends.append(len(s.out))
             stop = _matched_stop(s.out, s.req.stop)
             if stop is not None:
                 del s.out[stop:]

@@ -29,17 +29,16 @@ from typing import Iterable
 
 from rmjudge.core.seeds import derive_seed
 from rmjudge import prompts
+from rmjudge.prompts.choice import format_of
+from rmjudge.prompts.formats import TIE, JudgeFormat, lowest_share_mean
+from rmjudge.prompts.native_format import Reflection, reflectrm_reflection
 from rmjudge.core.settings import JudgeSettings
 from rmjudge.core.types import Generation, GenRequest, Pair
 
 
 def confidence(logprobs: Iterable[float], fraction: float = 0.1) -> float | None:
     """Mean of the lowest `fraction` of token log-probabilities (at least one token)."""
-    lp = sorted(x for x in logprobs if x == x)  # NaN: log-probabilities were not asked for
-    if not lp:
-        return None
-    k = max(1, math.ceil(len(lp) * fraction))
-    return sum(lp[:k]) / k
+    return lowest_share_mean(list(logprobs), fraction)
 
 
 @dataclass
@@ -51,7 +50,7 @@ class Sample:
     stage: str  # 'rollout' | 'reflection'
     idx: int
     text: str
-    prediction: int | None
+    prediction: int | None  # 1 | 2 (the position in the prompt), 0 a tie (TIE), None: none
     verdict_source: str | None  # 'generated' | 'forced' | None (no verdict)
     tokens: int
     finish_reason: str
@@ -84,9 +83,11 @@ def order_responses(pair: Pair, order: str) -> tuple[str, str]:
 
 
 def to_letter(order: str, prediction: int | None) -> str | None:
-    """Map a prediction in the prompt's numbering to 'A'/'B'."""
+    """Map a prediction in the prompt's numbering to 'A'/'B' ('tie' for TIE)."""
     if prediction is None:
         return None
+    if prediction == TIE:
+        return "tie"
     first_is_a = order == "ab"
     return "A" if (prediction == 1) == first_is_a else "B"
 
@@ -105,8 +106,10 @@ def voting_pool(rollouts: list[Sample]) -> tuple[list[Sample], bool]:
     return [r for r in rollouts if r.verdict_source == "forced" and r.prediction is not None], True
 
 
-def _sample_from(gen: Generation, task: str, **kw) -> Sample:
-    pred = prompts.parse_verdict(gen.text, task)  # type: ignore[arg-type]
+def _sample_from(gen: Generation, read, **kw) -> Sample:
+    """A Sample of `gen`, its verdict read by `read(text)` (1 | 2 | TIE | None), else forced
+    from the logits where the engine read them."""
+    pred = read(gen.text)
     source = "generated" if pred is not None else None
     p_first = None
     if pred is None and gen.forced_probs is not None:
@@ -124,6 +127,11 @@ def _sample_from(gen: Generation, task: str, **kw) -> Sample:
     )
 
 
+def _prediction(fmt: JudgeFormat, text: str) -> int | None:
+    verdict = fmt.parse(text)
+    return None if verdict is None else verdict.prediction
+
+
 class PairOrderJob:
     """The two-stage run of one pair in one order."""
 
@@ -131,6 +139,11 @@ class PairOrderJob:
                  style: prompts.PromptStyle = prompts.DEFAULT_STYLE):
         self.pair = pair
         self.style = style
+        self.fmt = format_of(style)
+        # the format's own critique comparison; ReflectRM's for one without (--reflect: an
+        # ablation); the settings come resolved (runspec.resolve) or say so themselves
+        self.reflection: Reflection | None = getattr(self.fmt, "reflection", None) \
+            or reflectrm_reflection()
         self.order = order
         self.s = settings
         self.suffix = suffix
@@ -143,29 +156,30 @@ class PairOrderJob:
     # -- stage 1 -------------------------------------------------------------------------
     def rollout_request(self, n: int, start: int = 0) -> GenRequest:
         return GenRequest(
-            messages=prompts.pref_messages(self.pair.messages, self.r1, self.r2, self.suffix,
-                                           self.style),
+            messages=self.fmt.pref_messages(self.pair.messages, self.r1, self.r2, self.suffix,
+                                            self.style),
             n=n,
-            assistant_prefix=prompts.ASSISTANT_PREFIX,
+            assistant_prefix=self.fmt.assistant_prefix,
             temperature=self.s.temperature,
             top_p=self.s.top_p,
             seed=derive_seed(self.s.seed, self.pair.id, self.order, "rollout", start),
             max_tokens=self.s.max_tokens,
-            stop=prompts.STOP,
-            force=prompts.force_spec("pref") if self.s.forced else None,
+            stop=self.fmt.stop,
+            force=self.fmt.force_spec() if self.s.forced else None,
             share_key=(self.pair.id, self.order, "rollout"),
         )
 
     def add_rollouts(self, gens: list[Generation]) -> None:
         for gen in gens:
             smp = _sample_from(
-                gen, "pref", pair_id=self.pair.id, order=self.order, stage="rollout",
-                idx=len(self.rollouts),
+                gen, lambda text: _prediction(self.fmt, text), pair_id=self.pair.id,
+                order=self.order, stage="rollout", idx=len(self.rollouts),
             )
             lps = list(gen.token_logprobs)
             if smp.verdict_source == "forced" and gen.forced_logprob is not None:
                 lps.append(gen.forced_logprob)
-            smp.confidence = confidence(lps, self.s.confidence_fraction)
+            smp.confidence = self.fmt.confidence(lps, gen.token_ends, gen.text,
+                                                 self.s.confidence_fraction)
             self.rollouts.append(smp)
 
     @property
@@ -198,27 +212,28 @@ class PairOrderJob:
             self.shortcut = True
             return []
         rng = random.Random(derive_seed(self.s.seed, self.pair.id, self.order, "reflect"))
-        a_anchor = prompts.extract_analysis(anchor.text)
+        refl = self.reflection
+        a_anchor = self.fmt.critique(anchor.text)
         reqs = []
         self._refl_plan = []
         for r in parsed:
             if r.idx == anchor.idx:
                 continue
             slot = 1 if rng.random() < 0.5 else 2
-            a_i = prompts.extract_analysis(r.text)
+            a_i = self.fmt.critique(r.text)
             c1, c2 = (a_i, a_anchor) if slot == 1 else (a_anchor, a_i)
             self._refl_plan.append((r.idx, slot))
             reqs.append(
                 GenRequest(
-                    messages=prompts.refl_messages(
+                    messages=refl.messages(
                         self.pair.messages, self.r1, self.r2, c1, c2, self.suffix, self.style
                     ),
                     n=1,
-                    assistant_prefix=prompts.ASSISTANT_PREFIX,
+                    assistant_prefix=refl.assistant_prefix,
                     temperature=0.0,
                     seed=0,
                     max_tokens=self.s.max_tokens,
-                    stop=prompts.STOP,
+                    stop=refl.stop,
                     force=None,  # a reflection decides W only with a verdict of its own
                     share_key=(self.pair.id, self.order, "reflection"),
                 )
@@ -228,8 +243,9 @@ class PairOrderJob:
     def add_reflections(self, gens: list[Generation]) -> None:
         for (ridx, slot), gen in zip(self._refl_plan, gens, strict=True):
             smp = _sample_from(
-                gen, "refl", pair_id=self.pair.id, order=self.order, stage="reflection",
-                idx=len(self.reflections), reflection_of=ridx, reflection_slot=slot,
+                gen, self.reflection.parse, pair_id=self.pair.id, order=self.order,
+                stage="reflection", idx=len(self.reflections), reflection_of=ridx,
+                reflection_slot=slot,
             )
             self.reflections.append(smp)
             won = smp.prediction == slot if usable(smp) else None
@@ -275,20 +291,31 @@ def vote(rollouts: list[Sample], reflected: bool) -> tuple[int | None, float | N
     reflected = reflected and not fallback
     group = [r for r in parsed if r.won_reflection] if reflected else list(parsed)
 
-    def tally(g: list[Sample]) -> tuple[int, int]:
-        return sum(r.prediction == 1 for r in g), sum(r.prediction == 2 for r in g)
-
-    n1, n2 = tally(group)
-    if n1 == n2:  # empty or tied: the anchor joins
-        if reflected or anchor not in group:
-            group = group + [anchor]
-            n1, n2 = tally(group)
-        if n1 == n2:  # tie among all parsed, plain majority: the anchor decides
-            n1, n2 = (n1 + 1, n2) if anchor.prediction == 1 else (n1, n2 + 1)
-    pred = 1 if n1 > n2 else 2
+    counts = _tally(group)
+    pred = _single_best(counts)
+    if pred is None and (reflected or anchor not in group):  # empty or tied: the anchor joins
+        group = group + [anchor]
+        counts = _tally(group)
+        pred = _single_best(counts)
+    if pred is None:  # still tied (plain majority): the anchor decides, with one vote more
+        pred = anchor.prediction
+        counts[pred] += 1  # type: ignore[index]
+    n1, n2, n0 = counts[1], counts[2], counts[TIE]
     voters = [r for r in group if r.prediction == pred and r.confidence is not None]
     conf = sum(r.confidence for r in voters) / len(voters) if voters else None  # type: ignore[misc]
-    return pred, n1 / (n1 + n2), conf
+    return pred, (n1 + n0 / 2) / (n1 + n2 + n0), conf
+
+
+def _tally(group: list[Sample]) -> dict[int, int]:
+    """Votes for 1, for 2 and for a tie (TIE) in `group`."""
+    return {p: sum(r.prediction == p for r in group) for p in (1, 2, TIE)}
+
+
+def _single_best(counts: dict[int, int]) -> int | None:
+    """The prediction with strictly the most votes, else None (none, or shared)."""
+    top = max(counts.values())
+    best = [p for p, n in counts.items() if n == top]
+    return best[0] if top > 0 and len(best) == 1 else None
 
 
 @dataclass

@@ -29,7 +29,9 @@ from dataclasses import dataclass, replace
 from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.budget import (FORCE_MARGIN, context_limit, prompt_room,  # noqa: F401
                                    too_long_reason, tokens_needed)
-from rmjudge.prompts import DEFAULT_STYLE, PROMPT_FORMAT, PromptStyle, prompt_style
+from rmjudge.prompts import DEFAULT_STYLE, PROMPT_FORMAT, PromptStyle
+from rmjudge.prompts.choice import format_of, run_style
+from rmjudge.prompts.formats import DEFAULT_FORMAT
 from rmjudge.core.settings import JudgeSettings
 
 # Tokens a sequence may need beyond its prompt and `max_tokens`: the forced-verdict
@@ -83,6 +85,7 @@ class RunSpec:
         if self.demo and self.settings.max_tokens == DEMO_MAX_TOKENS:
             notes.append(f"token limit {DEMO_MAX_TOKENS} (the embedded demo judge's budget; the "
                          f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
+        notes.extend(format_notes(format_of(self.style), self.settings.reflect))
         if self.settings.forced:
             notes.append(("forced verdicts: on (the fallback of an order none of whose rollouts "
                           "parses; --no-forced turns them off)" if is_demo_adapter(self.model)
@@ -108,6 +111,10 @@ class RunSpec:
             d.pop("prompt_template", None)
             d["prompt_template_sha256"] = self.style.template.sha256
         d["prompt_format"] = PROMPT_FORMAT
+        fmt = format_of(self.style)
+        if fmt.name != DEFAULT_FORMAT:  # absent: ReflectRM's (stores of 0.13 and before)
+            d["judge_format"] = fmt.name
+            d["judge_format_sha256"] = fmt.sha256
         d["model_sha256"] = self.model.sha256
         d["lora_sha256"] = self.model.lora_sha256
         if self.model.lora and self.model.lora_scale not in (None, 1.0):
@@ -119,6 +126,18 @@ class RunSpec:
             if self.model.prompt_encoding:
                 d["prompt_encoding"] = self.model.prompt_encoding
         return d
+
+
+def format_notes(fmt, reflect: bool | None) -> list[str]:
+    """What the summary says of a judge format other than ReflectRM's: its name, and how an
+    order's rollouts become its verdict."""
+    if fmt.name == DEFAULT_FORMAT:
+        return []
+    how = ("self-reflection with the format's own critique comparison" if fmt.reflects and reflect
+           else "self-reflection with ReflectRM's critique comparison (--reflect, an ablation)"
+           if reflect else "a vote over each order's rollouts (the format has no "
+           "critique-comparison prompt; --reflect opts into ReflectRM's, an ablation)")
+    return [f"judge format: {fmt.name} ({fmt.title}); verdicts by {how}"]
 
 
 def prompt_suffix(model: ModelInfo, given: str | None = None) -> str:
@@ -167,7 +186,7 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None,
     reads its `--criteria @FILE` and `--prompt-template` once."""
     suffix = prompt_suffix(model, settings.prompt_suffix)
     if style is None:
-        style = prompt_style(settings.criteria, settings.prompt_template)
+        style = run_style(settings.criteria, settings.prompt_template, settings.judge_format)
     context = context_limit(n_ctx, model.n_ctx_train)
     demo = is_demo_model(model)
     resolved = replace(
@@ -175,6 +194,8 @@ def resolve(settings: JudgeSettings, model: ModelInfo, n_ctx: int | None = None,
         max_tokens=settings.max_tokens if settings.max_tokens is not None
         else (DEMO_MAX_TOKENS if demo else PAPER_MAX_TOKENS),
         forced=settings.forced if settings.forced is not None else demo,
+        reflect=settings.reflect if settings.reflect is not None
+        else format_of(style).reflects,
         criteria=style.criteria)  # the text, recorded with the verdict settings
     return RunSpec(resolved, model, suffix, context, demo,
                    defaulted_forced=settings.forced is None, style=style)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 from rmjudge.core.types import ForceSpec, Message
 
 if TYPE_CHECKING:
+    from rmjudge.prompts.formats import JudgeFormat
     from rmjudge.prompts.template import PromptTemplate
 
 Task = Literal["pref", "refl"]
@@ -76,12 +77,14 @@ def _answer_format(task: Task) -> str:
 
 @dataclass(frozen=True)
 class PromptStyle:
-    """What a run changes in the wording of both prompts: `criteria` (`--criteria`, the rubric
-    text) and `template` (`--prompt-template`). The default style is the plain prompts."""
+    """What a run changes in the wording of its prompts: `criteria` (`--criteria`, the rubric
+    text), `template` (`--prompt-template`, ReflectRM's prompts reworded) and `format`
+    (`--judge-format`: None is ReflectRM's; rmjudge.prompts.choice.format_of). The default
+    style is ReflectRM's plain prompts."""
 
     criteria: str | None = None
     template: "PromptTemplate | None" = None
-
+    format: "JudgeFormat | None" = None
 
 DEFAULT_STYLE = PromptStyle()
 
@@ -192,7 +195,8 @@ def check_template(template: "PromptTemplate", criteria: str | None = None) -> N
 
 def prompt_style(criteria: str | None = None, template: str | None = None) -> PromptStyle:
     """The style of `--criteria` (a built-in name, @FILE or text) and `--prompt-template`
-    (a file), resolved and checked: a bad value raises a UserError before any model loads."""
+    (a file), resolved and checked: a bad value raises a UserError before any model loads.
+    A run's style, judge format included, is `rmjudge.prompts.choice.run_style`'s."""
     from rmjudge.prompts.criteria import resolve_criteria
     from rmjudge.prompts.template import load_template
 

@@ -29,22 +29,27 @@ class PromptTemplateError(UserError):
 class PromptTemplate:
     """A compiled `--prompt-template` (`text`: its source; `origin`: its file name)."""
 
-    def __init__(self, text: str, origin: str):
+    def __init__(self, text: str, origin: str, what: str | None = None, fix: str = FIX,
+                 error: type[UserError] = PromptTemplateError):
+        """`what`: how its errors name it (default "--prompt-template ORIGIN"); `fix` and
+        `error`: what they advise and raise (a format file's prompts say theirs)."""
         from rmjudge.prompts.sandbox import sandbox_environment
 
         self.text = text
         self.origin = origin
+        self.what = what or f"--prompt-template {origin}"
+        self.fix = fix
+        self.error = error
         self.sha256 = hashlib.sha256(text.encode()).hexdigest()
         try:
             self._template = sandbox_environment().from_string(text)
         except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
             raise self._failure(exc) from None
 
-    def _failure(self, exc: Exception) -> PromptTemplateError:
+    def _failure(self, exc: Exception) -> UserError:
         from rmjudge.prompts.sandbox import template_failure
 
-        return template_failure(exc, f"--prompt-template {self.origin}", FIX,
-                                PromptTemplateError)
+        return template_failure(exc, self.what, self.fix, self.error)
 
     def render(self, **variables: Any) -> str:
         from rmjudge.prompts.render_limit import render_bounded

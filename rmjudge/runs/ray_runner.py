@@ -345,9 +345,10 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
     how rows become pairs (`--label-values`, `--label`; default: `mapping` alone), which every
     worker gets a copy of. `rejudge_changed`: rows of finished batches edited since they were
     judged are judged again (without it, the run stops naming them, as `rmjudge score` does)."""
-    from rmjudge.prompts import prompt_style
+    from rmjudge.prompts.choice import run_style
 
-    style = prompt_style(js.criteria, js.prompt_template)  # read once, before anything is done
+    # read once, before anything is done
+    style = run_style(js.criteria, js.prompt_template, js.judge_format)
     try:
         import ray
     except ImportError:

@@ -172,10 +172,13 @@ def with_label_criteria(js: JudgeSettings, label_choice: str | None) -> JudgeSet
     harmless) when no --criteria is given (rmjudge.prompts.criteria)."""
     from dataclasses import replace
 
+    from rmjudge.prompts.choice import format_has_rubric
     from rmjudge.prompts.criteria import label_criteria
 
     name = label_criteria(label_choice)
-    return replace(js, criteria=name) if name and js.criteria is None else js
+    if not name or js.criteria is not None or not format_has_rubric(js.judge_format):
+        return js  # a format without a rubric slot judges by its own prompt
+    return replace(js, criteria=name)
 
 
 def criteria_note(js: JudgeSettings, label_choice: str | None) -> str | None:
@@ -192,11 +195,11 @@ def criteria_note(js: JudgeSettings, label_choice: str | None) -> str | None:
 
 
 def check_prompting(js: JudgeSettings) -> "PromptStyle":
-    """The prompt style of --criteria and --prompt-template, read once, before any model
-    loads (a bad value fails here); the run hands it to `runspec.resolve`."""
-    from rmjudge.prompts import prompt_style
+    """The prompt style of --criteria, --prompt-template and --judge-format, read once, before
+    any model loads (a bad value fails here); the run hands it to `runspec.resolve`."""
+    from rmjudge.prompts.choice import run_style
 
-    return prompt_style(js.criteria, js.prompt_template)
+    return run_style(js.criteria, js.prompt_template, js.judge_format)
 
 
 def run_spec(engine, opts: RunOptions, style: "PromptStyle | None" = None) -> "RunSpec":

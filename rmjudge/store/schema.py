@@ -153,7 +153,7 @@ def describe_differences(old: dict, new: dict) -> str:
 
 # Settings recorded only when they are not their default (so that stores made before they were
 # recorded still resume): what their absence means.
-ABSENT_MEANS = {"lora_scale": 1.0}
+ABSENT_MEANS = {"lora_scale": 1.0, "judge_format": "reflectrm"}
 
 
 

@@ -1,0 +1,349 @@
+"""Judge formats (`--judge-format`, docs/judges.md): the open judges' prompts and verdict rules
+against fixtures made from their authors' code, the protocol on top (both orders, N samples,
+ties, the vote, self-reflection only where a format has a critique comparison), format files
+checked before a model loads, and a store that refuses a resume with another format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+from click.testing import CliRunner
+from helpers import judge_with
+
+from rmjudge.cli import main
+from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.types import Generation, GenRequest, RawPrompt
+from rmjudge.engine.chat import ChatTemplate
+from rmjudge.engine.fake import ScriptedEngine
+from rmjudge.prompts import PromptStyle, completion_text
+from rmjudge.prompts.builtin_formats import BUILTIN
+from rmjudge.prompts.choice import judge_format, run_style
+from rmjudge.prompts.formats import TIE, JudgeFormatError
+from rmjudge.runs.pipeline import score
+
+FIXTURES = Path(__file__).parent / "data" / "judge_formats"
+LETTER = {1: "A", 2: "B", TIE: "tie"}
+NATIVE = [n for n in BUILTIN if n != "reflectrm"]
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_prompts_equal_the_authors_rendering(name):
+    """Each built-in renders the fixture's pairs (made by the official prompt functions at the
+    commit the fixture names) character for character, system prompt and rubric included."""
+    fx = fixture(name)
+    fmt = BUILTIN[name]
+    assert fx["source"]["commit"] and len(fx["render_cases"]) >= 3
+    for case in fx["render_cases"]:
+        style = PromptStyle(case.get("rubric"), None, fmt)
+        got = fmt.pref_messages(({"role": "user", "content": case["question"]},),
+                                case["response_a"], case["response_b"], "", style)
+        assert [dict(m) for m in got] == case["messages"]
+    assert fmt.ties == fx["ties"] and fmt.rubric == fx["rubric"]
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_answers_parse_as_the_authors_rule_parses_them(name):
+    """Official example answers and hostile ones (both verdicts, none, a verdict quoted inside
+    the text or in the wrong place, a tie where none is allowed) read as the official rule
+    reads them; what it does not read is None (a parse failure), never a tie."""
+    fmt = BUILTIN[name]
+    cases = fixture(name)["parse_cases"]
+    assert len(cases) >= 10
+    for case in cases:
+        verdict = fmt.parse(case["text"])
+        got = None if verdict is None else LETTER[verdict.prediction]
+        assert got == case["expected"], (case["why"], case["text"])
+        if verdict is not None:
+            assert 0 <= verdict.start < verdict.end <= len(case["text"])
+
+
+def test_ties_only_where_the_format_has_them():
+    for name in NATIVE:
+        fmt = BUILTIN[name]
+        ties = [c for c in fixture(name)["parse_cases"] if c["expected"] == "tie"]
+        assert bool(ties) == fmt.ties, name
+
+
+# -- a scripted judge that answers in each format ------------------------------------------
+
+def answer(name: str, winner: int | None) -> str:
+    """A well-formed answer of format `name` for `winner` (1 | 2 in the prompt's numbering;
+    None: a tie)."""
+    ab = {1: "A", 2: "B"}.get(winner)
+    return {
+        "reflectrm": lambda: completion_text("pref", "Looked at both.", winner),
+        "mt-bench": lambda: f"Assistant {ab} answers correctly. [[{ab}]]",
+        "skywork-critic": lambda: f"[[{ab}]]",
+        "prometheus2": lambda: f"Feedback: one of them is right. [RESULT] {ab}",
+        "pandalm": lambda: f"{winner or 'Tie'}\n\nReason: it is correct.",
+        "judgelm": lambda: {1: "8 3", 2: "3 8", None: "5 5"}[winner] + "\nOne is correct.",
+        "selene": lambda: f"**Reasoning:** one is correct.\n\n**Result:** {ab}",
+        "auto-j": lambda: ("Both were read. So, the final decision is "
+                           + (f"Response {winner}" if winner else "Tie")),
+    }[name]()
+
+
+def shown_first(req: GenRequest, good: str, bad: str) -> int:
+    """1 when `good` stands before `bad` in the prompt, else 2."""
+    text = "\n".join(m["content"] for m in req.messages)
+    return 1 if text.index(good) < text.index(bad) else 2
+
+
+def gold_judge(name: str, tie: bool = False):
+    def respond(req: GenRequest, i: int):
+        return answer(name, None if tie else shown_first(req, "GOOD", "BAD"))
+    return respond
+
+
+def write_pairs(path: Path, n: int = 3) -> str:
+    rows = [{"id": f"p{i}", "prompt": f"Question {i}?", "chosen": f"GOOD answer {i}",
+             "rejected": f"BAD answer {i}"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def stored(out: str, sql: str) -> list[tuple]:
+    con = duckdb.connect(out, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("name", list(BUILTIN))
+def test_a_judge_in_each_format_gives_the_gold_verdict_in_both_orders(tmp_path, name):
+    src = write_pairs(tmp_path / "pairs.jsonl")
+    out = str(tmp_path / "o.duckdb")
+    engine = ScriptedEngine(gold_judge(name))
+    settings = JudgeSettings(samples=2, judge_format=name)
+    score(src, engine, settings, output=out)
+    rows = stored(out, "SELECT verdict, verdict_ab, verdict_ba, label, consistent, correct "
+                       "FROM pairs")
+    assert len(rows) == 3 and {r[0] for r in rows} <= {"A", "B"}
+    assert all(r[0] == r[1] == r[2] == r[3] and r[4] and r[5] for r in rows), rows
+    samples = stored(out, "SELECT prediction, verdict_source FROM samples "
+                          "WHERE stage = 'rollout'")
+    assert len(samples) == 12 and all(s == "generated" for _, s in samples)
+    requests = [r for call in engine.calls for r in call]
+    assert requests and all(r.assistant_prefix == BUILTIN[name].assistant_prefix
+                            for r in requests if r.share_key[2] == "rollout")
+    settings_row = orjson.loads(stored(out, "SELECT value FROM meta WHERE key = 'settings'")[0][0])
+    if name == "reflectrm":  # a store of the default format records what 0.13 recorded
+        assert "judge_format" not in settings_row and "judge_format_sha256" not in settings_row
+    else:
+        assert settings_row["judge_format"] == name
+        assert settings_row["judge_format_sha256"] == BUILTIN[name].sha256
+        assert settings_row["reflect"] is False  # no critique comparison of its own
+        assert not any(r.share_key[2] == "reflection" for r in requests)
+
+
+@pytest.mark.parametrize("name", ["pandalm", "judgelm", "auto-j"])
+def test_a_tie_answer_is_a_tie_not_a_failure(tmp_path, name):
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(gold_judge(name, tie=True)),
+          JudgeSettings(samples=3, judge_format=name), output=out)
+    assert stored(out, "SELECT verdict, verdict_ab, verdict_ba, consistent, p_a FROM pairs") == [
+        ("tie", "tie", "tie", True, 0.5)]
+    assert set(stored(out, "SELECT prediction, verdict_source FROM samples")) == {
+        (TIE, "generated")}
+
+
+def test_an_unparsed_answer_is_a_parse_failure_not_a_tie(tmp_path):
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(lambda req, i: "Both answers have merit; I cannot choose."),
+          JudgeSettings(samples=2, judge_format="mt-bench"), output=out)
+    assert stored(out, "SELECT verdict, verdict_ab, verdict_ba FROM pairs") == [
+        ("error", "error", "error")]
+    assert set(stored(out, "SELECT prediction, verdict_source FROM samples")) == {(None, None)}
+
+
+def test_the_vote_over_three_predictions_and_the_anchor_on_its_verdict_tokens(tmp_path):
+    """Two rollouts say 1, one says tie: the order's verdict is 1. The anchor is the rollout
+    whose verdict tokens were most probable, whatever its other tokens."""
+    texts = ["4 2\nFirst is better, clearly.", "5 5\nEven.", "7 3\nThe first one."]
+    lps = [[-0.1, -3.0, -0.2, -0.2, -0.2, -0.2], [-2.0, -0.1, -0.1], [-0.05, -0.5, -0.6, -0.7]]
+
+    def respond(req, i):
+        from rmjudge.engine.fake import word_ends
+
+        return Generation(texts[i], lps[i], "stop", token_ends=word_ends(texts[i]))
+
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(respond), JudgeSettings(samples=3, judge_format="judgelm",
+                                                      orders="ab"), output=out)
+    assert stored(out, "SELECT verdict_ab FROM pairs") == [("A",)]
+    anchors = stored(out, "SELECT idx, confidence FROM samples WHERE is_anchor")
+    # judgelm's verdict is its first line: "7 3" is tokens 0-1 (-0.05, -0.5)
+    assert anchors == [(2, pytest.approx(-0.275))]
+
+
+def test_reflect_opts_into_reflectrms_critique_comparison_as_an_ablation(tmp_path):
+    """A format without a critique comparison votes by default; --reflect gives it ReflectRM's
+    comparison of the format's whole answers, which decides the winner group as for ReflectRM."""
+    answers = ["[[A]] first", "[[B]] second", "[[A]] again"]
+
+    def respond(req, i):
+        if req.share_key[2] == "reflection":
+            return completion_text("refl", "meta", 1)
+        return answers[i]
+
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    out = str(tmp_path / "o.duckdb")
+    engine = ScriptedEngine(respond)
+    score(src, engine, JudgeSettings(samples=3, judge_format="skywork-critic", reflect=True,
+                                     orders="ab"), output=out)
+    reflections = [r for call in engine.calls for r in call if r.share_key[2] == "reflection"]
+    assert len(reflections) == 2
+    body = reflections[0].messages[-1]["content"]
+    assert "## The two critiques" in body and "[[" in body  # the whole answer is the critique
+    settings_row = orjson.loads(stored(out, "SELECT value FROM meta WHERE key = 'settings'")[0][0])
+    assert settings_row["reflect"] is True
+
+
+def test_a_resume_with_another_format_is_refused(tmp_path, monkeypatch):
+    src = write_pairs(tmp_path / "pairs.jsonl", 2)
+    out = str(tmp_path / "o.duckdb")
+    judge_with(monkeypatch, lambda: ScriptedEngine(gold_judge("mt-bench")))
+    base = ["score", src, "-o", out, "--samples", "2", "--model", "judge.gguf"]
+    r = CliRunner().invoke(main, base + ["--judge-format", "mt-bench"])
+    assert r.exit_code == 0, r.output
+    for other in ([], ["--judge-format", "skywork-critic"]):
+        r = CliRunner().invoke(main, base + other)
+        errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+        assert r.exit_code == 1 and len(errors) == 1, r.output
+        assert "judge_format 'mt-bench' -> " in errors[0]
+
+
+def test_criteria_go_into_prometheus_rubric_and_are_refused_without_a_slot(tmp_path,
+                                                                          monkeypatch):
+    loads = []
+    judge_with(monkeypatch, lambda: loads.append(1) or ScriptedEngine(gold_judge("prometheus2")))
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    r = CliRunner().invoke(main, ["score", src, "-o", str(tmp_path / "a.duckdb"),
+                                  "--judge-format", "mt-bench", "--criteria", "honest"])
+    assert r.exit_code == 1 and not loads
+    assert r.output.startswith("Error: --criteria: the judge format mt-bench has no rubric slot")
+    style = run_style("Is it polite?", None, "prometheus2")
+    user = BUILTIN["prometheus2"].pref_messages(({"role": "user", "content": "Q"},), "a", "b",
+                                                "", style)[-1]["content"]
+    assert "###Score Rubric:\nIs it polite?\n\n###Feedback: " in user
+    r = CliRunner().invoke(main, ["score", src, "-o", str(tmp_path / "b.duckdb"),
+                                  "--judge-format", "auto-j", "--prompt-template",
+                                  str(tmp_path / "t.jinja")])
+    assert r.exit_code == 1 and "cannot be used with --judge-format auto-j" in r.output
+
+
+def test_label_safer_adds_its_rubric_only_where_the_format_has_a_slot(tmp_path, monkeypatch):
+    from rmjudge.runs.setup import with_label_criteria
+
+    assert with_label_criteria(JudgeSettings(judge_format="selene"), "safer").criteria is None
+    assert with_label_criteria(JudgeSettings(judge_format="prometheus2"),
+                               "safer").criteria == "harmless"
+
+
+def test_raw_formats_skip_the_chat_template():
+    """PandaLM, JudgeLM and Auto-J are prompted as plain completions, as their authors do;
+    the others go through the model's chat template."""
+    template = ChatTemplate("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+                            "{% endfor %}<|assistant|>")
+    conv = ({"role": "user", "content": "Q?"},)
+    for name, fmt in BUILTIN.items():
+        msgs = fmt.pref_messages(conv, "one", "two", "", PromptStyle(None, None, fmt))
+        text = template.render(msgs, fmt.assistant_prefix)
+        raw = name in ("pandalm", "judgelm", "auto-j")
+        assert isinstance(msgs, RawPrompt) == raw
+        assert (text == msgs[0]["content"]) == raw and ("<|assistant|>" in text) != raw
+
+
+# -- format files ----------------------------------------------------------------------------
+
+GOOD_FILE = """
+name = "my-judge"
+labels = ["X", "Y"]
+prompt = '''Q: {{ context }}
+X: {{ response1 }}
+Y: {{ response2 }}
+Say WIN-X, WIN-Y or DRAW.'''
+[verdict]
+first = 'WIN-X'
+second = 'WIN-Y'
+tie = 'DRAW'
+where = "last"
+"""
+
+
+def test_the_example_format_file_is_a_working_format(tmp_path):
+    fmt = judge_format(str(Path(__file__).parent.parent / "examples" / "judge_format.toml"))
+    assert fmt.ties and fmt.rubric and fmt.reflects and fmt.force_spec() is not None
+    assert fmt.parse("... Verdict: Output (b)").prediction == 2
+    assert fmt.parse("verdict: TIE").prediction == TIE
+    assert fmt.parse("no verdict here") is None
+
+
+def test_a_format_file_judges_with_its_prompt_and_patterns(tmp_path):
+    path = tmp_path / "judge.toml"
+    path.write_text(GOOD_FILE)
+    src = write_pairs(tmp_path / "pairs.jsonl", 2)
+    out = str(tmp_path / "o.duckdb")
+
+    def respond(req, i):
+        winner = shown_first(req, "GOOD", "BAD")
+        return f"I choose WIN-{'XY'[winner - 1]}"
+
+    score(src, ScriptedEngine(respond), JudgeSettings(samples=2, judge_format=str(path)),
+          output=out)
+    assert stored(out, "SELECT DISTINCT correct, consistent FROM pairs") == [(True, True)]
+    settings_row = orjson.loads(stored(out, "SELECT value FROM meta WHERE key = 'settings'")[0][0])
+    assert settings_row["judge_format"] == "my-judge"
+    # the file's text decides verdicts: an edited pattern is another format
+    path.write_text(GOOD_FILE.replace("DRAW", "EVEN"))
+    assert judge_format(str(path)).sha256 != settings_row["judge_format_sha256"]
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace('name = "my-judge"', 'name = "my-judge"\ncolour = "red"'), "colour"),
+    (lambda t: t.replace("first = 'WIN-X'", "first = 'WIN-(X'"), "verdict.first"),
+    (lambda t: t.replace("first = 'WIN-X'", ""), "verdict.first"),
+    (lambda t: t.replace("X: {{ response1 }}", ""), "prompt"),
+    (lambda t: t.replace('name = "my-judge"', 'name = "mt-bench"'), "name"),
+    (lambda t: t.replace('where = "last"', 'where = "middle"'), "verdict.where"),
+    (lambda t: t.replace("Q: {{ context }}", "Q: {{ context.nope() }}"), "prompt"),
+    (lambda t: t + "\n[[", "TOML"),
+])
+def test_a_bad_format_file_is_one_error_line_naming_the_key(tmp_path, monkeypatch, edit, key):
+    path = tmp_path / "judge.toml"
+    path.write_text(edit(GOOD_FILE))
+    with pytest.raises(JudgeFormatError) as exc:
+        judge_format(str(path))
+    message = str(exc.value)
+    assert "\n" not in message and str(path) in message and key in message, message
+    loads = []
+    judge_with(monkeypatch, lambda: loads.append(1))
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    r = CliRunner().invoke(main, ["score", src, "-o", str(tmp_path / "o.duckdb"),
+                                  "--judge-format", str(path)])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 1 and not loads and len(errors) == 1, r.output
+
+
+def test_formats_lists_every_builtin_within_80_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(main, ["formats"])
+    assert r.exit_code == 0, r.output
+    for name in BUILTIN:
+        assert f"\n{name}: " in "\n" + r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80
+    r = CliRunner().invoke(main, ["formats", "prometheus2", "--prompt"])
+    assert r.exit_code == 0 and "###Score Rubric:" in r.output and "<criteria>" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80
