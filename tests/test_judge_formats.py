@@ -347,3 +347,106 @@ def test_formats_lists_every_builtin_within_80_columns(monkeypatch):
     r = CliRunner().invoke(main, ["formats", "prometheus2", "--prompt"])
     assert r.exit_code == 0 and "###Score Rubric:" in r.output and "<criteria>" in r.output
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+# -- the other judging commands ---------------------------------------------------------------
+
+def quality_judge(name: str):
+    """A judge in format `name` that prefers the response with the larger `q=N` (the first
+    two `q=N` in the prompt are the responses, in the order shown)."""
+    import re
+
+    def respond(req, i):
+        text = "\n".join(m["content"] for m in req.messages)
+        q1, q2 = (int(x) for x in re.findall(r"q=(\d+)", text)[:2])
+        return answer(name, 1 if q1 > q2 else 2)
+    return respond
+
+
+@pytest.mark.parametrize("name", ["judgelm", "prometheus2", "auto-j"])
+def test_rank_orders_candidates_with_a_judge_in_its_format(tmp_path, name):
+    from rmjudge.rank import rank
+
+    src = tmp_path / "bon.jsonl"
+    src.write_text(json.dumps({"id": "p1", "prompt": "Which is best?",
+                               "responses": ["a q=2", "b q=9", "c q=5"]}) + "\n")
+    out = str(tmp_path / "r.duckdb")
+    rank(str(src), out, engine=ScriptedEngine(quality_judge(name)),
+         judge=JudgeSettings(samples=2, judge_format=name))
+    ranks = dict(stored(out, "SELECT candidate, rank FROM rankings"))
+    assert ranks == {1: 1, 2: 2, 0: 3}
+    assert stored(out, "SELECT DISTINCT consistent FROM pairs") == [(True,)]
+
+
+def test_bench_scores_a_judge_in_its_format_as_the_same_decisions_in_reflectrms(tmp_path):
+    """The bench fixture's scripted decisions (right, wrong, no verdict per order) given in
+    MT-Bench's answer form score exactly as they do in ReflectRM's."""
+    import re
+
+    from bench_judge import action, fixture_engine
+    from test_bench import SOURCES
+
+    from rmjudge.bench import get
+    from rmjudge.bench.runner import judge, score_stored
+
+    def mt_bench(req, i):
+        body = req.messages[-1]["content"]
+        r1, r2 = (re.search(rf"\[The Start of Assistant {x}'s Answer\]\n(.*?)\n\[The End",
+                            body, re.S).group(1) for x in "AB")
+        gold = 1 if "correct" in r1 else 2 if "correct" in r2 else 1
+        act = action(req, req.share_key[1])
+        if act == "none":
+            return "I cannot tell."
+        return answer("mt-bench", gold if act == "right" else 3 - gold)
+
+    bench = get("rewardbench")
+    figures = []
+    for engine, js, folder in (
+            (fixture_engine(), JudgeSettings(samples=1, seed=3), "reflectrm"),
+            (ScriptedEngine(mt_bench, pairs_in_flight=1),
+             JudgeSettings(samples=1, seed=3, judge_format="mt-bench"), "mt")):
+        judge(bench, str(SOURCES["rewardbench"]), engine, js, str(tmp_path / folder))
+        res = score_stored(bench, str(tmp_path / folder))
+        figures.append([(c.label, c.value) for c in res.sections])
+    assert figures[0] == figures[1] and len(figures[0]) > 3
+
+
+def test_compare_and_jury_over_stores_of_two_formats(tmp_path):
+    """Which judge to trust: a ReflectRM store and a Prometheus 2 store of the same input
+    compare, and their jury works."""
+    src = write_pairs(tmp_path / "pairs.jsonl", 4)
+    a, b = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
+    score(src, ScriptedEngine(gold_judge("reflectrm")), JudgeSettings(samples=2), output=a)
+    score(src, ScriptedEngine(gold_judge("prometheus2")),
+          JudgeSettings(samples=2, judge_format="prometheus2"), output=b)
+    r = CliRunner().invoke(main, ["compare", a, b])
+    assert r.exit_code == 0, r.output
+    jury = str(tmp_path / "jury.duckdb")
+    r = CliRunner().invoke(main, ["compare", a, b, "--jury", "-o", jury])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["eval", jury])
+    assert r.exit_code == 0 and "100.0" in r.output, r.output
+
+
+def test_the_greedy_baseline_prompts_in_the_tables_format(tmp_path, monkeypatch):
+    src = write_pairs(tmp_path / "pairs.jsonl", 2)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(gold_judge("selene")),
+          JudgeSettings(samples=2, judge_format="selene"), output=out)
+    engine = ScriptedEngine(gold_judge("selene"))
+    judge_with(monkeypatch, lambda: engine)
+    r = CliRunner().invoke(main, ["eval", out, "--greedy-baseline", "--model", "judge.gguf"])
+    assert r.exit_code == 0, r.output
+    prompts = [r.messages[-1]["content"] for call in engine.calls for r in call]
+    assert prompts and all(p.startswith("You are a helpful assistant in evaluating") for p in prompts)
+    assert set(stored(out, "SELECT letter FROM greedy")) <= {("A",), ("B",)}
+
+
+def test_the_python_api_takes_judge_format(tmp_path):
+    import rmjudge
+
+    rows = [{"prompt": "2+2?", "chosen": "GOOD 4", "rejected": "BAD 5"}]
+    table = rmjudge.score(rows, engine=ScriptedEngine(gold_judge("auto-j")),
+                          judge_format="auto-j", samples=2,
+                          output=str(tmp_path / "api.duckdb"))
+    assert list(table["correct"]) == [True]
