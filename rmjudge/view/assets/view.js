@@ -36,6 +36,7 @@
     return parent;
   }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); }
+  function titled(e, title) { e.title = title; return e; }
   function fmt(x, d) { return x === null || x === undefined ? "–" : Number(x).toFixed(d === undefined ? 2 : d); }
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(0) + "%"; }
 
@@ -595,8 +596,8 @@
     run = run || (S.meta.runs || [])[S.meta.runs.length - 1] || {};
     var lora = run.lora ? run.lora + (run.lora_sha256 ? " (sha256 " + run.lora_sha256.slice(0, 12) + ")" : "") : "none";
     var rows = [["model", run.model || "–"], ["LoRA", lora], ["N (samples)", s.samples], ["max tokens", s.max_tokens === null || s.max_tokens === undefined ? "default" : s.max_tokens],
-                ["temperature", s.temperature], ["criteria", S.meta.criteria || "–"], ["reflection", s.reflect === false ? "off" : "on"],
-                ["on inconsistent", s.on_inconsistent], ["run", d.run === null ? "–" : d.run]];
+                ["temperature", s.temperature], ["criteria", S.meta.criteria || "–"], ["reflection", s.reflect === false ? "off (a vote over each order's rollouts)" : "on"],
+                ["judge format", s.judge_format || "reflectrm"], ["on inconsistent", s.on_inconsistent], ["run", d.run === null ? "–" : d.run]];
     box.appendChild(el("div", "settings-title", "Run settings"));
     var dl = el("dl");
     rows.forEach(function (r) { if (r[1] === undefined) return; add(dl, el("dt", null, r[0]), el("dd", null, r[1] === null ? "–" : r[1])); });
@@ -1237,7 +1238,9 @@
       var text = c[9];
       var cell = el("td", "ctext");
       if (text === null) cell.appendChild(el("span", "muted", "(in no stored comparison)"));
-      else cell.appendChild(collapsible(el("span", "pv", preview(text) + " (" + String(text).length + " chars)"), function () { return markdown(text); }, false));
+      // the text in its own bidi isolate: a right-to-left override in it (U+202E, U+2067 ...)
+      // stops at its end instead of reversing the label beside it
+      else cell.appendChild(collapsible(add(el("span", "pv"), el("bdi", null, preview(text)), " (" + String(text).length + " chars)"), function () { return markdown(text); }, false));
       add(tr, el("td", "num rank", c[1]), el("td", "mono", "#" + c[0]), el("td", "num", fmt(c[2], 3)),
           el("td", "num", c[3] + " / " + c[4] + " / " + c[5]), el("td", "num", c[6]), add(el("td"), confBar(c[7])),
           add(el("td"), gb), cell);
