@@ -25,6 +25,8 @@ prefill rate): what the engine would reach with no scheduling, sampling or batch
 Plus `--scaling 1,2,4,8,16,32`: the engine with that many parallel sequences.
 Plus `--baseline-src DIR`: the engine of another checkout (e.g. before a change), same settings.
 Plus `--busy`: the engine again while one competing CPU-bound process runs (fairness).
+`--judge-format NAME` runs every variant in that judge format (docs/judges.md): e.g.
+`--variants engine --judge-format prometheus2` beside a `reflectrm` run on the same pairs.
 Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, generated
 tokens per CPU second (with --threads 1, a figure a busy shared machine distorts far less),
 processed (prompt + generated) tokens/s, pairs/s, peak RSS (MB).
@@ -88,14 +90,15 @@ def run_protocol(kind: str, args) -> dict:
         engine = load_engine(es)
     else:
         engine = NaiveEngine(es, logprobs=(kind == "naive_lp"))
-    js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed)
+    fmt = {} if args.judge_format == "reflectrm" else {"judge_format": args.judge_format}
+    js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed, **fmt)
     pairs = _pairs(args.data, args.pairs, args.workload)
     t0, c0 = time.perf_counter(), _cpu_s()
     results = list(Judge(engine, js).run(pairs))
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     gens = sum(len(o.samples) for r in results if hasattr(r, "orders") for o in r.orders.values())
     prompt = getattr(engine, "prompt_tokens_evaluated", None)
-    return {"variant": kind, "workload": args.workload, "parallel": args.parallel, "seconds": dt,
+    return {"variant": kind, "judge_format": args.judge_format, "workload": args.workload, "parallel": args.parallel, "seconds": dt,
             "generated_tokens": engine.generated_tokens, "generations": gens,
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
             "prompt_tokens": prompt,
@@ -269,6 +272,8 @@ def main() -> None:
                     help="also run the engine of this checkout (its rmjudge/ on PYTHONPATH)")
     ap.add_argument("--busy", action="store_true",
                     help="also run the engine beside one competing CPU-bound process")
+    ap.add_argument("--judge-format", default="reflectrm",
+                    help="the judge format of every variant's prompts and parsing (docs/judges.md)")
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--total-tokens", type=int, default=0, help=argparse.SUPPRESS)
@@ -290,7 +295,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--child", kind, "--data", args.data, "--pairs",
                str(pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
                "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total),
-               "--workload", workload]
+               "--workload", workload, "--judge-format", args.judge_format]
         if args.threads:
             cmd += ["--threads", str(args.threads)]
         env = dict(os.environ)
