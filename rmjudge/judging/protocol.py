@@ -142,8 +142,7 @@ class PairOrderJob:
         self.fmt = format_of(style)
         # the format's own critique comparison; ReflectRM's for one without (--reflect: an
         # ablation); the settings come resolved (runspec.resolve) or say so themselves
-        self.reflection: Reflection | None = getattr(self.fmt, "reflection", None) \
-            or reflectrm_reflection()
+        self.reflection: Reflection = self.fmt.reflection or reflectrm_reflection()
         self.order = order
         self.s = settings
         self.suffix = suffix

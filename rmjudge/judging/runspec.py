@@ -86,7 +86,11 @@ class RunSpec:
             notes.append(f"token limit {DEMO_MAX_TOKENS} (the embedded demo judge's budget; the "
                          f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
         notes.extend(format_notes(format_of(self.style), self.settings.reflect))
-        if self.settings.forced:
+        if self.settings.forced and format_of(self.style).force_spec() is None:
+            notes.append(f"forced verdicts: not possible in the judge format "
+                         f"{format_of(self.style).name} (its verdict opens the answer): an "
+                         "answer without one is a parse failure")
+        elif self.settings.forced:
             notes.append(("forced verdicts: on (the fallback of an order none of whose rollouts "
                           "parses; --no-forced turns them off)" if is_demo_adapter(self.model)
                           else "forced verdicts: on (the embedded demo judge needs them; "

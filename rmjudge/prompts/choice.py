@@ -4,6 +4,8 @@ and the format of a style (`format_of`: ReflectRM's when none was chosen)."""
 
 from __future__ import annotations
 
+import os
+
 from rmjudge.prompts import PromptStyle, prompt_style
 from rmjudge.prompts.builtin_formats import BUILTIN
 from rmjudge.prompts.formats import (DEFAULT_FORMAT, FORMATS_FIX, JudgeFormat, JudgeFormatError,
@@ -17,7 +19,7 @@ def judge_format(value: str | None) -> JudgeFormat:
     name = value or DEFAULT_FORMAT
     if name in BUILTIN:
         return BUILTIN[name]
-    if name.endswith(".toml") or "/" in name or name.startswith("."):
+    if name.endswith(".toml") or "/" in name or name.startswith(".") or os.path.exists(name):
         from rmjudge.prompts.format_file import load_format_file
 
         return load_format_file(name)

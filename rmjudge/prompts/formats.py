@@ -27,6 +27,7 @@ from rmjudge.core.types import ForceSpec, Message
 
 if TYPE_CHECKING:
     from rmjudge.prompts import PromptStyle
+    from rmjudge.prompts.native_format import Reflection
 
 TIE = 0  # a verdict of "neither": the prediction of a tie, in every format that has one
 DEFAULT_FORMAT = "reflectrm"
@@ -53,8 +54,8 @@ class JudgeFormat:
 
     `labels`: how the prompt names the first and second response; `ties`: whether the format
     can answer a tie; `rubric`: whether it has a rubric slot (`--criteria` goes there);
-    `reflects`: whether it has a critique-comparison prompt of its own (self-reflection is then
-    on by default); `families`: the model families it was made for (names only);
+    `reflection`: its own critique-comparison prompt, or None (self-reflection is on by default
+    only with one: `reflects`); `families`: the model families it was made for (names only);
     `assistant_prefix` and `stop`: how a generation starts and ends."""
 
     name: str = ""
@@ -63,10 +64,15 @@ class JudgeFormat:
     labels: tuple[str, str] = ("1", "2")
     ties: bool = False
     rubric: bool = False
-    reflects: bool = False
+    reflection: "Reflection | None" = None
     families: tuple[str, ...] = ()
     assistant_prefix: str = ""
     stop: tuple[str, ...] = ()
+
+    @property
+    def reflects(self) -> bool:
+        """Whether the format has a critique-comparison prompt of its own."""
+        return self.reflection is not None
 
     def pref_messages(self, conversation: Sequence[Message], r1: str, r2: str, suffix: str,
                       style: "PromptStyle") -> tuple[Message, ...]:

@@ -106,10 +106,6 @@ class NativeFormat(JudgeFormat):
     reflection: Reflection | None = None
     extra: dict = field(default_factory=dict)
 
-    @property
-    def reflects(self) -> bool:  # type: ignore[override]
-        return self.reflection is not None
-
     def pref_messages(self, conversation: Sequence[Message], r1: str, r2: str, suffix: str,
                       style: "PromptStyle") -> tuple[Message, ...]:
         from rmjudge.prompts import render_conversation

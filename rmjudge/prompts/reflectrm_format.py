@@ -23,13 +23,12 @@ class ReflectRMFormat(JudgeFormat):
     labels = ("Response 1", "Response 2")
     ties = False
     rubric = True
-    reflects = True
     families = ("any instruct model", "ReflectRM judges trained with rmjudge-train")
     assistant_prefix = prompts.ASSISTANT_PREFIX
     stop = prompts.STOP
 
     def __init__(self) -> None:
-        self.reflection: Reflection = reflectrm_reflection()
+        self.reflection: Reflection | None = reflectrm_reflection()
 
     def pref_messages(self, conversation: Sequence[Message], r1: str, r2: str, suffix: str,
                       style: "PromptStyle") -> tuple[Message, ...]:

@@ -451,6 +451,7 @@
 
   // -- one pair ----------------------------------------------------------------------------
   function letter(order, pred) {
+    if (pred === 0) return "tie";  // a judge format with a tie form (docs/judges.md)
     if (pred !== 1 && pred !== 2) return null;
     return (pred === 1) === (order === "ab") ? "A" : "B";
   }
@@ -502,7 +503,7 @@
       var card = el("div", "rollout" + (s[S_ANCHOR] ? " anchor" : "") + (s[S_WON] === true ? " won" : s[S_WON] === false ? " lost" : ""));
       var top = el("div", "rtop");
       add(top, el("span", "ridx", "#" + s[S_IDX]), badge(letter(order, s[S_PRED])),
-          el("span", "kv", "response " + (s[S_PRED] === null ? "–" : s[S_PRED])),
+          el("span", "kv", s[S_PRED] === 0 ? "a tie" : "response " + (s[S_PRED] === null ? "–" : s[S_PRED])),
           el("span", "kv", "conf " + fmt(s[S_CONF], 3)), el("span", "kv", s[S_TOK] + " tok"));
       if (s[S_ANCHOR]) top.appendChild(el("span", "flag fA", "anchor"));
       if (s[S_WON] === true) top.appendChild(el("span", "flag fW", "won its reflection"));
@@ -541,13 +542,15 @@
     var votes = el("p", "votes");
     if (refl.length) {
       var na = winners.filter(function (s) { return letter(order, s[S_PRED]) === "A"; }).length;
+      var wt = winners.filter(function (s) { return s[S_PRED] === 0; }).length;
       add(votes, "Winners W: " + (winners.length ? winners.map(function (s) { return "#" + s[S_IDX]; }).join(", ") : "none") +
-          " (A " + na + ", B " + (winners.length - na) + ")" +
+          " (A " + na + ", B " + (winners.length - na - wt) + (wt ? ", tie " + wt : "") + ")" +
           (winners.length === 0 || na * 2 === winners.length ? "; the anchor #" + (anchor ? anchor[S_IDX] : "?") + " joins the vote" : "") +
           ". Vote share for A " + fmt(share, 2) + " → " + (v || "–") + ".");
     } else {
       var nA = usable.filter(function (s) { return letter(order, s[S_PRED]) === "A"; }).length;
-      add(votes, (usable.length ? "Majority of " + usable.length + " usable rollouts (A " + nA + ", B " + (usable.length - nA) + ")"
+      var nT = usable.filter(function (s) { return s[S_PRED] === 0; }).length;
+      add(votes, (usable.length ? "Majority of " + usable.length + " usable rollouts (A " + nA + ", B " + (usable.length - nA - nT) + (nT ? ", tie " + nT : "") + ")"
                                 : "No usable rollout: the forced verdicts vote") +
           ". Vote share for A " + fmt(share, 2) + " → " + (v || "–") + ".");
     }
