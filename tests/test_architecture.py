@@ -69,14 +69,16 @@ def _private(name: str) -> bool:
 
 
 def _module_names() -> dict[str, Path]:
-    """Dotted name -> file, for every module of rmjudge/, training/ and quantize/."""
+    """Dotted name -> file, for every module of rmjudge/, training/ and quantize/, named as it is
+    imported: the folders training/ and quantize/ are the packages rmjudge.training and
+    rmjudge.quantize (docs/development.md, "Building the package")."""
     names = {}
     for pkg in ("rmjudge", "training", "quantize"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            names[".".join(parts)] = path
+            names[".".join(parts if pkg == "rmjudge" else ["rmjudge", *parts])] = path
     return names
 
 
@@ -221,9 +223,36 @@ LAYERS = (
 ROOT_MODULES = {"rmjudge", "rmjudge.__main__"}  # all that stays at the root of rmjudge/
 
 
+def drawn_layers(text: str) -> list[tuple[str, ...]]:
+    """The layers docs/architecture.md draws under "## Layers", lowest first: each line of its
+    first code block names the folders of one layer (`cli/  api/`; the facade's line names
+    `rmjudge/__init__.py`)."""
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.strip("\n").splitlines():
+        if not line[:22].strip():  # a description's second line
+            continue
+        head = line.split("  ")[0].strip() if not line.startswith(" rmjudge/") else "rmjudge"
+        names = re.findall(r"([a-z_]+)/", line[:22]) if head != "rmjudge" else ["rmjudge"]
+        layers.append(tuple(names))
+    return layers[::-1]
+
+
+def test_the_drawn_layers_are_the_checked_layers():
+    """The picture in docs/architecture.md and LAYERS name the same layers in the same order."""
+    assert drawn_layers((ROOT / "docs" / "architecture.md").read_text()) == list(LAYERS)
+
+
+def test_a_picture_out_of_order_is_found():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    swapped = text.replace(" bench/", " BENCH/", 1).replace(" rank/ ", " bench/", 1).replace(
+        " BENCH/", " rank/", 1)
+    assert drawn_layers(swapped) != list(LAYERS)
+
+
 def _folder(module: str) -> str:
-    """The layer folder of a module: `rmjudge.engine.llama` -> "engine", `training.sft` ->
-    "training", the facade `rmjudge` and `rmjudge.__main__` -> "rmjudge"."""
+    """The layer folder of a module: `rmjudge.engine.llama` -> "engine", `rmjudge.training.sft`
+    -> "training", the facade `rmjudge` and `rmjudge.__main__` -> "rmjudge"."""
     parts = module.split(".")
     if parts[0] != "rmjudge":
         return parts[0]
@@ -282,6 +311,9 @@ def test_the_layer_check_sees_an_upward_import():
     assert "rmjudge.judging.runspec" in graph["rmjudge.judging.judge"]  # the graph sees imports
     deferred = import_graph(_deferred_imports)
     assert any(_layer(d) < _layer(n) for n, deps in deferred.items() for d in deps)
+    # rmjudge-train's and rmjudge-export's modules are in the graph under their import names
+    assert "rmjudge.quantize.hfio" in deferred["rmjudge.training.hf"]
+    assert _layer("rmjudge.cli.score") < _layer("rmjudge.quantize.hfio") < _layer("rmjudge.training.hf")
 
 
 WRITES = ("INSERT", "UPDATE ", "DELETE ", "CREATE TABLE", "ALTER TABLE", "COPY ", "DROP TABLE")
