@@ -3,6 +3,16 @@ a second writer is refused with `StoreBusyError` (exit code 3).
 
 A writer of the file `f` (a run store, an export, a sidecar, a report) locks `store_path(f)`
 (rmjudge/files/paths.py), so two names of one run's files take one same lock.
+
+The lock file exists only while a process holds it: `Lock.release` removes it, and it does so
+while still holding the `flock`, and only when the name still links to the file it locked. A
+taker opens `X.lock`, takes the `flock` on what it opened, then checks that the name still
+links to that same file (`_still_linked`), and starts again when it does not. So a process that
+opened the file just before its holder removed it finds the file gone once it gets the `flock`,
+and opens a new one; and no process removes a lock file someone else holds: the file a name
+links to can only be removed by the holder of its `flock`, which is one process at a time. A
+killed process leaves its empty lock file behind (the kernel drops its `flock`); the next
+rmjudge process that takes or checks that lock removes it.
 """
 
 from __future__ import annotations
@@ -75,12 +85,28 @@ class Lock:
         except OSError:
             return False
 
+    def _name_is_this_file(self) -> bool:
+        """True when the name `self.path` itself (not a link to it) is the file locked."""
+        try:
+            named, held = os.lstat(self.path), os.fstat(self._f.fileno())
+        except OSError:
+            return False
+        return (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev)
+
     def release(self) -> None:
-        if self._key is not None:
+        """Let the lock go, removing its file first (while still held, and only when the name
+        still links to the file this lock holds: see the module's docstring)."""
+        held = self._key is not None
+        if held:
             _HELD.discard(self._key)
             _WRITING.discard(self._key)
             self._key = None
         try:
+            if held and self._name_is_this_file():
+                try:
+                    os.unlink(self.path)
+                except OSError:  # a read-only folder: the empty file stays, unheld
+                    pass
             fcntl.flock(self._f, fcntl.LOCK_UN)
         finally:
             self._f.close()
