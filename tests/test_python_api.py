@@ -428,3 +428,35 @@ def test_rank_candidates_and_open_store_refuse_other_objects_with_a_typed_error(
     with pytest.raises(rmjudge.UserError, match="not a NoneType"):
         rmjudge.open_store(None)
     assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_open_store_reads_a_ranked_store_its_rankings_and_every_table(tmp_path):
+    """A store of `rmjudge rank`: `rankings` as a DataFrame, and SQL over every table it holds
+    (rankings and meta included); a store of `score` has an empty `rankings` with its
+    columns."""
+    import json
+
+    from helpers import quality_engine
+
+    from rmjudge.core.settings import JudgeSettings
+    from rmjudge.rank import rank
+
+    src = tmp_path / "candidates.jsonl"
+    src.write_text(json.dumps({"id": "p0", "prompt": "which?", "ratings": [1, 5, 3],
+                               "responses": ["one q=1", "five q=5", "three q=3"]}) + "\n")
+    out = tmp_path / "ranked.duckdb"
+    rank(str(src), str(out), engine=quality_engine(), judge=JudgeSettings(samples=1))
+    store = rmjudge.open_store(out)
+    ranked = store.rankings.sort_values("rank")
+    assert list(ranked["candidate"]) == [1, 2, 0] and list(ranked["gold_rank"]) == [1, 2, 3]
+    assert {"pairs", "samples", "errors", "runs", "meta", "rankings"} <= set(store.tables)
+    top = store.sql("SELECT prompt_id, candidate FROM rankings WHERE rank = 1")
+    assert top.values.tolist() == [["p0", 1]]
+    assert store.sql("SELECT count(*) AS n FROM meta")["n"][0] > 0
+    assert len(store.pairs) == 3  # the comparisons
+    scored = tmp_path / "judged.duckdb"
+    rmjudge.score(ROWS, engine=judge(), samples=1, output=scored)
+    plain = rmjudge.open_store(scored)
+    assert plain.rankings.empty and {"prompt_id", "candidate", "rank"} <= set(plain.rankings)
+    assert plain.sql("SELECT count(*) AS n FROM rankings")["n"][0] == 0
+    assert "rankings" in plain.tables

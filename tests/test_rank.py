@@ -824,3 +824,41 @@ def test_ultrafeedback_rows_with_only_overall_score_say_which_gold_field_reads_i
     s = rank(src, str(tmp_path / "o.duckdb"), engine=quality_engine(), judge=JS,
              gold_field="overall_score")
     assert s.gold_elsewhere == {}
+
+
+def test_eval_says_why_prompts_have_no_kendall_tau(tmp_path):
+    """Tau needs gold ranks and a spread in both the gold and the judge's scores: a prompt
+    without ratings (no gold), one whose ratings are all equal, and one whose comparisons all
+    tie (the judge picks slot 1 in both orders, so the orders disagree every time) have none,
+    and `eval` says so, prompt counts by reason, instead of a bare n/a."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+    from rmjudge.rank.outputs import TAU_UNDEFINED, render_eval
+
+    objs = responses_rows(4, 3)
+    del objs[0]["ratings"]
+    objs[1]["ratings"] = [2, 2, 2]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    rank(src, out, engine=quality_engine(flip=set(objs[2]["responses"])), judge=JS)
+    with open_judged(out) as t:
+        e = evaluate_ranked(t, resamples=0)
+    assert e.tau_prompts == 1
+    assert e.tau_undefined == {"no_gold": 1, "gold_tied": 1, "scores_tied": 1}
+    text = render_eval(e)
+    assert (f"1 prompt: {TAU_UNDEFINED['no_gold']}, 1 prompt: {TAU_UNDEFINED['gold_tied']}, "
+            f"1 prompt: {TAU_UNDEFINED['scores_tied']}") in text
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0", "--json"])
+    assert json.loads(r.output)["tau_undefined"] == e.tau_undefined
+    # a store whose every prompt lacks gold: n/a, and why
+    bare = [dict(o) for o in responses_rows(2, 3)]
+    for o in bare:
+        del o["ratings"]
+    out2 = str(tmp_path / "bare.duckdb")
+    rank(write_jsonl(tmp_path / "bare.jsonl", bare), out2, engine=quality_engine(), judge=JS)
+    r = CliRunner().invoke(main, ["eval", out2, "--resamples", "0"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "Kendall tau-b vs gold: n/a (0 prompts with a defined tau)" in flat
+    assert "for 2 prompts: no gold ranks" in flat

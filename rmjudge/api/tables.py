@@ -89,10 +89,10 @@ class TableOpenError(UserError):
 
 def open_store(path: str | os.PathLike) -> "JudgedStore":
     """The tables of a judged store (a `.duckdb` run store, or a `.parquet`/`.jsonl` export),
-    read-only: `.pairs`, `.samples`, `.errors`, `.runs` and `.results` (the table `score`
-    returns), each a pandas DataFrame; `.sql(query)` for any read-only query over them. Raises
-    a UserError naming the fix when `path` is not a judged output or another process is
-    writing it."""
+    read-only: `.pairs`, `.samples`, `.errors`, `.runs`, `.rankings` (a store of `rmjudge
+    rank`) and `.results` (the table `score` returns), each a pandas DataFrame; `.sql(query)`
+    for any read-only query over every table the store holds. Raises a UserError naming the
+    fix when `path` is not a judged output or another process is writing it."""
     from rmjudge.analysis.tables import open_judged
     from rmjudge.files import output_format, store_path
 
@@ -110,11 +110,26 @@ def open_store(path: str | os.PathLike) -> "JudgedStore":
     return JudgedStore(path, store)
 
 
+def _empty_views(table, present: set[str]) -> None:
+    """An empty view, with the store's columns, of each table in EMPTY_WHEN_MISSING that
+    `present` lacks (an export without its run store has no `runs`; a store of `score` no
+    `rankings`), so a query naming it reads no rows instead of failing."""
+    from rmjudge.store import ERROR_COLUMNS, RANKING_COLUMNS, RUN_COLUMNS, SAMPLE_COLUMNS
+
+    for name, cols in (("errors", ERROR_COLUMNS), ("runs", RUN_COLUMNS),
+                       ("samples", SAMPLE_COLUMNS), ("rankings", RANKING_COLUMNS)):
+        if name not in present:
+            body = ", ".join(f"CAST(NULL AS {t.split()[0]}) AS \"{c}\"" for c, t in cols)
+            table.con.execute(f"DROP VIEW IF EXISTS {name}")
+            table.con.execute(f"CREATE VIEW {name} AS SELECT {body} WHERE false")
+
+
 class JudgedStore:
     """The tables of a judged store (`open_store`), read-only: `pairs`, `samples`,
-    `errors`, `runs` (each a DataFrame, read on first use) and `results` (the table
-    `rmjudge.score` returns). Each read opens the file read-only and lets it go, so a run may
-    resume the store in between; `sql(query)` runs any read-only query over the four tables."""
+    `errors`, `runs`, `rankings` (each a DataFrame, read on first use) and `results` (the
+    table `rmjudge.score` returns). Each read opens the file read-only and lets it go, so a run
+    may resume the store in between; `sql(query)` runs any read-only query over every table
+    of the store (`tables` names them)."""
 
     def __init__(self, path: str, store: str | None):
         self.path = path
@@ -125,21 +140,23 @@ class JudgedStore:
         return f"JudgedStore({self.path!r})"
 
     def _connect(self):
-        """An in-memory DuckDB with views pairs, samples, errors, runs over the files."""
+        """An in-memory DuckDB with a view of every table of the store (pairs, samples,
+        errors, runs, rankings, and any other it holds); the tables a store or export lacks
+        among `EMPTY_WHEN_MISSING` are empty views with their columns."""
         from rmjudge.analysis.tables import open_judged
-        from rmjudge.core.sql import sql_literal
+        from rmjudge.core.sql import quote_ident, sql_literal
         from rmjudge.files import sidecar
-        from rmjudge.store import ERROR_COLUMNS, RUN_COLUMNS, SAMPLE_COLUMNS
 
         if self.store is not None:
             table = open_judged(self.store)
-            present = {r[0] for r in table.con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged'"
-            ).fetchall()}
-            for t in ("pairs", "samples", "errors", "runs"):
-                table.con.execute(f"DROP VIEW IF EXISTS {t}")
-                if t in present:
-                    table.con.execute(f"CREATE VIEW {t} AS SELECT * FROM judged.{t}")
+            present = [r[0] for r in table.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'judged' "
+                "ORDER BY table_name").fetchall()]
+            for t in present:
+                table.con.execute(f"DROP VIEW IF EXISTS {quote_ident(t)}")
+                table.con.execute(f"CREATE VIEW {quote_ident(t)} AS SELECT * FROM "
+                                  f"judged.{quote_ident(t)}")
+            _empty_views(table, set(present))
             return table
         table = open_judged(self.path)  # an export whose run store is gone: pairs, samples
         fmt = table.fmt
@@ -148,12 +165,20 @@ class JudgedStore:
         if os.path.exists(errors) and "errors" not in table.tables:
             table.con.execute(f"CREATE VIEW errors AS SELECT * FROM {reader}"
                               f"({sql_literal(errors)})")
-        for name, cols in (("errors", ERROR_COLUMNS), ("runs", RUN_COLUMNS),
-                           ("samples", SAMPLE_COLUMNS)):
-            if name not in table.tables and (name != "errors" or not os.path.exists(errors)):
-                body = ", ".join(f"CAST(NULL AS {t.split()[0]}) AS \"{c}\"" for c, t in cols)
-                table.con.execute(f"CREATE VIEW {name} AS SELECT {body} WHERE false")
+            table.tables.add("errors")
+        _empty_views(table, table.tables)
         return table
+
+    @property
+    def tables(self) -> list[str]:
+        """The names of the tables `sql` can query, in alphabetical order."""
+        table = self._connect()
+        try:
+            return sorted(r[0] for r in table.con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal AND database_name = "
+                "current_database()").fetchall())
+        finally:
+            table.close()
 
     def _read(self, name: str, query: str) -> Any:
         if name not in self._cache:
@@ -186,12 +211,19 @@ class JudgedStore:
         return self._read("runs", "SELECT * FROM runs ORDER BY run_id")
 
     @property
+    def rankings(self):
+        """A ranked store's (`rmjudge rank`): one row per prompt and candidate, its rank, score
+        and record (docs/rank.md); empty, with these columns, for a store of `score`."""
+        return self._read("rankings", "SELECT * FROM rankings ORDER BY input_row, prompt_id, "
+                          "rank, candidate")
+
+    @property
     def results(self):
         """The table `rmjudge.score` returns: pairs and error rows in input order."""
         return self._read("results", result_query())
 
     def sql(self, query: str, params: list | None = None):
-        """A read-only query over pairs, samples, errors and runs, as a DataFrame."""
+        """A read-only query over the store's tables (`tables`), as a DataFrame."""
         table = self._connect()
         try:
             return frame(table.con.execute(query, params or []))

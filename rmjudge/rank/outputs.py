@@ -318,6 +318,8 @@ class RankEval:
     tau_prompts: int  # prompts with a defined tau
     level: float = 0.95
     groups: dict[str, dict] = field(default_factory=dict)
+    # why the other prompts have no tau: a key of TAU_UNDEFINED -> prompts
+    tau_undefined: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         def fig(x):
@@ -326,7 +328,34 @@ class RankEval:
         return {"table": self.table, "ranked": True, "prompts": self.prompts,
                 "with_gold": self.with_gold, "top1_accuracy": fig(self.top1),
                 "kendall_tau": fig(self.kendall_tau), "tau_prompts": self.tau_prompts,
-                "level": self.level, "groups": self.groups}
+                "tau_undefined": self.tau_undefined, "level": self.level,
+                "groups": self.groups}
+
+
+# Why a prompt has no Kendall tau, in the order they are checked (`tau_undefined`).
+TAU_UNDEFINED = {
+    "one_candidate": "fewer than 2 candidates",
+    "no_gold": "no gold ranks",
+    "not_judged": "no judged comparison",
+    "gold_tied": "gold ranks all equal",
+    "scores_tied": "the judge scored every candidate alike",
+}
+
+
+def tau_undefined(p) -> str | None:
+    """Why prompt `p` has no Kendall tau (a key of TAU_UNDEFINED), None when it has one: tau
+    needs 2 candidates or more, gold ranks, a judged comparison, and a spread on both sides."""
+    if p.k < 2:
+        return "one_candidate"
+    if not p.has_gold:
+        return "no_gold"
+    if not any(r.wins or r.losses or r.ties for r in p.ranked):
+        return "not_judged"
+    if len(set(p.gold)) < 2:
+        return "gold_tied"
+    if kendall_tau(p) is None:
+        return "scores_tied"
+    return None
 
 
 def top1_correct(p) -> float:
@@ -405,7 +434,13 @@ def evaluate_ranked(table, resamples: int = 1000, seed: int = 0, level: float = 
             g1, gt, gn = figures(sub)
             groups[f"{col}={value}"] = {"prompts": len(sub), "top1_accuracy": g1,
                                         "kendall_tau": gt, "tau_prompts": gn}
-    return RankEval(table.path, len(prompts), len(scored), top1, tau, n_tau, level, groups)
+    why: dict[str, int] = {}
+    for p in prompts:
+        reason = tau_undefined(p)
+        if reason is not None:
+            why[reason] = why.get(reason, 0) + 1
+    return RankEval(table.path, len(prompts), len(scored), top1, tau, n_tau, level, groups,
+                    {k: why[k] for k in TAU_UNDEFINED if k in why})
 
 
 def render_eval(e: RankEval) -> str:
@@ -421,6 +456,10 @@ def render_eval(e: RankEval) -> str:
              f"  top-1 accuracy: {fig(e.top1)}  ({pct} bootstrap interval over prompts)",
              f"  Kendall tau-b vs gold: {fig(e.kendall_tau)}  ("
              f"{count(e.tau_prompts, 'prompt')} with a defined tau)"]
+    if e.tau_undefined:
+        lines.append("  no tau (it needs gold ranks and the judge's scores to differ) for "
+                     + ", ".join(f"{count(n, 'prompt')}: {TAU_UNDEFINED[k]}"
+                                 for k, n in e.tau_undefined.items()))
     for name, g in e.groups.items():
         lines.append(f"  {name}: {count(g['prompts'], 'prompt')}, top-1 {fig(g['top1_accuracy'])}, "
                      f"tau {fig(g['kendall_tau'])}")
