@@ -363,7 +363,7 @@ def quality_judge(name: str):
     return respond
 
 
-@pytest.mark.parametrize("name", ["judgelm", "prometheus2", "auto-j"])
+@pytest.mark.parametrize("name", list(BUILTIN))
 def test_rank_orders_candidates_with_a_judge_in_its_format(tmp_path, name):
     from rmjudge.rank import rank
 
@@ -378,9 +378,22 @@ def test_rank_orders_candidates_with_a_judge_in_its_format(tmp_path, name):
     assert stored(out, "SELECT DISTINCT consistent FROM pairs") == [(True,)]
 
 
-def test_bench_scores_a_judge_in_its_format_as_the_same_decisions_in_reflectrms(tmp_path):
-    """The bench fixture's scripted decisions (right, wrong, no verdict per order) given in
-    MT-Bench's answer form score exactly as they do in ReflectRM's."""
+# where each format's prompt shows the first and the second response
+SHOWN = {
+    "mt-bench": r"Assistant A's Answer\]\n(.*?)\n\[The End.*Assistant B's Answer\]\n(.*?)\n\[The End",
+    "skywork-critic": r"Assistant A's Answer\]\n(.*?)\n\[The End.*Assistant B's Answer\]\n(.*?)\n\[The End",
+    "prometheus2": r"###Response A:\n(.*?)\n\n###Response B:\n(.*?)\n\n###Score Rubric",
+    "pandalm": r"### Response 1:\n(.*?)\n\n### Response 2:\n(.*?)\n\n### Evaluation",
+    "judgelm": r"Assistant 1's Answer\]\n(.*?)\n\n\[The End.*Assistant 2's Answer\]\n(.*?)\n\n\[The End",
+    "selene": r"Response A:\n```\n(.*?)\n```\n\nResponse B:\n```\n(.*?)\n```",
+    "auto-j": r"\[Response 1\]: (.*?)\n\*\*\*\n\[Response 2\]: (.*?)\n\*\*\*",
+}
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_bench_scores_a_judge_in_its_format_as_the_same_decisions_in_reflectrms(tmp_path, name):
+    """The bench fixture's scripted decisions (right, wrong, no verdict per order) given in a
+    format's answer form score exactly as they do in ReflectRM's."""
     import re
 
     from bench_judge import action, fixture_engine
@@ -389,22 +402,21 @@ def test_bench_scores_a_judge_in_its_format_as_the_same_decisions_in_reflectrms(
     from rmjudge.bench import get
     from rmjudge.bench.runner import judge, score_stored
 
-    def mt_bench(req, i):
-        body = req.messages[-1]["content"]
-        r1, r2 = (re.search(rf"\[The Start of Assistant {x}'s Answer\]\n(.*?)\n\[The End",
-                            body, re.S).group(1) for x in "AB")
+    def in_format(req, i):
+        body = "\n".join(m["content"] for m in req.messages)
+        r1, r2 = re.search(SHOWN[name], body, re.S).groups()
         gold = 1 if "correct" in r1 else 2 if "correct" in r2 else 1
         act = action(req, req.share_key[1])
         if act == "none":
             return "I cannot tell."
-        return answer("mt-bench", gold if act == "right" else 3 - gold)
+        return answer(name, gold if act == "right" else 3 - gold)
 
     bench = get("rewardbench")
     figures = []
     for engine, js, folder in (
             (fixture_engine(), JudgeSettings(samples=1, seed=3), "reflectrm"),
-            (ScriptedEngine(mt_bench, pairs_in_flight=1),
-             JudgeSettings(samples=1, seed=3, judge_format="mt-bench"), "mt")):
+            (ScriptedEngine(in_format, pairs_in_flight=1),
+             JudgeSettings(samples=1, seed=3, judge_format=name), name)):
         judge(bench, str(SOURCES["rewardbench"]), engine, js, str(tmp_path / folder))
         res = score_stored(bench, str(tmp_path / folder))
         figures.append([(c.label, c.value) for c in res.sections])
