@@ -101,7 +101,7 @@ def test_unlabelled_ratings_are_no_gold_not_a_guess():
                                              "needs at least two"),
     ({"prompt": "q", "responses": []}, "fewer than two candidates (none)"),
     ({"prompt": "q", "responses": ["a", " "]}, "is empty"),
-    ({"prompt": "q", "responses": ["a", "b", "a"]}, "candidates 0 and 2 are the same response"),
+    ({"prompt": "q", "responses": ["a", " a"]}, "all 2 candidates are the same response"),
     ({"prompt": "q", "responses": ["a", "b", "c", "d", "e"]}, "more than the limit of 4 (5 given"),
     ({"prompt": "q", "responses": ["a", "b"], "best": 2}, "names no candidate"),
     ({"prompt": "q", "responses": ["a", "b"], "ratings": [1]}, "one per candidate"),
@@ -114,6 +114,18 @@ def test_bad_prompts_are_problems_with_their_reason(row, reason):
     got = list(read_prompts(raws([row]), max_candidates=4))
     assert isinstance(got[0], PromptProblem) and reason in got[0].reason
     assert got[0].reason.startswith("row 1:")
+
+
+def test_repeated_candidate_texts_are_one_candidate_not_a_refused_prompt():
+    """Before, a prompt with two identical candidates was refused ("the same response"), so
+    29 of RMB's published Best-of-N prompts could not be ranked; now each text is compared
+    once and its copies follow it. A prompt whose candidates are all one text is refused."""
+    got = list(read_prompts(raws([{"prompt": "q", "responses": ["a", "b", "a ", "c", "b"]},
+                                  {"prompt": "q", "responses": ["a", "a", "a"]}])))
+    assert isinstance(got[0], Prompt)
+    assert got[0].same_as == (0, 1, 0, 3, 1) and got[0].distinct == (0, 1, 3)
+    assert isinstance(got[1], PromptProblem)
+    assert "all 3 candidates are the same response" in got[1].reason
 
 
 def test_a_duplicate_prompt_id_and_an_unreadable_row_are_problems():
@@ -156,6 +168,21 @@ def test_bradley_terry_ranks_wins_and_counts_a_flip_as_a_tie():
     assert rank_games(4, games, [0, 1, 2, 3]) == out  # deterministic
 
 
+def test_a_repeated_candidate_shares_the_score_fitted_without_it():
+    """Candidates 0 and 2 are one text: the fit is the one of the three distinct candidates
+    alone (0, 1, 3), and candidate 2 gets candidate 0's score and counts."""
+    games = [Game(0, 1, ("B", "B")), Game(0, 3, ("A", "A")), Game(1, 3, ("A", "B"))]
+    alone = {r.candidate: r for r in rank_games(
+        3, [Game(0, 1, ("B", "B")), Game(0, 2, ("A", "A")), Game(1, 2, ("A", "B"))], [0, 1, 2])}
+    got = {r.candidate: r for r in rank_games(4, games, [0, 1, 2, 3], [0, 1, 0, 3])}
+    assert [got[c].score for c in (0, 1, 3)] == [alone[c].score for c in (0, 1, 2)]
+    assert got[2].score == got[0].score and (got[2].wins, got[2].losses) == (1, 1)
+    assert sorted(r.rank for r in got.values()) == [1, 2, 3, 4]
+    # without same_as the never-compared candidate 2 would sit in the middle of the fit
+    plain = {r.candidate: r for r in rank_games(4, games, [0, 1, 2, 3])}
+    assert plain[2].score != plain[0].score
+
+
 def test_equal_scores_are_ordered_by_the_seeded_hash_not_the_published_order():
     games = [Game(0, 1, ("A", "B"))]
     assert [r.candidate for r in rank_games(2, games, [5, 1])] == [1, 0]
@@ -189,6 +216,55 @@ def test_rank_stores_one_row_per_comparison_and_ranks_as_the_judge_says(tmp_path
     assert all(rank_ == gold for _, _, rank_, gold in table)
     again = rank(src, out, engine=quality_engine(), judge=JS)  # resume: nothing left to judge
     assert (again.judged, again.skipped) == (0, 18)
+
+
+def test_rank_compares_a_repeated_text_once_and_ranks_its_copies_with_it(tmp_path):
+    objs = [{"id": "rep", "prompt": "q", "responses": ["x q=1", "y q=5", "x q=1", "z q=3"],
+             "ratings": [1, 5, 1, 3]},
+            {"id": "once", "prompt": "q", "responses": ["x q=1", "y q=5", "z q=3"],
+             "ratings": [1, 5, 3]},
+            {"id": "same", "prompt": "q", "responses": ["x q=1", "x q=1"]},
+            {"id": "many", "prompt": "q", "ratings": [c % 7 for c in range(10)],
+             "responses": [f"r{c % 7} q={c % 7}" for c in range(10)]}]
+    src = write_jsonl(tmp_path / "in.jsonl", objs)
+    out = str(tmp_path / "r.duckdb")
+    s = rank(src, out, engine=quality_engine(), judge=JS)
+    assert (s.prompts, s.ranked, s.problems, s.repeated) == (4, 3, 1, 2)
+    assert rows(out, "SELECT id FROM pairs WHERE prompt_id = 'rep' ORDER BY id") == [
+        ("rep#0-1",), ("rep#0-3",), ("rep#1-3",)]  # no comparison of a text with itself
+    # ten candidates, seven texts: round-robin (auto: up to 8), 21 comparisons
+    assert s.strategies == {"round-robin": 3}
+    assert rows(out, "SELECT count(*) FROM pairs WHERE prompt_id = 'many'") == [(21,)]
+    assert "all 2 candidates are the same response" in rows(out, "SELECT reason FROM errors")[0][0]
+    by = {p.prompt_id: p for p in s.rankings}
+    rep, once = by["rep"].by_candidate(), by["once"].by_candidate()
+    assert [rep[c].score for c in (0, 1, 3)] == [once[c].score for c in (0, 1, 2)]
+    assert rep[2].score == rep[0].score and by["rep"].texts[2] == "x q=1"
+    assert by["rep"].gold == [3, 1, 3, 2] and top1_correct(by["rep"]) == 1.0
+    table = rows(out, "SELECT candidate, rank, score, response, gold_rank FROM rankings WHERE "
+                      "prompt_id = 'rep' ORDER BY candidate")
+    assert [r[0] for r in table] == [0, 1, 2, 3] and table[0][2] == table[2][2]
+    assert table[2][3] == "x q=1" and table[2][4] == 3 and {table[0][1], table[2][1]} == {3, 4}
+    from rmjudge.cli.rank import render_summary
+
+    assert "2 prompts with repeated candidate texts: each text compared once" in " ".join(
+        render_summary(s).split())
+    before = rows(out, RANKINGS_Q)
+    again = rank(src, out, engine=quality_engine(), judge=JS)  # resumes: nothing new
+    assert again.judged == 0 and rows(out, RANKINGS_Q) == before
+    # preference data takes each text once: no pair (or KTO row) written twice
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    for fmt, key in (("dpo", ("chosen", "rejected")), ("kto", ("completion",))):
+        f = tmp_path / f"{fmt}.jsonl"
+        r = CliRunner().invoke(main, ["filter", out, "-o", str(f), "--rank-pairs", "all",
+                                      "--format", fmt])
+        assert r.exit_code == 0, r.output
+        got = [tuple(o[k] for k in key) for o in map(json.loads, f.read_text().splitlines())
+               if o["prompt_id"] == "rep"]
+        assert len(got) == len(set(got)) == (3 if fmt == "dpo" else 2)
 
 
 def test_two_runs_give_byte_identical_rankings(tmp_path):

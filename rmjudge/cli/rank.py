@@ -86,6 +86,9 @@ def render_summary(s) -> str:
     if s.strategies:
         lines.append("  strategy: " + ", ".join(f"{k} for {count(v, 'prompt')}"
                                                  for k, v in sorted(s.strategies.items())))
+    if s.repeated:
+        lines.append(f"  {count(s.repeated, 'prompt')} with repeated candidate texts: each text "
+                     "compared once, its copies share its score")
     top1 = top1_line(s.own_rankings())
     if top1:
         lines.append(f"  {top1}")

@@ -9,6 +9,10 @@ a candidate wins or loses every game and when the comparisons leave the candidat
 groups). The fit is deterministic (a fixed-point iteration from zero, no randomness); scores are
 rounded to `DIGITS` decimals so that equal inputs give equal bytes on any machine.
 
+A candidate whose text repeats an earlier candidate's is in no comparison (rank compares
+each text once): the scores are fitted over the distinct candidates, and the repeat shares its
+first's score, wins, losses, ties and unjudged comparisons.
+
 Ranks: by score, then comparison wins, then a hash of (seed, prompt id, candidate): never the
 published order. `confidence` of a rank is the Bradley-Terry probability that the candidate
 beats the one ranked just below it (for the last rank: that the one above beats it), so the
@@ -68,9 +72,32 @@ def bradley_terry(k: int, games: Iterable[Game]) -> list[float]:
     return [round(float(v), DIGITS) + 0.0 for v in params]
 
 
-def rank(k: int, games: list[Game], tiebreak: list[int]) -> list[Ranked]:
-    """The ranking of K candidates from their games (one Ranked per candidate, by rank)."""
+def rank(k: int, games: list[Game], tiebreak: list[int],
+         same_as: list[int] | None = None) -> list[Ranked]:
+    """The ranking of K candidates from their games (one Ranked per candidate, by rank).
+    `same_as`: per candidate, the candidate whose text it repeats (itself when none): the
+    scores are fitted over the distinct candidates alone, as for a prompt of only those, and a
+    repeated one shares its first's score and counts (it is in no comparison of its own)."""
+    if same_as is not None and any(s != c for c, s in enumerate(same_as)):
+        return _rank_repeated(k, games, tiebreak, same_as)
     scores = bradley_terry(k, games)
+    wins, losses, ties, unjudged = _counts(k, games)
+    return _ordered(k, scores, wins, losses, ties, unjudged, tiebreak)
+
+
+def _rank_repeated(k: int, games: list[Game], tiebreak: list[int],
+                   same_as: list[int]) -> list[Ranked]:
+    among = sorted(set(same_as))
+    pos = {c: n for n, c in enumerate(among)}
+    local = [Game(pos[g.a], pos[g.b], g.letters) for g in games if g.a in pos and g.b in pos]
+    scores = bradley_terry(len(among), local)
+    counts = _counts(len(among), local)
+    spread = [[xs[pos[same_as[c]]] for c in range(k)] for xs in counts]
+    return _ordered(k, [scores[pos[same_as[c]]] for c in range(k)], *spread, tiebreak)
+
+
+def _counts(k: int, games: list[Game]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Per candidate: comparisons won, lost, tied (orders disagreeing), without a verdict."""
     wins, losses, ties, unjudged = [0] * k, [0] * k, [0] * k, [0] * k
     for g in games:
         s = g.score()
@@ -84,6 +111,11 @@ def rank(k: int, games: list[Game], tiebreak: list[int]) -> list[Ranked]:
             w, lo = (g.a, g.b) if s > 0.5 else (g.b, g.a)
             wins[w] += 1
             losses[lo] += 1
+    return wins, losses, ties, unjudged
+
+
+def _ordered(k: int, scores: list[float], wins: list[int], losses: list[int], ties: list[int],
+             unjudged: list[int], tiebreak: list[int]) -> list[Ranked]:
     order = sorted(range(k), key=lambda c: (-scores[c], -wins[c], tiebreak[c]))
     out = []
     for pos, c in enumerate(order):

@@ -22,7 +22,10 @@ Layouts, recognized from the first readable row (or named with `layout=`):
 The gold is read as published and never guessed: it becomes a gold rank per candidate (1 is
 best; candidates the gold does not tell apart share a rank), or None when the input has none.
 Candidates keep their published order: candidate i is the i-th response of the row (of the
-group, in input order).
+group, in input order). Candidates with the same text (surrounding whitespace aside) are one
+candidate for the comparisons: only the first of them is compared, and the others share its
+ranking (`Prompt.same_as`), as a reward model scores identical texts identically; a prompt
+whose candidates are all the same text cannot be ranked.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ GOLD_KEYS = ("best", "ratings", "order")
 # under their names unless they clash with these.
 RESERVED = frozenset({"id", "prompt", "response_a", "response_b", "label", "prompt_id",
                       "cand_a", "cand_b", "n_candidates", "gold_a", "gold_b", "gold_kind",
-                      "round", "input_row"})
+                      "round", "input_row", "same_as", "gold_ranks"})
 
 
 class LayoutError(Exception):
@@ -72,6 +75,19 @@ class Prompt:
     @property
     def k(self) -> int:
         return len(self.candidates)
+
+    @property
+    def same_as(self) -> tuple[int, ...]:
+        """Per candidate, the first candidate with the same text (itself when its text is its
+        own): identical candidates are one candidate for the comparisons and share its
+        ranking."""
+        first: dict[str, int] = {}
+        return tuple(first.setdefault(c.strip(), i) for i, c in enumerate(self.candidates))
+
+    @property
+    def distinct(self) -> tuple[int, ...]:
+        """The candidates compared: each text once, at its first position."""
+        return tuple(i for i, s in enumerate(self.same_as) if s == i)
 
 
 @dataclass(frozen=True)
@@ -273,7 +289,8 @@ class GroupRows:
 
 
 def check_prompt(p: Prompt, max_candidates: int) -> None:
-    """RowError unless `p` has 2..max_candidates distinct, non-empty candidates."""
+    """RowError unless `p` has 2..max_candidates non-empty candidates, at least two of them
+    different (identical candidates are compared once: `Prompt.same_as`)."""
     if p.k < 2:
         raise RowError(f"fewer than two candidates ({'none' if p.k == 0 else 'only one'}): "
                        "a ranking needs at least two")
@@ -281,15 +298,19 @@ def check_prompt(p: Prompt, max_candidates: int) -> None:
         raise RowError(f"too many candidates: more than the limit of {max_candidates} "
                        f"({p.k} given; --max-candidates, at most {HARD_MAX_CANDIDATES}); split "
                        "the prompt's candidates or raise the limit")
-    seen: dict[str, int] = {}
     for i, c in enumerate(p.candidates):
         if not c.strip():
             raise RowError(f"candidate {i} is empty")
-        key = c.strip()
-        if key in seen:
-            raise RowError(f"candidates {seen[key]} and {i} are the same response; keep one "
-                           "(a ranking of identical texts is arbitrary)")
-        seen[key] = i
+    if len(p.distinct) < 2:
+        raise RowError(f"all {p.k} candidates are the same response: fewer than two different "
+                       "candidates, and a ranking needs at least two")
+
+
+def repeated_note(p: Prompt) -> str | None:
+    """Which candidates of `p` repeat an earlier one (None when every text is its own), as
+    `1 repeats 0, 3 repeats 0`."""
+    pairs = [f"{i} repeats {s}" for i, s in enumerate(p.same_as) if s != i]
+    return ", ".join(pairs) if pairs else None
 
 
 def read_prompts(rows: Iterable[RawRow], *, layout: str | None = None,

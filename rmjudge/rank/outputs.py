@@ -83,8 +83,12 @@ def beats(si: float, sj: float) -> float:
 
 
 def selected_pairs(p, rs: RankFilterSettings) -> tuple[list[tuple[int, int, float]], str | None]:
-    """(chosen, rejected, probability) pairs of one prompt, and the reason when it gives none."""
-    ranked = [r for r in p.ranked if p.texts[r.candidate] is not None]
+    """(chosen, rejected, probability) pairs of one prompt, and the reason when it gives none.
+    A text repeated among the candidates is taken once (its best-ranked copy), so no pair or
+    KTO row is written twice."""
+    texts = {r.candidate: (p.texts[r.candidate] or "").strip() for r in p.ranked}
+    ranked = [r for n, r in enumerate(p.ranked) if p.texts[r.candidate] is not None
+              and texts[r.candidate] not in {texts[q.candidate] for q in p.ranked[:n]}]
     if not any(r.wins or r.losses or r.ties for r in p.ranked):
         return [], "no comparison of the prompt has a verdict"
     if len(ranked) < 2:

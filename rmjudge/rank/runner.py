@@ -28,7 +28,8 @@ from rmjudge.core.errors import UserError
 from rmjudge.rank.layouts import (DEFAULT_MAX_CANDIDATES, GOLD_FIELDS, HARD_MAX_CANDIDATES,
                                   LAYOUTS, ROW_STRIDE, LayoutError, Prompt, PromptProblem,
                                   read_prompts)
-from rmjudge.rank.strategies import ROUND_ROBIN_MAX, STRATEGIES, next_round, pair_number, resolve
+from rmjudge.rank.strategies import (ROUND_ROBIN_MAX, STRATEGIES, next_round_among, pair_number,
+                                     resolve)
 from rmjudge.core.settings import SettingsError, setting
 
 
@@ -138,6 +139,7 @@ class RankSummary:
     candidates: tuple[int, int] | None = None  # the fewest and most candidates of its prompts
     # prompts without gold that another --gold-field would give one: {field: prompts}
     gold_elsewhere: dict[str, int] = field(default_factory=dict)
+    repeated: int = 0  # prompts with repeated candidate texts (each text compared once)
 
     def own_rankings(self) -> list:
         """The rankings of the prompts this run read (the store may hold others: an earlier
@@ -164,10 +166,14 @@ def comparison_row(p: Prompt, i: int, j: int, round_no: int, seed: int = 0) -> d
     ga = p.gold[i] if p.gold else None
     gb = p.gold[j] if p.gold else None
     label = None if ga is None or gb is None or ga == gb else ("A" if ga < gb else "B")
-    return {"id": cid, "prompt": list(p.messages), "response_a": p.candidates[i],
-            "response_b": p.candidates[j], "label": label, "prompt_id": p.id, "cand_a": i,
-            "cand_b": j, "n_candidates": p.k, "gold_a": ga, "gold_b": gb,
-            "gold_kind": p.gold_kind, "round": round_no, **p.fields}
+    row = {"id": cid, "prompt": list(p.messages), "response_a": p.candidates[i],
+           "response_b": p.candidates[j], "label": label, "prompt_id": p.id, "cand_a": i,
+           "cand_b": j, "n_candidates": p.k, "gold_a": ga, "gold_b": gb,
+           "gold_kind": p.gold_kind, "round": round_no, **p.fields}
+    if len(p.distinct) < p.k:  # repeated texts: which candidate each one is, and every gold
+        row["same_as"] = list(p.same_as)
+        row["gold_ranks"] = None if p.gold is None else list(p.gold)
+    return row
 
 
 def comparison_rows(plan: list[tuple[Prompt, list[tuple[int, int]]]], round_no: int,
@@ -324,7 +330,7 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
         raise RankError(f"nothing was ranked: {source} holds no rows"
                         + (" within --limit" if opts.limit else "")
                         + "; give a file with a prompt and its candidates per row (docs/rank.md)")
-    strategies = {p.id: resolve(ropts.strategy, p.k) for p in prompts}
+    strategies = {p.id: resolve(ropts.strategy, len(p.distinct)) for p in prompts}
     settings = {"rank": ropts.settings(opts.judge.seed)}
     judged = skipped = rounds = 0
     try:
@@ -336,8 +342,8 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
         while True:
             plan = []
             for p in prompts:
-                pairs = next_round(strategies[p.id], p.k, opts.judge.seed, p.id, round_no,
-                                   outcomes.get(p.id, []))
+                pairs = next_round_among(strategies[p.id], p.distinct, opts.judge.seed, p.id,
+                                         round_no, outcomes.get(p.id, []))
                 if pairs:
                     plan.append((p, pairs))
             if not plan and round_no > 1:
@@ -422,4 +428,4 @@ def _finish(out, prompts, problems, strategies, judged, skipped, rounds, engine,
         others=sum(1 for r in rankings if r.prompt_id not in mine),
         prompt_ids=frozenset(mine),
         candidates=(min(p.k for p in prompts), max(p.k for p in prompts)) if prompts else None,
-        gold_elsewhere=elsewhere)
+        gold_elsewhere=elsewhere, repeated=sum(len(p.distinct) < p.k for p in prompts))

@@ -126,6 +126,18 @@ def next_round(strategy: str, k: int, seed: int, prompt_id: str, round_no: int,
     return swiss_pairs(k, played, points(k, outcomes), key)
 
 
+def next_round_among(strategy: str, among: tuple[int, ...], seed: int, prompt_id: str,
+                     round_no: int, outcomes: list[tuple[int, int, float | None]]
+                     ) -> list[tuple[int, int]]:
+    """`next_round` over the candidates `among` only (a prompt's distinct candidates, by index:
+    a repeated text is compared once): the pairs a prompt of len(among) candidates gets, named
+    by their indices. With every candidate in `among` it is `next_round` itself."""
+    pos = {c: n for n, c in enumerate(among)}
+    local = [(pos[a], pos[b], s) for a, b, s in outcomes if a in pos and b in pos]
+    return [(among[a], among[b])
+            for a, b in next_round(strategy, len(among), seed, prompt_id, round_no, local)]
+
+
 def comparison_count(strategy: str, k: int) -> int:
     """Comparisons a prompt of K candidates takes (Swiss: at most)."""
     if strategy == "round-robin":

@@ -76,10 +76,12 @@ def read_rankings(table) -> list[PromptRanking]:
     seed = int(settings.get("seed", 0))
     extra = [c for c in table.passthrough if c not in RESERVED]
     cols = ", ".join(f'"{c}"' for c in extra)
+    repeats = ", ".join(f"CAST({c} AS VARCHAR)" if c in table.passthrough else "NULL"
+                        for c in ("same_as", "gold_ranks"))
     rows = table.sql(
         "SELECT CAST(prompt_id AS VARCHAR), row_number, cand_a, cand_b, n_candidates, gold_a, "
-        "gold_b, verdict_ab, verdict_ba, response_a, response_b, CAST(messages AS VARCHAR)"
-        + (f", {cols}" if cols else "") + " FROM pairs ORDER BY row_number")
+        f"gold_b, verdict_ab, verdict_ba, response_a, response_b, CAST(messages AS VARCHAR), "
+        f"{repeats}" + (f", {cols}" if cols else "") + " FROM pairs ORDER BY row_number")
     prompts: dict[str, dict] = {}
     for r in rows:
         pid, rn, a, b, k = r[0], r[1], _int(r[2]), _int(r[3]), _int(r[4])
@@ -88,22 +90,43 @@ def read_rankings(table) -> list[PromptRanking]:
         p = prompts.setdefault(pid, {
             "row": rn // ROW_STRIDE, "k": k, "gold": [None] * k, "texts": [None] * k,
             "messages": orjson.loads(r[11]) if r[11] else [], "games": [],
-            "fields": dict(zip(extra, r[12:]))})
+            "same_as": _ints(r[12], k), "fields": dict(zip(extra, r[14:]))})
         p["row"] = min(p["row"], rn // ROW_STRIDE)
+        golds = orjson.loads(r[13]) if p["same_as"] is not None and r[13] else None
+        if isinstance(golds, list) and len(golds) == k:  # the repeats' gold too
+            p["gold"] = [_int(g) for g in golds]
         for c, g, t in ((a, _int(r[5]), r[9]), (b, _int(r[6]), r[10])):
             if 0 <= c < k:
                 p["gold"][c] = g
                 p["texts"][c] = t
         p["games"].append(Game(a, b, (r[7], r[8])))
-    out = []
-    for pid, p in prompts.items():
-        k = p["k"]
-        games = sorted(p["games"], key=lambda g: (g.a, g.b))
-        ranked = rank(k, games, [tiebreak(seed, pid, c) for c in range(k)])
-        out.append(PromptRanking(pid, p["row"], k, ranked, p["gold"], p["texts"],
-                                 p["messages"], p["fields"], games))
-    out.sort(key=lambda p: (p.input_row, p.prompt_id))
-    return out
+    return sorted((_ranking(pid, p, seed) for pid, p in prompts.items()),
+                  key=lambda p: (p.input_row, p.prompt_id))
+
+
+def _ints(value: Any, k: int) -> list[int] | None:
+    """A stored `same_as` list (JSON text) when it names K candidates, each an earlier or the
+    same one; None otherwise (no repeated candidates)."""
+    if value is None:
+        return None
+    try:
+        got = [_int(v) for v in orjson.loads(value)]
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if len(got) != k or any(v is None or not 0 <= v <= c for c, v in enumerate(got)):
+        return None
+    return got  # type: ignore[return-value]
+
+
+def _ranking(pid: str, p: dict, seed: int) -> PromptRanking:
+    """One prompt's ranking from its stored comparisons; a repeated candidate shares the
+    ranking and the text of the candidate it repeats."""
+    k, same = p["k"], p["same_as"]
+    games = sorted(p["games"], key=lambda g: (g.a, g.b))
+    ranked = rank(k, games, [tiebreak(seed, pid, c) for c in range(k)], same)
+    texts = p["texts"] if same is None else [p["texts"][same[c]] for c in range(k)]
+    return PromptRanking(pid, p["row"], k, ranked, p["gold"], texts, p["messages"],
+                         p["fields"], games)
 
 
 def ranking_rows(prompts: list[PromptRanking]) -> list[list[Any]]:
