@@ -25,7 +25,7 @@ def main() -> None:
     import torch
     import transformers  # noqa: F401 - imported before the clock starts
 
-    from quantize import hfio
+    from rmjudge.quantize import hfio
     from rmjudge.engine.models import default_model_path
 
     path = args.model or default_model_path()

@@ -36,10 +36,10 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from rmjudge.engine.models import default_model_path
-    from training.completion_loss import completion_loss
-    from training.hf import DEFAULT_TARGETS, ModelSource, materialize
-    from training.precision import autocast, cpu_has_native_bf16
-    from training.sft import pad_collator
+    from rmjudge.training.completion_loss import completion_loss
+    from rmjudge.training.hf import DEFAULT_TARGETS, ModelSource, materialize
+    from rmjudge.training.precision import autocast, cpu_has_native_bf16
+    from rmjudge.training.sft import pad_collator
 
     torch.set_num_threads(1)
     folder = materialize(ModelSource.parse(default_model_path()))

@@ -70,8 +70,8 @@ def sft_tokens(out: Path, sft: dict) -> tuple[int, int]:
     tokenized it."""
     if sft.get("example_tokens") is not None:
         return sft["example_tokens"], sft["target_tokens"]
-    from training.hf import ModelSource, load_tokenizer
-    from training.sft import SFTStats, tokenize_examples
+    from rmjudge.training.hf import ModelSource, load_tokenizer
+    from rmjudge.training.sft import SFTStats, tokenize_examples
 
     tok = load_tokenizer(ModelSource(sft["base_model_dir"]))
     examples = [json.loads(x) for x in (out / "warm" / "sft_data.jsonl").read_text().splitlines()]

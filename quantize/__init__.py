@@ -15,6 +15,6 @@ Installed with `pip install '.[export]'`; torch/transformers/peft are imported o
 inside the functions that need them.
 """
 
-from quantize.config import ExportError
+from rmjudge.quantize.config import ExportError
 
 __all__ = ["ExportError"]

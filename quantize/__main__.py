@@ -1,5 +1,5 @@
-"""`python -m quantize`: the rmjudge-export command."""
+"""`python -m rmjudge.quantize`: the rmjudge-export command."""
 
-from quantize.cli import main
+from rmjudge.quantize.cli import main
 
 main()

@@ -1,4 +1,4 @@
-"""`rmjudge-export` (also `python -m quantize`): thin click commands over the export steps.
+"""`rmjudge-export` (also `python -m rmjudge.quantize`): thin click commands over the export steps.
 
     rmjudge-export unpack MODEL.gguf OUT_DIR            # a GGUF as a Hugging Face folder
     rmjudge-export merge --base B --adapter A -o DIR    # LoRA merged into a bf16 base
@@ -23,7 +23,7 @@ from rmjudge import __version__
 from rmjudge.cli.common import ExtrasGroup
 from rmjudge.cli.options import settings_from, settings_options
 
-from quantize.config import (ConvertConfig, LoraExportConfig, MergeConfig, QuantizeConfig,
+from rmjudge.quantize.config import (ConvertConfig, LoraExportConfig, MergeConfig, QuantizeConfig,
                              UnpackConfig, VerifyConfig)
 
 
@@ -41,7 +41,7 @@ def main() -> None:
 @settings_options(UnpackConfig)
 def unpack(**kw) -> None:
     """Write a GGUF model (e.g. the embedded judge) as a Hugging Face folder."""
-    from quantize.hfio import unpack_gguf
+    from rmjudge.quantize.hfio import unpack_gguf
 
     out = unpack_gguf(settings_from(UnpackConfig, kw))
     click.echo(f"wrote {out}")
@@ -51,7 +51,7 @@ def unpack(**kw) -> None:
 @settings_options(MergeConfig)
 def merge(**kw) -> None:
     """Merge a (Q)LoRA adapter into its base; save a Hugging Face folder."""
-    from quantize.merge import merge as run
+    from rmjudge.quantize.merge import merge as run
 
     r = run(settings_from(MergeConfig, kw))
     click.echo(f"merged {r.modules} LoRA modules into {r.parameters:,} parameters ({r.dtype}) "
@@ -62,7 +62,7 @@ def merge(**kw) -> None:
 @settings_options(ConvertConfig)
 def convert(**kw) -> None:
     """Convert a Hugging Face llama/qwen2/qwen3 folder to GGUF."""
-    from quantize.convert import convert as run
+    from rmjudge.quantize.convert import convert as run
 
     r = run(settings_from(ConvertConfig, kw))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.type_counts.items()))
@@ -76,7 +76,7 @@ def convert(**kw) -> None:
 @settings_options(QuantizeConfig)
 def quantize(**kw) -> None:
     """Quantize an f32/f16/bf16 GGUF with llama.cpp; report size, bpw and fallbacks."""
-    from quantize.quant import quantize as run
+    from rmjudge.quantize.quant import quantize as run
 
     r = run(settings_from(QuantizeConfig, kw))
     types = ", ".join(f"{k} {v}" for k, v in sorted(r.out.type_counts.items()))
@@ -92,7 +92,7 @@ def quantize(**kw) -> None:
 @settings_options(LoraExportConfig, only=("out", "out_type", "overwrite"))
 def lora(**kw) -> None:
     """Export a PEFT LoRA adapter as a llama.cpp GGUF LoRA (rmjudge score --lora)."""
-    from quantize.lora import export_lora
+    from rmjudge.quantize.lora import export_lora
 
     r = export_lora(settings_from(LoraExportConfig, kw))
     click.echo(f"{r.path}: {r.architecture} LoRA, {r.modules} matrices, rank {r.rank}, "
@@ -104,8 +104,8 @@ def lora(**kw) -> None:
 @settings_options(VerifyConfig)
 def verify(**kw) -> None:
     """Compare next-token logits of HF_DIR with llama.cpp's; exit 1 when parity fails."""
-    from quantize.verify import format_table
-    from quantize.verify import verify as run
+    from rmjudge.quantize.verify import format_table
+    from rmjudge.quantize.verify import verify as run
 
     rows = run(settings_from(VerifyConfig, kw))
     click.echo(format_table(rows))

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from quantize.config import ConvertConfig, ExportError, check_convert_output
-from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, \
+from rmjudge.quantize.config import ConvertConfig, ExportError, check_convert_output
+from rmjudge.quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, \
     reorder_rows_for_rope, write_hparams
-from quantize.hfio import HFFolder, text_config
-from quantize.vocab import write_vocab
+from rmjudge.quantize.hfio import HFFolder, text_config
+from rmjudge.quantize.vocab import write_vocab
 from rmjudge.files import make_dir, write_produced
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from quantize.config import ExportError
-from quantize.hfio import rope_scaling, rope_theta, text_config
+from rmjudge.quantize.config import ExportError
+from rmjudge.quantize.hfio import rope_scaling, rope_theta, text_config
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from quantize.config import ExportError, UnpackConfig
+from rmjudge.quantize.config import ExportError, UnpackConfig
 from rmjudge.engine.gguf_header import read_gguf_header
 
 # tokenizer.ggml.pre -> the Hugging Face pre-tokenizer that reproduces it, for GGUF files whose

@@ -34,10 +34,11 @@ import numpy as np
 from rmjudge.engine.adapter_format import GGUF_KEY, read_adapter_info
 from rmjudge.engine.gguf_header import read_gguf_header
 
-from quantize.config import ExportError, LoraExportConfig, check_lora_output
-from quantize.convert import encode, nbytes, to_numpy
-from quantize.families import Dims, family_for, gguf_tensor_name, qk_heads, reorder_rows_for_rope
-from quantize.hfio import read_config, text_config
+from rmjudge.quantize.config import ExportError, LoraExportConfig, check_lora_output
+from rmjudge.quantize.convert import encode, nbytes, to_numpy
+from rmjudge.quantize.families import (Dims, family_for, gguf_tensor_name, qk_heads,
+                                      reorder_rows_for_rope)
+from rmjudge.quantize.hfio import read_config, text_config
 from rmjudge.files import make_dir, write_produced
 
 _PREFIX = "base_model.model."

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.config import ExportError, MergeConfig
-from quantize.hfio import load_causal_lm
+from rmjudge.quantize.config import ExportError, MergeConfig
+from rmjudge.quantize.hfio import load_causal_lm
 from rmjudge.files import write_folder
 
 

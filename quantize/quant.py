@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantize.config import ExportError, QuantizeConfig, check_quantize_output
+from rmjudge.quantize.config import ExportError, QuantizeConfig, check_quantize_output
 from rmjudge.engine.gguf_header import read_gguf_header
 from rmjudge.files import make_dir, write_produced
 

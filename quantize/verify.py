@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.config import VerifyConfig
+from rmjudge.quantize.config import VerifyConfig
 from rmjudge.engine.gguf_header import read_gguf_header
 
 
@@ -101,7 +101,7 @@ def reference_logits(hf_dir: str, prompts: tuple[str, ...]):
     """(texts, token ids, float32 logits per prompt) from the Hugging Face model."""
     import torch
 
-    from quantize.hfio import load_causal_lm
+    from rmjudge.quantize.hfio import load_causal_lm
 
     model, tokenizer = load_causal_lm(hf_dir, "float32")
     texts = _prompt_texts(tokenizer, prompts)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantize.config import ExportError
+from rmjudge.quantize.config import ExportError
 
 # pre-tokenizer regexes as they appear in tokenizer.json -> llama.cpp pre-tokenizer name
 _SPLIT_PATTERNS = {

@@ -167,7 +167,7 @@ def embedded_hf_dir(model_path):
     """The embedded GGUF as a transformers folder (float32), made once per worker by the one
     GGUF -> transformers loader (`training.hf.materialize`, which caches it)."""
     pytest.importorskip("transformers")
-    from training.hf import ModelSource, materialize
+    from rmjudge.training.hf import ModelSource, materialize
 
     return materialize(ModelSource.parse(model_path))
 

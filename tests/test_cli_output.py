@@ -122,8 +122,8 @@ def test_usage_errors_exit_1_and_only_strict_exits_2(tmp_path, scripted):
 
 
 def test_training_and_export_groups_exit_1_on_usage_errors():
-    from quantize.cli import main as export_main
-    from training.cli import main as train_main
+    from rmjudge.quantize.cli import main as export_main
+    from rmjudge.training.cli import main as train_main
 
     for group in (train_main, export_main):
         for args in (["--bogus"], ["nosuch"]):
@@ -139,7 +139,7 @@ def test_training_on_an_input_it_cannot_read_is_one_error_line_before_anything(
     """Before, `sft` and `build-data` loaded the rollout model, made the output folder and
     wrote a rollout cache file into it, then said the input was not found."""
     import rmjudge.engine
-    from training.cli import main as train_main
+    from rmjudge.training.cli import main as train_main
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded")

@@ -341,9 +341,9 @@ def training_engine():
 
 
 def test_build_data_prompts_and_records_the_criteria(tmp_path):
-    from training.cache import CacheError
-    from training.data import DataConfig, build_data, read_examples
-    from training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.cache import CacheError
+    from rmjudge.training.data import DataConfig, build_data, read_examples
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
     src = tmp_path / "pairs.jsonl"
     src.write_text("".join(orjson.dumps({"id": f"p{i}", "prompt": f"question {i}",
@@ -374,10 +374,10 @@ def test_build_data_prompts_and_records_the_criteria(tmp_path):
 
 
 def test_sft_targets_and_the_held_out_swap_keep_the_criteria():
-    from training.cache import CachedRollouts
-    from training.evaluate import swapped_prompt
-    from training.rollouts import Item
-    from training.sft_data import SFTStats, sft_examples
+    from rmjudge.training.cache import CachedRollouts
+    from rmjudge.training.evaluate import swapped_prompt
+    from rmjudge.training.rollouts import Item
+    from rmjudge.training.sft_data import SFTStats, sft_examples
 
     item = Item("i1", CONV, "R-one", "R-two", 1)
     ex = sft_examples(item, CachedRollouts(["some analysis."], ["stop"]), "", ("pref", "refl"),
@@ -392,7 +392,7 @@ def test_sft_targets_and_the_held_out_swap_keep_the_criteria():
 
 
 def test_build_data_refuses_an_unreadable_criteria_file_before_loading(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "training.cli", "build-data",
+    r = subprocess.run([sys.executable, "-m", "rmjudge.training.cli", "build-data",
                         str(DATA / "pandalm_5.jsonl"), "-o", str(tmp_path / "t.jsonl"),
                         "--model", str(tmp_path / "missing.gguf"), "--criteria",
                         f"@{tmp_path / 'nope.txt'}"], cwd=ROOT, capture_output=True, text=True,

@@ -134,8 +134,8 @@ def test_the_run_record_names_the_adapter_and_its_hash(tmp_path):
 
 
 def test_templated_targets_describe_both_responses_and_end_in_the_gold_verdict():
-    from training.rollouts import Item
-    from training.sft_templates import pref_analysis, template_examples
+    from rmjudge.training.rollouts import Item
+    from rmjudge.training.sft_templates import pref_analysis, template_examples
 
     conv = ({"role": "user", "content": "Is it safe to mix bleach and ammonia?"},)
     long = " ".join(["word"] * 90)
@@ -165,8 +165,8 @@ def test_templated_targets_describe_both_responses_and_end_in_the_gold_verdict()
 
 
 def test_sft_takes_templated_analyses_without_a_model(tmp_path):
-    from training.sft import SFTError, SFTSettings, build_examples
-    from training.sft_templates import TemplateSource
+    from rmjudge.training.sft import SFTError, SFTSettings, build_examples
+    from rmjudge.training.sft_templates import TemplateSource
 
     src = tmp_path / "p.jsonl"
     src.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"q{i}", "chosen": "yes",

@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 import pytest
 
-from quantize.cli import main as export_main
 from rmjudge.cli import main as rmjudge_main
-from training.cli import main as train_main
+from rmjudge.quantize.cli import main as export_main
+from rmjudge.training.cli import main as train_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -26,8 +26,8 @@ PROGRAMS = {
     "rmjudge-train": train_main,
     "rmjudge-export": export_main,
     "python -m rmjudge": rmjudge_main,
-    "python -m training": train_main,
-    "python -m quantize": export_main,
+    "python -m rmjudge.training": train_main,
+    "python -m rmjudge.quantize": export_main,
 }
 _PROGRAM = re.compile(r"(?:^|\s)(" + "|".join(re.escape(p) for p in sorted(PROGRAMS, key=len,
                                                                           reverse=True))
@@ -181,7 +181,7 @@ rmjudge eval out.duckdb && rmjudge filter out.duckdb -o dpo.jsonl --format kto |
 rmjudge.score("not a command")
 ```
 
-Then `rmjudge-train sft pairs.jsonl -o runs/warm` and `python -m quantize quantize SRC -o OUT`.
+Then `rmjudge-train sft pairs.jsonl -o runs/warm` and `python -m rmjudge.quantize quantize SRC -o OUT`.
 """
 
 
@@ -193,7 +193,7 @@ def test_commands_are_extracted_from_blocks_inline_code_and_continuations():
         ("rmjudge", ["eval", "out.duckdb"]),
         ("rmjudge", ["filter", "out.duckdb", "-o", "dpo.jsonl", "--format", "kto"]),
         ("rmjudge-train", ["sft", "pairs.jsonl", "-o", "runs/warm"]),
-        ("python -m quantize", ["quantize", "SRC", "-o", "OUT"]),
+        ("python -m rmjudge.quantize", ["quantize", "SRC", "-o", "OUT"]),
     ]
     for program, args in got:
         check(program, args)

@@ -237,7 +237,7 @@ def test_every_command_that_reads_an_input_dataset_has_config_and_split(tmp_path
 
     from rmjudge.cli import main
     from rmjudge.io.huggingface import DatasetChoice
-    from training.cli import main as train
+    from rmjudge.training.cli import main as train
 
     x = str(tmp_path / "x.jsonl")
     (tmp_path / "x.jsonl").write_text(json.dumps(OLD_TRAIN[0]) + "\n")

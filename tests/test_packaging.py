@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the folders of the packages: training/ and quantize/ install as rmjudge.training and
+# rmjudge.quantize (rmjudge/training and rmjudge/quantize link to them)
 PACKAGES = ("rmjudge", "training", "quantize")
 
 
@@ -104,6 +106,61 @@ def test_the_declaration_check_finds_an_undeclared_import(tmp_path):
     assert undeclared(imports, {"": {"duckdb"}}) == ["notapackage (imported by mod.py)"]
 
 
+def bare_imports(paths, root: Path = ROOT) -> list[str]:
+    """Where a file imports `training` or `quantize` as a top-level package, or names one of
+    their modules that way in a string (`python -m training.cli`, a monkeypatch target): the
+    wheel installs them only as rmjudge.training and rmjudge.quantize."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                m = re.fullmatch(r"(training|quantize)\.(\w+)(\.\w+)*", node.value)
+                # a module of the folder (not a file name such as "training.json")
+                names = [node.value] if m and (ROOT / m[1] / f"{m[2]}.py").exists() else []
+            else:
+                continue
+            found += [(str(path.relative_to(root)), node.lineno, name) for name in names
+                      if name.split(".")[0] in ("training", "quantize")]
+    return [f"{file}:{line}: {name}" for file, line, name in sorted(found)]
+
+
+def test_the_training_and_export_packages_are_named_as_the_wheel_installs_them():
+    """Every import of rmjudge-train's and rmjudge-export's code, in the packages, tests,
+    benchmarks and examples, says rmjudge.training or rmjudge.quantize (a top-level `training`
+    imports only from the root of a checkout), and a checkout imports those names from the
+    folders training/ and quantize/, as the console scripts do."""
+    import importlib
+
+    code = [p for d in (*PACKAGES, "tests", "benchmarks", "examples")
+            for p in sorted((ROOT / d).rglob("*.py"))]
+    assert not bare_imports(code), bare_imports(code)
+    for script, target in pyproject()["project"]["scripts"].items():
+        module, _, func = target.partition(":")
+        mod = importlib.import_module(module)
+        assert callable(getattr(mod, func)), script
+        package = module.split(".")[1]
+        folder = ROOT / (package if package in PACKAGES else "rmjudge")
+        assert Path(mod.__file__).resolve().is_relative_to(folder), (script, mod.__file__)
+    scripts = pyproject()["project"]["scripts"]
+    assert (scripts["rmjudge-train"], scripts["rmjudge-export"]) == (
+        "rmjudge.training.cli:main", "rmjudge.quantize.cli:main")
+
+
+def test_the_bare_import_check_finds_top_level_imports(tmp_path):
+    src = tmp_path / "mod.py"
+    src.write_text("import training.cli\nfrom quantize import hfio\n"
+                   "from rmjudge.training.cli import main\nimport rmjudge.quantize.lora\n"
+                   "run(['python', '-m', 'training.cli'])\nopen('training.json')\n"
+                   "setattr('quantize.convert.x', 1)\n")
+    assert bare_imports([src], tmp_path) == [
+        "mod.py:1: training.cli", "mod.py:2: quantize", "mod.py:5: training.cli",
+        "mod.py:7: quantize.convert.x"]
+
+
 def test_the_version_is_written_once():
     project = pyproject()["project"]
     assert "version" not in project and "version" in project["dynamic"]
@@ -171,15 +228,46 @@ def test_without_fcntl_every_command_stops_with_one_line_naming_what_is_missing(
 # -- the built package ---------------------------------------------------------------------------
 
 def source_copy(dest: Path) -> Path:
-    """The files a release is built from (tracked and new files, not the ignored ones)."""
+    """The files a release is built from (tracked and new files, not the ignored ones), links
+    (rmjudge/training -> ../training) as links."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
         src = ROOT / name
-        if src.is_file():
+        if src.is_symlink() or src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dest / name)
+        elif src.is_file():
             shutil.copy2(src, dest / name)
     return dest
+
+
+def outer_site_dirs() -> list[str]:
+    """The site-packages folders of the interpreter running the tests: a virtual environment's
+    own (and the base's, where it was made with --system-site-packages), else the system's,
+    and the user's where that interpreter reads it."""
+    import site
+
+    dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                     else [])
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def fresh_venv(venv: Path, env: dict) -> Path:
+    """A new venv that sees the packages of the interpreter running the tests, so that
+    llama-cpp-python is not compiled again: a .pth file runs `site.addsitedir` on that
+    interpreter's site folders (their own .pth files included), after the venv's own
+    site-packages, where the wheel goes. `--system-site-packages` would give the base
+    interpreter's packages, which are not these when the tests run in a venv. No pip in the
+    venv (ensurepip alone takes half a minute here): the outer pip installs into it."""
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env)
+    py = venv / "bin" / "python"
+    own = run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+              env=env).stdout.strip()
+    lines = [f"import site; site.addsitedir({d!r})\n" for d in outer_site_dirs()]
+    (Path(own) / "zz_outer_site_packages.pth").write_text("".join(lines))
+    return py
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -192,8 +280,10 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 @pytest.mark.model
 def test_the_built_wheel_installs_in_a_fresh_venv_and_scores_the_example(tmp_path):
     """`python -m build` (sdist, then the wheel built from it), `twine check`, the wheel
-    installed in a new venv (system packages visible, so llama.cpp is not compiled again) and
-    `rmjudge score` run from outside the source tree on the example file."""
+    holding one top-level package (rmjudge, with rmjudge.training and rmjudge.quantize),
+    installed in a new venv (that sees the packages of the environment running the tests, a
+    venv or not, so llama.cpp is not compiled again), its console scripts and `rmjudge score`
+    run from outside the source tree on the example file."""
     import rmjudge
 
     src = source_copy(tmp_path / "src")
@@ -210,22 +300,26 @@ def test_the_built_wheel_installs_in_a_fresh_venv_and_scores_the_example(tmp_pat
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         meta = z.read(f"rmjudge-{version}.dist-info/METADATA").decode()
+        entry_points = z.read(f"rmjudge-{version}.dist-info/entry_points.txt").decode()
     assert {"rmjudge/__init__.py", "rmjudge/api/__init__.py", "rmjudge/io/memory.py",
-            "training/cli.py", "quantize/cli.py"} <= names
-    assert not any(n.startswith(("tests/", "docs/", "examples/")) for n in names)
+            "rmjudge/training/cli.py", "rmjudge/training/__main__.py",
+            "rmjudge/quantize/cli.py", "rmjudge/quantize/__main__.py"} <= names
+    # one top-level package: no `training` or `quantize` beside other projects' packages
+    assert {n.split("/")[0] for n in names} == {"rmjudge", f"rmjudge-{version}.dist-info"}
+    training = {n.removeprefix("rmjudge/") for n in names if n.startswith("rmjudge/training/")}
+    assert training == {f"training/{p.name}" for p in (ROOT / "training").glob("*.py")}
+    assert "rmjudge-train = rmjudge.training.cli:main" in entry_points
+    assert "rmjudge-export = rmjudge.quantize.cli:main" in entry_points
     assert f"rmjudge-{version}.dist-info/licenses/LICENSE" in names
     tracked_data = subprocess.run(["git", "ls-files", "rmjudge"], cwd=ROOT, capture_output=True,
                                   text=True, check=True).stdout.split()
-    shipped = [n for n in tracked_data if not n.endswith(".py")]
+    shipped = [n for n in tracked_data if not n.endswith(".py") and not (ROOT / n).is_symlink()]
     assert set(shipped) <= names, set(shipped) - names  # package data files travel too
     assert "License-Expression: Apache-2.0" in meta and "Requires-Dist: jinja2" in meta
     assert "Provides-Extra: notebook" in meta and "# rmjudge" in meta  # the README
 
     venv = tmp_path / "venv"
-    # no pip in the venv (ensurepip alone takes half a minute here): this pip installs into it
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        env=env)
-    py = venv / "bin" / "python"
+    py = fresh_venv(venv, env)
     run([sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet", "--no-index",
          "--no-deps", "--ignore-installed", str(wheel)], env=env)
     work = tmp_path / "elsewhere"
@@ -233,6 +327,10 @@ def test_the_built_wheel_installs_in_a_fresh_venv_and_scores_the_example(tmp_pat
     # the package imported is the installed wheel, and every dependency it declares is there
     where = run([str(py), "-c", DEPENDENCIES_MET], cwd=work, env=env).stdout.strip()
     assert where.startswith(str(venv)), where
+    for script, usage in (("rmjudge-train", "Usage: rmjudge-train"),
+                          ("rmjudge-export", "Usage: rmjudge-export")):
+        shown = run([str(venv / "bin" / script), "--help"], cwd=work, env=env).stdout
+        assert shown.startswith(usage), shown
 
     example = ROOT / "examples" / "pairs.jsonl"
     run([str(venv / "bin" / "rmjudge"), "score", str(example), "-o", "out.duckdb", "--samples",

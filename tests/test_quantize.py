@@ -20,13 +20,14 @@ for _mod in ("gguf", "transformers", "peft", "torch", "llama_cpp", "tokenizers")
         pytest.skip(f"{_mod} is not installed (pip install '.[export]')",
                     allow_module_level=True)
 
-from quantize.config import ConvertConfig, ExportError, LoraExportConfig, QuantizeConfig  # noqa
-from quantize.convert import convert  # noqa: E402
-from quantize.families import reorder_rows_for_rope  # noqa: E402
-from quantize.lora import export_lora  # noqa: E402
-from quantize.quant import count_fallbacks, gguf_stats, quantize  # noqa: E402
-from quantize.verify import compare, gguf_logits  # noqa: E402
-from quantize.vocab import detect_pre_tokenizer  # noqa: E402
+from rmjudge.quantize.config import (ConvertConfig, ExportError, LoraExportConfig,  # noqa
+                                    QuantizeConfig)
+from rmjudge.quantize.convert import convert  # noqa: E402
+from rmjudge.quantize.families import reorder_rows_for_rope  # noqa: E402
+from rmjudge.quantize.lora import export_lora  # noqa: E402
+from rmjudge.quantize.quant import count_fallbacks, gguf_stats, quantize  # noqa: E402
+from rmjudge.quantize.verify import compare, gguf_logits  # noqa: E402
+from rmjudge.quantize.vocab import detect_pre_tokenizer  # noqa: E402
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -199,7 +200,7 @@ def test_a_gguf_is_parsed_once_per_conversion_and_gives_the_same_model(tmp_path,
     import gguf
     import torch
 
-    from quantize import hfio
+    from rmjudge.quantize import hfio
 
     _tiny_model(tmp_path / "hf", "llama", True)
     out = tmp_path / "m-f32.gguf"
@@ -231,8 +232,8 @@ def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, m
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from quantize.config import MergeConfig
-    from quantize.merge import merge
+    from rmjudge.quantize.config import MergeConfig
+    from rmjudge.quantize.merge import merge
 
     model, tok = _tiny_model(tmp_path / "hf", "llama", True)
     texts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[0]}], tokenize=False,
@@ -266,7 +267,7 @@ def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, m
     assert compare(merged_ref, got_m)[0] < 5e-2
 
     # negative control: without the q/k row reordering llama.cpp's logits drift away
-    monkeypatch.setattr("quantize.convert.reorder_rows_for_rope", lambda w, n: w)
+    monkeypatch.setattr("rmjudge.quantize.convert.reorder_rows_for_rope", lambda w, n: w)
     convert(ConvertConfig(str(tmp_path / "merged"), str(tmp_path / "bad.gguf"), "f32"))
     got_bad, _ = gguf_logits(str(tmp_path / "bad.gguf"), ids, texts, threads=1)
     assert compare(merged_ref, got_bad)[0] > 10 * compare(merged_ref, got_m)[0]
@@ -279,7 +280,7 @@ def test_tiny_llama_lora_and_merge_match_and_qk_reordering_is_needed(tmp_path, m
 def smol(tmp_path_factory, embedded_hf_dir):
     """The embedded GGUF through the GGUF -> transformers loader (its cached folder, shared with
     the training tests), then back to an f16 GGUF."""
-    from quantize.hfio import load_causal_lm
+    from rmjudge.quantize.hfio import load_causal_lm
 
     model, tok = load_causal_lm(embedded_hf_dir, "float32")
     d = tmp_path_factory.mktemp("smol")

@@ -285,7 +285,7 @@ def test_one_context_rule_and_one_too_long_message():
 
 
 def test_training_rollouts_take_the_run_specs_suffix(monkeypatch):
-    from training import rollouts
+    from rmjudge.training import rollouts
 
     engine = ScriptedEngine(_respond)
     engine.info = dataclasses.replace(FAKE_INFO, prompt_suffix=" /think")
@@ -324,7 +324,7 @@ def test_an_engine_error_that_mentions_interruption_is_a_failure_not_an_interrup
 
 
 def test_train_cli_reports_user_errors_and_leaves_bugs_alone(tmp_path, monkeypatch):
-    import training.cli as tcli
+    import rmjudge.training.cli as tcli
 
     src = _pairs(tmp_path)
     out = str(tmp_path / "train.jsonl")
@@ -334,10 +334,11 @@ def test_train_cli_reports_user_errors_and_leaves_bugs_alone(tmp_path, monkeypat
     def bug(*a, **k):
         raise ValueError("an internal bug")
 
-    import training.build
+    import rmjudge.training.build
 
-    monkeypatch.setattr(training.build, "build_data", bug)
-    monkeypatch.setattr(training.build, "rollout_source", lambda *a, **k: (None, "scripted"))
+    monkeypatch.setattr(rmjudge.training.build, "build_data", bug)
+    monkeypatch.setattr(rmjudge.training.build, "rollout_source",
+                        lambda *a, **k: (None, "scripted"))
     r = CliRunner().invoke(tcli.main, ["build-data", src, "-o", out])
     assert isinstance(r.exception, ValueError) and "Error: an internal bug" not in r.output
 
@@ -351,9 +352,9 @@ def _params(cmd) -> dict:
 def test_ray_training_and_judge_options_come_from_their_dataclasses():
     from rmjudge.cli.ray_score import command as ray_score
     from rmjudge.runs.ray_runner import RaySettings
-    from training.cli import main as train
-    from training.grpo import GRPOSettings
-    from training.sft import SFTSettings
+    from rmjudge.training.cli import main as train
+    from rmjudge.training.grpo import GRPOSettings
+    from rmjudge.training.sft import SFTSettings
 
     for cls, cmd in ((RaySettings, ray_score), (GRPOSettings, train.commands["grpo"]),
                      (SFTSettings, train.commands["sft"])):
@@ -379,9 +380,9 @@ def test_both_training_stages_build_lora_from_one_owner():
     """GRPO and SFT share the default --target-modules and turn their LoRA options into one
     PEFT config the same way (training.hf.lora_config)."""
     pytest.importorskip("peft")
-    from training.grpo import GRPOSettings
-    from training.hf import DEFAULT_TARGETS, lora_config
-    from training.sft import SFTSettings
+    from rmjudge.training.grpo import GRPOSettings
+    from rmjudge.training.hf import DEFAULT_TARGETS, lora_config
+    from rmjudge.training.sft import SFTSettings
 
     grpo = GRPOSettings(model="m", data="d", output_dir="o", target_modules=" q_proj, v_proj ")
     sft = SFTSettings(source="s", output_dir="o", target_modules="all-linear", lora_r=4)
@@ -398,7 +399,7 @@ def test_both_training_stages_build_lora_from_one_owner():
 def test_map_is_declared_once():
     from rmjudge.cli.ray_score import command as ray_score
     from rmjudge.cli.score import command as score
-    from training.cli import main as train
+    from rmjudge.training.cli import main as train
 
     maps = [_params(c)["mapping"] for c in (score, ray_score, train.commands["build-data"])]
     assert len({(tuple(p.opts), p.help, p.metavar) for p in maps}) == 1
@@ -470,7 +471,7 @@ def test_a_map_key_given_twice_is_one_error_line_in_every_command(tmp_path, monk
     """`--map prompt=prompt,prompt=chosen` once judged the chosen text as the prompt (the later
     entry won): every command that takes --map refuses it before reading anything."""
     import rmjudge.engine
-    import training.cli as tcli
+    import rmjudge.training.cli as tcli
 
     from rmjudge.cli import main
 
@@ -621,10 +622,10 @@ def rows_of(parquet, cols: str) -> list[tuple]:
 
 def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_path, monkeypatch):
     import rmjudge.engine
-    import training.data
+    import rmjudge.training.data
     from rmjudge.runs import setup as run
 
-    assert training.data.open_input is run.open_input
+    assert rmjudge.training.data.open_input is run.open_input
     tokenizer = ScriptedEngine(_respond)
     tokenizer.on_gpu, tokenizer.threads = False, 1  # what the throughput record is keyed by
     monkeypatch.setattr(rmjudge.engine, "load_engine",

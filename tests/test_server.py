@@ -1315,7 +1315,7 @@ def test_build_data_samples_rollouts_through_a_server(fake, template, tmp_path):
     import orjson
     from click.testing import CliRunner
 
-    from training.cli import main as train_main
+    from rmjudge.training.cli import main as train_main
 
     calls = {"n": 0}
 

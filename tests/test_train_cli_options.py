@@ -803,8 +803,8 @@ RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from t
 
 
 def _groups() -> dict:
-    from quantize.cli import main as export
-    from training.cli import main as train
+    from rmjudge.quantize.cli import main as export
+    from rmjudge.training.cli import main as train
 
     return {"rmjudge-train": train, "rmjudge-export": export}
 
@@ -869,11 +869,11 @@ def _invoke(group, args: list[str]):
 
 
 def test_grpo_and_sft_parse_into_their_settings_and_run_controls(monkeypatch, tmp_path):
-    import training.grpo
-    import training.sft
-    from training.cli import main
+    import rmjudge.training.grpo
+    import rmjudge.training.sft
+    from rmjudge.training.cli import main
 
-    grpo = _capture(monkeypatch, training.grpo, "run_grpo")
+    grpo = _capture(monkeypatch, rmjudge.training.grpo, "run_grpo")
     base = ["grpo", "--model", "m", "--data", "d.jsonl", "-o", str(tmp_path / "r")]
     _invoke(main, base + ["--resume", "--no-keep-mix", "--lora-r", "4", "-q"])
     _invoke(main, base + ["--resume", "ckpt", "--overwrite", "--epochs", "0.5"])
@@ -882,7 +882,7 @@ def test_grpo_and_sft_parse_into_their_settings_and_run_controls(monkeypatch, tm
         4, False, "latest", False)
     assert (args2[0].epochs, kw2["resume"], kw2["overwrite"]) == (0.5, "ckpt", True)
 
-    sft = _capture(monkeypatch, training.sft, "warm_start")
+    sft = _capture(monkeypatch, rmjudge.training.sft, "warm_start")
     _invoke(main, ["sft", "pairs.jsonl", "-o", str(tmp_path / "w"), "--backend", "llama",
                    "--analyses", "template", "--threads", "2"])
     ((s, backend), kw), = sft
@@ -891,11 +891,11 @@ def test_grpo_and_sft_parse_into_their_settings_and_run_controls(monkeypatch, tm
 
 
 def test_build_data_and_eval_parse_into_their_settings(monkeypatch, tmp_path):
-    import training.cli
-    import training.evaluate
-    from training.cli import main
+    import rmjudge.training.cli
+    import rmjudge.training.evaluate
+    from rmjudge.training.cli import main
 
-    build = _capture(monkeypatch, training.cli, "run_build_data")
+    build = _capture(monkeypatch, rmjudge.training.cli, "run_build_data")
     _invoke(main, ["build-data", "pairs.jsonl", "-o", "t.jsonl", "--map", "prompt=q",
                    "--samples", "3", "--temperature", "0.7", "--overwrite", "--lora", "a.gguf"])
     ((s, server), kw), = build
@@ -903,7 +903,7 @@ def test_build_data_and_eval_parse_into_their_settings(monkeypatch, tmp_path):
             s.backend, server) == ("pairs.jsonl", "t.jsonl", "prompt=q", 3, 0.7, True, "a.gguf",
                                    "auto", None)
 
-    ev = _capture(monkeypatch, training.evaluate, "evaluate_judge")
+    ev = _capture(monkeypatch, rmjudge.training.evaluate, "evaluate_judge")
     _invoke(main, ["eval", "--model", "m", "--data", "h.jsonl", "--limit", "5",
                    "--quantization", "nf4"])
     ((e,), _), = ev
@@ -912,11 +912,11 @@ def test_build_data_and_eval_parse_into_their_settings(monkeypatch, tmp_path):
 
 
 def test_export_options_parse_into_the_step_configs(monkeypatch, tmp_path, model_path):
-    import quantize.lora
-    import quantize.quant
-    from quantize.cli import main
+    import rmjudge.quantize.lora
+    import rmjudge.quantize.quant
+    from rmjudge.quantize.cli import main
 
-    quant = _capture(monkeypatch, quantize.quant, "quantize")
+    quant = _capture(monkeypatch, rmjudge.quantize.quant, "quantize")
     _invoke(main, ["quantize", model_path, "-o", str(tmp_path / "q.gguf"), "--type", "q8_0",
                    "--threads", "2"])
     ((cfg,), _), = quant
@@ -925,17 +925,17 @@ def test_export_options_parse_into_the_step_configs(monkeypatch, tmp_path, model
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
-    lora = _capture(monkeypatch, quantize.lora, "export_lora")
+    lora = _capture(monkeypatch, rmjudge.quantize.lora, "export_lora")
     _invoke(main, ["lora", str(adapter), "-o", str(tmp_path / "a.gguf"), "--outtype", "f16"])
     ((cfg,), _), = lora
     assert (cfg.adapter, cfg.base, cfg.out_type) == (str(adapter), None, "f16")
 
-    import quantize.verify
+    import rmjudge.quantize.verify
 
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "config.json").write_text("{}")
-    verify = _capture(monkeypatch, quantize.verify, "verify")
+    verify = _capture(monkeypatch, rmjudge.quantize.verify, "verify")
     _invoke(main, ["verify", str(hf), "--gguf", model_path, "--gguf", model_path,
                    "--prompt", "a", "--prompt", "b"])
     _invoke(main, ["verify", str(hf), "--gguf", model_path])

@@ -19,11 +19,11 @@ from rmjudge.engine.gguf_header import gguf_metadata_value
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.engine.models import ModelError
 from rmjudge.prompts import PROMPT_FORMAT, completion_text
-from training.cache import CacheError
-from training.outputs import write_adapter_info
-from training.data import DataConfig, build_data, read_examples, stats_path
-from training.grpo import filter_by_length, format_length_report
-from training.rollouts import EngineRollouts, SamplingSettings
+from rmjudge.training.cache import CacheError
+from rmjudge.training.outputs import write_adapter_info
+from rmjudge.training.data import DataConfig, build_data, read_examples, stats_path
+from rmjudge.training.grpo import filter_by_length, format_length_report
+from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
 HERE = os.path.dirname(__file__)
 PANDALM = os.path.join(HERE, "data", "pandalm_5.jsonl")
@@ -103,7 +103,7 @@ def test_a_rollout_cache_of_another_prompt_format_is_refused(tmp_path, old):
 @pytest.mark.hf  # grpo's checks import trl
 @pytest.mark.parametrize("old", [2, None])
 def test_grpo_refuses_training_data_of_another_prompt_format(tmp_path, old):
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     out = tmp_path / "train.jsonl"
     build_data(PANDALM, out, _rollouts(), DataConfig(ratio="1:1"))
@@ -126,7 +126,7 @@ def test_grpo_refuses_training_data_of_another_prompt_format(tmp_path, old):
 
 
 def test_grpo_refuses_training_data_that_mixes_prompt_formats(tmp_path):
-    from training.data import DataError, check_prompt_format
+    from rmjudge.training.data import DataError, check_prompt_format
 
     rows = [{"prompt_format": PROMPT_FORMAT}, {"prompt_format": 2}]
     with pytest.raises(DataError, match="mixes examples of prompt formats 2, 3"):
@@ -215,8 +215,8 @@ def test_export_lora_copies_the_adapter_prompt_format_into_the_gguf(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from quantize.config import LoraExportConfig
-    from quantize.lora import export_lora
+    from rmjudge.quantize.config import LoraExportConfig
+    from rmjudge.quantize.lora import export_lora
 
     cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)

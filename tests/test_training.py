@@ -12,7 +12,7 @@ import pytest
 
 from rmjudge.prompts import completion_text
 
-from training.reward import score, verdict_reward
+from rmjudge.training.reward import score, verdict_reward
 
 HERE = os.path.dirname(__file__)
 HAS_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "peft", "trl"))
@@ -21,8 +21,8 @@ HAS_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "
 def scripted_grpo_data(path):
     """GRPO data built from the PandaLM fixture with scripted rollouts (Pref + Refl, 1:1)."""
     from rmjudge.engine.fake import ScriptedEngine
-    from training.data import DataConfig, build_data
-    from training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.data import DataConfig, build_data
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
     def respond(req, i):
         return completion_text("pref", f"analysis {i}", 1 + i % 2)
@@ -80,10 +80,10 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, small_
     from safetensors.torch import load_file
 
     from rmjudge.engine.fake import ScriptedEngine
-    from training.data import DataConfig, build_data
-    from training.grpo import GRPOSettings, train
-    from training.hf import ModelSource, load_base, materialize
-    from training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.data import DataConfig, build_data
+    from rmjudge.training.grpo import GRPOSettings, train
+    from rmjudge.training.hf import ModelSource, load_base, materialize
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
     # Data: the PandaLM fixture rows, rollouts scripted half right / half wrong -> Pref + Refl.
     def respond(req, i):
@@ -160,8 +160,8 @@ def test_grpo_continues_a_given_adapter(tmp_path, small_model_path):
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import load_file
 
-    from training.grpo import GRPOSettings, train
-    from training.hf import ModelSource, load_base, materialize
+    from rmjudge.training.grpo import GRPOSettings, train
+    from rmjudge.training.hf import ModelSource, load_base, materialize
 
     data = scripted_grpo_data(tmp_path / "train.jsonl")
     # a warm-start stand-in: rank 2 on two modules, B non-zero
@@ -180,7 +180,7 @@ def test_grpo_continues_a_given_adapter(tmp_path, small_model_path):
         init_adapter=str(tmp_path / "warm"))
     summary = train(settings, rollout_func=scripted_rollouts)
     assert summary["steps"] == 1
-    from training.precision import precision_name, use_bf16
+    from rmjudge.training.precision import precision_name, use_bf16
 
     # --precision auto: bfloat16 autocast where this machine computes it natively, recorded
     assert summary["precision"] == precision_name(use_bf16("auto"))
@@ -194,7 +194,7 @@ def test_grpo_continues_a_given_adapter(tmp_path, small_model_path):
 
 
 def test_grpo_refuses_an_init_adapter_that_is_not_one(tmp_path):
-    from training.grpo import GRPOSettings, TrainError
+    from rmjudge.training.grpo import GRPOSettings, TrainError
 
     with pytest.raises(TrainError, match="not a PEFT adapter folder"):
         GRPOSettings(model="m", data="d", output_dir=str(tmp_path), init_adapter=str(tmp_path))
@@ -206,7 +206,7 @@ def test_grpo_refuses_an_init_adapter_that_is_not_one(tmp_path):
     ("temperature", 0.0, "--temperature must be above 0"),
 ])
 def test_grpo_refuses_settings_that_would_train_on_nonsense(tmp_path, field, value, message):
-    from training.grpo import GRPOSettings, TrainError
+    from rmjudge.training.grpo import GRPOSettings, TrainError
 
     with pytest.raises(TrainError, match=message):
         GRPOSettings(model="m", data="d", output_dir=str(tmp_path), **{field: value})
@@ -222,7 +222,7 @@ def test_grpo_refuses_settings_that_would_train_on_nonsense(tmp_path, field, val
 def test_train_eval_bad_values_are_one_error_line(tmp_path, monkeypatch, args, message):
     from click.testing import CliRunner
 
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "EMPTY").write_text("")
@@ -237,7 +237,7 @@ def test_train_eval_bad_values_are_one_error_line(tmp_path, monkeypatch, args, m
 def test_build_data_lora_needs_a_gguf_model(tmp_path):
     from click.testing import CliRunner
 
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     r = CliRunner().invoke(main, ["build-data", os.path.join(HERE, "data", "pandalm_5.jsonl"),
                                   "-o", str(tmp_path / "d.jsonl"), "--backend", "transformers",
@@ -250,7 +250,7 @@ def test_rollout_cache_fingerprint_names_the_lora_adapter():
     from dataclasses import replace
 
     from rmjudge.engine.fake import ScriptedEngine
-    from training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
     plain = ScriptedEngine(lambda req, i: "x")
     with_lora = ScriptedEngine(lambda req, i: "x")
@@ -268,7 +268,7 @@ def test_the_trl_pin_is_the_first_version_with_what_grpo_uses():
     import tomllib
     from pathlib import Path
 
-    from training.grpo import TRL_MIN
+    from rmjudge.training.grpo import TRL_MIN
 
     meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     trl = [r for r in meta["project"]["optional-dependencies"]["train"] if r.startswith("trl")]
@@ -289,7 +289,7 @@ def test_a_loss_type_trl_does_not_name_is_refused_before_the_model_loads(tmp_pat
     completions and then stopped in TRL's loss ("Unknown loss type")."""
     if importlib.util.find_spec("trl") is None:
         pytest.skip("TRL is not installed")
-    from training.grpo import GRPOSettings, TrainError, train, trl_loss_types
+    from rmjudge.training.grpo import GRPOSettings, TrainError, train, trl_loss_types
 
     names = trl_loss_types()
     assert {"dapo", "grpo", "dr_grpo", "bnpo"} <= set(names)  # the losses docs/reflectrm.md names
@@ -305,7 +305,7 @@ def test_a_loss_type_trl_does_not_name_is_refused_before_the_model_loads(tmp_pat
 
 
 def test_a_trl_without_the_prompt_tokenization_hook_is_refused():
-    from training.grpo import TRL_MIN, TrainError, engine_tokenized_trainer
+    from rmjudge.training.grpo import TRL_MIN, TrainError, engine_tokenized_trainer
 
     class OldTrainer:  # a GRPOTrainer from before the hook existed
         pass

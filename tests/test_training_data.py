@@ -12,9 +12,10 @@ from helpers import first_slot_response
 
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.prompts import PROMPT_FORMAT, completion_text, parse_verdict
-from training.cache import CacheError
-from training.data import DataConfig, DataError, Stats, build_data, mix, read_examples, stats_path
-from training.rollouts import EngineRollouts, SamplingSettings
+from rmjudge.training.cache import CacheError
+from rmjudge.training.data import (DataConfig, DataError, Stats, build_data, mix, read_examples,
+                                   stats_path)
+from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
 # Per item: how many of its 4 rollouts pick the GOOD response, and how many do not parse.
 #   easy: 4/4 correct (dropped); mixed: 2 correct + 2 wrong; hard: 0 correct; noisy: 1 correct +
@@ -164,7 +165,7 @@ def test_parquet_output_round_trips(tmp_path):
 
 
 def test_cli_reports_bad_ratio_without_traceback(tmp_path):
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     write_pairs(tmp_path / "p.jsonl", ["mixed-1"])
     res = CliRunner().invoke(main, ["build-data", str(tmp_path / "p.jsonl"), "-o",
@@ -179,7 +180,7 @@ def test_cli_reports_bad_ratio_without_traceback(tmp_path):
 ])
 def test_cli_refuses_rollout_settings_no_rollout_can_use(tmp_path, option, value, message):
     """Before, --max-tokens 0 sampled empty rollouts and wrote a training file of them."""
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     write_pairs(tmp_path / "p.jsonl", ["mixed-1"])
     out = tmp_path / "o.jsonl"
@@ -191,7 +192,7 @@ def test_cli_refuses_rollout_settings_no_rollout_can_use(tmp_path, option, value
 
 
 def test_grpo_cli_names_bad_settings_and_missing_checkpoints(tmp_path):
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     base = ["grpo", "--model", "m", "--data", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "r")]
     res = CliRunner().invoke(main, base + ["--micro-batch", "3"])
@@ -207,9 +208,9 @@ def test_grpo_with_fewer_training_examples_than_one_batch_is_an_error_before_any
     """4 examples, --eval-fraction 0.25, --batch-size 2: one training example is less than one
     step's prompts, so TRL would train 0 steps and save an untouched adapter. It must be an
     error naming the sizes, before the model is loaded (the model path here does not exist)."""
-    from training.cli import main
-    from training.data import write_examples
-    from training.grpo import is_heldout
+    from rmjudge.training.cli import main
+    from rmjudge.training.data import write_examples
+    from rmjudge.training.grpo import is_heldout
 
     # four source items of which exactly one lands in the training split at 0.25
     ids, held = [], 0

@@ -33,7 +33,7 @@ def _batch(seed: int, prompts=(20, 9, 14), targets=(5, 7, 3)):
     """Right-padded rows: a prompt (labels -100) then a target; rows of different lengths."""
     import torch
 
-    from training.sft import pad_collator
+    from rmjudge.training.sft import pad_collator
 
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -51,7 +51,7 @@ def _grads(model):
 def test_the_loss_and_its_gradients_are_the_full_computations(items):
     import torch
 
-    from training.completion_loss import accepts_logits_to_keep, completion_loss
+    from rmjudge.training.completion_loss import accepts_logits_to_keep, completion_loss
 
     model = _model()
     assert accepts_logits_to_keep(model)
@@ -71,7 +71,7 @@ def test_the_loss_and_its_gradients_are_the_full_computations(items):
 
 
 def test_a_batch_without_targets_falls_back_to_the_full_loss():
-    from training.completion_loss import completion_loss
+    from rmjudge.training.completion_loss import completion_loss
 
     batch = _batch(2)
     batch["labels"][:] = -100
@@ -85,8 +85,8 @@ def test_training_steps_match_the_default_trainer(tmp_path):
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments
 
-    from training.completion_loss import completion_loss_trainer
-    from training.sft import pad_collator
+    from rmjudge.training.completion_loss import completion_loss_trainer
+    from rmjudge.training.sft import pad_collator
 
     rows = []
     for seed in range(8):

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.hf,
 def test_auto_is_bf16_exactly_where_the_cpu_computes_it(monkeypatch, native):
     import torch
 
-    from training.precision import use_bf16
+    from rmjudge.training.precision import use_bf16
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
@@ -31,7 +31,7 @@ def test_auto_is_bf16_exactly_where_the_cpu_computes_it(monkeypatch, native):
 def test_amx_alone_counts_as_native_and_a_missing_probe_as_not(monkeypatch):
     import torch
 
-    from training.precision import cpu_has_native_bf16
+    from rmjudge.training.precision import cpu_has_native_bf16
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
@@ -44,14 +44,14 @@ def test_amx_alone_counts_as_native_and_a_missing_probe_as_not(monkeypatch):
 def test_auto_on_cuda_follows_the_gpu(monkeypatch):
     import torch
 
-    from training.precision import use_bf16
+    from rmjudge.training.precision import use_bf16
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for supported in (True, False):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
         assert use_bf16("auto") is supported
     # bf16 asked of a GPU without it is one error naming the option, not a failure mid-run
-    from training.sft import SFTError
+    from rmjudge.training.sft import SFTError
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
     with pytest.raises(SFTError, match=r"^--precision bf16: Tesla T4 does not compute bfloat16; "
@@ -61,9 +61,9 @@ def test_auto_on_cuda_follows_the_gpu(monkeypatch):
 
 
 def test_a_bad_precision_is_one_error_naming_the_option(tmp_path):
-    from training.data import DataError
-    from training.evaluate import EvalJudgeSettings
-    from training.sft import SFTError, SFTSettings
+    from rmjudge.training.data import DataError
+    from rmjudge.training.evaluate import EvalJudgeSettings
+    from rmjudge.training.sft import SFTError, SFTSettings
 
     with pytest.raises(SFTError, match=r"^--precision fp64: expected one of auto, bf16, fp32$"):
         SFTSettings(source="x.jsonl", output_dir=str(tmp_path / "o"), precision="fp64")
@@ -74,7 +74,7 @@ def test_a_bad_precision_is_one_error_naming_the_option(tmp_path):
 def test_autocast_computes_products_in_bf16_and_keeps_weights_fp32():
     import torch
 
-    from training.precision import autocast
+    from rmjudge.training.precision import autocast
 
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
@@ -89,7 +89,7 @@ def test_autocast_computes_products_in_bf16_and_keeps_weights_fp32():
 def test_greedy_generations_run_under_the_chosen_precision(monkeypatch, bf16):
     import torch
 
-    import training.hf as hf
+    import rmjudge.training.hf as hf
 
     seen = []
 

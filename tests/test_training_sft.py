@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from rmjudge.prompts import ASSISTANT_PREFIX, extract_analysis, parse_verdict
-from training.cache import CachedRollouts
-from training.rollouts import Item
-from training.sft import SFTError, SFTSettings, check_prompts
-from training.sft_data import SFTStats, cut_analysis, sft_examples, swap_slots
+from rmjudge.training.cache import CachedRollouts
+from rmjudge.training.rollouts import Item
+from rmjudge.training.sft import SFTError, SFTSettings, check_prompts
+from rmjudge.training.sft_data import SFTStats, cut_analysis, sft_examples, swap_slots
 
 HERE = os.path.dirname(__file__)
 HAS_TRAIN = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "peft",
@@ -110,7 +110,7 @@ def test_labels_are_balanced_over_any_data():
 
 
 def test_grpo_generation_gets_the_engine_token_ids_of_known_prompts():
-    from training.grpo import engine_tokenized_trainer
+    from rmjudge.training.grpo import engine_tokenized_trainer
 
     class Base:
         def _tokenize_prompts(self, prompts):
@@ -146,7 +146,7 @@ def test_a_negative_rollout_temperature_is_refused():
 def test_target_modules_the_model_lacks_are_one_error_naming_its_modules():
     """A typo in --target-modules was peft's NoMatchingPeftModuleError traceback."""
     torch = pytest.importorskip("torch")
-    from training.hf import ModelLoadError, check_target_modules
+    from rmjudge.training.hf import ModelLoadError, check_target_modules
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -163,7 +163,7 @@ def test_target_modules_the_model_lacks_are_one_error_naming_its_modules():
 
 
 def test_sft_cli_reports_bad_settings_without_traceback(tmp_path):
-    from training.cli import main
+    from rmjudge.training.cli import main
 
     res = CliRunner().invoke(main, ["sft", str(tmp_path / "p.jsonl"), "-o", str(tmp_path / "o"),
                                     "--tasks", "both"])
@@ -184,8 +184,8 @@ def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded
     the rows' Pref prompts (both orders) must parse more often than the base's."""
     import torch
 
-    from training.rollouts import EngineRollouts, SamplingSettings
-    from training.sft import run
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.sft import run
 
     torch.set_num_threads(1)
     s = SFTSettings(source=os.path.join(HERE, "data", "pandalm_5.jsonl"),
@@ -201,7 +201,7 @@ def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded
     assert after["parse_failure_rate"] < before["parse_failure_rate"]
     assert after["parse_failure_rate"] <= 0.5
     assert summary["last_loss"] < summary["first_loss"]
-    from training.precision import precision_name, use_bf16
+    from rmjudge.training.precision import precision_name, use_bf16
 
     assert summary["precision"] == precision_name(use_bf16("auto"))  # bf16 where native
     st = summary["stats"]

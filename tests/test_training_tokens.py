@@ -22,8 +22,8 @@ R2 = "I   cannot   do 2024-01-31 math; résumé ✓\r\nEnd."
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
 def test_training_token_ids_equal_llama_cpp_on_a_judge_prompt(model_path, embedded_engine):
-    from training.hf import ModelSource, load_tokenizer, materialize, render_prompt
-    from training.tokens import encode_prompt
+    from rmjudge.training.hf import ModelSource, load_tokenizer, materialize, render_prompt
+    from rmjudge.training.tokens import encode_prompt
 
     messages = pref_messages(CONV, R1, R2)
     want = embedded_engine.tok.encode_prompt(messages, ASSISTANT_PREFIX)

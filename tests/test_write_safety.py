@@ -28,9 +28,9 @@ def _cli(name):
     if name == "rmjudge":
         from rmjudge.cli import main
     elif name == "train":
-        from training.cli import main
+        from rmjudge.training.cli import main
     else:
-        from quantize.cli import main
+        from rmjudge.quantize.cli import main
     return main
 
 
@@ -75,7 +75,7 @@ def world(tmp_path_factory):
     (d / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
     (d / "hf").mkdir()
     (d / "hf" / "config.json").write_text("{}")
-    from training.data import write_examples
+    from rmjudge.training.data import write_examples
 
     write_examples([{"id": "x#pref", "task": "pref", "source_id": "x", "label": 1,
                      "prompt": [{"role": "user", "content": "q"}], "conversation": [],
@@ -211,8 +211,8 @@ def test_build_data_replaces_only_its_own_unchanged_output(world, tmp_path):
     from helpers import pref
 
     from rmjudge.engine.fake import ScriptedEngine
-    from training.data import DataConfig, build_data, stats_path
-    from training.rollouts import EngineRollouts, SamplingSettings
+    from rmjudge.training.data import DataConfig, build_data, stats_path
+    from rmjudge.training.rollouts import EngineRollouts, SamplingSettings
 
     src = EngineRollouts(ScriptedEngine(lambda req, i: pref(1 + i % 2)),
                          SamplingSettings(samples=2, temperature=1.0, max_tokens=8, seed=0))
@@ -232,8 +232,8 @@ def test_build_data_replaces_only_its_own_unchanged_output(world, tmp_path):
 # -- sft / grpo output folders ------------------------------------------------------------------
 
 def test_training_folders_accept_their_own_earlier_output(world, tmp_path):
-    from training.grpo import GRPOSettings, check_output
-    from training.outputs import claim_output_dir
+    from rmjudge.training.grpo import GRPOSettings, check_output
+    from rmjudge.training.outputs import claim_output_dir
 
     s = GRPOSettings(model=str(world / "hf"), data=str(world / "data.jsonl"),
                      output_dir=str(tmp_path / "run"))
@@ -263,7 +263,7 @@ class Block:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Block())
 sys.argv = ["rmjudge-train"] + sys.argv[1:]
-from training.cli import main
+from rmjudge.training.cli import main
 main()
 """
 
@@ -419,7 +419,7 @@ def test_scratch_is_removed_with_its_files_and_lies_beside_a_file_when_asked(tmp
 _WRITER = """
 import sys, time
 from rmjudge.files import write_produced
-from training.outputs import StagedCheckpoints
+from rmjudge.training.outputs import StagedCheckpoints
 from pathlib import Path
 
 what, target = sys.argv[1], sys.argv[2]
@@ -478,7 +478,7 @@ def test_build_data_removes_a_killed_writers_temporaries_and_leaves_a_live_ones(
 def test_training_checkpoints_are_staged_and_a_killed_runs_are_removed(tmp_path):
     from types import SimpleNamespace
 
-    from training.outputs import StagedCheckpoints, claim_output_dir
+    from rmjudge.training.outputs import StagedCheckpoints, claim_output_dir
 
     out = tmp_path / "run"
     out.mkdir()

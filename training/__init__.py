@@ -2,6 +2,7 @@
 build unified Pref + Refl data from the base model's rollouts, then train a QLoRA adapter with
 GRPO so that `rmjudge score` judges with it (after export to GGUF).
 
-Installed with the `[train]` extra; the command is `rmjudge-train` (or `python -m training`).
-Prompts and verdict parsing come from `rmjudge.prompts`, the very ones `rmjudge score` uses.
+Installed with the `[train]` extra as `rmjudge.training`; the command is `rmjudge-train` (or
+`python -m rmjudge.training`). Prompts and verdict parsing come from `rmjudge.prompts`, the very
+ones `rmjudge score` uses.
 """

@@ -1,6 +1,6 @@
-"""`python -m training` runs the `rmjudge-train` command."""
+"""`python -m rmjudge.training` runs the `rmjudge-train` command."""
 
-from training.cli import main
+from rmjudge.training.cli import main
 
 if __name__ == "__main__":
     main()

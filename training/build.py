@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.data import DataConfig, DataError, Stats, build_data, check_outputs
-from training.sources import BACKENDS, rollout_source
+from rmjudge.training.data import DataConfig, DataError, Stats, build_data, check_outputs
+from rmjudge.training.sources import BACKENDS, rollout_source
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def run_build_data(s: BuildDataSettings, server=None,
     from rmjudge.io.readers import detect_format
     from rmjudge.prompts.criteria import resolve_criteria
 
-    from training.rollouts import SamplingSettings
+    from rmjudge.training.rollouts import SamplingSettings
 
     config = DataConfig(ratio=s.ratio, seed=s.seed, limit=s.limit, mapping=parse_map(s.mapping),
                         chunk_items=s.chunk_items)

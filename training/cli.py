@@ -28,13 +28,13 @@ from rmjudge.cli.common import ExtrasGroup
 from rmjudge.cli.mapping_options import dataset_options, input_source, map_option
 from rmjudge.cli.options import settings_from, settings_options
 
-from training.build import BuildDataSettings, run_build_data
-from training.controls import FolderControls, Quiet
-from training.data import stats_path
-from training.evaluate import EvalJudgeSettings
-from training.grpo import GRPOSettings
-from training.sft import SFTSettings
-from training.sources import RolloutBackend
+from rmjudge.training.build import BuildDataSettings, run_build_data
+from rmjudge.training.controls import FolderControls, Quiet
+from rmjudge.training.data import stats_path
+from rmjudge.training.evaluate import EvalJudgeSettings
+from rmjudge.training.grpo import GRPOSettings
+from rmjudge.training.sft import SFTSettings
+from rmjudge.training.sources import RolloutBackend
 
 
 # bitsandbytes' CPU backend logs a warning when it is imported on a CPU with AVX512-BF16 and the
@@ -120,7 +120,7 @@ def build_data_cmd(**kw):
 @settings_options(Quiet)
 def grpo_cmd(**kw):
     """GRPO + QLoRA on the unified data; saves checkpoints, the adapter and a greedy eval."""
-    from training.grpo import format_length_report, run_grpo
+    from rmjudge.training.grpo import format_length_report, run_grpo
 
     quiet = settings_from(Quiet, kw).quiet
     folder = settings_from(FolderControls, kw)
@@ -153,7 +153,7 @@ def grpo_cmd(**kw):
 def sft_cmd(**kw):
     """Format warm-start: supervised targets (base analyses + gold verdicts, both tasks, both
     orders) so a weak base learns to write parseable verdicts before build-data and GRPO."""
-    from training.sft import warm_start
+    from rmjudge.training.sft import warm_start
 
     quiet = settings_from(Quiet, kw).quiet
     folder = settings_from(FolderControls, kw)
@@ -185,7 +185,7 @@ def sft_cmd(**kw):
 @settings_options(EvalJudgeSettings)
 def eval_cmd(**kw):
     """Greedy accuracy and positional consistency (Pref in both orders) of a judge."""
-    from training.evaluate import evaluate_judge
+    from rmjudge.training.evaluate import evaluate_judge
 
     res = evaluate_judge(settings_from(EvalJudgeSettings, kw))
     click.echo(json.dumps(res.as_dict(), indent=2))

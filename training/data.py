@@ -43,8 +43,8 @@ from rmjudge.prompts import (PROMPT_FORMAT, PromptStyle, extract_analysis, parse
 from rmjudge.runs.setup import open_input
 from rmjudge.core.seeds import derive_seed
 
-from training.cache import CachedRollouts, RolloutCache
-from training.rollouts import Item, RolloutSource
+from rmjudge.training.cache import CachedRollouts, RolloutCache
+from rmjudge.training.rollouts import Item, RolloutSource
 
 
 class DataError(UserError):
@@ -342,7 +342,7 @@ def check_outputs(source: str, output: str | Path, cache_path: str | Path | None
     existing file build-data did not write (unless `overwrite`)."""
     from rmjudge.files import check_distinct, check_file_target, check_not_input
 
-    from training.cache import check_cache_file
+    from rmjudge.training.cache import check_cache_file
 
     output = str(output)
     check_output_name(output)

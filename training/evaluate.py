@@ -14,8 +14,8 @@ from typing import Any
 from rmjudge.core.counts import item_accuracy, item_consistency
 from rmjudge.prompts import PromptStyle, parse_verdict, pref_messages
 
-from training.hf import greedy_completions
-from training.precision import PRECISION_HELP, PRECISIONS, check_precision, use_bf16
+from rmjudge.training.hf import greedy_completions
+from rmjudge.training.precision import PRECISION_HELP, PRECISIONS, check_precision, use_bf16
 
 
 @dataclass
@@ -91,7 +91,7 @@ class EvalJudgeSettings:
         """Values no evaluation can use are one error before a model loads."""
         from pathlib import Path
 
-        from training.data import DataError
+        from rmjudge.training.data import DataError
 
         check_precision(self.precision, DataError)
         for name in ("max_tokens", "batch"):
@@ -109,12 +109,12 @@ def evaluate_judge(s: EvalJudgeSettings) -> EvalResult:
     """Load the base (with the adapter when given) and `evaluate` it on the examples."""
     from rmjudge.core.extras import TRAIN, require
 
-    from training.data import read_examples
-    from training.hf import ModelSource, load_base, load_tokenizer, materialize
+    from rmjudge.training.data import read_examples
+    from rmjudge.training.hf import ModelSource, load_base, load_tokenizer, materialize
 
     examples = read_examples(s.data)[:s.limit] if s.limit else read_examples(s.data)
     if not examples:
-        from training.data import DataError
+        from rmjudge.training.data import DataError
 
         raise DataError(f"{s.data} holds no examples to evaluate; give the heldout.jsonl of "
                         "`rmjudge-train grpo` or a file of `rmjudge-train build-data`")

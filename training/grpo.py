@@ -32,11 +32,11 @@ import orjson
 from rmjudge.core.extras import install_hint
 from rmjudge.core.seeds import derive_seed
 
-from training.data import DataError, Stats, check_prompt_format, mix, read_examples
-from training.hf import (DEFAULT_TARGETS, ModelSource, check_target_modules, load_base,
+from rmjudge.training.data import DataError, Stats, check_prompt_format, mix, read_examples
+from rmjudge.training.hf import (DEFAULT_TARGETS, ModelSource, check_target_modules, load_base,
                          load_tokenizer, lora_config, materialize, render_prompt)
-from training.outputs import write_adapter_info
-from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
+from rmjudge.training.outputs import write_adapter_info
+from rmjudge.training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
                                 use_bf16)
 
 
@@ -259,7 +259,7 @@ def prepare_dataset(examples: list[dict], tokenizer, max_prompt_tokens: int,
     engine makes them (`training.tokens`); and the per-task counts of the length filter."""
     from datasets import Dataset
 
-    from training.tokens import encode_prompt
+    from rmjudge.training.tokens import encode_prompt
 
     ids_of = {e["id"]: encode_prompt(tokenizer, e["prompt"]) for e in examples}
     kept, report = filter_by_length(examples, lambda e: len(ids_of[e["id"]]),
@@ -338,7 +338,7 @@ def check_loss_type(loss_type: str) -> None:
 def check_output(s: GRPOSettings, overwrite: bool = False) -> None:
     """Refuse an output folder that is an input or holds files another command wrote
     (training.outputs), before anything loads."""
-    from training.outputs import check_output_dir
+    from rmjudge.training.outputs import check_output_dir
 
     gguf = str(Path(s.model) / s.gguf_file) if s.gguf_file else None
     check_output_dir(s, GRPO, inputs=(s.data, s.model, gguf, s.init_adapter),
@@ -373,7 +373,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     """
     from rmjudge.files import write_file
 
-    from training.outputs import StagedCheckpoints, claim_output_dir
+    from rmjudge.training.outputs import StagedCheckpoints, claim_output_dir
 
     check_output(s, overwrite)
     checkpoint = find_checkpoint(s.output_dir, resume)
@@ -387,7 +387,7 @@ def train(s: GRPOSettings, resume: str | None = None,
     import torch  # noqa: F401
     import trl  # noqa: F401
 
-    from training.evaluate import evaluate
+    from rmjudge.training.evaluate import evaluate
 
     check_loss_type(s.loss_type)
     out = Path(s.output_dir)
@@ -527,7 +527,7 @@ def _make_trainer(s: GRPOSettings, model, tokenizer, dataset, ids_by_text, confi
     engine-made prompt ids; progress to `progress` and log.jsonl, checkpoints to `staged`."""
     from trl import GRPOTrainer
 
-    from training.reward import verdict_reward
+    from rmjudge.training.reward import verdict_reward
 
     if s.init_adapter:
         # continue the given adapter: TRL keeps a frozen copy of it as the KL reference

@@ -120,7 +120,7 @@ def materialize(src: ModelSource) -> str:
     """
     if not src.gguf_file:
         return src.path
-    from quantize.hfio import load_causal_lm
+    from rmjudge.quantize.hfio import load_causal_lm
     from rmjudge.engine.models import file_sha256
     from rmjudge.files import save_folder, write_file
 
@@ -260,7 +260,7 @@ def _generate(model, tokenizer, prompts: list[Sequence[Message]],
               **gen) -> tuple[list[str], list[str]]:
     import torch
 
-    from training.tokens import encode_prompt
+    from rmjudge.training.tokens import encode_prompt
 
     ids, mask = left_pad([encode_prompt(tokenizer, p) for p in prompts], tokenizer.pad_token_id)
     with torch.no_grad():
@@ -296,7 +296,7 @@ def greedy_completions(model, tokenizer, prompts: list[Sequence[Message]], max_t
                        batch_size: int = 8, bf16: bool = False) -> list[str]:
     """One greedy completion per prompt (evaluation decoding, as in the paper); with `bf16`
     under bfloat16 autocast (training.precision)."""
-    from training.precision import autocast
+    from rmjudge.training.precision import autocast
 
     out: list[str] = []
     with autocast(model, bf16):

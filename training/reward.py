@@ -12,7 +12,7 @@ from typing import Any
 
 from rmjudge.prompts import parse_verdict
 
-from training.hf import cut_at_stop
+from rmjudge.training.hf import cut_at_stop
 
 
 def completion_text(completion: Any) -> str:

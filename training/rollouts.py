@@ -23,7 +23,7 @@ from rmjudge.judging.runspec import prompt_suffix
 from rmjudge.core.seeds import derive_seed
 from rmjudge.core.types import GenRequest, Message
 
-from training.cache import CachedRollouts
+from rmjudge.training.cache import CachedRollouts
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class TransformersRollouts:
         return self.s.criteria
 
     def rollouts(self, items: list[Item]) -> list[CachedRollouts]:
-        from training.hf import sample_completions
+        from rmjudge.training.hf import sample_completions
 
         out: list[CachedRollouts] = []
         for start in range(0, len(items), self.batch_items):

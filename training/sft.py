@@ -34,11 +34,11 @@ from rmjudge.core.errors import UserError
 from rmjudge.io.readers import detect_format
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
-from training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
-from training.outputs import write_adapter_info
-from training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
+from rmjudge.training.hf import DEFAULT_TARGETS, check_target_modules, lora_config
+from rmjudge.training.outputs import write_adapter_info
+from rmjudge.training.precision import (PRECISION_HELP, PRECISIONS, check_precision, precision_name,
                                 use_bf16)
-from training.sft_data import TASKS, SFTStats, sft_examples
+from rmjudge.training.sft_data import TASKS, SFTStats, sft_examples
 
 ANALYSES = ("base", "template")
 
@@ -149,8 +149,8 @@ def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[
     `--analyses template`, `rollout_source` is a `TemplateSource` and nothing is sampled)."""
     from rmjudge.io.mapping import parse_map
 
-    from training.cache import RolloutCache
-    from training.data import DataConfig, Stats, read_items, sample_all
+    from rmjudge.training.cache import RolloutCache
+    from rmjudge.training.data import DataConfig, Stats, read_items, sample_all
 
     config = DataConfig(seed=s.seed, limit=s.limit, mapping=parse_map(s.map),
                         chunk_items=s.chunk_items)
@@ -161,7 +161,7 @@ def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[
     if s.analyses == "template":
         from rmjudge.prompts import PromptStyle
 
-        from training.sft_templates import template_examples
+        from rmjudge.training.sft_templates import template_examples
 
         for item in read_items(s.source, config, read_stats):
             made = template_examples(item, rollout_source.suffix, s.task_list,
@@ -183,7 +183,7 @@ def build_examples(s: SFTSettings, rollout_source, progress=None) -> tuple[list[
 def tokenize_examples(examples: list[dict], tokenizer, max_length: int,
                       stats: SFTStats) -> list[dict]:
     """input_ids / labels (-100 on the prompt) per example; too long ones are counted out."""
-    from training.tokens import encode_prompt, encode_target
+    from rmjudge.training.tokens import encode_prompt, encode_target
 
     rows = []
     for e in examples:
@@ -232,7 +232,7 @@ def check_prompts(examples: list[dict], n_items: int) -> list[dict]:
 def parse_failure_rate(model, tokenizer, examples: list[dict], max_tokens: int,
                        batch: int = 8, bf16: bool = False) -> dict[str, Any]:
     """Greedy generations on the examples' prompts: parse failures and accuracy."""
-    from training.hf import greedy_completions
+    from rmjudge.training.hf import greedy_completions
 
     if not examples:
         return {"prompts": 0}
@@ -252,7 +252,7 @@ def parse_failure_rate(model, tokenizer, examples: list[dict], max_tokens: int,
 
 
 def find_checkpoint(output_dir: str, resume: str | None) -> str | None:
-    from training.grpo import TrainError, find_checkpoint as find
+    from rmjudge.training.grpo import TrainError, find_checkpoint as find
 
     try:
         return find(output_dir, resume)
@@ -266,7 +266,7 @@ SFT = "rmjudge-train sft"
 def check_output(s: SFTSettings, overwrite: bool = False) -> None:
     """Refuse an output folder that is an input or holds files another command wrote
     (training.outputs), before anything loads."""
-    from training.outputs import check_output_dir
+    from rmjudge.training.outputs import check_output_dir
 
     gguf = str(Path(s.model) / s.gguf_file) if s.model and s.gguf_file else None
     check_output_dir(s, SFT, source=s.source, inputs=(s.model, gguf), overwrite=overwrite)
@@ -282,7 +282,7 @@ def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
     from rmjudge.core.extras import TRAIN, require
     from rmjudge.prompts.criteria import resolve_criteria
 
-    from training.sources import rollout_source, template_source
+    from rmjudge.training.sources import rollout_source, template_source
 
     say = say or (lambda _: None)
     criteria = resolve_criteria(s.criteria)  # a bad value fails before anything loads
@@ -293,7 +293,7 @@ def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,
         src = template_source(s.model, s.gguf_file, criteria)
         say("targets: templated analyses, no base rollouts (--analyses template)")
     else:
-        from training.rollouts import SamplingSettings
+        from rmjudge.training.rollouts import SamplingSettings
 
         sampling = SamplingSettings(samples=s.samples, temperature=s.rollout_temperature,
                                     max_tokens=s.rollout_max_tokens, seed=s.seed,
@@ -314,7 +314,7 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     check the warm-started format, write sft.json."""
     from rmjudge.files import write_file
 
-    from training.outputs import claim_output_dir
+    from rmjudge.training.outputs import claim_output_dir
 
     say = say or (lambda _: None)
     detect_format(s.source)  # again for callers of run() itself; a Hub id's lookup is remembered
@@ -327,9 +327,9 @@ def run(s: SFTSettings, rollout_source, resume: str | None = None,
     import torch
     from transformers import Trainer, TrainingArguments  # noqa: F401
 
-    from training.grpo import train_staged
-    from training.hf import load_base
-    from training.outputs import StagedCheckpoints
+    from rmjudge.training.grpo import train_staged
+    from rmjudge.training.hf import load_base
+    from rmjudge.training.outputs import StagedCheckpoints
 
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -409,7 +409,7 @@ def _tokenized(s: SFTSettings, examples: list[dict], stats: SFTStats):
     model) as an HF folder; refused when too few examples fit --max-length."""
     from rmjudge.engine.models import resolve_model
 
-    from training.hf import ModelSource, load_tokenizer, materialize
+    from rmjudge.training.hf import ModelSource, load_tokenizer, materialize
 
     base_dir = materialize(ModelSource.parse(s.model or resolve_model(None), s.gguf_file))
     tokenizer = load_tokenizer(ModelSource(base_dir))
@@ -430,8 +430,8 @@ def _trainer(s: SFTSettings, model, tokenizer, rows_tok: list[dict], staged, pro
     from datasets import Dataset
     from transformers import PrinterCallback, TrainingArguments
 
-    from training.completion_loss import completion_loss_trainer
-    from training.grpo import jsonl_log_callback
+    from rmjudge.training.completion_loss import completion_loss_trainer
+    from rmjudge.training.grpo import jsonl_log_callback
 
     cuda = torch.cuda.is_available()
     args = TrainingArguments(

@@ -32,8 +32,8 @@ from rmjudge.prompts import (ANALYSIS_CLOSE, ANALYSIS_OPEN, RESULT_CLOSE, RESULT
                              parse_verdict, pref_messages, refl_messages)
 from rmjudge.core.seeds import derive_seed
 
-from training.cache import CachedRollouts
-from training.rollouts import Item
+from rmjudge.training.cache import CachedRollouts
+from rmjudge.training.rollouts import Item
 
 TASKS = ("pref", "refl")
 

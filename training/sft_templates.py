@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from rmjudge.prompts import DEFAULT_STYLE, PromptStyle, completion_text, pref_messages, refl_messages
 
-from training.rollouts import Item
+from rmjudge.training.rollouts import Item
 
 OPENING_WORDS = 6
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rmjudge.core.extras import TRAIN, require
 
-from training.data import DataError
+from rmjudge.training.data import DataError
 
 BACKENDS = ("auto", "llama", "transformers")
 
@@ -21,7 +21,7 @@ def rollout_source(model, gguf_file, backend, sampling, parallel, threads, serve
     """(source, description): llama.cpp on a GGUF (with a GGUF LoRA adapter when `lora`), an
     OpenAI-compatible server (`server`: ServerSettings; `model`, when a GGUF, gives its chat
     template), or transformers on an HF model."""
-    from training.rollouts import EngineRollouts, TransformersRollouts
+    from rmjudge.training.rollouts import EngineRollouts, TransformersRollouts
 
     if server is not None:
         from rmjudge.engine import load_engine
@@ -53,7 +53,8 @@ def rollout_source(model, gguf_file, backend, sampling, parallel, threads, serve
                                             lora=lora))
         return EngineRollouts(engine, sampling), (f"llama.cpp on {gguf}"
                                                   + (f" + LoRA {lora}" if lora else ""))
-    from training.hf import ModelSource, load_base, load_tokenizer, materialize, model_suffix
+    from rmjudge.training.hf import (ModelSource, load_base, load_tokenizer, materialize,
+                                     model_suffix)
 
     src = ModelSource.parse(gguf or model)
     require("the transformers backend", "train", TRAIN)
@@ -69,7 +70,7 @@ def template_source(model, gguf_file, criteria):
     """What `sft --analyses template` needs of the base without sampling from it: the prompt
     suffix of its family (read from the GGUF's header, no llama.cpp load; or from an HF
     folder's config)."""
-    from training.sft_templates import TemplateSource
+    from rmjudge.training.sft_templates import TemplateSource
 
     if model is not None and not gguf_file and not model.lower().endswith(".gguf"):
         from rmjudge.prompts import suffix_for_model
