@@ -175,6 +175,41 @@ def test_limit_and_shards_merge_to_the_full_table(tmp_path):
     assert got == whole.as_dict()
 
 
+def test_score_only_after_an_incomplete_merge_leaves_the_missing_shard_out(tmp_path):
+    """Red-team 0.13.1 item 4: before, `bench --score-only` after `merge --allow-incomplete`
+    with a shard missing scored the missing pairs as "no verdict" (0.5 each in RewardBench).
+    Now they are left out and a note marks the figures incomplete: the figures are those of
+    the judged shard."""
+    from click.testing import CliRunner
+
+    from rmjudge.cli import main
+
+    _, part = run("rewardbench", tmp_path / "s0", shard=(0, 2))
+    full = tmp_path / "full"
+    full.mkdir()
+    merged = CliRunner().invoke(main, ["merge", str(tmp_path / "s0" / "rewardbench.duckdb"),
+                                       "--input", str(tmp_path / "s0" / "rewardbench.input.jsonl"),
+                                       "--allow-incomplete",
+                                       "-o", str(full / "rewardbench.duckdb")])
+    assert merged.exit_code == 0, merged.output
+    args = ["bench", "-o", str(full), "--score-only", "--data",
+            f"rewardbench={SOURCES['rewardbench']}"]
+    got = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)["benchmarks"][0]
+    from helpers import rows
+
+    # 8 readable published pairs (7 in the sections, 1 of a prior set), the 9th unreadable
+    judged = rows(str(tmp_path / "s0" / "rewardbench.duckdb"), "SELECT count(*) FROM pairs")[0][0]
+    missing = 8 - judged
+    assert 0 < judged < 8 and got["items"] == part.items and got["unjudged"] == missing
+    assert got["sections"] == part.as_dict()["sections"]
+    assert got["headline"] == part.as_dict()["headline"]
+    assert got["notes"][0].startswith(f"RewardBench incomplete: {missing} of the 8 pairs this "
+                                      "run covers were never judged")
+    text = " ".join(CliRunner().invoke(main, args).stdout.split())  # lines fit the terminal
+    assert f"RewardBench incomplete: {missing} of the 8 pairs" in text
+    assert f"{missing} never judged (left out)" in text
+
+
 def test_intake_file_is_reused_and_never_replaced(tmp_path):
     run("judgebench", tmp_path)
     path = intake_file(str(tmp_path), get("judgebench"))

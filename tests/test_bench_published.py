@@ -280,6 +280,77 @@ def test_partial_coverage_is_n_a_with_a_note_for_every_benchmark(tmp_path):
     assert [a["label"] for a in js["averages"]] == ["avg", "avg (RB, RM-Bench, RMB)"]
 
 
+def part_items(name: str, part: str) -> list:
+    """Hand-built outcomes (right in both orders) of one part of a benchmark: an item (RM-Bench:
+    a prompt's nine cells) or a best-of-N prompt with no ranking."""
+    if name == "rmbench":
+        return [Item(f"{part}/1/{i}{j}", {"domain": part, "item": f"{part}/1",
+                                          "chosen_style": i, "rejected_style": j},
+                     {"ab": True, "ba": True}) for i in range(3) for j in range(3)]
+    if name in ("rewardbench2", "rmb-bon"):
+        key = "subset" if name == "rewardbench2" else "goal"
+        pid = {"Ties": "ref:1"}.get(part, f"{part}/1")
+        row = {"id": pid, key: part, "group": "g", "n_responses": 4, "num_correct": 1}
+        out = [(row, None)]
+        if part == "Ties":
+            out.append(({**row, "id": "tied:1", "num_correct": 2}, None))
+        return out
+    key = {"rewardbench": "subset", "rmb": "goal", "llmbar": "subset", "judgebench": "source",
+           "helpsteer3": "domain"}[name]
+    fields = {key: part, "group": "g", "overall_preference": 2}
+    return [Item(f"{part}/1", fields, {"ab": True, "ba": True})]
+
+
+# benchmark -> (one of its parts' names as its rows give them, every part, the note's start)
+PARTS = {
+    "rewardbench": (["alpacaeval-easy", "mt-bench-hard", "donotanswer", "math-prm"],
+                    "RewardBench n/a: this run has no pairs in Chat Hard, Safety, Reasoning; "
+                    "RewardBench averages Chat, Chat Hard, Safety, Reasoning"),
+    "rmbench": (["chat", "math", "code", "safety-refuse"],
+                "RM-Bench total n/a: this run has no items in math, code, safety; RM-Bench "
+                "total averages chat, math, code, safety"),
+    "rmb": (["Helpfulness", "Harmlessness"],
+            "RMB (pairwise) n/a: this run has no pairs in Harmlessness; RMB (pairwise) averages "
+            "Helpfulness, Harmlessness"),
+    "llmbar": (["Neighbor", "GPTInst", "GPTOut", "Manual", "Natural"],
+               "LLMBar Natural n/a: this run has no instances in Natural"),
+    "judgebench": (["mmlu-pro", "livebench-math"], None),
+    "helpsteer3": (["general", "code"], None),
+    "rewardbench2": (["Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties"],
+                     "RewardBench 2 n/a: this run has no prompts in Precise IF, Math, Safety, "
+                     "Focus, Ties; RewardBench 2 averages Factuality, Precise IF, Math, "
+                     "Safety, Focus, Ties"),
+    "rmb-bon": (["Helpfulness", "Harmlessness"],
+                "RMB (BoN) n/a: this run has no prompts in Harmlessness; RMB (BoN) averages "
+                "Helpfulness, Harmlessness"),
+}
+
+
+@pytest.mark.parametrize("name", list(PARTS))
+def test_one_rule_of_partial_coverage_for_every_benchmark(name):
+    """docs/bench.md: a headline that averages named parts is n/a, with a note naming the
+    missing ones, unless every part has items; JudgeBench and HelpSteer3 have no parts.
+    Before, RewardBench 2 with Factuality alone printed a headline with no note and RMB (BoN)
+    with Helpfulness alone printed that goal's accuracy as its headline."""
+    from rmjudge.bench import BENCHMARKS
+
+    bench = BENCHMARKS[name]
+    parts, note = PARTS[name]
+
+    def scored(items):
+        return bench.score_rankings(items) if bench.ranked else bench.score(items)
+
+    one = scored(part_items(name, parts[0]))
+    if note is None:
+        assert one.notes == [] and one.headline[0].value == 1.0
+    else:
+        assert one.headline[0].value is None
+        assert one.notes[0].startswith(note), one.notes
+        assert len(one.notes) == (2 if name == "llmbar" else 1)
+    whole = scored([it for part in parts for it in part_items(name, part)])
+    assert whole.notes == [] and all(c.value is not None for c in whole.headline), whole.notes
+
+
 # --- bench --check: the loader on a local copy of the published repository ---------------
 
 def test_check_reports_rows_refusals_and_duplicates_without_judging(tmp_path):

@@ -6,6 +6,7 @@ method: rollouts that parse, an anchor in every pair-order, self-reflection and 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,10 +33,74 @@ def test_the_readme_opens_with_git_clone_and_two_set_up_commands():
     install, test = lines[1], lines[2]
     assert install == "pip install '.[model]' && rmjudge score examples/pairs.jsonl"
     assert test == "pip install '.[test]' && python -m pytest -q -rs"
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install '.[test]'" in ci and "\npython -m pytest -q -rs\n" in ci
+    # CI runs both, as written and in this order (test_ci_runs_..._in_a_new_venv runs .ci/run)
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert install in ci and test in ci and ci.index(install) < ci.index(test)
     # the front door comes before any detail: both commands within the first screen
     assert README.index(lines[2]) < len("\n".join(README.splitlines()[:20]))
+
+
+# .ci/run with every program it calls replaced by a script that logs the call: the program's path,
+# its arguments, the virtual environment it runs in and the folder it runs from
+LOGGED = """#!/usr/bin/env bash
+echo "$0 $* | ${VIRTUAL_ENV:-none} | $PWD" >> "$CI_LOG"
+case "$(basename "$0") $*" in
+  "rmjudge score "*) exit "${CI_SCORE_RC:-0}" ;;
+  "python -m pytest "*) exit "${CI_PYTEST_RC:-0}" ;;
+esac
+"""
+# `python -m venv DIR` outside a venv makes one whose activate script puts DIR/bin first
+VENV_MAKER = LOGGED + """if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin"
+  printf 'export VIRTUAL_ENV=%q\\nexport PATH="$VIRTUAL_ENV/bin:$PATH"\\n' "$3" > "$3/bin/activate"
+  for tool in python pip rmjudge; do cp "$CI_FAKES/pip" "$3/bin/$tool"; done
+fi
+"""
+
+
+def run_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, text in (("python", VENV_MAKER), ("pip", LOGGED), ("rmjudge", LOGGED),
+                       ("apt-get", LOGGED), ("chromium", ""), ("chromedriver", "")):
+        (fakes / name).write_text(text or "#!/bin/sh\n")
+        (fakes / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path),
+           "CI_LOG": str(log), "CI_FAKES": str(fakes),
+           **{f"CI_{k.upper()}_RC": str(v) for k, v in rcs.items()}}
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_ci_runs_the_readmes_two_commands_as_written_in_a_new_venv(tmp_path):
+    """.ci/run makes a virtual environment in a temporary folder, and in it, from the root of
+    the clone, runs the README's set-up commands as the README writes them, in order; the
+    folder is gone afterwards."""
+    done, calls = run_ci(tmp_path)
+    assert done.returncode == 0, done.stderr
+    maker, *inside = calls
+    venv = maker.split(" | ")[0].split(" -m venv ")[1]
+    assert maker == f"{tmp_path}/fakes/python -m venv {venv} | none | {ROOT}"
+    assert Path(venv).parent.parent == tmp_path and not Path(venv).parent.exists()
+    want = [shlex.split(cmd) for line in setup_commands()[1:] for cmd in line.split(" && ")]
+    assert inside == [f"{venv}/bin/{argv[0]} {' '.join(argv[1:])} | {venv} | {ROOT}"
+                      for argv in want]
+    assert [argv[0] for argv in want] == ["pip", "rmjudge", "pip", "python"]  # seen as written
+
+
+@pytest.mark.parametrize("rcs,exit_code,message,tested", [
+    ({"pytest": 5}, 1, "CI: pytest collected no tests; failing", True),
+    ({"pytest": 1}, 1, "", True),
+    ({"score": 2}, 2, "CI: the README's first command failed (exit 2)", False),
+])
+def test_ci_fails_when_a_command_fails_or_no_test_is_collected(tmp_path, rcs, exit_code,
+                                                               message, tested):
+    done, calls = run_ci(tmp_path, **rcs)
+    assert done.returncode == exit_code
+    assert done.stderr.strip() == message
+    assert any(" -m pytest " in c for c in calls) == tested
 
 
 @pytest.mark.slow

@@ -72,6 +72,7 @@ class BenchResult:
     no_verdict: int  # order verdicts missing (parse failures, error rows)
     unlabelled: int = 0  # items without a gold label, left out (HelpSteer3 ties)
     unreadable: int = 0  # published rows without the benchmark's layout (errors table)
+    unjudged: int = 0  # items the store holds no outcome of, left out (an incomplete merge)
     rule: str = ""  # how the figures are computed, one line
     notes: list[str] = field(default_factory=list)  # why a figure is n/a, what a run left out
 
@@ -82,6 +83,7 @@ class BenchResult:
                 "positional_consistency": self.consistency, "items": self.items,
                 "judged": self.judged, "no_verdict": self.no_verdict,
                 "unlabelled": self.unlabelled, "unreadable": self.unreadable,
+                "unjudged": self.unjudged,
                 "rule": self.rule, "notes": list(self.notes)}
 
 
@@ -189,19 +191,21 @@ class RankedBenchmark(Benchmark):
         raise NotImplementedError
 
     def ranked_result(self, prompts: list[tuple[dict, Any]], headline: list[Cell],
-                      sections: list[Cell]) -> BenchResult:
+                      sections: list[Cell], notes: list[str] | None = None) -> BenchResult:
         games = [g for _, p in prompts if p is not None for g in p.games]
         both = [g for g in games if all(x in ("A", "B") for x in g.letters)]
         return BenchResult(
             self.name, self.title, headline, sections,
             mean(float(g.letters[0] == g.letters[-1]) for g in both), len(prompts),
             sum(p is not None and bool(p.games) for _, p in prompts),
-            sum(x not in ("A", "B") for g in games for x in g.letters), rule=self.rule)
+            sum(x not in ("A", "B") for g in games for x in g.letters), rule=self.rule,
+            notes=list(notes or []))
 
 
 def candidate_scores(ranking, k: int) -> list[float]:
-    """Each candidate's Bradley-Terry score in candidate order; all equal (0) for a prompt
-    without stored comparisons (the authors' "no score" case: every candidate ties)."""
+    """Each candidate's Bradley-Terry score in candidate order (a repeated text has its first
+    copy's); all equal (0) for a prompt whose comparisons all failed, so that none has a
+    verdict (the authors' "no score" case: every candidate ties)."""
     if ranking is None:
         return [0.0] * k
     by = ranking.by_candidate()

@@ -9,9 +9,13 @@ Official scoring (allenai/reward-bench: `scripts/run_generative.py`, `rewardbenc
 - the four sections average their subsets weighted by the fixed example counts below, in which
   math-prm counts 984 (it has 447 pairs) so that math weighs as much as the six HumanEvalPack
   code subsets together;
-- the score is the mean of the four sections; `calculate_scores_per_section` scores a section
-  with no subset in the results 0, so a run missing a section (`--limit`, a shard, a copy
-  without some subsets) would get a score lowered by a quarter per missing section.
+- the score is the mean of the four sections: no evaluation script computes it (they print
+  the section scores); it is the dataset card's rule and the leaderboard table's
+  (`analysis/get_benchmark_results.py` `get_average_over_rewardbench`, lines 127-133: sections
+  weighted 2, Prior Sets 1 and left out when absent, as in the `filtered` split).
+  `calculate_scores_per_section` scores a section with no subset in the results 0, so over its
+  output a run missing a section (`--limit`, a shard, a copy without some subsets) would get a
+  mean lowered by a quarter per missing section.
 
 bench shows no score for such a run: the headline is n/a and a note names the missing sections
 with both the figure the official rule gives (empty sections 0) and the mean of the sections

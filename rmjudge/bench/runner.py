@@ -13,7 +13,11 @@ Output folder layout, per benchmark NAME:
 Published rows that lack the benchmark's layout, and rows whose item key (`base.item_key`) an
 earlier row already gave, are written after the good ones, so they land in the store's errors
 table with their raw text; they are counted, never scored. `--limit N` counts items (an
-RM-Bench prompt is one item of nine pairs), so an item is never cut partway.
+RM-Bench prompt is one item of nine pairs), so an item is never cut partway. An item the store
+holds no outcome of (neither a verdict nor an error row: a shard missing from `rmjudge merge
+--allow-incomplete`, a run not finished) is left out of the figures, which a note marks
+incomplete; it is never scored as a missing verdict. A best-of-N benchmark is read back with
+rank's own reader, so a prompt rank refuses is counted as unreadable, never scored.
 """
 
 from __future__ import annotations
@@ -35,9 +39,6 @@ from rmjudge.files import make_dir, write_once
 TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "response_a", "response_b", "label",
                        "context", "response1", "response2"})
 ORDERS = {"both": ("ab", "ba"), "ab": ("ab",)}
-# A best-of-N intake row's texts (rmjudge rank's layouts); its other columns group results.
-RANK_TEXT_KEYS = frozenset({"prompt", "chosen", "rejected", "conversation_input", "bon_best",
-                            "loser_list"})
 
 
 def intake_file(outdir: str, bench: Benchmark) -> str:
@@ -84,6 +85,19 @@ def converted(bench: Benchmark, source: str,
             continue
         first[key] = p
         yield Converted(p, rows)
+
+
+@dataclass
+class Covered:
+    """What a run covers of a benchmark, read back from its store: the items (pairwise) or
+    (fields, ranking) prompts (best-of-N) to score; the published rows it cannot score
+    (`unreadable`, each an error row); the items it holds no outcome of (`unjudged`: neither a
+    verdict nor an error row), left out; and notes on what the figures cover."""
+
+    items: list
+    unreadable: int = 0
+    unjudged: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 def intake_rows(bench: Benchmark, source: str) -> Iterator[dict[str, Any]]:
@@ -170,15 +184,14 @@ def judge(bench: Benchmark, source: str, engine, js, outdir: str, *,
     settings = js.settings if isinstance(js, RunSpec) else js
     seed = settings.seed
     if bench.ranked:  # best-of-N: rank's comparisons, through the same pipeline
-        from rmjudge.rank.layouts import HARD_MAX_CANDIDATES
-        from rmjudge.rank.runner import RankOptions, rank_input
+        from rmjudge.rank.runner import rank_input
         from rmjudge.runs.setup import RunOptions
         from rmjudge.core.settings import EngineSettings
 
         opts = RunOptions(settings, EngineSettings(n_ctx=n_ctx), Mapper({}, seed=seed),
                           limit=limit, shard=shard,
                           commit_every=commit_every or COMMIT_EVERY_PAIRS)
-        ropts = RankOptions(layout=bench.rank_layout, max_candidates=HARD_MAX_CANDIDATES)
+        ropts = rank_options(bench)
         return rank_input(path, store_file(outdir, bench), opts, ropts, engine=engine,
                           progress=None if on_progress is None else
                           (lambda total, engine: _SharedDisplay(on_progress)))
@@ -216,39 +229,39 @@ def require_results(bench: Benchmark, outdir: str, intake: bool = False) -> None
 
 
 def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
-               shard: tuple[int, int] | None = None) -> tuple[list[Item], int, str | None]:
+               shard: tuple[int, int] | None = None) -> Covered:
     """The benchmark's items the run covers (the intake rows within `limit` and `shard`), each
-    with its per-order verdicts from the store; the count of unreadable published rows; and a
-    note when `limit` left published items out."""
+    with its per-order verdicts from the store; the count of unreadable published rows; and
+    notes: what `limit` left out of the published items, and the items not judged at all (in
+    neither the store's pairs nor its errors: a shard missing from a merge, a run not
+    finished), which are left out, never scored as "no verdict"."""
     from rmjudge.analysis.tables import open_judged
 
     require_results(bench, outdir, intake=True)
     path, db = intake_file(outdir, bench), store_file(outdir, bench)
     rows = list(intake_keys(path))  # the grouping columns only: the texts stay on disk
     cut = item_rows(rows, limit)
-    note = None
+    notes = []
     if cut is not None:
         published = len({item_key(r) for r in rows if "problem" not in r})
         rows = rows[:cut]
         covered = len({item_key(r) for r in rows if "problem" not in r})
         if covered < published:
-            note = (f"{bench.title}: --limit {limit}: the first {covered} of its {published} "
-                    "published items only")
+            notes.append(f"{bench.title}: --limit {limit}: the first {covered} of its "
+                         f"{published} published items only")
     # the intake's shard rule: pairs by id, rows it cannot map by their row number
-    rows = [r for n, r in enumerate(rows, 1)
-            if in_shard(f"row:{n}" if "problem" in r else str(r["id"]), shard)]
-    table = open_judged(db)
-    try:
+    numbered = [(n, r) for n, r in enumerate(rows, 1)
+                if in_shard(f"row:{n}" if "problem" in r else str(r["id"]), shard)]
+    with open_judged(db) as table:
         settings = table.meta.get("settings") or {}
         orders = ORDERS.get(settings.get("orders", "both"), ("ab", "ba"))
         judged = {r[0]: r[1:] for r in table.sql(
             "SELECT id, label, verdict_ab, verdict_ba FROM pairs")}
-    finally:
-        table.close()
+        failed_ids, failed_rows = error_rows(table)
     items = []
-    unreadable = 0
+    unreadable = unjudged = 0
     seen: set[str] = set()
-    for r in rows:
+    for n, r in numbered:
         rid = str(r["id"])
         if "problem" in r or rid in seen:  # the intake records both as error rows
             unreadable += 1
@@ -263,11 +276,30 @@ def read_items(bench: Benchmark, outdir: str, *, limit: int | None = None,
             correct = {o: (None if v is None or not gold else v == label)
                        for o, v in letters.items()}
             items.append(Item(rid, fields, correct, letters, labelled=gold))
-        else:  # an error row (or not judged yet): no verdict in any order
+        elif rid in failed_ids or n in failed_rows:  # an error row: no verdict in any order
             items.append(Item(rid, fields, {o: None for o in orders},
                               {o: None for o in orders}, labelled=bench.labelled(r),
                               judged=False))
-    return items, unreadable, note
+        else:
+            unjudged += 1
+    return Covered(items, unreadable, unjudged, notes)
+
+
+def error_rows(table) -> tuple[set[str], set[int]]:
+    """The ids and row numbers of the store's errors table (rows the run could not judge)."""
+    if not table.has_errors:
+        return set(), set()
+    got = table.sql("SELECT id, row_number FROM errors")
+    return {str(i) for i, _ in got if i is not None}, {int(n) for _, n in got if n is not None}
+
+
+def incomplete_note(bench: Benchmark, unjudged: int, total: int, what: str) -> str:
+    """The note of figures that leave out items the store holds no outcome of."""
+    return (f"{bench.title} incomplete: {unjudged} of the {total} {what} this run covers were "
+            "never judged (the store holds neither a verdict nor an error for them: a shard "
+            "missing from `rmjudge merge --allow-incomplete`, or a run not finished); they are "
+            "left out, so every figure of it covers the judged ones only: judge the rest (rerun "
+            "the shard, or the same command) for the benchmark's figures")
 
 
 def stored_judge(bench: Benchmark, outdir: str) -> str:
@@ -289,43 +321,55 @@ def judge_name(model_path: str, lora: str | None = None) -> str:
 
 
 def read_ranked(bench: Benchmark, outdir: str, *, limit: int | None = None,
-                shard: tuple[int, int] | None = None) -> tuple[list[tuple[dict, Any]], int]:
-    """A best-of-N benchmark's prompts the run covers (the intake rows within `limit` and
-    `shard`: rank's rules, by prompt id), each with its ranking from the store (None: no
-    comparison of it is stored), and the count of unreadable published rows."""
+                shard: tuple[int, int] | None = None) -> Covered:
+    """A best-of-N benchmark's prompts the run covers, read from its intake file by rank's own
+    reader with the run's options (`--limit` and `--shard` by rank's rules), each with its
+    grouping fields and its ranking from the store (None: every comparison of it failed, so it
+    has no verdict); the count of prompts that cannot be ranked (unreadable published rows,
+    duplicates, candidates rank refuses: the store's errors table holds each); and notes: the
+    prompts never judged (no comparison stored, none failed) are left out, never scored."""
     from rmjudge.analysis.tables import open_judged
+    from rmjudge.rank.layouts import ROW_STRIDE
+    from rmjudge.rank.runner import read_input
     from rmjudge.rank.table import read_rankings
 
     require_results(bench, outdir, intake=True)
-    with open(intake_file(outdir, bench), "rb") as f:
-        rows = [{k: v for k, v in orjson.loads(line).items() if k not in RANK_TEXT_KEYS}
-                for line in f if line.strip()]
-    if limit is not None:
-        rows = rows[:limit]
+    prompts, problems, _ = read_input(intake_file(outdir, bench), rank_options(bench), limit,
+                                      shard)
     with open_judged(store_file(outdir, bench)) as table:
         ranked = {p.prompt_id: p for p in read_rankings(table)}
-    out, unreadable, seen = [], 0, set()
-    for n, r in enumerate(rows, 1):
-        if "problem" in r or str(r["id"]) in seen:
-            unreadable += in_shard(f"row:{n}", shard) if "problem" in r else 1
+        _, failed = error_rows(table)
+    failed_prompts = {n // ROW_STRIDE for n in failed if n % ROW_STRIDE}
+    out, unjudged = [], 0
+    for p in prompts:
+        ranking = ranked.get(p.id)
+        if ranking is None and p.row_number not in failed_prompts:
+            unjudged += 1
             continue
-        seen.add(str(r["id"]))
-        if in_shard(str(r["id"]), shard):
-            out.append((r, ranked.get(str(r["id"]))))
-    return out, unreadable
+        out.append(({"id": p.id, **p.fields}, ranking))
+    return Covered(out, len(problems), unjudged)
+
+
+def rank_options(bench: Benchmark):
+    """The `RankOptions` a best-of-N benchmark is judged with (and read back with)."""
+    from rmjudge.rank.layouts import HARD_MAX_CANDIDATES
+    from rmjudge.rank.runner import RankOptions
+
+    return RankOptions(layout=bench.rank_layout, max_candidates=HARD_MAX_CANDIDATES)
 
 
 def score_stored(bench: Benchmark, outdir: str, *, limit: int | None = None,
                  shard: tuple[int, int] | None = None) -> BenchResult:
     """The benchmark's official figures from the store in `outdir` (read-only)."""
     if bench.ranked:
-        prompts, unreadable = read_ranked(bench, outdir, limit=limit, shard=shard)
-        res = bench.score_rankings(prompts)  # type: ignore[attr-defined]
-        res.unreadable = unreadable
-        return res
-    items, unreadable, note = read_items(bench, outdir, limit=limit, shard=shard)
-    res = bench.score(items)
-    res.unreadable = unreadable
-    if note:
-        res.notes.insert(0, note)
+        got = read_ranked(bench, outdir, limit=limit, shard=shard)
+        res = bench.score_rankings(got.items)  # type: ignore[attr-defined]
+    else:
+        got = read_items(bench, outdir, limit=limit, shard=shard)
+        res = bench.score(got.items)
+    res.unreadable, res.unjudged = got.unreadable, got.unjudged
+    if got.unjudged:
+        got.notes.append(incomplete_note(bench, got.unjudged, got.unjudged + len(got.items),
+                                         "prompts" if bench.ranked else "pairs"))
+    res.notes[:0] = got.notes
     return res

@@ -97,5 +97,7 @@ def render(results: list[BenchResult], judge: str) -> str:
             note += f", {r.unlabelled} without a gold label left out"
         if r.unreadable:
             note += f", unreadable published rows: {r.unreadable} (see the errors table)"
+        if r.unjudged:
+            note += f", {r.unjudged} never judged (left out)"
         lines += [note, f"  scoring: {r.rule}"]
     return "\n".join(lines)

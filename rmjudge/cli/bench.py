@@ -75,7 +75,7 @@ def print_summary(bench, summary) -> None:
 
 def print_reports(reports: list, as_json: bool) -> None:
     """`--check`: each benchmark's published files read and counted, nothing judged."""
-    from rmjudge.bench.check import render
+    from rmjudge.bench.check import failure, render
     from rmjudge.core.errors import UserError
 
     if as_json:
@@ -85,8 +85,6 @@ def print_reports(reports: list, as_json: bool) -> None:
                                 option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo("\n\n".join(render(r) for r in reports))
-    empty = [r for r in reports if r.total("rows") == 0]
-    if empty:  # the reports say why, file by file; the exit status says it to a script
-        raise UserError("--check read no row of " + ", ".join(
-            f"{r.name} ({r.source})" for r in empty) + ": put the published files there or "
-            "name their folder with --data NAME=DIR")
+    problem = failure(reports)
+    if problem:  # the reports say why, file by file; the exit status says it to a script
+        raise UserError(problem)
