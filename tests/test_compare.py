@@ -419,6 +419,89 @@ def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
 
 # -- pairs matched by id and checked by content, in any order ---------------------------------
 
+def _import_labels(table: str, path: Path, labels: dict[str, str]) -> None:
+    path.write_text("".join(json.dumps({"id": i, "human_label": lab, "reviewer": "ann"}) + "\n"
+                            for i, lab in labels.items()))
+    r = CliRunner().invoke(main, ["review", "import", table, str(path)])
+    assert r.exit_code == 0, r.output
+
+
+def test_rewriting_a_jury_store_keeps_its_human_labels(tmp_path, judges):
+    """`review import` labels a jury store; running the same `compare --jury -o` again replaces
+    the jury and keeps every label on its pair, with its reviewer and import time."""
+    x, y, z = judges
+    jury = str(tmp_path / "jury.duckdb")
+    assert run(x, y, z, "--jury", "-o", jury, "--resamples", "10").exit_code == 0
+    _import_labels(jury, tmp_path / "labels.jsonl", {"p1": "A", "p3": "tie", "p8": "B"})
+    query = "SELECT pair_id, reviewer, label, source, imported FROM human_labels ORDER BY pair_id"
+    before = rows(jury, query)
+    assert len(before) == 3
+    for tables in ((x, y, z), (z, y, x)):  # again, and with the judges in another order
+        r = run(*tables, "--jury", "-o", jury, "--resamples", "10")
+        assert r.exit_code == 0, r.output
+        assert rows(jury, query) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_label_follows_its_response_when_the_new_jury_has_the_slots_exchanged(tmp_path):
+    """chosen/rejected input judged with two seeds holds some pairs with A and B exchanged; a
+    jury written first in one table's slots, then in the other's, keeps each label on the
+    response it named."""
+    from helpers import first_slot_response
+
+    chosen = {r["prompt"]: r["response_a"] if r["label"] == "A" else r["response_b"]
+              for r in ROWS}
+    src = tmp_path / "cr.jsonl"
+    src.write_text("".join(json.dumps({
+        "id": r["id"], "prompt": r["prompt"], "chosen": chosen[r["prompt"]],
+        "rejected": r["response_b"] if r["label"] == "A" else r["response_a"]}) + "\n"
+        for r in ROWS))
+
+    def right(req, i):
+        return pref(1 if first_slot_response(req) == chosen[_row(req)["prompt"]] else 2, -0.5, "r")
+
+    s0, s1 = str(tmp_path / "s0.duckdb"), str(tmp_path / "s1.duckdb")
+    for out, seed in ((s0, 0), (s1, 4)):
+        score(str(src), ScriptedEngine(right), JudgeSettings(samples=2, seed=seed), output=out)
+    a0 = dict(rows(s0, "SELECT id, response_a FROM pairs"))
+    kept = dict(rows(s1, "SELECT id, response_a FROM pairs"))
+    swapped = sorted(i for i in a0 if a0[i] != kept[i])
+    same = sorted(i for i in a0 if a0[i] == kept[i])
+    assert swapped and same
+    jury = str(tmp_path / "jury.duckdb")
+    assert run(s0, s1, "--jury", "-o", jury, "--resamples", "10").exit_code == 0
+    _import_labels(jury, tmp_path / "labels.jsonl",
+                   {swapped[0]: "A", same[0]: "A", swapped[-1]: "tie"})
+    r = run(s1, s0, "--jury", "-o", jury, "--resamples", "10")  # now in s1's slots
+    assert r.exit_code == 0, r.output
+    got = dict(rows(jury, "SELECT pair_id, label FROM human_labels"))
+    assert got == {swapped[0]: "B", same[0]: "A", swapped[-1]: "tie"}
+    # B in s1's slots is the response that was A in s0's: the label names the same response
+    assert rows(jury, f"SELECT response_b FROM pairs WHERE id = '{swapped[0]}'")[0][0] == \
+        a0[swapped[0]]
+
+
+def test_a_jury_without_the_labelled_pairs_is_refused_and_the_labels_kept(tmp_path, judges):
+    """Labels on pairs the new jury lacks would be lost: the rewrite is refused, the store is
+    left byte for byte as it was."""
+    x, _, z = judges
+    jury = str(tmp_path / "jury.duckdb")
+    assert run(x, z, "--jury", "-o", jury, "--resamples", "10").exit_code == 0
+    _import_labels(jury, tmp_path / "labels.jsonl", {"p2": "B", "p7": "A"})
+    few = scripted(tmp_path, "few.duckdb", judge_z, limit=4)  # p1..p4 only
+    before = Path(jury).read_bytes()
+    r = run(x, few, "--jury", "-o", jury, "--resamples", "10")
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {jury} holds human labels (rmjudge review import) on 1 pair "
+                        "that this jury does not have with the same responses (e.g. 'p7'), and "
+                        f"writing it there would drop them; {jury} is left as it was: write "
+                        f"this jury to another -o, or move {jury} away first\n")
+    assert Path(jury).read_bytes() == before
+    assert rows(jury, "SELECT pair_id, label FROM human_labels ORDER BY 1") == \
+        [("p2", "B"), ("p7", "A")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_tables_of_the_same_pairs_in_another_order_are_compared(tmp_path, judges):
     """The input's first row no longer decides: the same pairs written in reverse order (so
     another first row) are the same input, pair by pair."""

@@ -107,3 +107,74 @@ def test_models_says_which_file_the_embedded_judge_runs(fresh_cache, monkeypatch
                                         "(docs/scoring.md#models)")
     r = CliRunner().invoke(main, ["models", "--model", packaged_model_path()])
     assert r.exit_code == 0 and "embedded:" not in r.output, r.output
+
+
+def _sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _demo_judge() -> str:
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine.models import with_demo_adapter
+
+    return with_demo_adapter(EngineSettings()).model
+
+
+@pytest.mark.parametrize("which", ["copy", "demo judge"])
+def test_a_made_file_changed_on_disk_with_its_size_and_mtime_kept_is_made_again(
+        fresh_cache, monkeypatch, capsys, which):
+    """4 MB overwritten inside the file, the mtime put back: it was used as it was (and its
+    old sha256 shown and recorded). Every use checks it against the sha256 recorded when it was
+    made: it is made again, with one note."""
+    from rmjudge.engine.models import default_model_path, file_sha256
+
+    monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
+    get = default_model_path if which == "copy" else _demo_judge
+    path = get()
+    good = _sha256(path)
+    assert file_sha256(path) == good
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(st.st_size // 2)
+        block = f.read(4 << 20)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in block))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    bad = _sha256(path)
+    assert bad != good
+    assert file_sha256(path) == bad  # `rmjudge models` and the run record: the real hash
+    capsys.readouterr()
+    assert get() == path
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"rmjudge: {path} is not the file rmjudge made (its sha256 is {bad[:12]}..., "
+                   f"not {good[:12]}... as made: it changed on disk); making it again "
+                   "(docs/scoring.md#models)"]
+    assert _sha256(path) == good and file_sha256(path) == good
+    assert get() == path and capsys.readouterr().err == ""  # checked, not made again
+    assert not [n for n in os.listdir(fresh_cache) if n.startswith(".")]
+
+
+def test_a_made_file_without_a_record_is_made_again(fresh_cache, capsys):
+    """A copy made by rmjudge 0.13 has no recorded sha256: it cannot be told from a damaged
+    one, so it is made again once."""
+    import json
+
+    from rmjudge.engine.embedded import MADE_RECORD
+    from rmjudge.engine.models import default_model_path
+    from rmjudge.files import cache
+
+    path = default_model_path()
+    good = _sha256(path)
+    cache.cache_path(MADE_RECORD).write_text(json.dumps({}))
+    capsys.readouterr()
+    assert default_model_path() == path
+    assert "it has no recorded sha256 (made by an earlier rmjudge)" in capsys.readouterr().err
+    assert _sha256(path) == good
+    assert json.loads(cache.cache_path(MADE_RECORD).read_text()) == {path: good}

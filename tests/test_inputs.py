@@ -89,6 +89,51 @@ def test_truly_binary_files_are_refused_with_what_they_are(tmp_path, name, head,
     assert count_rows(str(p)) is None
 
 
+def test_the_utf16_advice_writes_a_new_file_beside_the_input(tmp_path):
+    """`iconv ... pairs.jsonl > pairs.jsonl` (the advice for an input named pairs.jsonl) would
+    have emptied the input: the converted copy is named after the input, beside it."""
+    for name in ("pairs.jsonl", "data.ndjson", "x.jsonl.gz"):
+        p = tmp_path / name
+        body = '{"prompt": "p"}\n'.encode("utf-16")
+        p.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+        with pytest.raises(InputError) as exc:
+            list(read_rows(str(p)))
+        stem, ext = name.removesuffix(".gz").rsplit(".", 1)
+        out = tmp_path / f"{stem}.utf8.{ext}"
+        want = (f"gzip -dc {p} | iconv -f UTF-16 -t UTF-8 > {out}" if name.endswith(".gz")
+                else f"iconv -f UTF-16 -t UTF-8 {p} > {out}")
+        assert str(exc.value) == (f"{p} is UTF-16 (or UTF-32) text; rmjudge reads UTF-8: "
+                                  f"convert it with {want}")
+        if not name.endswith(".gz"):
+            r = subprocess.run(want, shell=True, capture_output=True)
+            assert r.returncode == 0 and out.read_bytes() == b'{"prompt": "p"}\n'
+            assert p.read_bytes() == body
+
+
+def test_ids_that_differ_only_in_normalisation_are_two_pairs_with_one_warning(tmp_path):
+    """"\u00e9" (NFC) and "e\u0301" (NFD) look the same: both pairs are judged and kept under
+    the ids as given, and the summary says so once (docs/inputs.md#ids)."""
+    from helpers import pref, rows
+
+    from rmjudge.core.settings import JudgeSettings
+    from rmjudge.engine.fake import ScriptedEngine
+    from rmjudge.runs.pipeline import score
+
+    src = tmp_path / "ids.jsonl"
+    ids = ["caf\u00e9", "cafe\u0301", "plain", "cafe\u0301"]  # the last: a true duplicate
+    src.write_text("".join(json.dumps({"id": i, "prompt": f"q{n}", "chosen": "a",
+                                       "rejected": "b"}) + "\n" for n, i in enumerate(ids)))
+    out = str(tmp_path / "o.duckdb")
+    s = score(str(src), ScriptedEngine(lambda req, i: pref(1, -0.1, "x")),
+              JudgeSettings(samples=1), output=out)
+    assert (s.judged, s.errors) == (3, 1)
+    assert sorted(i for (i,) in rows(out, "SELECT id FROM pairs")) == sorted(ids[:3])
+    assert [n for n in s.notes if "normalisation" in n] == [
+        "warning: 1 id differs from an earlier row's id only in Unicode normalisation "
+        "(NFC/NFD), e.g. row 2's 'cafe\\u0301' and row 1's 'caf\\xe9': they look alike but "
+        "are kept as two pairs (docs/inputs.md#ids)"]
+
+
 def test_a_gzip_file_without_the_gz_name_is_read_by_its_magic_bytes(tmp_path):
     p = tmp_path / "actually_gzip.jsonl"
     p.write_bytes(gzip.compress(_jsonl(ROWS)))

@@ -299,3 +299,71 @@ def test_a_file_created_after_the_check_is_never_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temporary left
     write_file(str(tmp_path / "new.html"), b"ours", lambda: None)  # the ordinary case
     assert (tmp_path / "new.html").read_bytes() == b"ours"
+
+
+def test_no_output_takes_the_name_of_a_stores_wal_lock_or_temporary(judged, tmp_path):
+    """`rmjudge view STORE -o STORE.wal` put the explorer folder on the store's WAL path, and
+    `score` then called the store "not an rmjudge run store". Every -o refuses the names of
+    the files kept beside another one, whatever is there now, before anything is written."""
+    import rmjudge.training.cli as tcli
+
+    store = str(tmp_path / "s.duckdb")
+    shutil.copy(judged, store)
+    before = _digest(store)
+    src = str(Path(judged).parent / "pairs.jsonl")
+    for name in ("s.duckdb.wal", "s.duckdb.lock", ".s.duckdb.new-0123abcd",
+                 ".x.parquet.rmjudge.duckdb"):
+        bad = str(tmp_path / name)
+        for cli, args in ((main, ["view", store, "-o", bad]),
+                          (main, ["report", store, "-o", bad]),
+                          (main, ["filter", store, "-o", bad]),
+                          (main, ["compare", store, judged, "--jury", "-o", bad]),
+                          (main, ["score", src, "-o", bad]),
+                          (main, ["eval", src, "-o", bad]),
+                          (main, ["merge", store, judged, "-o", bad]),
+                          (main, ["review", "export", store, "-o", bad, "--select",
+                                  "random:1"]),
+                          (main, ["bench", "-o", bad]),
+                          (tcli.main, ["sft", src, "-o", bad]),
+                          (tcli.main, ["build-data", src, "-o", str(tmp_path / "t.jsonl"),
+                                       "--cache", bad])):
+            r = CliRunner().invoke(cli, args)
+            # filter writes only .parquet/.jsonl: refused by its format check first
+            _one_error_line(r, *(() if args[0] == "filter" else (f"{bad}: that name is ",
+                                                                 "choose another")))
+            assert r.exit_code == EXIT_USER, (args, r.output)
+            assert not os.path.lexists(bad), args
+    assert _digest(store) == before
+    assert sorted(os.listdir(tmp_path)) == ["s.duckdb"]
+    from rmjudge.store import is_rmjudge_store
+
+    assert is_rmjudge_store(store)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only folder: a read-only tmpfs as root (root writes through file modes)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        yield ro
+        ro.chmod(0o755)
+        return
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=False)
+    if not os.path.ismount(ro):
+        pytest.skip("cannot mount a read-only file system here")
+    yield ro
+    subprocess.run(["umount", str(ro)], check=False)
+
+
+def test_filter_and_report_into_a_read_only_folder_say_nothing_was_written(judged, read_only):
+    """They said "f.jsonl was written but ... delete f.jsonl" when nothing was written."""
+    for command, name in (("filter", "f.jsonl"), ("report", "r.report.html")):
+        out = read_only / name
+        r = _run(command, judged, "-o", str(out))
+        assert r.exit_code == 4, r.output
+        _one_error_line(r, f"Error: cannot write {out}: ", f"nothing was written ({out} is as "
+                        "it was)", f"run `rmjudge {command}` again")
+        assert "was written but" not in r.output and "delete" not in r.output
+        assert not out.exists()

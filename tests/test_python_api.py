@@ -287,6 +287,28 @@ def test_an_interrupt_is_a_typed_error_that_says_what_was_kept(tmp_path):
         rmjudge.score(ROWS, engine=ScriptedEngine(interrupt), output=tmp_path / "j.duckdb")
 
 
+def test_a_generator_that_raises_midway_keeps_the_rows_it_gave_then_raises(tmp_path):
+    """The rows a generator yielded before it raised were lost (pulled by the judge, never
+    stored): they are judged and stored, then its error is raised, and a rerun resumes."""
+    rows = [{"id": f"p{i}", "prompt": f"q{i}", "chosen": "good", "rejected": "bad"}
+            for i in range(20)]
+
+    def flaky(n):
+        yield from rows[:n]
+        raise ValueError("the source broke")
+
+    out = tmp_path / "j.duckdb"
+    with pytest.raises(ValueError, match="the source broke"):
+        rmjudge.score(flaky(13), engine=judge(), samples=1, commit_every=4, output=out)
+    got = rmjudge.open_store(out).pairs
+    assert sorted(got["id"]) == sorted(r["id"] for r in rows[:13])
+    assert got["correct"].all()
+    assert list(rmjudge.open_store(out).runs["status"]) == ["failed"]
+    table = rmjudge.score(rows, engine=judge(), samples=1, output=out)
+    assert len(table) == 20 and table["correct"].all()
+    assert list(rmjudge.open_store(out).runs["pairs_judged"]) == [13, 7]
+
+
 def test_score_batches_yields_each_committed_chunk_and_resumes_after_a_break(tmp_path):
     rows = [{"id": f"p{i}", "prompt": f"q{i}", "chosen": "good", "rejected": "bad"}
             for i in range(12)] + [{"prompt": "no responses"}]

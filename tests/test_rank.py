@@ -938,3 +938,34 @@ def test_eval_says_why_prompts_have_no_kendall_tau(tmp_path):
     flat = " ".join(r.output.split())
     assert "Kendall tau-b vs gold: n/a (0 prompts with a defined tau)" in flat
     assert "for 2 prompts: no gold ranks" in flat
+
+
+def test_scoring_into_a_ranked_store_says_it_holds_a_ranking(tmp_path):
+    """`score -o RANKED.duckdb` printed a diff of settings; it says what the store holds."""
+    from rmjudge.files import StoreError
+    from rmjudge.runs.pipeline import score
+
+    out = str(tmp_path / "ranked.duckdb")
+    rank(write_jsonl(tmp_path / "in.jsonl", responses_rows(1, 3)), out, engine=quality_engine(),
+         judge=JS)
+    before = rows(out, PAIRS_Q)
+    pairs = write_jsonl(tmp_path / "pairs.jsonl",
+                        [{"prompt": "q", "chosen": "a q=2", "rejected": "b q=1"}])
+    with pytest.raises(StoreError) as exc:
+        score(pairs, quality_engine(), JS, output=out)
+    assert str(exc.value) == (f"{out} holds a ranking made by `rmjudge rank` (its comparisons "
+                              "and rankings tables), not pairs judged by `rmjudge score`; write "
+                              "to another -o, or --overwrite to replace the ranking")
+    assert rows(out, PAIRS_Q) == before
+
+
+def test_merging_one_of_two_rank_shards_advises_rank_not_score(tmp_path):
+    from rmjudge.runs.merge import merge
+
+    src = write_jsonl(tmp_path / "in.jsonl", responses_rows(6, 3))
+    part = str(tmp_path / "s0.duckdb")
+    rank(src, part, engine=quality_engine(), judge=JS, shard=(0, 2))
+    report = merge([part], str(tmp_path / "m.duckdb"))
+    assert report.problems == ["missing shard(s) 1/2: run rmjudge rank --shard for each and "
+                               "merge again"]
+    assert not (tmp_path / "m.duckdb").exists()

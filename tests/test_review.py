@@ -314,6 +314,21 @@ def test_malformed_rows_and_unknown_ids_are_reported(table, tmp_path):
 
 def test_labels_follow_the_responses_when_slots_are_exchanged(tmp_path):
     """chosen/rejected input judged with two seeds holds some pairs with A and B exchanged:
+def test_a_csv_row_with_fewer_cells_than_the_header_is_an_error_row(table, tmp_path):
+    """A row cut short lost its slot_key cell, and its label was imported without the check
+    that its responses are the exported ones, in the same slots: it is reported, not imported."""
+    path = tmp_path / "short.csv"
+    path.write_text("id,human_label,slot_key\n"
+                    "p1,A\n"  # the slot_key cell is missing
+                    "p8,B,\n")  # present, left empty: no check asked for
+    r = cli("review", "import", table, str(path))
+    assert r.exit_code == 0, r.output
+    assert "imported 1 label (A 0, B 1, tie 0)" in r.stderr
+    assert "warning: 1 row could not be read" in r.stderr
+    assert "line 2: 1 fewer cells than the header has columns" in r.stderr
+    assert human_rows(table) == [("p8", "", "B")]
+
+
     labels exported from one store land on the same responses in the other."""
     from helpers import pref
 

@@ -493,6 +493,60 @@ def test_a_map_key_given_twice_is_one_error_line_in_every_command(tmp_path, monk
         parse_map("id=a, prompt=q,id=b")
 
 
+def test_map_flags_given_more_than_once_combine(tmp_path, monkeypatch):
+    """`--map prompt=question --map chosen=answer_1 --map rejected=answer_2` once judged a decoy
+    `prompt` column (only the last flag counted): the flags combine, as the comma form does."""
+    from helpers import judge_with, rows
+
+    from rmjudge.cli import main
+
+    src = tmp_path / "decoy.jsonl"
+    src.write_text("".join(json.dumps({
+        "id": f"p{i}", "question": f"real question {i}", "prompt": f"decoy {i}",
+        "answer_1": f"good {i}", "answer_2": f"bad {i}"}) + "\n" for i in range(2)))
+    engine = ScriptedEngine(_respond)
+    judge_with(monkeypatch, lambda: engine)
+    out = str(tmp_path / "o.duckdb")
+    r = CliRunner().invoke(main, ["score", str(src), "-o", out, "--samples", "1",
+                                  "--max-tokens", "16", "-q", "--map", "prompt=question",
+                                  "--map", "chosen=answer_1", "--map", "rejected=answer_2"])
+    assert r.exit_code == 0, r.output
+    got = rows(out, "SELECT id, prompt, label, response_a, response_b, input_prompt FROM pairs "
+                    "ORDER BY id")
+    for i, (pid, prompt, label, a, b, decoy) in enumerate(got):
+        assert (pid, prompt, decoy) == (f"p{i}", f"real question {i}", f"decoy {i}")
+        assert {a, b} == {f"good {i}", f"bad {i}"} and (a if label == "A" else b) == f"good {i}"
+    assert all("real question" in req.messages[-1]["content"] and "decoy" not in
+               req.messages[-1]["content"] for call in engine.calls for req in call)
+    assert parse_map(("prompt=q", "a=x,b=y", "")) == {"prompt": "q", "a": "x", "b": "y"}
+
+
+def test_a_map_key_repeated_across_flags_is_one_error_line_in_every_command(tmp_path,
+                                                                           monkeypatch):
+    """`--map prompt=prompt --map prompt=chosen` judged the chosen text as the prompt: refused
+    like the comma-joined form, before anything is read or written."""
+    import rmjudge.engine
+    import rmjudge.training.cli as tcli
+
+    from rmjudge.cli import main
+
+    def boom(*a, **k):
+        raise AssertionError("the engine must not load")
+
+    monkeypatch.setattr(rmjudge.engine, "load_engine", boom)
+    src, out = _pairs(tmp_path), str(tmp_path / "o.duckdb")
+    want = ("Error: --map names prompt= twice (prompt=prompt, prompt=chosen); give each key "
+            "once\n")
+    flags = ["--map", "prompt=prompt", "--map", "prompt=chosen"]
+    for cli, args in ((main, ["score", src, "-o", out]), (main, ["eval", src]),
+                      (main, ["ray-score", src, "-o", out]), (main, ["merge", "a.duckdb", "-o", out]),
+                      (tcli.main, ["build-data", src, "-o", str(tmp_path / "t.jsonl")]),
+                      (tcli.main, ["sft", src, "-o", str(tmp_path / "sft")])):
+        r = CliRunner().invoke(cli, [*args, *flags])
+        assert (r.exit_code, r.output) == (1, want), args
+    assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
+
+
 def test_the_upload_options_are_declared_once():
     """push and filter --push-to-hub share --private, --license and --dry-run; filter's help
     names the option they go with."""

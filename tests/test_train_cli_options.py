@@ -450,7 +450,7 @@ RECORDED = {'rmjudge-train': {'build-data': {'__help__': 'Sample rollouts from t
                                           None,
                                           False,
                                           None,
-                                          False),
+                                          True),
                            '--limit INTEGER': ('Read at most N rows.', None, False, None, False),
                            '--tasks TEXT': ('Target tasks: pref, refl or both.  [default: '
                                             'pref,refl]',

@@ -158,6 +158,72 @@ def test_no_example_is_an_error_with_stats_written(tmp_path):
     assert st["all_correct_dropped"] == 2
 
 
+def test_no_example_leaves_no_training_file_and_removes_an_earlier_builds(tmp_path):
+    """With no example, build-data wrote an empty training file; now none, and the file an
+    earlier build wrote there (its stats replaced) is not left as if it were this build's."""
+    from rmjudge.training.data import is_own_stats
+
+    out = tmp_path / "train.jsonl"
+    with pytest.raises(DataError) as exc:
+        build(tmp_path, ["easy-1", "easy-2"])
+    assert not out.exists()
+    assert f"no training file was written ({out}), stats in {stats_path(out)}" in str(exc.value)
+    assert is_own_stats(stats_path(out))
+    build(tmp_path, ["mixed-1", "hard-1"])
+    assert out.exists()
+    with pytest.raises(DataError):
+        build(tmp_path, ["easy-3"])
+    assert not out.exists() and json.loads(stats_path(out).read_text())["output"] is None
+
+
+def test_build_data_with_no_labelled_pair_is_refused_before_anything_loads(tmp_path):
+    from rmjudge.training.cli import main
+
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"prompt": "q", "response_a": "a", "response_b": "b"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    res = CliRunner().invoke(main, ["build-data", str(src), "-o", str(out),
+                                    "--model", str(tmp_path / "missing.gguf")])
+    assert res.exit_code == 1
+    assert res.output == (f"Error: no training example can be built from {src}: no labelled "
+                          "pair (1 row read, 1 unlabelled, 0 bad); give labelled pairs "
+                          "(chosen/rejected or a label column); nothing was written\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
+
+
+@pytest.mark.parametrize("where", ["-o", "--cache"])
+def test_an_unwritable_output_or_cache_is_one_error_line_exit_4(tmp_path, where):
+    """`-o /proc/nope/bd.jsonl` (and a read-only mount) gave a traceback once the model had
+    loaded: one `Error:` line, exit 4, before anything loads."""
+    import os
+    import subprocess
+
+    from rmjudge.training.cli import main
+
+    write_pairs(tmp_path / "p.jsonl", ["mixed-1"])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                       check=False)
+    else:
+        ro.chmod(0o555)
+    try:
+        for bad in ("/proc/nope/bd.jsonl", str(ro / "bd.jsonl")):
+            out, cache = (bad, None) if where == "-o" else (str(tmp_path / "o.jsonl"), bad)
+            args = ["build-data", str(tmp_path / "p.jsonl"), "-o", out,
+                    "--model", str(tmp_path / "missing.gguf")]
+            res = CliRunner().invoke(main, args + (["--cache", cache] if cache else []))
+            assert res.exit_code == 4, res.output
+            assert res.output.startswith(f"Error: cannot write {bad}: ") and \
+                res.output.endswith(f"nothing was written: choose a writable {where}\n")
+            assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    finally:
+        if os.path.ismount(ro):
+            subprocess.run(["umount", str(ro)], check=False)
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_parquet_output_round_trips(tmp_path):
     _, ex, _ = build(tmp_path, ["mixed-1", "hard-1"], ratio="1:1", name="t.parquet")
     assert {e["task"] for e in ex} == {"pref", "refl"}

@@ -176,6 +176,27 @@ def test_sft_cli_reports_bad_settings_without_traceback(tmp_path):
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_TRAIN, reason="training extras missing: pip install '.[train]'")
+def test_sft_on_input_without_a_labelled_pair_is_refused_before_the_model_or_the_folder(
+        tmp_path):
+    """It loaded the model and made its folder before its `Error:` line."""
+    import json
+
+    from rmjudge.training.cli import main
+
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"prompt": "q", "response_a": "a", "response_b": "b"}) + "\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for given, read in ((src, "1 row read, 1 unlabelled"), (empty, "0 rows read, 0 unlabelled")):
+        res = CliRunner().invoke(main, ["sft", str(given), "-o", str(tmp_path / "out"),
+                                        "--model", str(tmp_path / "missing.gguf")])
+        assert res.exit_code == 1, res.output
+        assert res.output == (f"Error: {given}: no warm-start example can be built: no "
+                              f"labelled pair ({read}, 0 bad); give labelled pairs "
+                              "(chosen/rejected or a label column); nothing was written\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "p.jsonl"]
+
+
 def test_warm_start_lowers_the_parse_failure_rate(tmp_path, model_path, embedded_engine):
     """Three PandaLM rows (in the repo), two base rollouts each through llama.cpp, targets for
     both tasks, a short LoRA fine-tune on one thread (one epoch of three steps: the base's

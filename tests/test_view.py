@@ -192,6 +192,48 @@ def test_the_run_settings_name_the_lora_a_run_applied(judged, tmp_path):
                         for r in runs)
 
 
+def test_a_served_judge_is_named_by_its_model_not_by_the_urls_last_part(judged, tmp_path):
+    """A `--server http://host:8080/v1` run records the URL as its model path: the explorer
+    showed `model v1`; it shows the served model's name at that URL."""
+    store = str(tmp_path / "served.duckdb")
+    shutil.copy(judged, store)
+    with duckdb.connect(store) as c:
+        settings = json.loads(c.execute("SELECT settings FROM runs LIMIT 1").fetchone()[0])
+        settings.update(model_sha256="", model_name="qwen3-judge")
+        c.execute("UPDATE runs SET model_path = 'http://127.0.0.1:8080/v1', model_sha256 = '', "
+                  "settings = ?", [json.dumps(settings)])
+    build_view(store, str(tmp_path / "v"))
+    runs = _meta(tmp_path / "v")["runs"]
+    assert runs and all(r["model"] == "qwen3-judge at http://127.0.0.1:8080/v1" for r in runs)
+    build_view(judged, str(tmp_path / "local"))
+    assert all(r["model"] and "/" not in r["model"] and r["model"] != "v1"
+               for r in _meta(tmp_path / "local")["runs"])
+
+
+def test_a_read_only_folder_says_nothing_was_placed_not_rerun_to_resume(judged, tmp_path):
+    """An explorer is written whole, so there is nothing to resume."""
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                       check=False)
+        if not os.path.ismount(ro):
+            pytest.skip("cannot mount a read-only file system here")
+    else:
+        ro.chmod(0o555)
+    try:
+        out = ro / "x.view"
+        r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+        assert r.exit_code == 4 and r.output.count("\n") == 1, r.output
+        assert r.output.startswith(f"Error: cannot write {out}: "), r.output
+        assert "nothing was placed" in r.output and "resume" not in r.output, r.output
+    finally:
+        if os.path.ismount(ro):
+            subprocess.run(["umount", str(ro)], check=False)
+
+
 def test_exports_and_error_rows(tmp_path):
     out = build(tmp_path, "e.parquet")
     s = build_view(out)
@@ -827,3 +869,35 @@ def test_huge_candidates_travel_whole_and_the_list_stays_small(tmp_path):
     plist = _data(tmp_path / "v", "plist")[0]
     assert len(plist["prompt"][0]) <= 161
     assert (tmp_path / "v" / "data" / "plist-00000.js").stat().st_size < 2000
+
+
+@browser
+def test_a_right_to_left_override_in_a_candidate_stays_inside_its_text(driver, tmp_path):
+    """A candidate holding U+202E (and U+2067, an isolate left open) reversed the "(N chars)"
+    label drawn beside its preview in the ranked view."""
+    from helpers import quality_engine
+
+    from rmjudge.rank import rank
+
+    src = tmp_path / "rtl.jsonl"
+    texts = ["answer q=3 \u202eevil override", "answer q=2 \u2067open isolate", "answer q=1"]
+    src.write_text(json.dumps({"id": "p0", "prompt": "question", "responses": texts}) + "\n")
+    out = str(tmp_path / "rtl.duckdb")
+    rank(str(src), out, engine=quality_engine(), judge=JudgeSettings(samples=1, max_tokens=32))
+    view = tmp_path / "rtl.view"
+    build_view(out, str(view))
+    open_page(driver, view, "#prompt=p0")
+    wait(driver, "return document.body.dataset.opened === 'prompt=p0'")
+    got = driver.execute_script("""
+        return Array.from(document.querySelectorAll('table.cands td.ctext summary .pv'))
+          .map(function (span) {
+            var walk = document.createTreeWalker(span, NodeFilter.SHOW_TEXT), node, label;
+            while ((node = walk.nextNode())) if (/chars\)$/.test(node.data)) label = node;
+            var t = label.data, i = t.lastIndexOf('('), j = t.lastIndexOf(')');
+            function x(k) { var r = document.createRange(); r.setStart(label, k);
+                            r.setEnd(label, k + 1); return r.getBoundingClientRect().left; }
+            return [span.textContent, x(i) < x(j)];
+          });""")
+    assert len(got) == 3
+    for text, left_to_right in got:
+        assert left_to_right, text

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rmjudge.training.data import DataConfig, DataError, Stats, build_data, check_outputs
+from rmjudge.io.mapping import joined_map
+from rmjudge.training.data import (DataConfig, DataError, Stats, build_data, check_outputs,
+                                   no_items_reason, no_labelled_item)
 from rmjudge.training.sources import BACKENDS, rollout_source
 
 
@@ -31,7 +33,7 @@ class BuildDataSettings:
     ratio: str = field(default="4:1", metadata={"help": "Pref:Refl; 1:0 = RFT baseline."})
     seed: int = 0
     limit: int | None = field(default=None, metadata={"help": "Read at most N rows."})
-    mapping: str | None = None
+    mapping: str | None = field(default=None, metadata={"parse": joined_map})  # every --map
     cache: str | None = field(default=None, metadata={
         "help": "Rollout cache (default: OUTPUT.rollouts.jsonl)."})
     chunk_items: int = field(default=16, metadata={"help": "Items per generate call."})
@@ -78,6 +80,10 @@ def run_build_data(s: BuildDataSettings, server=None,
     detect_format(s.source)  # an input that cannot be read fails before a model loads
     check_outputs(s.source, s.output, s.cache, inputs=(s.model, gguf, s.lora),
                   overwrite=s.overwrite)
+    empty = no_labelled_item(s.source, config)
+    if empty is not None:
+        raise DataError(f"no training example can be built from {s.source}: "
+                        f"{no_items_reason(empty)}; nothing was written")
     src, desc = rollout_source(s.model, s.gguf_file, s.backend, sampling, s.parallel, s.threads,
                                server, s.lora)
     say(f"rollouts: {s.samples} per item, temperature {s.temperature}, {desc}")

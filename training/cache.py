@@ -51,6 +51,19 @@ def check_cache_file(path: str | os.PathLike) -> None:
                          "give another --cache path") from None
 
 
+def _write_failed(path: Path, exc: OSError) -> UserError:
+    """A write of the rollout cache that failed, as one error naming it (a DiskError, exit 4,
+    for a full disk or a folder that cannot be written)."""
+    from rmjudge.core.errors import DiskError
+    from rmjudge.files import disk_error
+
+    err = disk_error(str(path), exc)
+    why = err.reason if err is not None else (exc.strerror or str(exc))
+    msg = (f"cannot write the rollout cache {path}: {why}; free space or give a writable "
+           "--cache, then rerun (the rollouts written so far are kept)")
+    return DiskError(msg, path=str(path), reason=why) if err is not None else CacheError(msg)
+
+
 class RolloutCache:
     def __init__(self, path: str | os.PathLike, meta: dict[str, Any]):
         self.path = Path(path)
@@ -60,9 +73,12 @@ class RolloutCache:
         if self.path.exists() and self.path.stat().st_size > 0:
             self._load()
         else:
-            make_dir(str(self.path.parent))
-            with open(self.path, "wb") as f:
-                f.write(orjson.dumps({"meta": meta}) + b"\n")
+            try:
+                make_dir(str(self.path.parent))
+                with open(self.path, "wb") as f:
+                    f.write(orjson.dumps({"meta": meta}) + b"\n")
+            except OSError as exc:
+                raise _write_failed(self.path, exc) from None
 
     def _load(self) -> None:
         with open(self.path, "rb") as f:
@@ -102,14 +118,17 @@ class RolloutCache:
             orjson.dumps({"id": k, "texts": r.texts, "finish": r.finish, "error": r.error}) + b"\n"
             for k, r in records.items()
         )
-        with open(self.path, "ab") as f:
-            # A torn line from an earlier crash must not glue itself to the next record.
-            if f.tell() > 0:
-                with open(self.path, "rb") as r:
-                    r.seek(-1, os.SEEK_END)
-                    if r.read(1) != b"\n":
-                        f.write(b"\n")
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.path, "ab") as f:
+                # A torn line from an earlier crash must not glue itself to the next record.
+                if f.tell() > 0:
+                    with open(self.path, "rb") as r:
+                        r.seek(-1, os.SEEK_END)
+                        if r.read(1) != b"\n":
+                            f.write(b"\n")
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise _write_failed(self.path, exc) from None
         self.items.update(records)

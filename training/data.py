@@ -42,6 +42,7 @@ from rmjudge.prompts import (PROMPT_FORMAT, PromptStyle, extract_analysis, parse
                              pref_messages, refl_messages)
 from rmjudge.runs.setup import open_input
 from rmjudge.core.seeds import derive_seed
+from rmjudge.core.words import count
 
 from rmjudge.training.cache import CachedRollouts, RolloutCache
 from rmjudge.training.rollouts import Item, RolloutSource
@@ -152,6 +153,24 @@ def read_items(source: str, config: DataConfig, stats: Stats) -> Iterator[Item]:
             continue
         yield item
     stats.rows_read = intake.rows_read
+
+
+def no_labelled_item(source: str, config: DataConfig) -> Stats | None:
+    """The read counts of `source` when it holds no labelled item, else None (found at the
+    first one): what build-data and sft check before a model loads or a file is written."""
+    stats = Stats()
+    items = read_items(source, config, stats)
+    try:
+        found = next(items, None)
+    finally:
+        items.close()
+    return None if found is not None else stats
+
+
+def no_items_reason(stats: Stats) -> str:
+    return (f"no labelled pair ({count(stats.rows_read, 'row')} read, {stats.rows_unlabelled} "
+            f"unlabelled, {stats.rows_bad} bad); give labelled pairs (chosen/rejected or a label "
+            "column)")
 
 
 def _chunks(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
@@ -340,7 +359,7 @@ def check_outputs(source: str, output: str | Path, cache_path: str | Path | None
     refused before a model loads (rmjudge.files.overwrite): a bad extension, an input (`source`
     and `inputs`: model, adapter) named as an output, two outputs that are one file, and an
     existing file build-data did not write (unless `overwrite`)."""
-    from rmjudge.files import check_distinct, check_file_target, check_not_input
+    from rmjudge.files import check_distinct, check_file_target, check_not_input, check_not_sidecar
 
     from rmjudge.training.cache import check_cache_file
 
@@ -355,7 +374,39 @@ def check_outputs(source: str, output: str | Path, cache_path: str | Path | None
                       mark=f"no stats file {Path(stats).name} beside it with its sha256")
     check_file_target(stats, BUILD_DATA, overwrite=overwrite, recognize=is_own_stats,
                       mark="not build-data stats", flag="-o (its stats file)")
+    check_not_sidecar(cache, "--cache")
     check_cache_file(cache)
+    check_writable(output, "-o")
+    check_writable(cache, "--cache")
+
+
+def check_writable(path: str, flag: str) -> None:
+    """The folder of `path` is made (when missing) and can be written, else one DiskError
+    (exit 4) naming the file and `flag`, before a model loads."""
+    import errno
+    import os
+
+    from rmjudge.core.errors import DiskError
+    from rmjudge.files import make_dir
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        make_dir(folder)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(errno.EROFS if _read_only(folder) else errno.EACCES, "")
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise DiskError(f"cannot write {path}: {why} (the folder {folder}); nothing was "
+                        f"written: choose a writable {flag}", path=path, reason=why) from None
+
+
+def _read_only(folder: str) -> bool:
+    import os
+
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def default_cache_path(output: str | Path) -> str:
@@ -391,6 +442,19 @@ def write_examples(examples: list[dict[str, Any]], output: str | Path,
     if stats is not None:
         rec = {**stats, "written_by": BUILD_DATA, "output": out.name, "output_sha256": digest[0]}
         write_file(str(stats_path(out)), orjson.dumps(rec, option=orjson.OPT_INDENT_2))
+
+
+def write_no_examples(output: str | Path, stats: dict[str, Any], check) -> None:
+    """A build without an example: its stats file (naming no output) and no training file; an
+    earlier build's file at `output` (which `check` accepts to replace) is removed, since it
+    is not this build's data and its stats are replaced."""
+    from rmjudge.files import remove_file, write_file
+
+    check()
+    remove_file(str(output))
+    rec = {**stats, "written_by": BUILD_DATA, "output": None, "output_sha256": None}
+    write_file(str(stats_path(output)), orjson.dumps(rec, option=orjson.OPT_INDENT_2),
+               check=check)
 
 
 def read_examples(path: str | Path) -> list[dict[str, Any]]:
@@ -460,10 +524,13 @@ def build_data(source: str, output: str | Path, rollout_source: RolloutSource, c
         check_outputs(source, output, cache_path, overwrite=overwrite)
 
     if not examples:
-        hint = ("every item was answered correctly by all its rollouts" if stats.items
-                else "no labelled item was read")
-        write_examples([], output, stats.as_dict(), check)
-        raise DataError(f"no training example was built: {hint}; stats in "
-                        f"{stats_path(output)}")
+        hint = ("every item was answered correctly by all its rollouts"
+                if stats.items and stats.all_correct_dropped == stats.items else
+                f"{count(stats.items, 'item')}: {stats.all_correct_dropped} answered correctly "
+                f"by all its rollouts, {stats.items_unsampled} could not be sampled"
+                if stats.items else no_items_reason(stats))
+        write_no_examples(output, stats.as_dict(), check)
+        raise DataError(f"no training example was built: {hint}; no training file was written "
+                        f"({output}), stats in {stats_path(output)}")
     write_examples(examples, output, stats.as_dict(), check)
     return stats

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import orjson
 
 from rmjudge.core.errors import UserError
+from rmjudge.io.mapping import joined_map
 from rmjudge.io.readers import detect_format
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 
@@ -58,7 +59,8 @@ class SFTSettings:
     model: str | None = field(default=None, metadata={
         "help": "Base model: a .gguf file (default: the embedded model) or an HF directory."})
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside --model."})
-    map: str | None = field(default=None, metadata={"help": "Column mapping, as `rmjudge score`."})
+    map: str | None = field(default=None, metadata={
+        "help": "Column mapping, as `rmjudge score`.", "multiple": True, "parse": joined_map})
     limit: int | None = field(default=None, metadata={"help": "Read at most N rows."})
     tasks: str = field(default="pref,refl", metadata={"help": "Target tasks: pref, refl or both."})
     analyses: str = field(default="base", metadata={
@@ -265,11 +267,20 @@ SFT = "rmjudge-train sft"
 
 def check_output(s: SFTSettings, overwrite: bool = False) -> None:
     """Refuse an output folder that is an input or holds files another command wrote
-    (training.outputs), before anything loads."""
+    (training.outputs), and an input without one labelled pair, before anything loads or the
+    folder is made."""
+    from rmjudge.io.mapping import parse_map
+
+    from rmjudge.training.data import DataConfig, no_items_reason, no_labelled_item
     from rmjudge.training.outputs import check_output_dir
 
     gguf = str(Path(s.model) / s.gguf_file) if s.model and s.gguf_file else None
     check_output_dir(s, SFT, source=s.source, inputs=(s.model, gguf), overwrite=overwrite)
+    empty = no_labelled_item(s.source, DataConfig(seed=s.seed, limit=s.limit,
+                                                  mapping=parse_map(s.map)))
+    if empty is not None:
+        raise SFTError(f"{s.source}: no warm-start example can be built: "
+                       f"{no_items_reason(empty)}; nothing was written")
 
 
 def warm_start(s: SFTSettings, backend: str = "auto", resume: str | None = None,

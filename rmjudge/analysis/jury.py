@@ -208,8 +208,9 @@ def is_jury_store(path: str) -> bool:
 def check_jury_store_output(tables: list[JudgedTable], output: str) -> None:
     """A DuckDB jury: a new file or an earlier jury store, never a compared table or any
     other database."""
-    from rmjudge.files import OutputError, check_not_busy
+    from rmjudge.files import OutputError, check_not_busy, check_not_sidecar
 
+    check_not_sidecar(output)
     check_not_busy(output)
     for t in tables:
         if os.path.realpath(output) == os.path.realpath(t.path):
@@ -252,7 +253,25 @@ def write_jury_store(tables: list[JudgedTable], query: str, output: str) -> None
             new.discard()
             raise
         check_jury_store_output(tables, output)
-        new.install()
+        new.install(carry=lambda store: _keep_human_labels(store, output))
+
+
+def _keep_human_labels(store, output: str) -> None:
+    """The human labels imported into the jury store `output` (`rmjudge review import`) go
+    into the jury that replaces it, each on its pair (A and B exchanged where the new jury has
+    that pair's responses the other way round); a label whose pair the new jury lacks, or holds
+    with other responses, refuses the rewrite: labels are never dropped."""
+    from rmjudge.analysis.compare import CompareError
+    from rmjudge.core.words import count
+    from rmjudge.store import carry_human_labels
+
+    lost = carry_human_labels(store, output)
+    if lost:
+        raise CompareError(
+            f"{output} holds human labels (rmjudge review import) on {count(len(lost), 'pair')} "
+            f"that this jury does not have with the same responses (e.g. {lost[0]!r}), and "
+            f"writing it there would drop them; {output} is left as it was: write this jury to "
+            f"another -o, or move {output} away first")
 
 
 def write_jury(tables: list[JudgedTable], output: str, leave_out: list[str] = ()) -> int:

@@ -123,6 +123,9 @@ def run_bench(settings: BenchSettings, opts, *, status: Callable[[str], None] = 
     if outdir is None:
         raise SettingsError("give -o DIR, the folder for the run stores (or --check to only "
                             "read the benchmarks' files)")
+    from rmjudge.files import check_not_sidecar
+
+    check_not_sidecar(outdir)
     if settings.score_only:  # nothing is written where there is nothing to score
         if os.path.exists(outdir) and not os.path.isdir(outdir):
             raise BenchError(f"-o {outdir} is a file; --score-only reads the folder of run "

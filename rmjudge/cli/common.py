@@ -89,8 +89,12 @@ def rewrite_failed(exc: DiskError, command: str, output: str) -> DiskError:
     store's advice to "rerun to resume" is wrong for it, so say what is true."""
     if exc.path is None:
         return exc
+    from rmjudge.files import sidecar_role
+
     head = f"cannot write {exc.path}: {exc.reason}"
-    if os.path.abspath(exc.path) == os.path.abspath(output):
+    if os.path.abspath(exc.path) == os.path.abspath(output) or sidecar_role(exc.path):
+        # the output itself, or its lock or temporary, taken before the output is written
+        head = f"cannot write {output}: {exc.reason}"
         fix = (f"nothing was written ({output} is as it was); free space or choose another -o, "
                f"then run `rmjudge {command}` again (it writes the whole file anew)")
     else:  # a file written after the output, e.g. filter's record of it

@@ -125,6 +125,8 @@ def _option(f, meta: dict, helptext) -> Callable:
     kw: dict = {"help": helptext, "show_default": meta.get("show_default", shown)}
     if meta.get("multiple"):
         kw["multiple"] = True
+        if default is None:  # the field's "none given" (the option's value is then ())
+            kw["default"] = None
     else:
         kw["default"] = default
     if "flag_value" in meta:  # the value of the option given alone (`--resume` = "latest")

@@ -23,6 +23,13 @@ only while absent (`rmjudge.files.write_new`): processes that start at once each
 first to finish places the file, and none replaces it. A cache folder that cannot be written
 leaves the packaged file in use, with one note on stderr. `--model`, `RMJUDGE_MODEL` and Hub
 judges are never converted.
+
+Each file made here has its sha256 recorded (`MADE_RECORD`, in the cache folder) before it is
+placed, and is checked against that record every time it is about to be used (`_intact`:
+`file_sha256` hashes the file again whenever its size, mtime, ctime or inode changed since it
+was last hashed, so any write to it, even one that puts the old mtime back, is seen). A file
+that is not what was made (changed on disk, or made by rmjudge 0.13 or earlier, before the
+record) is removed and made again, with one note on stderr (docs/scoring.md#models).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from pathlib import Path
 
 FAST_TYPE = "Q8_0"
 CACHE_FOLDER = "models"
+MADE_RECORD = "made.json"  # cache table: path of a file made here -> its sha256 when made
 
 
 def fast_copy_path(packaged: str) -> Path:
@@ -52,16 +60,20 @@ def fast_copy(packaged: str) -> str:
     """The path of the Q8_0 copy of `packaged`, made now when missing; `packaged` itself (with
     one note on stderr, once per process) when the copy cannot be made."""
     target = fast_copy_path(packaged)
-    if target.is_file():
+    if target.is_file() and _intact(target):
         return str(target)
     if str(target) in _FAILED:
         return packaged
     from rmjudge.core.errors import UserError
     from rmjudge.files import make_dir, write_new
 
+    def produce(tmp: str) -> None:
+        _quantize(packaged, tmp)
+        _record(target, _sha256_of(tmp))
+
     try:
         make_dir(str(target.parent))
-        write_new(str(target), lambda tmp: _quantize(packaged, tmp))
+        write_new(str(target), produce)
     except (OSError, UserError) as exc:
         return _gave_up(target, f"the embedded judge's {FAST_TYPE} file", exc,
                         f"judging with the packaged file {packaged}, which is slower", packaged)
@@ -110,25 +122,75 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
     placed like the Q8_0 copy. None (with one note on stderr) when it cannot be made: the run
     then applies the adapter at run time to the Q8_0 copy, which gives other samples."""
     target = demo_judge_path(packaged, adapter)
-    if target.is_file():
+    if target.is_file() and _intact(target):
         return str(target)
     if str(target) in _FAILED:
         return None
     copy = fast_copy(packaged)
     if copy == packaged:  # no Q8_0 copy (its note was printed)
         return None
+    import hashlib
+
     from rmjudge.core.errors import UserError
     from rmjudge.engine.lora_merge import MergeError, merged_q8_0
     from rmjudge.files import write_new_data
 
     try:
         data, _ = merged_q8_0(copy, packaged, adapter)
+        _record(target, hashlib.sha256(data).hexdigest())
         write_new_data(str(target), data)
     except (OSError, UserError, MergeError) as exc:
         return _gave_up(target, "the embedded judge with its demo adapter merged", exc,
                         "applying the adapter at run time, which is slower and samples other "
                         "texts", None)
     return str(target)
+
+
+def _record(target: Path, digest: str) -> None:
+    """Record the sha256 of the file about to be placed at `target` (`MADE_RECORD`)."""
+    from rmjudge.files import cache
+
+    cache.update(MADE_RECORD, str(target), digest)
+
+
+def _sha256_of(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(target: Path) -> bool:
+    """True when the file made at `target` is what was made: its sha256 is the one recorded
+    (`file_sha256`, cached while the file's identity is unchanged: cheap). Otherwise (another
+    content, no record) it is removed, with one note on stderr, so that the caller makes it
+    again; False."""
+    from rmjudge.engine.models import file_sha256
+    from rmjudge.files import cache, remove_file
+
+    made = cache.load(MADE_RECORD).get(str(target))
+    try:
+        now = file_sha256(str(target))
+    except OSError:
+        return False
+    if made == now:
+        return True
+    why = ("it has no recorded sha256 (made by an earlier rmjudge)" if made is None else
+           f"its sha256 is {now[:12]}..., not {made[:12]}... as made: it changed on disk")
+    try:
+        remove_file(str(target))
+    except OSError as exc:
+        from rmjudge.core.errors import ModelError
+
+        raise ModelError(f"{target} is not the file rmjudge made ({why}) and cannot be removed "
+                         f"({exc.strerror or exc}); delete it, and rmjudge makes it again on "
+                         "the next run") from None
+    sys.stderr.write(f"rmjudge: {target} is not the file rmjudge made ({why}); making it again "
+                     "(docs/scoring.md#models)\n")
+    return False
 
 
 def merged_demo_adapter(path: str) -> str | None:

@@ -162,9 +162,12 @@ def check_hf_folder(path: str, what: str = "model folder") -> str:
 
 
 def file_sha256(path: str) -> str:
-    """sha256 of a file, cached by (path, size, mtime) so large models hash once."""
+    """sha256 of a file, cached by its identity (path, size, mtime, ctime, inode) so large
+    models hash once: any write to the file, or a file put in its place, changes the ctime or
+    the inode (a write that puts the old mtime back included), and the file is hashed again."""
     st = os.stat(path)
-    key = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    key = (f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+           f"{st.st_ino}")
     known = cache.load(SHA_CACHE).get(key)
     if known:
         return known

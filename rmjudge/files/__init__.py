@@ -29,12 +29,13 @@ from rmjudge.files.folders import (make_dir, place_dir, prepare_dir, remove_expo
 from rmjudge.files.heads import file_head, is_duckdb_file
 from rmjudge.files.locks import (Lock, PlatformError, busy_export, check_exports_not_busy,
                                  check_not_busy, check_platform)
-from rmjudge.files.outputs import OutputError, check_output_is_not_input, guard_output
+from rmjudge.files.outputs import (OutputError, check_not_sidecar, check_output_is_not_input,
+                                   guard_output)
 from rmjudge.files.overwrite import (MARKER, OverwriteError, check_distinct, check_file_target,
                                      check_folder_target, check_not_input, marked_by,
                                      write_marker)
 from rmjudge.files.paths import (export_files, legacy_store_path, output_format, sidecar,
-                                 store_path, table_stem)
+                                 sidecar_role, store_path, table_stem)
 from rmjudge.files.staging import install_folder, temp_folder_beside, write_folder
 from rmjudge.files.tempdirs import TempDir, save_folder, scratch
 from rmjudge.files.temps import clean_folder_temps, clean_stale_temps
@@ -55,6 +56,7 @@ __all__ = [
     "check_folder_target",
     "check_not_busy",
     "check_not_input",
+    "check_not_sidecar",
     "check_output_is_not_input",
     "check_platform",
     "clean_folder_temps",
@@ -81,6 +83,7 @@ __all__ = [
     "save_folder",
     "scratch",
     "sidecar",
+    "sidecar_role",
     "store_path",
     "swap_dir",
     "table_stem",

@@ -1,5 +1,10 @@
 """What may be given as an output, checked before any work and again before a file is placed.
 
+No output of any command may take the name of a file kept beside another one (a store's `.wal`
+or `.lock`, a temporary `.X.new-XXXXXXXX`, an export's hidden working store:
+`check_not_sidecar`, which every guard here, in `rmjudge.files.overwrite` and of the commands'
+own outputs calls first).
+
 A run's output (`rmjudge.store.outputs.check_output`, `rmjudge score`/`eval`, before a model
 loads) is never the input itself nor a file a folder or glob input would read back
 (`check_output_is_not_input`).
@@ -28,12 +33,13 @@ from rmjudge.io.readers import split_duckdb_source
 from rmjudge.files.errors import StoreError
 from rmjudge.files.heads import is_duckdb_file
 from rmjudge.files.locks import check_not_busy
-from rmjudge.files.paths import output_format, sidecar, store_path
+from rmjudge.files.paths import output_format, sidecar, sidecar_role, store_path
 
 
 def check_output_is_not_input(source: str, out: str) -> None:
     """Refuse an output (or a file it writes) that is the input itself, or that a folder or
     glob input would read back on a rerun."""
+    check_not_sidecar(out)
     if not out or out.endswith(os.sep) or os.path.isdir(out):
         raise StoreError(f"-o {out!r} is not a file name; give one such as "
                          f"{os.path.join(out or '.', 'judged.duckdb')}")
@@ -67,10 +73,21 @@ class OutputError(UserError):
     """The output path holds something the command did not write; the message names the fix."""
 
 
+def check_not_sidecar(out: str, flag: str = "-o") -> None:
+    """Refuse an output named like a file kept beside another one (`paths.sidecar_role`: a
+    store's `.wal` or `.lock`, a temporary, an export's working store), whatever is there now:
+    every output guard of rmjudge calls this first."""
+    role = sidecar_role(out)
+    if role is not None:
+        raise OutputError(f"{flag} {out}: that name is {role}, which an output there would "
+                          f"break or lose; choose another {flag}")
+
+
 def guard_output(output: str, table: str, command: str,
                  recognize: Callable[[str], bool], mark: str) -> None:
     """Refuse `output` unless it is new or an earlier output of `rmjudge COMMAND` (see the
     module docstring); `mark` says how such an output is recognized, for the message."""
+    check_not_sidecar(output)
     check_not_busy(output)
     if store_path(output) != output:
         check_not_busy(store_path(output))

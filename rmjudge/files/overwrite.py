@@ -36,6 +36,7 @@ from rmjudge.core.errors import UserError
 from rmjudge.files.atomic import write_file
 from rmjudge.files.errors import disk_error
 from rmjudge.files.folders import make_dir
+from rmjudge.files.outputs import check_not_sidecar
 
 MARKER = ".rmjudge-output.json"
 
@@ -104,7 +105,8 @@ def check_file_target(path: str, command: str, *, overwrite: bool,
                       recognize: Callable[[str], bool] | None = None, mark: str = "",
                       flag: str = "-o") -> None:
     """Refuse an existing `path` that `recognize` does not accept as written by `command`,
-    unless `overwrite`; a folder or a dangling symlink is always refused."""
+    unless `overwrite`; a folder, a dangling symlink or a sidecar's name is always refused."""
+    check_not_sidecar(path, flag)
     if os.path.isdir(path):
         raise OverwriteError(f"{flag} {path} is a folder; give a file name")
     if not os.path.lexists(path):
@@ -147,7 +149,8 @@ def check_folder_target(folder: str, command: str, *, overwrite: bool,
                         flag: str = "-o") -> None:
     """Refuse an existing `folder` that holds anything, unless `recognize` accepts it as an
     earlier output of `command` or `overwrite`; a file where the folder should be is always
-    refused."""
+    refused, and so is a sidecar's name."""
+    check_not_sidecar(folder, flag)
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise OverwriteError(f"{flag} {folder} is a file, not a folder; it is left untouched: "
                              "give a folder name")

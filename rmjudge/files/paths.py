@@ -4,6 +4,7 @@ Parquet/JSONL output, the sidecars an export writes, and the lock a writer of ea
 from __future__ import annotations
 
 import os
+import re
 
 # -- file names -------------------------------------------------------------------------------
 
@@ -51,6 +52,29 @@ def sidecar(path: str, table: str) -> str:
     """`x.parquet` -> `x.samples.parquet` (the names an export writes beside its pairs)."""
     stem, ext = os.path.splitext(path)
     return f"{stem}.{table}{ext}"
+
+
+# What rmjudge and DuckDB keep beside a file X, by name: DuckDB's write-ahead log (`X.wal`), the
+# lock a writer takes (`X.lock`), the temporaries of a write in progress (`.X.new-XXXXXXXX`,
+# rmjudge.files.temps) and the hidden working store of a Parquet/JSONL output (`store_path`).
+_TEMP_NAME = re.compile(r"\..+\.new-[0-9a-f]{8}")
+
+
+def sidecar_role(path: str) -> str | None:
+    """What `path` would be by its name alone if it were one of the files kept beside another
+    one (see above), in words naming that other file; None for any other name. Writing an
+    output there would make the other file unreadable (a folder on a store's WAL path) or be
+    removed as a stale temporary, so every output guard refuses these names."""
+    name = os.path.basename(path.rstrip(os.sep) or path)
+    if name.endswith(".wal") and len(name) > 4:
+        return f"the write-ahead log DuckDB keeps beside {name[:-4]}"
+    if name.endswith(".lock") and len(name) > 5:
+        return f"the lock file rmjudge keeps beside {name[:-5]}"
+    if _TEMP_NAME.fullmatch(name):
+        return f"a temporary rmjudge writes beside {name[1:].rsplit('.new-', 1)[0]}"
+    if name.startswith(".") and name.endswith(".rmjudge.duckdb") and len(name) > 16:
+        return f"the working store of the export {name[1:-len('.rmjudge.duckdb')]}"
+    return None
 
 
 def export_files(out: str) -> list[str]:

@@ -126,7 +126,7 @@ def binary_reason(head: bytes, path: str) -> str | None:
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
             len(head) >= 8 and max(odd, even) > 0.9 * half and min(odd, even) < 0.5 * half):
         return (f"{path} is UTF-16 (or UTF-32) text; rmjudge reads UTF-8: convert it with "
-                f"iconv -f UTF-16 -t UTF-8 {path} > pairs.jsonl")
+                f"{_to_utf8_command(path)}")
     if head.startswith(b"PK\x03\x04"):
         return f"{path} is a ZIP archive; unzip it and give the file inside"
     if not head:
@@ -138,6 +138,21 @@ def binary_reason(head: bytes, path: str) -> str | None:
         return (f"{path} looks like a binary file, not JSONL ({bad} of its first {len(text)} "
                 f"characters are control bytes or invalid UTF-8); rmjudge reads {KNOWN_FORMS}")
     return None
+
+
+def _to_utf8_command(path: str) -> str:
+    """The command that writes a UTF-8 copy of the UTF-16 file `path` beside it, named after it
+    (`x.jsonl` -> `x.utf8.jsonl`), never over it or another file's name."""
+    from rmjudge.io import compressed
+
+    named = compressed.named_codec(path)
+    plain = path[: -len(named[0])] if named else path
+    folder, name = os.path.split(plain)
+    stem, ext = os.path.splitext(name)
+    out = os.path.join(folder, f"{stem}.utf8{ext if ext.lower() in JSONL_SUFFIXES else '.jsonl'}")
+    if named:
+        return f"{compressed.TOOLS[named[1]]} -dc {path} | iconv -f UTF-16 -t UTF-8 > {out}"
+    return f"iconv -f UTF-16 -t UTF-8 {path} > {out}"
 
 
 # orjson reads integers beyond 64 bits as floats (two such ids would collide); a line with a

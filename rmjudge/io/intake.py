@@ -18,6 +18,11 @@ replaces (the store drops that pair in the transaction that commits the new verd
 row that cannot be judged any more (now unreadable or incomplete: an error row), and an id-less
 row edited so that its new id falls in another `--shard`, are changed rows too; with
 `rejudge_changed` their old pairs go to `dropped`, to be removed.
+
+Ids are compared as given, code point by code point: two ids that differ only in Unicode
+normalisation (`é` as one code point, NFC, or as `e` and a combining accent, NFD) are two ids,
+both judged and kept (a caller joins results back on the ids it gave), and `lookalikes` counts
+them so the run's summary warns (docs/inputs.md#ids).
 """
 
 from __future__ import annotations
@@ -151,6 +156,9 @@ class Intake:
         self.failures = 0
         self.labelled = 0  # pairs yielded with a gold label
         self.pairs = 0  # pairs yielded
+        self._forms: dict[str, tuple[str, int]] = {}  # NFC form -> first (id, row) of that form
+        self.lookalikes = 0  # ids that differ from an earlier one only in normalisation
+        self.lookalike_example: tuple[int, str, int, str] | None = None  # row, id, first's
 
     def _stored_version(self, pair: Pair, obj: dict) -> tuple[str | None, bool]:
         """(id of the stored pair this one was judged as, whether that stored pair is the same
@@ -211,6 +219,8 @@ class Intake:
                                  raw_text(raw.obj), pair.id, duplicate_of=seen[pair.id])
                 continue
             seen[pair.id] = rn
+            if not pair.id.isascii():
+                self._note_lookalike(pair.id, rn)
             old, same = self._stored_version(pair, raw.obj) if self.judged else (None, False)
             if old is not None and same:
                 self.skipped += 1
@@ -228,6 +238,28 @@ class Intake:
         if scan_left is not None:
             raise ChangedRows(self.changed[:CHANGED_SHOWN],
                               more=cut or len(self.changed) > CHANGED_SHOWN)
+
+    def _note_lookalike(self, pid: str, rn: int) -> None:
+        """Count `pid` when an earlier row's id differs from it only in Unicode normalisation
+        (see the module docstring)."""
+        import unicodedata
+
+        first = self._forms.setdefault(unicodedata.normalize("NFC", pid), (pid, rn))
+        if first[0] != pid:
+            self.lookalikes += 1
+            if self.lookalike_example is None:
+                self.lookalike_example = (rn, pid, first[1], first[0])
+
+    def lookalike_note(self) -> str | None:
+        """The summary's warning about ids that look alike (None when there are none)."""
+        if self.lookalike_example is None:
+            return None
+        rn, pid, first_row, first = self.lookalike_example
+        n = self.lookalikes
+        return (f"warning: {n} id{'s' if n != 1 else ''} {'differ' if n != 1 else 'differs'} "
+                f"from an earlier row's id only in Unicode normalisation (NFC/NFD), e.g. row "
+                f"{rn}'s {ascii(pid)} and row {first_row}'s {ascii(first)}: they look alike "
+                "but are kept as two pairs (docs/inputs.md#ids)")
 
     def _stale_failure(self, raw: RawRow) -> str | None:
         """The stored pair that a row which cannot be judged now was judged as: by the row's id

@@ -31,7 +31,8 @@ from rmjudge.io.schemas import A_KEYS, B_KEYS, LABEL_KEYS, PROMPT_KEYS, Schema, 
 from rmjudge.core.settings import SettingsError, setting
 from rmjudge.core.types import Message, Pair
 
-__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "parse_label", "content_id",
+__all__ = ["Mapper", "LabelOptions", "RowError", "parse_map", "joined_map", "parse_label",
+           "content_id",
            "check_labels", "id_text", "PROMPT_KEYS", "A_KEYS", "B_KEYS", "LABEL_KEYS", "MAP_KEYS",
            "LABEL_CHECK_ROWS"]
 
@@ -39,13 +40,16 @@ MAP_KEYS = ("prompt", "a", "b", "chosen", "rejected", "label", "id")
 LABEL_CHECK_ROWS = 10_000  # rows whose label values are checked before judging
 
 
-def parse_map(spec: str | None) -> dict[str, str]:
-    """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}; a malformed
-    spec (an unknown or repeated key, an entry without `=column`) raises SettingsError."""
+def parse_map(spec: str | Iterable[str] | None) -> dict[str, str]:
+    """'prompt=question,a=x,b=y' -> {'prompt': 'question', 'a': 'x', 'b': 'y'}; several specs
+    (`--map` given more than once) combine as one; a malformed spec (an unknown or repeated
+    key, an entry without `=column`) raises SettingsError."""
     out: dict[str, str] = {}
     if not spec:
         return out
-    for part in spec.split(","):
+    parts = spec.split(",") if isinstance(spec, str) else \
+        [part for one in spec for part in (one or "").split(",")]
+    for part in parts:
         if not part.strip():
             continue
         key, sep, col = part.partition("=")
@@ -61,6 +65,13 @@ def parse_map(spec: str | None) -> dict[str, str]:
     if ("a" in out or "b" in out) and ("chosen" in out or "rejected" in out):
         raise SettingsError("--map takes either a=/b= (with label=) or chosen=/rejected=, not both")
     return out
+
+
+def joined_map(flags: str | Iterable[str] | None) -> str | None:
+    """Each `--map` given, as one comma-joined spec (`parse_map` reads it alike); None for none."""
+    if flags is None or isinstance(flags, str):
+        return flags
+    return ",".join(f for f in flags if f) or None
 
 
 def parse_label(value: Any) -> str | None:
@@ -226,9 +237,10 @@ class ReadingChoice:
     `--label-values` and `--label` (parsed by `LabelOptions.parse`). Every command that reads
     an input has these options, generated from these fields."""
 
-    mapping: str | None = setting(None, "Name input columns: prompt=,a=,b=,label= or "
-                                  "chosen=,rejected=; id=.", option="--map",
-                                  metavar="KEY=COL,...")
+    mapping: str | None = setting(
+        None, "Name input columns: prompt=,a=,b=,label= or chosen=,rejected=; id=. "
+        "Repeatable (the flags combine; a key given twice is refused).", option="--map",
+        metavar="KEY=COL,...", multiple=True, parse=joined_map)
     label_values: str | None = setting(None, LABEL_VALUES_HELP, metavar="VALUE=A|B|tie,...")
     label_choice: str | None = setting(None, LABEL_HELP, option="--label", metavar="NAME")
 

@@ -17,7 +17,7 @@ from rmjudge.core.settings import setting
 from rmjudge.core.words import count
 from rmjudge.review import formats
 from rmjudge.review.select import DEFAULT_THRESHOLD, Selection, review_rows, select_ids
-from rmjudge.files import make_dir, write_file
+from rmjudge.files import check_not_sidecar, make_dir, write_file
 
 
 class ReviewError(UserError):
@@ -86,6 +86,7 @@ def export_review(table: JudgedTable, out_dir: str, selections: list[Selection],
     if not 0.0 <= threshold <= 0.5:
         raise ReviewError(f"--threshold {threshold:g}: give a distance from 0.5 between 0 "
                           "and 0.5 (0.1 selects vote shares from 0.4 to 0.6)")
+    check_not_sidecar(out_dir)
     plan = planned_files(out_dir, fmts)
     targets = [p for f in fmts for p in plan[f]]
     for p in targets:

@@ -306,6 +306,10 @@ def _csv_rows(path: str) -> Parsed:
                     errors.append((where, f"{len(row[None])} more cells than the header has "
                                           "columns"))
                     continue
+                short = sum(v is None for v in row.values())  # the csv module's fill-in
+                if short:  # its slot_key (or label, or id) may be the cell that is missing
+                    errors.append((where, f"{short} fewer cells than the header has columns"))
+                    continue
                 row = {k: v if v is None else restore_cell(v) for k, v in row.items()}
                 got = _flat(where, row, errors, "csv")
                 if got is False:

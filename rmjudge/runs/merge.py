@@ -101,8 +101,9 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
 
     if not shards:
         raise MergeError("no shard files given; pass the run stores to merge, e.g. out-*.duckdb")
-    from rmjudge.files import output_format
+    from rmjudge.files import check_not_sidecar, output_format
 
+    check_not_sidecar(output)
     if output_format(output) != "duckdb":
         raise MergeError(f"merge writes a DuckDB run store: name the output .duckdb, not "
                          f"{output} (export it afterwards with DuckDB COPY)")
@@ -134,7 +135,8 @@ def merge(shards: list[str], output: str, *, input: str | None = None,
         report = MergeReport(None, [_shard_info(con, p, a) for p, a in zip(shards, aliases)])
         _check_doubles(con, shards, aliases)
         _check_human_labels(con, shards, aliases)
-        report.problems += _check_shard_specs(report.shards)
+        report.problems += _check_shard_specs(report.shards,
+                                              "rank" if settings.get("rank") else "score")
         if input is not None:
             report.problems += _check_input(con, shards, aliases, input, mapping,
                                             settings, identity, report)
@@ -275,7 +277,9 @@ def _spec(s: str) -> tuple[int, int] | None:
     return (int(i), int(n)) if sep and i.isdigit() and n.isdigit() else None
 
 
-def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
+def _check_shard_specs(infos: list[ShardInfo], command: str = "score") -> list[str]:
+    """What is wrong with the shards' `--shard I/N` values and last runs; `command`: the one
+    that made them (`score`, or `rank` for ranked shards), named in the fixes."""
     problems = []
     specs = {s for i in infos for s in i.specs if _spec(s)}
     unsharded = [i.path for i in infos if any(_spec(s) is None for s in i.specs)]
@@ -288,14 +292,14 @@ def _check_shard_specs(infos: list[ShardInfo]) -> list[str]:
             have = {_spec(s)[0] for s in specs}  # type: ignore[index]
             gone = [f"{i}/{n}" for i in range(n) if i not in have]
             if gone:
-                problems.append(f"missing shard(s) {', '.join(gone)}: run rmjudge score --shard "
-                                "for each and merge again")
+                problems.append(f"missing shard(s) {', '.join(gone)}: run rmjudge {command} "
+                                "--shard for each and merge again")
         if unsharded:
             problems.append(f"unsharded run(s) in {_listing(unsharded)} among sharded ones")
     for i in infos:
         if i.last_status != "finished":
             problems.append(f"the last run in {i.path} did not finish (status {i.last_status}); "
-                            "rerun its rmjudge score command to complete it")
+                            f"rerun its rmjudge {command} command to complete it")
     return problems
 
 

@@ -280,24 +280,34 @@ class _ScoreRun:
         k = error_kind(f.reason)
         self.error_reasons[k] = self.error_reasons.get(k, 0) + 1
         examples = self.error_rows.setdefault(k, [])
+        self.held: Exception | None = None  # the input's own failure, raised once stored
         if len(examples) < ERROR_ROW_EXAMPLES:
             examples.append(f.row_number)
 
     def pairs(self) -> Iterator[Pair]:
         prog, intake = self.prog, self.intake
-        for item in intake:
-            prog.rows_read = intake.rows_read
-            prog.skipped = intake.skipped
-            if isinstance(item, RowFailure):
-                self.add_error(item)
-            else:
-                yield item
+        try:
+            for item in intake:
+                prog.rows_read = intake.rows_read
+                prog.skipped = intake.skipped
+                if isinstance(item, RowFailure):
+                    self.add_error(item)
+                else:
+                    yield item
+        except Exception as exc:
+            if isinstance(exc, (ChangedRows, Interrupted)) or is_interrupt(exc):
+                raise
+            self.held = exc
         prog.rows_read = intake.rows_read
         prog.skipped = intake.skipped
 
     def add(self, item: PairResult | Failure) -> None:
         """One judged pair (or one the judge could not judge) into the next chunk."""
         self.replaced(item.pair)
+        """The intake's pairs (its error rows recorded). When the input itself fails midway (a
+        generator of rows that raises, a stream cut off), the pairs end there and the failure
+        is held (`held`): the pairs read before it are judged and stored, then `judge_all`
+        raises it. A refusal of changed rows and Ctrl-C are raised at once."""
         if isinstance(item, Failure):
             self.add_error(RowFailure.unjudged(item.pair, item.reason))
             return
@@ -361,6 +371,8 @@ class _ScoreRun:
             return None
         _end_run(self.store, self.prog, self.engine, INTERRUPTED)
         n = self.store.pair_count()
+        if self.held is not None:  # the input failed midway: what it gave is stored now
+            raise self.held
         return Interrupted(
             f"interrupted: {count(n, 'judged pair')} {'is' if n == 1 else 'are'} saved in "
             f"{self.store.path}"
@@ -386,6 +398,8 @@ def _record_speed(engine, spec: RunSpec, run: _ScoreRun) -> None:
 def input_reading(mapper: Mapper) -> dict:
     """The options that decide how rows become pairs and gold labels (`--map`,
     `--label-values`, `--label`); empty when none was given."""
+        if self.intake.lookalike_note():
+            summary.notes.append(self.intake.lookalike_note())
     d: dict = {}
     if mapper.mapping:
         d["map"] = dict(sorted(mapper.mapping.items()))

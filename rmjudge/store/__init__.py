@@ -15,8 +15,8 @@ Every public name is importable from `rmjudge.store` itself.
 from __future__ import annotations
 
 from rmjudge.store.assemble import (BATCH_COLUMNS, NewStore, batch_columns, batch_judged,
-                                    import_batches, import_stores, load_batch, recover_batches,
-                                    write_batch)
+                                    carry_human_labels, import_batches, import_stores,
+                                    load_batch, recover_batches, write_batch)
 from rmjudge.store.bulk import (
     column_types,
     delete_in,
@@ -70,6 +70,7 @@ __all__ = [
     "Store",
     "batch_columns",
     "batch_judged",
+    "carry_human_labels",
     "check_output",
     "column_types",
     "delete_in",

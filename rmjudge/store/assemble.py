@@ -16,7 +16,8 @@ from rmjudge.io.intake import duplicate_reason
 from rmjudge.judging.protocol import PairResult
 from rmjudge.core.sql import quote_ident, sql_literal
 from rmjudge.store.bulk import insert_rows
-from rmjudge.files import (Lock, StoreError, check_not_busy, make_dir, place_dir, prepare_dir,
+from rmjudge.files import (Lock, StoreError, check_not_busy, check_not_sidecar, make_dir,
+                           place_dir, prepare_dir,
                            remove_file, remove_tree, replace_file, swap_dir, write_json,
                            write_query_file)
 from rmjudge.store.ownership import refuse_foreign
@@ -314,6 +315,7 @@ class NewStore:
 
     def __init__(self, dest: str, settings: dict, *, overwrite: bool):
         self.dest = dest
+        check_not_sidecar(dest)
         prepare_dir(dest)
         check_not_busy(dest)
         if os.path.exists(dest):
@@ -336,8 +338,11 @@ class NewStore:
         for p in (self.tmp, self.tmp + ".wal", self.tmp + ".lock"):
             remove_file(p)  # missing when never made, or cleaned as stale once unlocked
 
-    def install(self) -> None:
-        """Checkpoint, close, then replace `dest` while holding its lock."""
+    def install(self, carry=None) -> None:
+        """Checkpoint, close, then replace `dest` while holding its lock. `carry(store)`, when
+        given and `dest` exists, runs once that lock is held, before the new store closes: what
+        it keeps of the store it replaces (the jury's human labels: `carry_human_labels`); it
+        may refuse by raising, and `dest` is then left as it was."""
         try:
             self.store.con.execute("CHECKPOINT")
         except BaseException:
@@ -347,6 +352,9 @@ class NewStore:
         try:
             try:
                 lock = Lock(self.dest, "writing")
+                if carry is not None and os.path.exists(self.dest):
+                    carry(self.store)
+                    self.store.con.execute("CHECKPOINT")
             finally:
                 # closed only now, so that the temporary is never unlocked while `dest`'s lock
                 # is free (a run opening `dest` cleans temporaries without a live lock)
@@ -362,3 +370,43 @@ class NewStore:
             if lock is not None:
                 lock.release()
             remove_file(self.tmp + ".lock")
+
+
+def carry_human_labels(store: Store, old: str) -> list[str]:
+    """Copy the human labels (`human_labels`) of the store `old` into `store`, which is being
+    built to replace it: each label follows its pair id to the pair holding the same two
+    responses, in the same slots (kept as it is) or exchanged (A and B of the label exchanged,
+    so it names the same response), with its reviewer, source and import time. Returns the
+    pair ids of labels that find no such pair in `store` (then nothing is copied)."""
+    con = store.con
+    con.execute(f"ATTACH {sql_literal(old)} AS carried (READ_ONLY)")
+    try:
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = "
+                           "'carried' AND table_name = 'human_labels'").fetchone()[0]:
+            return []
+        con.execute("""CREATE TEMP TABLE carried_labels AS
+            SELECT h.*, (n.id IS NOT NULL AND o.id IS NOT NULL
+                         AND o.response_a IS NOT DISTINCT FROM n.response_a
+                         AND o.response_b IS NOT DISTINCT FROM n.response_b) AS same,
+                   (n.id IS NOT NULL AND o.id IS NOT NULL
+                    AND o.response_a IS NOT DISTINCT FROM n.response_b
+                    AND o.response_b IS NOT DISTINCT FROM n.response_a) AS swapped
+            FROM carried.human_labels h LEFT JOIN carried.pairs o ON o.id = h.pair_id
+            LEFT JOIN pairs n ON n.id = h.pair_id""")
+        lost = [r[0] for r in con.execute("SELECT DISTINCT pair_id FROM carried_labels WHERE "
+                                          "NOT (same OR swapped) ORDER BY pair_id").fetchall()]
+        if lost:
+            return lost
+
+        def statements(con) -> None:
+            con.execute(human_labels_ddl())
+            con.execute("""INSERT INTO human_labels BY NAME
+                SELECT pair_id, reviewer, CASE WHEN same THEN label WHEN label = 'A' THEN 'B'
+                    WHEN label = 'B' THEN 'A' ELSE label END AS label, source, imported
+                FROM carried_labels""")
+
+        store.write(statements)
+        return []
+    finally:
+        con.execute("DROP TABLE IF EXISTS carried_labels")
+        con.execute("DETACH carried")

@@ -192,6 +192,10 @@ class Store:
         if old is None:
             self.set_meta("settings", settings)
             self.set_meta("schema_version", SCHEMA_VERSION)
+        elif old.get("rank") and not settings.get("rank"):
+            raise StoreError(f"{self.path} holds a ranking made by `rmjudge rank` (its "
+                             "comparisons and rankings tables), not pairs judged by `rmjudge "
+                             "score`; write to another -o, or --overwrite to replace the ranking")
         elif old != settings:
             raise StoreError(other_settings_message(f"{self.path} holds results", old, settings))
 

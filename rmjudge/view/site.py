@@ -33,8 +33,8 @@ from rmjudge.analysis.report import is_report_file
 from rmjudge.analysis.tables import JudgedTable, open_judged
 from rmjudge.core.errors import DiskError
 from rmjudge.core.words import count
-from rmjudge.files import (OutputError, StoreError, check_not_busy, disk_error, make_dir,
-                           remove_tree, replace_dir, table_stem, write_file)
+from rmjudge.files import (OutputError, StoreError, check_not_busy, check_not_sidecar,
+                           disk_error, make_dir, remove_tree, replace_dir, table_stem, write_file)
 from rmjudge.view.data import FLAG_NAMES, FORMAT, PairItems
 from rmjudge.view.ranked import PROMPT_FLAGS, PromptItems
 from rmjudge.rank.layouts import ROW_STRIDE
@@ -69,6 +69,7 @@ class ViewSummary:
 def check_view_output(table: str, output: str) -> None:
     """Refuse `output` unless it is new, an empty folder, or an earlier explorer."""
     leave = "it is left untouched: choose another -o"
+    check_not_sidecar(output)
     check_not_busy(output)
     if os.path.realpath(output) == os.path.realpath(table):
         raise OutputError(f"{output} is the judged table itself; `rmjudge view` writes a "
@@ -120,11 +121,27 @@ def _json(value) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=str)
 
 
+def _model(run: dict) -> str | None:
+    """A run's judge as the page shows it: a GGUF's file name, or for a served model (`--server`:
+    its URL is the run's model path) the model's name at that URL."""
+    path = run.get("model_path") or ""
+    if "://" not in path:
+        return os.path.basename(path) or None
+    settings = run.get("settings")
+    if isinstance(settings, str):
+        try:
+            settings = orjson.loads(settings)
+        except orjson.JSONDecodeError:
+            settings = None
+    name = settings.get("model_name") if isinstance(settings, dict) else None
+    return f"{name} at {path}" if name else path
+
+
 def _runs(t: JudgedTable) -> list[dict]:
     out = []
     for r in t.runs():
-        out.append({"run_id": r.get("run_id"), "model": os.path.basename(r.get("model_path") or "")
-                    or None, "model_sha256": r.get("model_sha256"),
+        out.append({"run_id": r.get("run_id"), "model": _model(r),
+                    "model_sha256": r.get("model_sha256"),
                     "lora": os.path.basename(r.get("lora_path") or "") or None,
                     "lora_sha256": r.get("lora_sha256"),
                     "started": str(r.get("started")) if r.get("started") else None,
@@ -255,8 +272,13 @@ def build_view(table: str, output: str | None = None) -> ViewSummary:
     try:
         make_dir(tmp)
     except OSError as exc:
-        raise disk_error(out, exc) or StoreError(
-            f"cannot create the folder {out}: {exc.strerror}; choose a writable -o") from None
+        err = disk_error(out, exc)
+        if err is None:
+            raise StoreError(f"cannot create the folder {out}: {exc.strerror}; choose a "
+                             "writable -o") from None
+        raise DiskError(f"cannot write {out}: {err.reason}; nothing was placed ({out} is as it "
+                        "was); free space or choose a writable -o, then run `rmjudge view` "
+                        "again", path=out, reason=err.reason) from None
     try:
         w = _Writer(tmp)
         with open_judged(table) as t:
