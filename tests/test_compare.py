@@ -417,8 +417,6 @@ def test_jury_output_being_written_is_refused_busy(tmp_path, judges):
         assert not Path(out).exists() if out.endswith(".parquet") else not is_jury_store(out)
 
 
-# -- pairs matched by id and checked by content, in any order ---------------------------------
-
 def _import_labels(table: str, path: Path, labels: dict[str, str]) -> None:
     path.write_text("".join(json.dumps({"id": i, "human_label": lab, "reviewer": "ann"}) + "\n"
                             for i, lab in labels.items()))
@@ -501,6 +499,8 @@ def test_a_jury_without_the_labelled_pairs_is_refused_and_the_labels_kept(tmp_pa
         [("p2", "B"), ("p7", "A")]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
+
+# -- pairs matched by id and checked by content, in any order ---------------------------------
 
 def test_tables_of_the_same_pairs_in_another_order_are_compared(tmp_path, judges):
     """The input's first row no longer decides: the same pairs written in reverse order (so

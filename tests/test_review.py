@@ -312,8 +312,6 @@ def test_malformed_rows_and_unknown_ids_are_reported(table, tmp_path):
     assert r.exit_code == 1 and "no run store at" in r.stderr
 
 
-def test_labels_follow_the_responses_when_slots_are_exchanged(tmp_path):
-    """chosen/rejected input judged with two seeds holds some pairs with A and B exchanged:
 def test_a_csv_row_with_fewer_cells_than_the_header_is_an_error_row(table, tmp_path):
     """A row cut short lost its slot_key cell, and its label was imported without the check
     that its responses are the exported ones, in the same slots: it is reported, not imported."""
@@ -329,6 +327,8 @@ def test_a_csv_row_with_fewer_cells_than_the_header_is_an_error_row(table, tmp_p
     assert human_rows(table) == [("p8", "", "B")]
 
 
+def test_labels_follow_the_responses_when_slots_are_exchanged(tmp_path):
+    """chosen/rejected input judged with two seeds holds some pairs with A and B exchanged:
     labels exported from one store land on the same responses in the other."""
     from helpers import pref
 

@@ -87,10 +87,10 @@ class ExtrasGroup(UserErrorGroup):
 def rewrite_failed(exc: DiskError, command: str, output: str) -> DiskError:
     """A disk error of a command that writes its whole output anew (`filter`, `report`): the
     store's advice to "rerun to resume" is wrong for it, so say what is true."""
-    if exc.path is None:
-        return exc
     from rmjudge.files import sidecar_role
 
+    if exc.path is None:
+        return exc
     head = f"cannot write {exc.path}: {exc.reason}"
     if os.path.abspath(exc.path) == os.path.abspath(output) or sidecar_role(exc.path):
         # the output itself, or its lock or temporary, taken before the output is written

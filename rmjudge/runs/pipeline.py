@@ -266,6 +266,7 @@ class _ScoreRun:
         self.error_rows: dict[str, list[int]] = {}
         self.counts = _Counts()
         self.last_commit = time.monotonic()
+        self.held: Exception | None = None  # the input's own failure, raised once stored
 
     def replaced(self, pair: Pair) -> None:
         old = self.intake.replaces.pop(pair.id, None)
@@ -280,11 +281,14 @@ class _ScoreRun:
         k = error_kind(f.reason)
         self.error_reasons[k] = self.error_reasons.get(k, 0) + 1
         examples = self.error_rows.setdefault(k, [])
-        self.held: Exception | None = None  # the input's own failure, raised once stored
         if len(examples) < ERROR_ROW_EXAMPLES:
             examples.append(f.row_number)
 
     def pairs(self) -> Iterator[Pair]:
+        """The intake's pairs (its error rows recorded). When the input itself fails midway (a
+        generator of rows that raises, a stream cut off), the pairs end there and the failure
+        is held (`held`): the pairs read before it are judged and stored, then `judge_all`
+        raises it. A refusal of changed rows and Ctrl-C are raised at once."""
         prog, intake = self.prog, self.intake
         try:
             for item in intake:
@@ -304,10 +308,6 @@ class _ScoreRun:
     def add(self, item: PairResult | Failure) -> None:
         """One judged pair (or one the judge could not judge) into the next chunk."""
         self.replaced(item.pair)
-        """The intake's pairs (its error rows recorded). When the input itself fails midway (a
-        generator of rows that raises, a stream cut off), the pairs end there and the failure
-        is held (`held`): the pairs read before it are judged and stored, then `judge_all`
-        raises it. A refusal of changed rows and Ctrl-C are raised at once."""
         if isinstance(item, Failure):
             self.add_error(RowFailure.unjudged(item.pair, item.reason))
             return
@@ -355,6 +355,8 @@ class _ScoreRun:
         done = self.commit()
         deliver_pending()
         self.heard(done)
+        if self.held is not None:  # the input failed midway: what it gave is stored now
+            raise self.held
         return [out] if fmt == "duckdb" else self.store.export(out, fmt)
 
     def stop(self, exc: BaseException, source: str, out: str) -> UserError | None:
@@ -371,8 +373,6 @@ class _ScoreRun:
             return None
         _end_run(self.store, self.prog, self.engine, INTERRUPTED)
         n = self.store.pair_count()
-        if self.held is not None:  # the input failed midway: what it gave is stored now
-            raise self.held
         return Interrupted(
             f"interrupted: {count(n, 'judged pair')} {'is' if n == 1 else 'are'} saved in "
             f"{self.store.path}"
@@ -382,6 +382,8 @@ class _ScoreRun:
     def summary(self, spec: RunSpec, out: str, files: list[str]) -> Summary:
         summary = self.counts.summary(self.store, out, files, self.prog, self.error_reasons)
         summary.notes = spec.defaults_note()
+        if self.intake.lookalike_note():
+            summary.notes.append(self.intake.lookalike_note())
         summary.error_rows = self.error_rows
         return replace(summary, **token_cost(self.engine))
 
@@ -398,8 +400,6 @@ def _record_speed(engine, spec: RunSpec, run: _ScoreRun) -> None:
 def input_reading(mapper: Mapper) -> dict:
     """The options that decide how rows become pairs and gold labels (`--map`,
     `--label-values`, `--label`); empty when none was given."""
-        if self.intake.lookalike_note():
-            summary.notes.append(self.intake.lookalike_note())
     d: dict = {}
     if mapper.mapping:
         d["map"] = dict(sorted(mapper.mapping.items()))
