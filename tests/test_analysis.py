@@ -80,12 +80,23 @@ def test_eval_tables_drop_small_groups_to_fit_the_width(judged):
     table_rows = [ln for ln in full.splitlines()
                   if ln.startswith(("first rollout", "majority vote", "ReflectRM"))]
     widest = max(len(ln) for ln in table_rows)
-    narrow = render(res, width=widest - 1)  # one group less fits
+    # a little narrower: the headers wrap at their spaces ("x" over "(4)"), every group stays
+    wrapped = render(res, width=widest - 1)
+    wrapped_rows = [ln for ln in wrapped.splitlines()
+                    if ln.startswith(("first rollout", "majority vote", "ReflectRM"))]
+    assert [ln.split() for ln in wrapped_rows] == [ln.split() for ln in table_rows]
+    assert "x (4)" not in wrapped and "smaller groups not shown" not in wrapped
+    tightest = max(len(ln) for ln in wrapped_rows)
+    assert tightest < widest
+    narrow = render(res, width=tightest - 1)  # one group less fits
     assert ("x (4)" in narrow) != ("y (4)" in narrow)
     assert "(1 smaller groups not shown" in narrow
     tiny = render(res, width=10)  # nothing fits: the overall column stays
     assert "overall (8)" in tiny and "x (4)" not in tiny and "y (4)" not in tiny
-    assert render(res, width=widest) == full
+    # at the table's own width: the same tables and words; the prose wraps at spaces only
+    at = render(res, width=widest)
+    assert at.split() == full.split()
+    assert all(len(ln) <= widest or len(ln.split()) == 1 for ln in at.splitlines())
 
 
 def test_eval_reads_parquet_and_jsonl_exports_alike(tmp_path, judged):

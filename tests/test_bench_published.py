@@ -7,6 +7,7 @@ from a directive in each fixture prompt; every expected figure is worked out in 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,10 @@ def cells(res) -> dict[str, float | None]:
 
 
 def bench_cli(*args: str) -> subprocess.CompletedProcess:
+    """`rmjudge bench` at 1,000 columns: these tests read whole lines and the table as it is
+    (at 80 columns, lines wrap and a wide table turns on its side: tests/test_output_width.py)."""
     return subprocess.run([sys.executable, "-m", "rmjudge", "bench", *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "1000"})
 
 
 # --- RM-Bench as published ---------------------------------------------------------------
@@ -405,7 +408,8 @@ def test_check_lists_a_utf16_file_as_not_read_and_reads_the_others(tmp_path):
     shutil.copytree(RMBENCH, data)
     chat = data / "chat_filtered.json"
     chat.write_bytes(chat.read_text(encoding="utf-8").encode("utf-16"))
-    r = CliRunner().invoke(main, ["bench", "--check", "--data", f"rmbench={data}"])
+    r = CliRunner().invoke(main, ["bench", "--check", "--data", f"rmbench={data}"],
+                           env={"COLUMNS": "1000"})  # whole lines
     assert r.exit_code == 0, r.output
     assert f"{chat}: not read: {chat} is UTF-16 (or UTF-32) text; rmjudge reads UTF-8: " \
            f"convert it with iconv -f UTF-16 -t UTF-8 {chat}" in r.output

@@ -442,7 +442,16 @@ def test_template_failures_at_render_time_name_the_source():
 # -- 15. the dry run's time estimate ----------------------------------------------------------
 
 def estimate(r: subprocess.CompletedProcess) -> tuple[str, float, float]:
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("estimated time:"))
+    """The estimate line, with its continuation lines (indented: wrapped to the width) joined
+    back."""
+    lines = r.stdout.splitlines()
+    at = next(k for k, ln in enumerate(lines) if ln.startswith("estimated time:"))
+    parts = [lines[at]]
+    for ln in lines[at + 1:]:
+        if not ln.startswith("  "):
+            break
+        parts.append(ln.strip())
+    line = " ".join(parts)
     spans = re.findall(r"(?:(\d+)h(\d\d)m|(\d+)m(\d\d)s)", line)[:2]
     secs = [int(h or 0) * 3600 + int(m1 or 0) * 60 + int(m2 or 0) * 60 + int(s or 0)
             for h, m1, m2, s in spans]

@@ -71,7 +71,9 @@ def judges(tmp_path_factory):
 
 
 def run(*args):
-    return CliRunner().invoke(main, ["compare", *args])
+    """`rmjudge compare` at 1,000 columns: these tests read whole lines (at 80 columns, lines
+    wrap: tests/test_output_width.py)."""
+    return CliRunner().invoke(main, ["compare", *args], env={"COLUMNS": "1000"})
 
 
 def compare_json(*args) -> dict:

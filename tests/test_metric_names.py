@@ -16,6 +16,8 @@ prompt's numbering slot 1 is A in order (A, B) and B in order (B, A)):
 
 - accuracy (both orders pooled): p1 1, p2 0.5, p3 0, p4 1, p5 0.5, p6 0 -> 3 / 6 = 50.0%
 - positional consistency: p1, p4 of 6 judged in both orders -> 33.3%
+- order agreement (the same winner in both orders, right or wrong; no gold label needed): p1,
+  p3, p4 of the 4 pairs with a verdict in both orders (p5 and p6 have none in (A, B)) -> 75.0%
 - combined-verdict agreement: agree p1 p4 p5 = 50.0%, tie p2 = 16.7%, disagree p3 = 16.7%,
   no verdict p6 = 16.7%; accuracy (ties = 0.5): (3 + 0.5) / 6 = 58.3%
 - rollouts 12: cut at the token limit 5 (p4, p5 x2, p6 x2), unparsed 2 (p4 (A,B), p5 (B,A)),
@@ -53,11 +55,15 @@ SCRIPT = {("p1", "ab"): pref(1), ("p1", "ba"): pref(2),
           ("p5", "ab"): cut(2), ("p5", "ba"): unparsed(),
           ("p6", "ab"): cut(1), ("p6", "ba"): cut(2)}
 
-WANT = ["accuracy 50.0% on 6 labelled pairs (both orders pooled); positional consistency 33.3%",
+WANT = ["accuracy 50.0% on 6 labelled pairs (both orders pooled); positional consistency 33.3% "
+        "(correct in both orders)",
         "combined-verdict agreement: agree 50.0%, tie 16.7%, disagree 16.7%, no verdict 16.7%; "
         "accuracy (ties = 0.5) 58.3%",
         "rollouts 12: cut at the token limit 5, unparsed 2, forced verdicts 2 (deciding 2 "
         "pair-orders where no rollout parsed)"]
+ORDER_AGREEMENT = ("order agreement 75.0% (3 of 4 pairs with a verdict in both orders name the "
+                   "same winner, right or wrong)")
+WIDE = {"COLUMNS": "1000"}  # lines as they are, unwrapped (tests/test_output_width.py: 80)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +93,7 @@ def test_the_store_is_as_worked_out_by_hand(judged):
 def test_score_summary(judged):
     _, summary, _ = judged
     text = render_summary(summary, width=1000)
-    for line in WANT:
+    for line in WANT + [ORDER_AGREEMENT]:
         assert f"  {line}\n" in text + "\n"
     assert "forced verdicts: on (--forced)" in text
 
@@ -108,13 +114,14 @@ def test_score_summary_fits_80_columns_without_splitting_a_word(judged):
 def test_report_text_and_html(judged):
     out, _, d = judged
     html_path = d / "r.html"
-    r = CliRunner().invoke(main, ["report", out, "-o", str(html_path)])
+    r = CliRunner().invoke(main, ["report", out, "-o", str(html_path)], env=WIDE)
     assert r.exit_code == 0, r.output
     for line in WANT:
         assert line in r.output
+    assert "order agreement 75.0% (the two orders name the same winner)" in r.output
     page = html_path.read_text()
     for name, value in (("accuracy", "50.0%"), ("positional consistency", "33.3%"),
-                        ("accuracy (ties = 0.5)", "58.3%")):
+                        ("accuracy (ties = 0.5)", "58.3%"), ("order agreement", "75.0%")):
         assert f"<div><b>{value}</b><span>{name}</span></div>" in page
     assert ("combined-verdict agreement: agree 50.0%, tie 16.7%, disagree 16.7%, no verdict "
             "16.7%") in page
@@ -123,7 +130,7 @@ def test_report_text_and_html(judged):
 
 def test_eval_output(judged):
     out, _, _ = judged
-    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0"])
+    r = CliRunner().invoke(main, ["eval", out, "--resamples", "0"], env=WIDE)
     assert r.exit_code == 0, r.output
     assert "Accuracy, % (both orders pooled" in r.output
     table = r.output.split("Accuracy, % (both orders pooled", 1)[1].split("\n\n", 1)[0]
@@ -147,7 +154,8 @@ def test_filter_evidence_and_card(judged):
     out, _, d = judged
     folder = d / "upload"
     r = CliRunner().invoke(main, ["filter", out, "-o", str(d / "dpo.jsonl"), "--evidence",
-                                  "--push-to-hub", "me/names", "--dry-run", str(folder)])
+                                  "--push-to-hub", "me/names", "--dry-run", str(folder)],
+                           env=WIDE)
     assert r.exit_code == 0, r.output
     for line in WANT:
         assert f"    {line}" in r.output
@@ -203,3 +211,33 @@ def test_the_rollout_line_counts_the_unanimous_pair_orders(tmp_path):
     text = " ".join(render_summary(summary).split())
     assert "rollouts 6: cut at the token limit 0, unparsed 0, forced verdicts 0; reflections 2: " \
            "unparsed 0, cut 0; 1 pair-order unanimous (no reflection needed)" in text, line
+
+
+def test_one_name_per_measure_on_every_surface(judged):
+    """"positional consistency" always comes with what it is (correct in both orders) and is
+    never the name of the orders agreeing; the orders agreeing is "order agreement" (and its
+    complement, a pair whose orders disagree, a "flip"), in the summary, report, explorer and
+    the docs alike."""
+    from pathlib import Path
+
+    out, summary, d = judged
+    texts = {"score": render_summary(summary, width=1000),
+             "report": CliRunner().invoke(main, ["report", out], env=WIDE).output,
+             "eval": CliRunner().invoke(main, ["eval", out, "--resamples", "0"], env=WIDE).output,
+             "filter": CliRunner().invoke(main, ["filter", out, "-o", str(d / "f3.jsonl"),
+                                                 "--evidence"], env=WIDE).output}
+    for surface, text in texts.items():
+        assert "orders agree on" not in text and "orders flip" not in text, surface
+        for m in re.finditer(r"positional consistency", text, flags=re.I):
+            after = text[m.end():m.end() + 40]
+            assert "(correct in both orders)" in after, (surface, after)
+    for surface in ("score", "report"):
+        assert "order agreement 75.0%" in texts[surface], surface
+    root = Path(__file__).resolve().parent.parent
+    view = (root / "rmjudge" / "view" / "assets" / "view.js").read_text()
+    assert '"flips (orders disagree)"' in view and "positional" not in view
+    docs = {p.name: p.read_text() for p in (root / "docs").glob("*.md")}
+    for name, text in docs.items():
+        assert "positional inconsistency" not in text, name
+        assert not re.search(r"positional consistency \((?:the )?orders agree", text), name
+    assert "**order agreement**" in docs["evaluation.md"]

@@ -36,7 +36,9 @@ BY_ID = {r["id"]: r for r in ROWS}
 
 
 def cli(*args):
-    return CliRunner().invoke(main, list(args))
+    """A command at 1,000 columns: these tests read whole lines (at 80 columns they wrap:
+    tests/test_output_width.py)."""
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "1000"})
 
 
 @pytest.fixture

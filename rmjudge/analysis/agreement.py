@@ -156,13 +156,18 @@ def judges_vs_human(first: JudgedTable, rows: list[dict], cs) -> list[dict] | No
     return out
 
 
-def render_compare(hs: list[dict], level: float) -> str:
+def render_compare(hs: list[dict], level: float, width: int | None = None) -> str:
+    """Per judge, the figures against the human labels: a table at most `width` wide
+    (stacked, one block per judge, where it does not fit)."""
+    from rmjudge.core.layout import fit_table, wrap_line
+
     lv = round(100 * level)
     n = hs[0]["pairs"] if hs else 0
-    lines = [f"vs human labels (first table's human_labels; {n} common pairs reviewed):",
-             (f"judge  accuracy vs human [{lv}% CI]       agreement (verdict) [{lv}% CI]  "
-              "kappa (orders)  kappa (verdict)")]
-    for k, h in enumerate(hs, 1):
-        lines.append(f"{k:>5}  {_pct(h['accuracy']):<32}  {_pct(h['agreement']):<31}  "
-                     f"{_k(h['kappa_orders']['value']):<14}  {_k(h['kappa_verdict']['value'])}")
-    return "\n".join(lines)
+    head = ["judge", f"accuracy vs human [{lv}% CI]", f"agreement (verdict) [{lv}% CI]",
+            "kappa (orders)", "kappa (verdict)"]
+    rows = [[str(k), _pct(h["accuracy"]), _pct(h["agreement"]),
+             _k(h["kappa_orders"]["value"]), _k(h["kappa_verdict"]["value"])]
+            for k, h in enumerate(hs, 1)]
+    lines = wrap_line(f"vs human labels (first table's human_labels; {n} common pairs "
+                      "reviewed):", width or 10**9)
+    return "\n".join(lines + fit_table(head, rows, width or 10**9, right=(0,)))

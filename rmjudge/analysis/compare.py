@@ -348,16 +348,51 @@ def _share(v: str | None, p: float | None) -> str:
     return f"{v or '-'} ({'-' if p is None else f'{p:.2f}'})"
 
 
-def render(c: Comparison, max_flips: int = 20) -> str:
+def render(c: Comparison, max_flips: int = 20, width: int | None = None) -> str:
+    """The comparison as text, every line at most `width` wide (None: no limit): prose wraps
+    at spaces, tables keep their columns where they fit and are stacked (one block per row)
+    where they do not; no path, id or figure is cut."""
+    from rmjudge.core.layout import wrap_line
+
+    limit = width or 10**9
+
+    def prose(*lines: str) -> list[str]:
+        return [out for line in lines for out in wrap_line(line, limit)]
+
     level = round(100 * c.settings["level"])
-    lines = [(f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} of "
-              f"them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
-              f"resamples, seed {c.settings['seed']})")]
+    out = prose(f"{c.common} pairs judged by each of the {len(c.judges)} judges, {c.labelled} "
+                f"of them labelled; bootstrap {level}% intervals ({c.settings['resamples']} "
+                f"resamples, seed {c.settings['seed']})")
     if not c.labelled:
-        lines.append("  no gold labels on these pairs: accuracy, gain and kappa against gold "
+        out += prose("  no gold labels on these pairs: accuracy, gain and kappa against gold "
                      "need labelled input (chosen/rejected, or a label column)")
     if c.note:
-        lines.append(f"  {c.note}")
+        out += prose(f"  {c.note}")
+    out += prose(*_judge_notes(c), "", "judges (by number):",
+                 *(f"  {k}  {j['path']}" for k, j in enumerate(c.judges, 1)), "")
+    out += _judges_table(c, level, limit)
+    out += prose("", "Cohen's kappa between judges (per order, verdicts A/B):")
+    for kj in c.kappa_judges:
+        left = (f", {kj['left_out']} orders without a verdict from both left out"
+                if kj["left_out"] else "")
+        out += prose(f"  judge {kj['a']} vs {kj['b']}: {_kappa(kj['value'])} "
+                     f"({kj['n']} orders{left})")
+    out += prose("", f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
+                 "differ (verdict (share of final votes for A) per judge)")
+    out += _flips_table(c, max_flips, limit)
+    if len(c.flips) > max_flips:
+        out += prose(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
+                     "lists all)")
+    if c.human:
+        from rmjudge.analysis.agreement import render_compare
+
+        out += ["", render_compare(c.human, c.settings["level"], limit)]
+    return "\n".join(out)
+
+
+def _judge_notes(c: Comparison) -> list[str]:
+    """Per judge: the pairs left out or read in the other slots."""
+    lines = []
     for j in c.judges:
         if j["changed"]:
             ex = ", ".join(repr(x) for x in j["changed_ids"])
@@ -371,34 +406,37 @@ def render(c: Comparison, max_flips: int = 20) -> str:
             ex = ", ".join(repr(x) for x in j["not_in_all_ids"])
             lines.append(f"  {j['path']}: {j['not_in_all']} pairs not judged by every judge "
                          f"(left out), e.g. {ex}")
-    lines += ["", (f"judge  accuracy, both orders pooled [{level}% CI]  gain over judge 1 "
-                   f"[paired {level}% CI]  kappa vs gold (orders)  table")]
-    for k, j in enumerate(c.judges, 1):
-        g = c.kappa_gold[k - 1]
-        lines.append(f"{k:>5}  {_ci(j['accuracy']):<36}  {_ci(j['gain'], True):<34}  "
-                     f"{_kappa(g['value']):<23}  {j['path']}")
-    lines += ["", "Cohen's kappa between judges (per order, verdicts A/B):"]
-    for kj in c.kappa_judges:
-        left = (f", {kj['left_out']} orders without a verdict from both left out"
-                if kj["left_out"] else "")
-        lines.append(f"  judge {kj['a']} vs {kj['b']}: {_kappa(kj['value'])} "
-                     f"({kj['n']} orders{left})")
-    lines += ["", (f"flips: {len(c.flips)} of {c.common} pairs where the combined verdicts "
-                   "differ (verdict (share of final votes for A) per judge)")]
-    if c.flips:
-        shown = c.flips[:max_flips]
-        w = max(2, *(len(str(f["id"])) for f in shown))
-        judges = range(1, len(c.judges) + 1)
-        lines.append((f"  {'id':<{w}}  label  " + "  ".join(f"{f'judge {k}':<11}"
-                                                             for k in judges)).rstrip())
-        for f in shown:
-            cells = "  ".join(f"{_share(v, p):<11}" for v, p in zip(f["verdicts"], f["p_a"]))
-            lines.append(f"  {f['id']:<{w}}  {f['label'] or '-':<5}  {cells}".rstrip())
-        if len(c.flips) > max_flips:
-            lines.append(f"  ... {len(c.flips) - max_flips} more (--flips N shows more, --json "
-                         "lists all)")
-    if c.human:
-        from rmjudge.analysis.agreement import render_compare
+    return lines
 
-        lines += ["", render_compare(c.human, c.settings["level"])]
-    return "\n".join(lines)
+
+def _judges_table(c: Comparison, level: int, width: int) -> list[str]:
+    """Each judge's accuracy, gain over judge 1 and kappa against gold."""
+    from rmjudge.core.layout import fit_table
+
+    head = ["judge", f"accuracy, both orders pooled [{level}% CI]",
+            f"gain over judge 1 [paired {level}% CI]", "kappa vs gold (orders)"]
+    rows = [[str(k), _ci(j["accuracy"]), _ci(j["gain"], True),
+             _kappa(c.kappa_gold[k - 1]["value"])] for k, j in enumerate(c.judges, 1)]
+    return fit_table(head, rows, width, right=(0,))
+
+
+def _flips_table(c: Comparison, max_flips: int, width: int) -> list[str]:
+    """The pairs whose combined verdicts differ, one row each (stacked when too wide)."""
+    if not c.flips:
+        return []
+    from rmjudge.core.layout import stacked
+
+    shown = c.flips[:max_flips]
+    w = max(2, *(len(str(f["id"])) for f in shown))
+    judges = range(1, len(c.judges) + 1)
+    lines = [(f"  {'id':<{w}}  label  " + "  ".join(f"{f'judge {k}':<11}"
+                                                  for k in judges)).rstrip()]
+    for f in shown:
+        cells = "  ".join(f"{_share(v, p):<11}" for v, p in zip(f["verdicts"], f["p_a"]))
+        lines.append(f"  {f['id']:<{w}}  {f['label'] or '-':<5}  {cells}".rstrip())
+    if max(map(len, lines)) > width:
+        lines = stacked(["id", "label"] + [f"judge {k}" for k in judges],
+                        [[str(f["id"]), f["label"] or "-",
+                          *(_share(v, p) for v, p in zip(f["verdicts"], f["p_a"]))]
+                         for f in shown], width, indent="  ")
+    return lines

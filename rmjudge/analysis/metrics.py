@@ -318,80 +318,102 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
-def render(res: EvalResult, max_groups: int = 8, width: int | None = None) -> str:
-    """Terminal tables shaped like the paper's Tables 1 (accuracy) and 5 (consistency).
+def render(res: EvalResult, max_groups: int = 8, width: int | None = None,
+           fit: bool = True) -> str:
+    """Terminal tables shaped like the paper's Tables 1 (accuracy) and 5 (consistency), and
+    the figures and notes around them, every line at most `width` wide (None: no limit).
 
-    Columns are the overall figures and the `max_groups` largest groups; with `width`, fewer
-    groups (largest first) so that the tables fit that many characters, overall always shown."""
+    Columns are the overall figures and the `max_groups` largest groups, each headed by its
+    whole name (a header wraps at its spaces, never inside a name); with `fit`, fewer groups
+    (largest first, overall always shown) so that the tables fit `width`. A table that does
+    not fit even so (or, without `fit`, with every group asked for) is stacked: one block per
+    system, one line per group."""
     by_size = sorted(res.groups[1:], key=lambda g: -g[2])
     k = max(0, max_groups)
+    limit = width or 10**9
     while True:
-        text, table_width = _render(res, [res.groups[0]] + by_size[:k])
-        if width is None or table_width <= width or k == 0:
+        text = _render(res, [res.groups[0]] + by_size[:k], limit, stack=False)
+        if text is not None:
             return text
+        if not fit or k == 0:
+            return _render(res, [res.groups[0]] + by_size[:k], limit, stack=True)
         k -= 1
 
 
-def _render(res: EvalResult, shown: list) -> tuple[str, int]:
+def _grid(res: EvalResult, shown: list, metric: str, systems: list[str]) -> tuple[list, list]:
+    """One table's header and rows: the systems' figures per shown group."""
+    head = [""] + [f"{t} ({n})" for _, t, n in shown]
+    rows = []
+    for s in systems:
+        row = [SYSTEMS[s]]
+        for key, _, _ in shown:
+            st = res.metrics[s].get(key, {}).get(metric)
+            if st is None or st.value is None:
+                row.append("-")
+            elif key == "overall" and st.lo is not None:
+                row.append(f"{_pct(st.value)} [{_pct(st.lo)}, {_pct(st.hi)}]")
+            else:
+                row.append(_pct(st.value))
+        rows.append(row)
+    return head, rows
+
+
+def _render(res: EvalResult, shown: list, width: int, stack: bool) -> str | None:
+    """The text with `shown` groups as columns at `width`; None when a table does not fit
+    (with `stack`: that table stacked instead)."""
+    from rmjudge.core.layout import stacked, table, wrap_line
+
     lines = [f"{res.path}: {res.n_labelled} labelled of {res.n_pairs} pairs", ""]
-    widest = 0
-
-    def table(title: str, metric: str, systems: list[str]) -> None:
-        grid = [[""] + [f"{t[:14]} ({n})" for _, t, n in shown]]
-        for s in systems:
-            row = [SYSTEMS[s]]
-            for key, _, _ in shown:
-                st = res.metrics[s].get(key, {}).get(metric)
-                if st is None or st.value is None:
-                    row.append("-")
-                elif key == "overall" and st.lo is not None:
-                    row.append(f"{_pct(st.value)} [{_pct(st.lo)}, {_pct(st.hi)}]")
-                else:
-                    row.append(_pct(st.value))
-            grid.append(row)
-        nonlocal widest
-        widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
-        lines.append(title)
-        for r in grid:
-            lines.append("  ".join([r[0].ljust(widths[0])]
-                                   + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
-            widest = max(widest, len(lines[-1]))
-        lines.append("")
-
     level = int(round(100 * res.settings["level"]))
     per_order = [s for s in res.systems if s != "final"]
     pooled = ("both orders pooled" if res.both_orders
               else "order (A, B) only, so pooled = single-order accuracy")
-    table(f"{ACCURACY.capitalize()}, % ({pooled}; overall with {level}% bootstrap interval)",
-          "acc", per_order)
+    tables = [(f"{ACCURACY.capitalize()}, % ({pooled}; overall with {level}% bootstrap "
+               "interval)", "acc")]
     if res.both_orders:
-        table(f"{CONSISTENCY.capitalize()}, % (correct in both orders)", "consistency", per_order)
-    ov = "overall"
-    if "final" in res.systems:
-        fm = res.metrics["final"][ov]
-        policy = (res.settings.get("judge") or {}).get("on_inconsistent")
-        how = SYSTEMS["final"] + (f", --on-inconsistent {policy}" if policy else "")
-        lines.append(f"{AGREEMENT.capitalize()}, overall ({how}; {level}% interval):")
-        lines.append("  " + ", ".join(
-            f"{k} {_pct(fm[k].value)} [{_pct(fm[k].lo)}, {_pct(fm[k].hi)}]"
-            for k in ("agree", "tie", "disagree")))
-        th = fm["ties_half"]
-        lines.append(f"  {TIES_HALF} {_pct(th.value)} [{_pct(th.lo)}, {_pct(th.hi)}] "
-                     "(comparable with reward-bench)")
-        lines.append("")
-    lines.append(f"Per order, overall ({level}% interval):")
-    for s in per_order:
-        m = res.metrics[s][ov]
-        bits = [f"{lab} {_pct(m[k].value)} [{_pct(m[k].lo)}, {_pct(m[k].hi)}]"
-                for k, lab in (("acc_ab", "acc(A,B)"), ("acc_ba", "acc(B,A)"))
-                if m[k].value is not None]
-        lines.append(f"  {SYSTEMS[s]}: " + ", ".join(bits))
+        tables.append((f"{CONSISTENCY.capitalize()}, % (correct in both orders)", "consistency"))
+    for title, metric in tables:
+        head, rows = _grid(res, shown, metric, per_order)
+        right = tuple(range(1, len(head)))
+        body = table(head, rows, width, right=right)
+        if body is None:
+            if not stack:
+                return None
+            body = stacked(head, rows, width)
+        lines += [title, *body, ""]
+    lines += _final_lines(res, level) + _per_order_lines(res, per_order, level)
     hidden = len(res.groups) - len(shown)
     if hidden > 0:
         lines.append(f"  ({hidden} smaller groups not shown; --max-groups N or --json for all)")
     counts = rollout_counts_line(res.rollout_counts)
     if counts:
         lines.append(counts)
-    for n in res.notes:
-        lines.append(f"note: {n}")
-    return "\n".join(lines), widest
+    lines += [f"note: {n}" for n in res.notes]
+    return "\n".join(out for line in lines for out in wrap_line(line, width))
+
+
+def _final_lines(res: EvalResult, level: int) -> list[str]:
+    """The combined verdict's agreement with the gold label, overall."""
+    if "final" not in res.systems:
+        return []
+    fm = res.metrics["final"]["overall"]
+    policy = (res.settings.get("judge") or {}).get("on_inconsistent")
+    how = SYSTEMS["final"] + (f", --on-inconsistent {policy}" if policy else "")
+    th = fm["ties_half"]
+    return [f"{AGREEMENT.capitalize()}, overall ({how}; {level}% interval):",
+            "  " + ", ".join(f"{k} {_pct(fm[k].value)} [{_pct(fm[k].lo)}, {_pct(fm[k].hi)}]"
+                             for k in ("agree", "tie", "disagree")),
+            f"  {TIES_HALF} {_pct(th.value)} [{_pct(th.lo)}, {_pct(th.hi)}] "
+            "(comparable with reward-bench)", ""]
+
+
+def _per_order_lines(res: EvalResult, per_order: list[str], level: int) -> list[str]:
+    """Each system's accuracy in each order, overall."""
+    lines = [f"Per order, overall ({level}% interval):"]
+    for s in per_order:
+        m = res.metrics[s]["overall"]
+        bits = [f"{lab} {_pct(m[k].value)} [{_pct(m[k].lo)}, {_pct(m[k].hi)}]"
+                for k, lab in (("acc_ab", "acc(A,B)"), ("acc_ba", "acc(B,A)"))
+                if m[k].value is not None]
+        lines.append(f"  {SYSTEMS[s]}: " + ", ".join(bits))
+    return lines

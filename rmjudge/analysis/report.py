@@ -20,8 +20,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, TIES_HALF,
-                                 agreement_text, metrics, metrics_lines, pair_counts,
+from rmjudge.core.counts import (ACCURACY, AGREEMENT, CONSISTENCY, METRIC_HELP, ORDER_AGREEMENT,
+                                 TIES_HALF, agreement_text, metrics, metrics_lines, pair_counts,
                                  rollout_counts_line, sample_counts)
 from rmjudge.analysis.tables import JudgedTable
 from rmjudge.core.extras import install_hint
@@ -88,7 +88,9 @@ def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) ->
         "rollout_counts": None,
         "slot1_ab": _ratio(ab_1, ab_dec),
         "slot1_ba": _ratio(ba_1, ba_dec), "slot1": _ratio(ab_1 + ba_1, ab_dec + ba_dec),
-        "flip_rate": _ratio(c["inconsistent"], c["both_orders"]), "parse_failure": None, "forced": None,
+        "flip_rate": _ratio(c["inconsistent"], c["both_orders"]),
+        "order_agreement": _ratio(c["consistent"], c["both_orders"]),
+        "parse_failure": None, "forced": None,
         "entropy": None, "ece": None,
     }
     if t.has_samples:
@@ -210,7 +212,8 @@ def build_report(t: JudgedTable, group_by: list[str] | None = None,
     overview = headline(t)
     overview["verdicts"] = dict(t.sql("SELECT verdict, count(*) FROM pairs GROUP BY 1 ORDER BY 2 DESC"))
     overview["settings"] = t.meta.get("settings")
-    position = {k: overview[k] for k in ("slot1_ab", "slot1_ba", "slot1", "flip_rate")}
+    position = {k: overview[k] for k in ("slot1_ab", "slot1_ba", "slot1", "flip_rate",
+                                         "order_agreement")}
     position["label_a"] = t.one("""SELECT avg(CASE label WHEN 'A' THEN 1.0 ELSE 0.0 END)
                                    FROM pairs WHERE label IN ('A','B')""")[0]
     if t.has_samples:
@@ -258,7 +261,8 @@ def render_text(r: ReportData, html_path: str | None = None) -> str:
         lines.append(f"  ECE {_f(r.calibration['ece'])}")
     lines.append(f"  position: slot 1 wins {pct(p['slot1_ab'])} in (A,B), {pct(p['slot1_ba'])} in "
                  f"(B,A), {pct(p['slot1'])} pooled (labels: A better in {pct(p['label_a'])}); "
-                 f"orders flip on {pct(p['flip_rate'])} of pairs")
+                 f"{ORDER_AGREEMENT} {pct(p['order_agreement'])} (the two orders name the same "
+                 "winner)")
     lines.append(f"  length: the longer response wins {pct(ls['judge_longer'])} of "
                  f"{ls['judge_n']} decided pairs (labels prefer it in {pct(ls['label_longer'])})")
     if r.parse:
@@ -492,7 +496,8 @@ def _head_html(r: ReportData, view_href: str | None) -> list[str]:
     kpis = [("pairs", str(o["pairs"])), ("labelled", str(o["labelled"])),
             (ACCURACY, pct(o["accuracy"])), (CONSISTENCY, pct(o["consistency"])),
             (TIES_HALF, pct(o["accuracy_ties_half"])),
-            ("slot 1 wins (pooled)", pct(p["slot1"])), ("orders flip", pct(p["flip_rate"])),
+            ("slot 1 wins (pooled)", pct(p["slot1"])),
+            (ORDER_AGREEMENT, pct(p["order_agreement"])),
             ("did not parse", pct(o["parse_failure"])), ("ECE", _f(r.calibration["ece"]))]
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -512,7 +517,7 @@ def _head_html(r: ReportData, view_href: str | None) -> list[str]:
                      "</p>")
         parts.append(_table(["metric", "definition"],
                             [[k, METRIC_HELP[k]] for k in (ACCURACY, CONSISTENCY, AGREEMENT,
-                                                           TIES_HALF)], "kv"))
+                                                           TIES_HALF, ORDER_AGREEMENT)], "kv"))
     counts = rollout_counts_line(o["rollout_counts"] or {})
     if counts:
         parts.append(f"<p>{html.escape(_upper(counts))}.</p>")
@@ -528,8 +533,9 @@ def _bias_html(r: ReportData, figs: dict[str, bytes]) -> list[str]:
         "<h2>Position bias</h2>",
         f"<p>Slot 1 wins {pct(p['slot1_ab'])} of verdicts in order (A,B) and {pct(p['slot1_ba'])} "
         f"in order (B,A); an unbiased judge's two figures sum to 100%. Gold labels put the better "
-        f"response in A in {pct(p['label_a'])} of pairs. The two orders disagree on "
-        f"{pct(p['flip_rate'])} of pairs.</p>",
+        f"response in A in {pct(p['label_a'])} of pairs. {_upper(ORDER_AGREEMENT)}: the two "
+        f"orders name the same winner on {pct(p['order_agreement'])} of the pairs judged in "
+        f"both; they flip on {pct(p['flip_rate'])}.</p>",
         _img(figs, "position", "position bias"),
         "<h2>Length bias</h2>",
         f"<p>The longer response wins {pct(ls['judge_longer'])} of {ls['judge_n']} decided pairs "
@@ -581,11 +587,12 @@ def _groups_html(r: ReportData) -> list[str]:
     if r.hidden_groups:
         parts.append(f"<p class='note'>{r.hidden_groups} smaller groups not shown.</p>")
     parts.append(_table(
-        ["group", "pairs", ACCURACY, CONSISTENCY, AGREEMENT, "slot 1 wins", "orders flip",
+        ["group", "pairs", ACCURACY, CONSISTENCY, AGREEMENT, "slot 1 wins", ORDER_AGREEMENT,
          "did not parse", "vote entropy", "ECE"],
         [[f"{g['column']}={g['value']}", g["pairs"], pct(g["accuracy"]), pct(g["consistency"]),
           agreement_text(g["agreement"]) if g["labelled"] else "-",
-          pct(g["slot1"]), pct(g["flip_rate"]), pct(g["parse_failure"]), _f(g["entropy"], 2),
+          pct(g["slot1"]), pct(g["order_agreement"]), pct(g["parse_failure"]),
+          _f(g["entropy"], 2),
           _f(g["ece"])] for g in r.groups]))
     return parts
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import click
@@ -55,18 +56,21 @@ def command(**kw) -> None:
                                  "averages": [a.as_dict() for a in averages(run.results)]},
                                 option=orjson.OPT_INDENT_2).decode())
         return
-    click.echo(render(run.results, run.judge))
+    from rmjudge.cli.layout import echo, fit_markdown, output_width
+
+    click.echo(fit_markdown(render(run.results, run.judge), output_width()))
     if run.shard is not None:
-        click.echo(f"\nnote: shard {run.shard[0]}/{run.shard[1]} only; merge the shards' "
-                   "stores with `rmjudge merge` and rerun with --score-only for the full table")
+        echo(f"\nnote: shard {run.shard[0]}/{run.shard[1]} only; merge the shards' "
+             "stores with `rmjudge merge` and rerun with --score-only for the full table")
 
 
 def print_summary(bench, summary) -> None:
     """A judged benchmark's run summary on stderr (a ranking's for a best-of-N benchmark)."""
     if bench.ranked:
+        from rmjudge.cli.layout import output_width
         from rmjudge.cli.rank import render_summary as render_ranked
 
-        click.echo(render_ranked(summary), err=True)
+        click.echo(render_ranked(summary, output_width(sys.stderr)), err=True)
     else:
         from rmjudge.cli.score import render_summary
 
@@ -84,7 +88,9 @@ def print_reports(reports: list, as_json: bool) -> None:
         click.echo(orjson.dumps([r.as_dict() for r in reports],
                                 option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo("\n\n".join(render(r) for r in reports))
+        from rmjudge.cli.layout import echo
+
+        echo("\n\n".join(render(r) for r in reports))
     problem = failure(reports)
     if problem:  # the reports say why, file by file; the exit status says it to a script
         raise UserError(problem)

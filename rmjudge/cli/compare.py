@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import click
 
 from rmjudge.analysis.compare import CompareSettings
 from rmjudge.cli.common import fail
+from rmjudge.cli.layout import echo, output_width
 from rmjudge.cli.options import settings_from, settings_options
 from rmjudge.core.settings import setting
 from rmjudge.core.words import count
@@ -60,6 +62,6 @@ def command(**kw) -> None:
             data["jury"] = {"output": output, "pairs": rows}
         click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render(result, call.max_flips))
+        click.echo(render(result, call.max_flips, output_width(sys.stdout)))
     if jury:
-        click.echo(f"wrote the jury's verdicts on {count(rows, 'pair')} -> {output}", err=True)
+        echo(f"wrote the jury's verdicts on {count(rows, 'pair')} -> {output}", err=True)

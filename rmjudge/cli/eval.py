@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ import click
 
 from rmjudge.analysis.metrics import EvalSettings
 from rmjudge.cli.common import check_not_being_written
+from rmjudge.cli.layout import echo, output_width
 from rmjudge.cli.options import (engine_options, given_options, judge_options, option_dests,
                                  settings_from, settings_options)
 from rmjudge.cli.mapping_options import input_source
@@ -29,9 +29,9 @@ class EvalCall:
         False, "Add the base model's greedy row: one greedy rollout per pair and order with the "
         "run's prompts (runs the model; stored in the table, so reruns are cheap).",
         flag="--greedy-baseline")
-    max_groups: int | None = setting(None, "Groups shown per table (default: on a terminal as "
-                                     "many of the 8 largest as fit its width, else 8; --json "
-                                     "has all).")
+    max_groups: int | None = setting(None, "Groups shown per table (default: as many of the 8 "
+                                     "largest as fit the width, docs/evaluation.md; --json has "
+                                     "all).")
     output: str | None = setting(None, "When TABLE is unjudged input: where to write the judged "
                                  "table (default INPUT.judged.duckdb).", option=("-o", "--output"))
 
@@ -81,8 +81,10 @@ def command(**kw) -> None:
         table, call.output, opts, ranked=True, greedy=call.greedy_baseline, judging=judge_named,
         engine=engine_named))
     if ranked is not None:  # a ranked store (rmjudge rank): top-1 and Kendall tau
-        click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode()
-                   if as_json else render_eval(ranked))
+        if as_json:
+            click.echo(orjson.dumps(ranked.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        else:
+            echo(render_eval(ranked))
         return
     run = evaluate_table(table, ev, opts, output=call.output, judging=judge_named,
                          engine_options=engine_named,
@@ -91,9 +93,8 @@ def command(**kw) -> None:
                              f"greedy baseline: {done}/{total} pair-orders", err=True))
     g = run.greedy
     if g is not None:
-        click.echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} "
-                   f"reused, {g.parse_failures} without a parsed verdict -> {g.target}",
-                   err=True)
+        echo(f"greedy baseline: {g.generated} rollouts generated, {g.reused} reused, "
+             f"{g.parse_failures} without a parsed verdict -> {g.target}", err=True)
     res, human, path = run.results, run.human, run.path
     if as_json:
         data = res.as_dict() if res is not None else {"table": path, "labelled": 0}
@@ -101,13 +102,11 @@ def command(**kw) -> None:
             data["human"] = human
         click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     else:
-        width = None
-        if max_groups is None and sys.stdout.isatty():
-            width = shutil.get_terminal_size().columns
         if res is not None:
-            click.echo(render(res, max_groups=8 if max_groups is None else max_groups, width=width))
+            click.echo(render(res, max_groups=8 if max_groups is None else max_groups,
+                              width=output_width(sys.stdout), fit=max_groups is None))
         else:
-            click.echo(f"{path}: no gold labels; judge against the imported human labels only")
+            echo(f"{path}: no gold labels; judge against the imported human labels only")
         if human is not None:
             click.echo("")
-            click.echo(render_human(human, ev.level))
+            echo(render_human(human, ev.level))

@@ -8,6 +8,7 @@ import click
 
 from rmjudge.analysis.filter import FilterSettings
 from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
+from rmjudge.cli.layout import echo
 from rmjudge.cli.options import (given_options, option_dests, settings_from, settings_options,
                                  settings_values)
 from rmjudge.cli.push import upload_options
@@ -77,12 +78,12 @@ def command(**kw) -> None:
     if ranked is not None:
         from rmjudge.rank.outputs import render_filter
 
-        click.echo(render_filter(summary, ranked), err=True)
+        echo(render_filter(summary, ranked), err=True)
     else:
-        click.echo(render(summary), err=True)
+        echo(render(summary), err=True)
     warning = empty_warning(summary)
     if warning:
-        click.echo(warning, err=True)
+        echo(warning, err=True)
     if repo_id:
         from rmjudge.cli.push import publish
 

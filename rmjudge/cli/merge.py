@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from rmjudge.cli.common import fail
+from rmjudge.cli.layout import echo
 from rmjudge.cli.mapping_options import dataset_options, input_source
 from rmjudge.cli.options import settings_from, settings_options
 from rmjudge.core.words import count
@@ -32,7 +33,7 @@ def command(**kw) -> None:
              "--input too")
     report = merge(list(ms.shards), ms.output, input=source, mapping=cols,
                    overwrite=ms.overwrite, allow_incomplete=ms.allow_incomplete)
-    click.echo(render(report), err=True)
+    echo(render(report), err=True)
     if report.output is None:
         fail("nothing written; fix the problems above or pass --allow-incomplete")
 

@@ -29,9 +29,11 @@ def publish(export: str, repo_id: str, *, private: bool = False, license_: str |
 
     if dry_run:
         prep = prepare_folder(export, repo_id, dry_run, license_)
-        click.echo(f"dry run: the upload to {repo_id} is in {prep.folder}: README.md, "
-                   f"{prep.data_path} ({prep.rows} rows); license: "
-                   f"{prep.license or 'not known (give --license ID)'}; nothing was uploaded")
+        from rmjudge.cli.layout import echo
+
+        echo(f"dry run: the upload to {repo_id} is in {prep.folder}: README.md, "
+             f"{prep.data_path} ({prep.rows} rows); license: "
+             f"{prep.license or 'not known (give --license ID)'}; nothing was uploaded")
         return
     try:
         url = push(export, repo_id, private=private, license=license_)
@@ -40,7 +42,9 @@ def publish(export: str, repo_id: str, *, private: bool = False, license_: str |
             exc.args = (f"{exc} (the dataset itself is written: push it with "
                         f"`rmjudge push {export} {repo_id}`)",)
         raise
-    click.echo(f"pushed {export} to {url}" + (" (private)" if private else ""))
+    from rmjudge.cli.layout import echo
+
+    echo(f"pushed {export} to {url}" + (" (private)" if private else ""))
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,9 @@ def command(**kw) -> None:
     summary = rank_input(source, output, opts, ropts, status=lambda line: status(line, quiet),
                          progress=None if quiet else progress)
     if not quiet:
-        click.echo(render_summary(summary), err=True)
+        from rmjudge.cli.layout import output_width
+
+        click.echo(render_summary(summary, output_width(sys.stderr)), err=True)
     if summary.ranked == 0:
         raise UserError(f"nothing was ranked: {count(summary.prompts, 'prompt')} read from "
                         f"{source}, "
@@ -70,7 +72,8 @@ def command(**kw) -> None:
         sys.exit(EXIT_STRICT)
 
 
-def render_summary(s) -> str:
+def render_summary(s, width: int | None = None) -> str:
+    """The ranking's summary, its lines wrapped at spaces to `width` (None: as they are)."""
     from rmjudge.cli.score import error_lines
     from rmjudge.rank.outputs import top1_line
 
@@ -103,4 +106,6 @@ def render_summary(s) -> str:
     if s.wall_seconds > 0 and s.judged:
         lines.append(f"  {s.wall_seconds / s.judged:.1f} s/comparison, "
                      f"{s.generated_tokens / s.wall_seconds:.0f} generated tok/s")
-    return "\n".join(lines)
+    from rmjudge.cli.layout import wrap
+
+    return wrap("\n".join(lines), width or 10**9)

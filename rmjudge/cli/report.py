@@ -60,4 +60,6 @@ def command(**kw) -> None:
     if call.as_json:
         click.echo(orjson.dumps(data.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
-        click.echo(render_text(data, out), err=True)
+        from rmjudge.cli.layout import echo
+
+        echo(render_text(data, out), err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from rmjudge.cli.layout import echo
 from rmjudge.cli.options import settings_from, settings_options
 from rmjudge.review.export import ReviewSettings
 from rmjudge.review.importer import ImportSettings
@@ -26,9 +27,9 @@ def export_command(**kw) -> None:
     from rmjudge.review.export import render, run_export
 
     name = run_export(settings_from(ReviewSettings, kw),
-                      on_written=lambda summary: click.echo(render(summary), err=True))
+                      on_written=lambda summary: echo(render(summary), err=True))
     if name is not None:
-        click.echo(f"created the Argilla dataset {name}", err=True)
+        echo(f"created the Argilla dataset {name}", err=True)
 
 
 @command.command("import")
@@ -40,4 +41,4 @@ def import_command(**kw) -> None:
     from rmjudge.review.importer import import_labels, render
 
     s = settings_from(ImportSettings, kw)
-    click.echo(render(import_labels(s.table, s.labels, s.reviewer)), err=True)
+    echo(render(import_labels(s.table, s.labels, s.reviewer)), err=True)

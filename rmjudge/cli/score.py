@@ -62,9 +62,10 @@ def command(**kw) -> None:
     source, output = input_source(call.source, kw), call.output
     opts = parse_run_options(kw)
     if call.dry_run:
+        from rmjudge.cli.layout import echo
         from rmjudge.runs import setup as run
 
-        click.echo(run.dry_run(source, opts).render())
+        echo(run.dry_run(source, opts).render())
         return
     summary = judge_input(source, output, opts, quiet=call.quiet)
     if summary.judged == 0 and summary.skipped == 0:
@@ -112,12 +113,13 @@ def judge_input(source: str, output: str | None, opts, quiet: bool = False, engi
 
 def judgment_lines(s, total: int) -> list[str]:
     """The summary's lines about the judgment: the named metrics (rmjudge.core.counts),
-    whether the two orders agree, then the rollout counts."""
-    from rmjudge.core.counts import metrics_lines, rollout_counts_line
+    the order agreement, then the rollout counts."""
+    from rmjudge.core.counts import metrics_lines, order_agreement_line, rollout_counts_line
 
     lines = [f"  {line}" for line in metrics_lines(s.metrics)] if s.metrics else []
-    if s.both_orders:
-        lines.append(f"  orders agree on {s.consistent}/{s.both_orders} pairs")
+    agreement = order_agreement_line(s.consistent, s.both_orders)
+    if agreement:
+        lines.append(f"  {agreement}")
     if s.labelled and s.labelled < 0.95 * total:
         lines.append(f"  note: {total - s.labelled} of {total} pairs have no usable gold "
                      "label (ties, or values the label mapping leaves unlabelled)")
@@ -147,14 +149,11 @@ def error_lines(reasons: dict[str, int], rows: dict[str, list[int]]) -> list[str
     return out
 
 
-SUMMARY_WIDTH = 80
-
-
 def render_summary(s, width: int | None = None) -> str:
     """The run's summary: what was judged and where it went, then the verdicts and the
     metrics, then how the rollouts went and the speed, then errors and notes. Every line is
-    wrapped at word boundaries to `width` (the terminal's, at most SUMMARY_WIDTH), so a path or
-    a count is never split mid-word."""
+    wrapped at word boundaries to `width` (default: stderr's, rmjudge.cli.layout), so a path
+    or a count is never split mid-word."""
     lines = [
         f"rmjudge: read {count(s.rows_read, 'row')}: judged {s.judged}, already done {s.skipped}, "
         f"errors {s.errors} in {s.wall_seconds:.1f}s",
@@ -176,24 +175,7 @@ def render_summary(s, width: int | None = None) -> str:
     if s.error_reasons:
         lines += error_lines(s.error_reasons, s.error_rows)
     lines += [f"  {note}" for note in s.notes]
-    return "\n".join(wrap_lines(lines, width or summary_width()))
+    from rmjudge.cli.layout import output_width, wrap_line
 
-
-def summary_width() -> int:
-    """The terminal's width, at most SUMMARY_WIDTH (80 when it cannot be told)."""
-    import shutil
-
-    return min(SUMMARY_WIDTH, shutil.get_terminal_size((SUMMARY_WIDTH, 24)).columns)
-
-
-def wrap_lines(lines: list[str], width: int) -> list[str]:
-    """Each line wrapped at spaces to `width`, continuation lines indented two spaces more
-    than the line's own indent; a word longer than the width (a path) stays whole."""
-    import textwrap
-
-    out = []
-    for line in lines:
-        indent = " " * (len(line) - len(line.lstrip(" ")))
-        out += textwrap.wrap(line, width=max(width, 40), subsequent_indent=indent + "  ",
-                             break_long_words=False, break_on_hyphens=False) or [line]
-    return out
+    width = width or output_width(sys.stderr)
+    return "\n".join(out for line in lines for out in wrap_line(line, width))

@@ -34,4 +34,6 @@ def command(**kw) -> None:
 
     call = settings_from(ViewCall, kw)
     summary = build_view(call.table, call.output)
-    click.echo(render(summary), err=True)
+    from rmjudge.cli.layout import echo
+
+    echo(render(summary), err=True)

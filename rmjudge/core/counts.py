@@ -8,6 +8,9 @@ Metrics, over the labelled pairs (gold label A or B):
   order (A, B) only it is that order's accuracy.
 - **positional consistency**: the paper's. Pairs judged correctly in both orders over the pairs
   judged in both orders.
+- **order agreement**: pairs whose two orders name the same winner, right or wrong (no gold
+  label needed: the `consistent` column), over the pairs with a verdict in both orders. A pair
+  whose orders name different winners is a flip (the progress line counts them).
 - **combined-verdict agreement**: the verdict combining both orders (the `verdict` column, with
   the run's `--on-inconsistent` policy) against the gold label: agree, tie, disagree, and no
   verdict (error or dropped), each a share of the labelled pairs.
@@ -32,6 +35,7 @@ ACCURACY = "accuracy"
 CONSISTENCY = "positional consistency"
 AGREEMENT = "combined-verdict agreement"
 TIES_HALF = "accuracy (ties = 0.5)"
+ORDER_AGREEMENT = "order agreement"
 
 METRIC_HELP = {
     ACCURACY: "both orders pooled (the paper's): per pair, the share of its orders judged "
@@ -39,6 +43,8 @@ METRIC_HELP = {
     CONSISTENCY: "correct in both orders (the paper's)",
     AGREEMENT: "the verdict combining both orders against the gold label, ties shown apart",
     TIES_HALF: "the combined verdict with a tie counted as 0.5, as reward-bench scores",
+    ORDER_AGREEMENT: "the two orders name the same winner, right or wrong (no gold label "
+                     "needed); a pair whose orders disagree is a flip",
 }
 
 _LAB = "label IN ('A','B')"
@@ -150,11 +156,22 @@ def metrics_lines(m: dict) -> list[str]:
         return []
     acc = f"{ACCURACY} {pct(m['accuracy'])} on {m['labelled']} labelled pairs"
     if m["both_orders"]:
-        acc += f" (both orders pooled); {CONSISTENCY} {pct(m['positional_consistency'])}"
+        acc += (f" (both orders pooled); {CONSISTENCY} {pct(m['positional_consistency'])} "
+                "(correct in both orders)")
     else:
         acc += " (order (A, B) only, so pooled = single-order accuracy)"
     return [acc, f"{AGREEMENT}: {agreement_text(m['agreement'])}; {TIES_HALF} "
                  f"{pct(m['accuracy_ties_half'])}"]
+
+
+def order_agreement_line(agree: int, both_orders: int) -> str | None:
+    """'order agreement 75.0% (3 of 4 pairs ...)' (None without a pair with a verdict in
+    both orders)."""
+    if not both_orders:
+        return None
+    return (f"{ORDER_AGREEMENT} {pct(agree / both_orders)} ({agree} of "
+            f"{count(both_orders, 'pair')} with a verdict in both orders name the same winner, "
+            "right or wrong)")
 
 
 def rollout_counts_line(s: dict) -> str | None:

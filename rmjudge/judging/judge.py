@@ -33,6 +33,15 @@ class Failure:
     reason: str
 
 
+@dataclass
+class Finished:
+    """The generations the engine has finished for a Judge, and their tokens: the work done,
+    for the progress display's time left (rmjudge/cli/progress.py)."""
+
+    generations: int = 0
+    tokens: int = 0
+
+
 def _check(gens: list[list[Generation]]) -> None:
     for group in gens:
         for g in group:
@@ -62,6 +71,7 @@ class Judge:
         self.settings = spec.settings  # unset --max-tokens / --forced resolved for this model
         self.suffix = spec.suffix
         self.pairs_in_flight = pairs_in_flight or engine.preferred_pairs_in_flight(self.settings)
+        self.finished = Finished()
 
     def _pair_task(self, pair: Pair) -> PairTask:
         s = self.settings
@@ -162,6 +172,9 @@ class _PairFeed:
     def done(self, request: GenRequest, generations: list[Generation]) -> None:
         active, i = self.owner.pop(id(request))
         self.in_flight -= request.n
+        finished = self.judge.finished
+        finished.generations += len(generations)
+        finished.tokens += sum(g.n_tokens for g in generations)
         active.results[i] = generations
         active.left -= 1
         if active.left == 0:

@@ -54,6 +54,10 @@ class Progress:
     generations: int = 0
     flips: int = 0
     started: float = field(default_factory=time.monotonic)
+    # the work a pair takes at most (generations: rollouts and reflections, both orders), and
+    # the Judge's finished generations, live (rmjudge.judging.judge.Finished): the time left
+    planned_per_pair: int = 0
+    finished: Any = None
 
     @property
     def elapsed(self) -> float:
@@ -218,8 +222,11 @@ def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, m
         intake = Intake(stream, mapper, shard=None if given else shard, limit=limit,
                         judged=store.judged(), rejudge_changed=rejudge_changed)
     run = _ScoreRun(store, intake, engine, commit_every, on_progress, on_commit)
+    judge = Judge(engine, spec)
+    run.prog.planned_per_pair = planned_generations(spec.settings)
+    run.prog.finished = judge.finished
     try:
-        files = run.judge_all(Judge(engine, spec), out, fmt)
+        files = run.judge_all(judge, out, fmt)
     except BaseException as exc:
         replacement = run.stop(exc, source, out)
         if replacement is None:
@@ -228,6 +235,13 @@ def _score(store: Store, first, rows, engine, spec: RunSpec, out, fmt, source, m
     _end_run(store, run.prog, engine, FINISHED)
     _record_speed(engine, spec, run)
     return run.summary(spec, out, files)
+
+
+def planned_generations(s: JudgeSettings) -> int:
+    """The generations one pair takes at most: per order, N rollouts and, with
+    self-reflection, the N - 1 others compared with the anchor."""
+    per_order = s.samples + (s.samples - 1 if s.reflect is not False else 0)
+    return per_order * len(s.order_list)
 
 
 def _start_run(store: Store, engine, spec: RunSpec, mapper: Mapper, source: str,
@@ -338,6 +352,8 @@ class _ScoreRun:
         """Judge every pair, committing every `commit_every` pairs or COMMIT_EVERY_SECONDS;
         the files written (the store, or its export)."""
         deliver_pending()  # a signal held while the store was opened and the run recorded
+        if self.on_progress:  # the display follows the work before the first pair ends
+            self.on_progress(self.prog)
         for item in judge.run(self.pairs()):
             self.add(item)
             self.prog.generated_tokens = self.engine.generated_tokens
