@@ -502,6 +502,37 @@ def test_filters_search_and_sorting_follow_the_store(driver, judged, judged_view
 
 
 @browser
+def test_numbers_say_what_they_are(driver, judged, judged_view):
+    """The confidence is a mean log-probability (0 or negative): the list's header says so in
+    full, not cut, and its tooltip (and each cell's) says what it is; every header has one; the
+    pair page labels each order's and each rollout's confidence the same way; the flips chip is
+    named as the docs name it."""
+    open_page(driver, judged_view)
+    head = driver.execute_script("""
+        var e = document.querySelector('#list-head .c-conf');
+        return {text: e.textContent, title: e.title, cut: e.scrollWidth > e.clientWidth,
+                cell: document.querySelector('#list .row .c-conf').title,
+                titled: Array.from(document.querySelectorAll('#list-head .c')).every(
+                    function (h) { return h.title.length > 5; }),
+                chip: document.querySelector('.chip[data-chip="inconsistent"]').textContent}""")
+    assert head["text"] == "conf. (log p)" and not head["cut"], head
+    assert "mean log-probability" in head["title"] and "0 = certain" in head["title"]
+    assert "mean log-probability" in head["cell"] and head["titled"]
+    assert head["chip"].startswith("flips (orders disagree)")
+    open_page(driver, judged_view, "#pair=p5")
+    wait(driver, "return document.body.dataset.opened === 'pair=p5' && "
+                 "document.querySelectorAll('.order').length === 2")
+    kv = driver.execute_script("""
+        return Array.from(document.querySelectorAll('.order-head .kv, .rollout .rtop .kv')).map(
+            function (e) { return [e.textContent, e.title]; })""")
+    orders = [(t, h) for t, h in kv if t.startswith("confidence (mean log p) ")]
+    rollouts = [(t, h) for t, h in kv if t.startswith("conf. (log p) ")]
+    assert len(orders) == 2 and len(rollouts) >= 2
+    assert all("mean log-probability" in h for _, h in orders + rollouts)
+    assert all(float(t.split()[-1]) <= 0 for t, _ in orders + rollouts)
+
+
+@browser
 def test_a_pair_shows_its_anchor_reflections_and_survives_a_reload(driver, judged, judged_view):
     open_page(driver, judged_view, "#pair=p5")
     wait(driver, "return document.body.dataset.opened === 'pair=p5' && "

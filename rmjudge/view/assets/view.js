@@ -37,6 +37,7 @@
   }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); }
   function titled(e, title) { e.title = title; return e; }
+  function titled(e, title) { e.title = title; return e; }
   function fmt(x, d) { return x === null || x === undefined ? "–" : Number(x).toFixed(d === undefined ? 2 : d); }
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(0) + "%"; }
 
@@ -280,7 +281,7 @@
       var g = col("label", i), v = col("verdict", i);
       return (g === "A" || g === "B") && (v === "A" || v === "B" || v === "tie") && v !== g;
     }],
-    ["inconsistent", "orders disagree", function (i) { return (S.cols.flags[i] & FLAG.inconsistent) !== 0; }],
+    ["inconsistent", "flips (orders disagree)", function (i) { return (S.cols.flags[i] & FLAG.inconsistent) !== 0; }],
     ["tie", "tie", function (i) { return col("verdict", i) === "tie"; }],
     ["lowmargin", "low margin", function (i) { var m = margin(i); return m !== null && m <= S.margin + 1e-12; }],
     ["cut", "cut", function (i) { return (S.cols.flags[i] & FLAG.cut) !== 0; }],
@@ -372,6 +373,7 @@
     return el("span", cls + (extra ? " " + extra : ""), v === null || v === undefined ? "–" : v);
   }
 
+  var CONF_HELP = "confidence: a mean log-probability, 0 or negative (0 = certain; the more negative, the less sure): of a rollout's lowest 10% of tokens (ReflectRM), or of the tokens that wrote its verdict (the other judge formats), averaged over the rollouts that voted for the verdict";
   var COLS = [["row", "row", "the row number in the input"], ["id", "id", "the pair id"],
               ["group", "group", "source and subset"], ["gold", "gold", "the input's label"],
               ["human", "human", "the store's human label (review import), then your mark (dashed)"],
@@ -379,8 +381,8 @@
               ["ab", "(A,B)", "the verdict of order (A, B), in the store's letters"],
               ["ba", "(B,A)", "the verdict of order (B, A), in the store's letters"],
               ["share", "vote share A", "the share of the final votes for A, averaged over the orders"],
-              ["conf", "conf.", "the orders' mean confidence (mean of the lowest 10% token log-probabilities of the voters)"],
-              ["flags", "flags", "flip: the orders disagree; cut, unparsed, forced: some generation was"],
+              ["conf", "conf. (log p)", CONF_HELP + ", and over the two orders"],
+              ["flags", "flags", "flip: the orders name different winners (no order agreement); cut, unparsed, forced: some generation was"],
               ["len", "len A / B", "the responses' lengths in characters"]];
 
   function renderHead() {
@@ -441,7 +443,7 @@
         add(el("span", "c c-ab"), badge(col("verdict_ab", i), "small")),
         add(el("span", "c c-ba"), badge(col("verdict_ba", i), "small")),
         add(el("span", "c c-share"), shareBar(S.cols.p_a[i])),
-        el("span", "c c-conf", fmt(conf(i), 2)),
+        titled(el("span", "c c-conf", fmt(conf(i), 2)), CONF_HELP + ", and over the two orders"),
         add(el("span", "c c-flags"), flagBadges(i)),
         el("span", "c c-len", S.cols.len_a[i] === null ? "–" : S.cols.len_a[i] + " / " + S.cols.len_b[i]));
       inner.appendChild(row);
@@ -492,7 +494,7 @@
     var title = order === "ab" ? "Order (A, B): response 1 is A" : "Order (B, A): response 1 is B";
     var head = el("div", "order-head");
     add(head, el("h3", null, title), badge(v), el("span", "kv", "vote share A " + fmt(share, 2)),
-        el("span", "kv", "confidence " + fmt(c, 3)),
+        titled(el("span", "kv", "confidence (mean log p) " + fmt(c, 3)), CONF_HELP),
         el("span", "kv", (d["rollouts_" + order] === null ? rs.length : d["rollouts_" + order]) + " rollouts"));
     if (d["shortcut_" + order]) head.appendChild(el("span", "flag fS", "unanimous: no reflection"));
     sec.appendChild(head);
@@ -504,7 +506,8 @@
       var top = el("div", "rtop");
       add(top, el("span", "ridx", "#" + s[S_IDX]), badge(letter(order, s[S_PRED])),
           el("span", "kv", s[S_PRED] === 0 ? "a tie" : "response " + (s[S_PRED] === null ? "–" : s[S_PRED])),
-          el("span", "kv", "conf " + fmt(s[S_CONF], 3)), el("span", "kv", s[S_TOK] + " tok"));
+          titled(el("span", "kv", "conf. (log p) " + fmt(s[S_CONF], 3)), "this rollout's confidence: a mean log-probability, 0 or negative (0 = certain; the more negative, the less sure): of its lowest 10% of tokens (ReflectRM), or of the tokens that wrote its verdict (the other judge formats)"),
+          el("span", "kv", s[S_TOK] + " tok"));
       if (s[S_ANCHOR]) top.appendChild(el("span", "flag fA", "anchor"));
       if (s[S_WON] === true) top.appendChild(el("span", "flag fW", "won its reflection"));
       else if (s[S_WON] === false) top.appendChild(el("span", "flag fL", "lost to the anchor"));
