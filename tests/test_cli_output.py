@@ -516,7 +516,8 @@ def test_summaries_count_one_thing_in_the_singular(tmp_path):
     out = str(tmp_path / "one.duckdb")
     score(src, ScriptedEngine(length_judge), JudgeSettings(samples=2, seed=1), output=out)
     merged = str(tmp_path / "merged.duckdb")
-    r = CliRunner().invoke(main, ["merge", out, "-o", merged])
+    r = CliRunner().invoke(main, ["merge", out, "-o", merged],
+                           env={"COLUMNS": "1000"})  # whole lines (80: test_output_width.py)
     assert r.exit_code == 0, r.output
     assert f"  {out}: 1 pair, 1 error, 1 run [" in r.output, r.output
     assert re.search(rf"  -> {re.escape(merged)}: 1 pair, 1 error, \d+ samples, 1 run\n",
