@@ -462,3 +462,106 @@ def test_the_python_api_takes_judge_format(tmp_path):
                           judge_format="auto-j", samples=2,
                           output=str(tmp_path / "api.duckdb"))
     assert list(table["correct"]) == [True]
+
+
+# -- found by trying to break it ----------------------------------------------------------------
+
+def test_rank_counts_tie_verdicts_as_ties(tmp_path):
+    from rmjudge.rank import rank
+
+    src = tmp_path / "bon.jsonl"
+    src.write_text(json.dumps({"id": "p1", "prompt": "Q?",
+                               "responses": ["a q=1", "b q=2", "c q=3"]}) + "\n")
+    out = str(tmp_path / "r.duckdb")
+    rank(str(src), out, engine=ScriptedEngine(lambda req, i: "Tie\n\nEqual."),
+         judge=JudgeSettings(samples=1, judge_format="pandalm"))
+    assert stored(out, "SELECT DISTINCT wins, losses, ties, unjudged FROM rankings") == [
+        (0, 0, 2, 0)]
+
+
+def test_a_format_file_prompt_gets_the_conversation_turns(tmp_path):
+    path = tmp_path / "turns.toml"
+    path.write_text(GOOD_FILE.replace("Q: {{ context }}",
+                                      "Q: {{ context }} turns={{ messages|length }}"))
+    fmt = judge_format(str(path))
+    conv = ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": "again?"})
+    body = fmt.pref_messages(conv, "r1", "r2", "", PromptStyle(None, None, fmt))[-1]["content"]
+    assert "turns=3" in body
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda t: t.replace("Q: {{ context }}", "{% if criteria %}Q: {{ context }}{% endif %}"),
+     "without --criteria"),
+    (lambda t: t.replace('labels = ["X", "Y"]', 'title = "a\\nb"'), "title"),
+    (lambda t: t.split("[verdict]")[0].replace('name = "my-judge"',
+                                               'name = "my-judge"\nverdict = "x"'),
+     "must be a table"),
+    (lambda t: t.replace("where = \"last\"", 'force = ""\nforce_choices = ["X", "Y"]'),
+     "verdict.force"),
+    (lambda t: t.replace("where = \"last\"", 'force_choices = ["X", "Y"]'),
+     "verdict.force_choices"),
+    (lambda t: "x = " + "[" * 1000 + "]" * 1000 + "\n" + t, "too deeply"),
+])
+def test_more_bad_format_files_are_one_error(tmp_path, edit, key):
+    path = tmp_path / "judge.toml"
+    path.write_text(edit(GOOD_FILE))
+    with pytest.raises(JudgeFormatError) as exc:
+        judge_format(str(path))
+    assert key in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_a_catastrophic_pattern_is_a_parse_failure_in_bounded_time(tmp_path):
+    import time
+
+    path = tmp_path / "judge.toml"
+    path.write_text(GOOD_FILE.replace("first = 'WIN-X'", "first = '(a+)+$'"))
+    fmt = judge_format(str(path))
+    started = time.monotonic()
+    assert fmt.parse("a" * 40 + "!") is None
+    assert time.monotonic() - started < 10  # unbounded, this search would run for days
+
+
+def test_the_default_format_spelled_none_is_the_default_and_empty_is_refused(tmp_path):
+    from rmjudge.core.settings import SettingsError
+
+    assert JudgeSettings(judge_format=None).as_dict() == JudgeSettings().as_dict()
+    with pytest.raises(SettingsError, match="--judge-format"):
+        JudgeSettings(judge_format="")
+
+
+def test_majority_and_entropy_count_tie_votes(tmp_path):
+    from rmjudge.analysis.tables import open_judged
+    from rmjudge.analysis.metrics import load_frame
+
+    answers = ["Tie", "Tie", "2"]
+    src = write_pairs(tmp_path / "pairs.jsonl", 1)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(lambda req, i: answers[i]),
+          JudgeSettings(samples=3, judge_format="pandalm", orders="ab"), output=out)
+    with open_judged(out) as t:
+        frame = load_frame(t, [])
+    assert list(frame["majority_ab"]) == ["tie"] and list(frame["first_ab"]) == ["tie"]
+
+
+def test_a_prompt_that_fails_for_one_pair_fails_that_pair_only(tmp_path):
+    path = tmp_path / "judge.toml"
+    path.write_text(GOOD_FILE.replace("Q: {{ context }}",
+                                      "Q: {{ context }}{% if 'BAD answer 1' in response1 %}"
+                                      "{{ 1 / 0 }}{% endif %}"))
+    src = write_pairs(tmp_path / "pairs.jsonl", 3)
+    out = str(tmp_path / "o.duckdb")
+    score(src, ScriptedEngine(lambda req, i: "WIN-X"),
+          JudgeSettings(samples=1, judge_format=str(path)), output=out)
+    assert stored(out, "SELECT count(*) FROM pairs") == [(2,)]
+    reasons = stored(out, "SELECT id, reason FROM errors")
+    assert [r[0] for r in reasons] == ["p1"] and "prompt could not be made" in reasons[0][1]
+
+
+def test_token_ends_follow_the_decoded_text_when_the_bytes_were_not_utf8():
+    from rmjudge.engine.llama import _token_ends  # noqa: PLC2701 - the engine's own helper
+
+    raw = b"\xff\xff [[A]]"
+    text = raw.decode("utf-8", errors="replace")
+    ends = _token_ends(raw, text, [1, 2, 3, 8])
+    assert ends == [3, 6, 7, 12] and len(text.encode()) == 12

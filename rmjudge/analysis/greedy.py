@@ -100,6 +100,8 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
     Results are stored after every batch of `BATCH_REQUESTS` pair-orders, so an interrupted run
     keeps what it generated and a rerun goes on from there. `on_progress(done, total)` is called
     after each batch, with pair-orders generated so far and to generate in this call."""
+    from rmjudge.prompts.builtin_formats import BUILTIN
+
     js = with_judge_format(table, settings or run_settings(table), judge_format)
     stored = table.meta.get("settings") or {}
     want_sha = stored.get("model_sha256")
@@ -116,10 +118,12 @@ def run_greedy(table: JudgedTable, engine, settings: JudgeSettings | None = None
             "which the table does not hold: the greedy baseline would be prompted otherwise "
             "than the judge was; compare the judge with another run instead")
     if stored.get("judge_format_sha256") != spec.verdict_settings().get("judge_format_sha256"):
+        was = stored.get("judge_format") or "reflectrm"
         raise TableError(
-            f"{table.path} was judged with the judge format {stored.get('judge_format')!r} as "
-            f"it was then (sha256 {str(stored.get('judge_format_sha256'))[:12]}...), not with "
-            f"--judge-format {judge_format}: give the format file the table was judged with")
+            f"{table.path} was judged in the judge format {was}, not the one --judge-format "
+            f"{judge_format} gives: leave --judge-format out"
+            + (" (the greedy baseline prompts in the table's format)" if was in BUILTIN
+               else ", or give the format file the table was judged with, unedited"))
     js, suffix = spec.settings, spec.suffix  # an old store's unset values resolve as scoring does
     todo, reused = _pairs_to_run(table, js.order_list, engine.info.sha256, js.max_tokens, limit)
     target = greedy_target(table)

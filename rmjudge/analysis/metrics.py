@@ -127,6 +127,7 @@ def letters_sql(table: JudgedTable) -> str:
                  count(*) FILTER (WHERE {OWN}) AS n_own,
                  count(*) FILTER (WHERE {OWN} AND prediction = 1) AS o1,
                  count(*) FILTER (WHERE {OWN} AND prediction = 2) AS o2,
+                 count(*) FILTER (WHERE {OWN} AND prediction = 0) AS o0,
                  count(*) FILTER (WHERE {FORCED} AND prediction = 1) AS f1,
                  count(*) FILTER (WHERE {FORCED} AND prediction = 2) AS f2,
                  max(prediction) FILTER (WHERE is_anchor) AS anchor_pred
@@ -134,11 +135,13 @@ def letters_sql(table: JudgedTable) -> str:
         pool AS (
           SELECT pair_id, "order", first_pred, anchor_pred,
                  CASE WHEN n_own > 0 THEN o1 ELSE f1 END AS n1,
-                 CASE WHEN n_own > 0 THEN o2 ELSE f2 END AS n2
+                 CASE WHEN n_own > 0 THEN o2 ELSE f2 END AS n2,
+                 CASE WHEN n_own > 0 THEN o0 ELSE 0 END AS n0
           FROM roll),
         base AS (
           SELECT pair_id, "order", first_pred,
-                 CASE WHEN n1 > n2 THEN 1 WHEN n2 > n1 THEN 2 ELSE anchor_pred END AS maj_pred
+                 CASE WHEN n1 > n2 AND n1 > n0 THEN 1 WHEN n2 > n1 AND n2 > n0 THEN 2
+                      WHEN n0 > n1 AND n0 > n2 THEN 0 ELSE anchor_pred END AS maj_pred
           FROM pool)""".format(OWN=OWN_VERDICT, FORCED=FORCED_VERDICT))
     if table.has_greedy:
         parts.append(f"""g AS (SELECT pair_id, "order", any_value(prediction) FILTER (WHERE
@@ -149,7 +152,7 @@ def letters_sql(table: JudgedTable) -> str:
 
 def _letter(col: str, order: str) -> str:
     one, two = ("A", "B") if order == "ab" else ("B", "A")
-    return f"CASE {col} WHEN 1 THEN '{one}' WHEN 2 THEN '{two}' END"
+    return f"CASE {col} WHEN 1 THEN '{one}' WHEN 2 THEN '{two}' WHEN 0 THEN 'tie' END"
 
 
 def load_frame(table: JudgedTable, groups: list[str]) -> dict[str, np.ndarray]:

@@ -57,16 +57,20 @@ def _ratio(a, b) -> float | None:
     return None if not b else a / b
 
 
+# the rollouts' verdicts' entropy in bits, over 1, 2 and (formats with ties) a tie
 ENTROPY_CTE = """
 ent AS (
   SELECT pair_id, "order", n1, n2,
-         CASE WHEN n1 = 0 OR n2 = 0 THEN 0.0 ELSE
-           -((n1 / (n1 + n2)) * log2(n1 / (n1 + n2)) + (n2 / (n1 + n2)) * log2(n2 / (n1 + n2)))
+         CASE WHEN (n1 > 0)::INT + (n2 > 0)::INT + (n0 > 0)::INT < 2 THEN 0.0 ELSE
+           -(CASE WHEN n1 = 0 THEN 0.0 ELSE (n1 / (n1 + n2 + n0)) * log2(n1 / (n1 + n2 + n0)) END
+             + CASE WHEN n2 = 0 THEN 0.0 ELSE (n2 / (n1 + n2 + n0)) * log2(n2 / (n1 + n2 + n0)) END
+             + CASE WHEN n0 = 0 THEN 0.0 ELSE (n0 / (n1 + n2 + n0)) * log2(n0 / (n1 + n2 + n0)) END)
          END AS h
   FROM (SELECT pair_id, "order", count(*) FILTER (WHERE prediction = 1)::DOUBLE AS n1,
-               count(*) FILTER (WHERE prediction = 2)::DOUBLE AS n2
+               count(*) FILTER (WHERE prediction = 2)::DOUBLE AS n2,
+               count(*) FILTER (WHERE prediction = 0)::DOUBLE AS n0
         FROM samples WHERE stage = 'rollout' GROUP BY ALL)
-  WHERE n1 + n2 > 0)"""
+  WHERE n1 + n2 + n0 > 0)"""
 
 
 def headline(t: JudgedTable, where: str = "TRUE", params: list | None = None) -> dict:

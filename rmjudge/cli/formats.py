@@ -32,7 +32,8 @@ def command(**kw) -> None:
     from rmjudge.prompts.formats import describe, example_prompt
 
     call = settings_from(FormatsCall, kw)
-    chosen = [judge_format(call.name)] if call.name else list(BUILTIN.values())
+    chosen = ([judge_format(call.name, "rmjudge formats")] if call.name
+              else list(BUILTIN.values()))
     width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100))
 
     def wrap(text: str, first: str = "", rest: str = "", keep: bool = False) -> str:
@@ -44,7 +45,7 @@ def command(**kw) -> None:
     for i, fmt in enumerate(chosen):
         if i:
             click.echo("")
-        click.echo(f"{fmt.name}: {fmt.title}")
+        click.echo(wrap(f"{fmt.name}: {fmt.title}", "", "  "))
         for key, text in describe(fmt):
             click.echo(wrap(text, f"  {key}: ", "    "))
         if call.prompt:  # its long lines wrapped at spaces to fit the terminal

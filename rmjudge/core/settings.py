@@ -109,6 +109,11 @@ class JudgeSettings:
             raise SettingsError("confidence fraction must be in (0, 1]")
         if self.adaptive < 0 or (self.adaptive and self.adaptive >= self.samples):
             raise SettingsError("--adaptive K needs 1 <= K < --samples")
+        if self.judge_format is None:  # the Python API's judge_format=None: the default
+            object.__setattr__(self, "judge_format", "reflectrm")
+        if not isinstance(self.judge_format, str) or not self.judge_format.strip():
+            raise SettingsError("--judge-format must name a format (reflectrm, a built-in of "
+                                "`rmjudge formats`) or a format file, not an empty value")
         if not SEED_MIN <= self.seed <= SEED_MAX:
             raise SettingsError(f"--seed must be a whole number from {SEED_MIN} to {SEED_MAX} "
                                 f"(a 64-bit integer), got {self.seed}")

@@ -333,10 +333,12 @@ class LlamaEngine:
             if s.error:
                 gens.append(Generation("", [], "error", error=s.error))
                 continue
+            raw = bytes(s.out)
+            text = raw.decode("utf-8", errors="replace")
             gens.append(Generation(
-                text=s.out.decode("utf-8", errors="replace"), token_logprobs=s.logprobs,
-                finish_reason=s.finish, forced_probs=s.forced, forced_logprob=s.forced_lp,
-                token_ends=[min(e, len(s.out)) for e in s.ends]))
+                text=text, token_logprobs=s.logprobs, finish_reason=s.finish,
+                forced_probs=s.forced, forced_logprob=s.forced_lp,
+                token_ends=_token_ends(raw, text, s.ends)))
             self._generated += len(s.logprobs)
         return gens
 
@@ -685,6 +687,15 @@ class LlamaEngine:
                 s.phase = "force"
                 return
         s.phase = "done"
+
+
+def _token_ends(raw: bytes, text: str, ends: list[int]) -> list[int]:
+    """Where each token ends in `text` (UTF-8 bytes of the decoded text, which replaced any
+    invalid byte of `raw` by U+FFFD): the byte offsets themselves when `raw` was valid."""
+    ends = [min(e, len(raw)) for e in ends]
+    if text.encode() == raw:
+        return ends
+    return [len(raw[:e].decode("utf-8", errors="replace").encode()) for e in ends]
 
 
 def _matched_stop(out: bytearray, stops: tuple[str, ...]) -> int | None:

@@ -42,6 +42,17 @@ class Finished:
     tokens: int = 0
 
 
+def _prompted(make):
+    """`make()`, the requests of a stage; a prompt that a user's template (a format file,
+    --prompt-template) fails to render for this pair fails the pair, not the run."""
+    from rmjudge.core.errors import UserError
+
+    try:
+        return make()
+    except UserError as exc:
+        raise PairFailed(f"its prompt could not be made: {exc}") from None
+
+
 def _check(gens: list[list[Generation]]) -> None:
     for group in gens:
         for g in group:
@@ -77,7 +88,7 @@ class Judge:
         s = self.settings
         jobs = [PairOrderJob(pair, o, s, self.suffix, self.spec.style) for o in s.order_list]
         first = s.adaptive or s.samples
-        gens = yield [j.rollout_request(first) for j in jobs]
+        gens = yield _prompted(lambda: [j.rollout_request(first) for j in jobs])
         _check(gens)
         for j, g in zip(jobs, gens):
             j.add_rollouts(g)
@@ -86,7 +97,7 @@ class Judge:
             _check(gens)
             for j, g in zip(jobs, gens):
                 j.add_rollouts(g)
-        plans = [j.reflection_requests() for j in jobs]
+        plans = _prompted(lambda: [j.reflection_requests() for j in jobs])
         flat = [r for p in plans for r in p]
         if flat:
             gens = yield flat

@@ -87,9 +87,9 @@ class RunSpec:
                          f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
         notes.extend(format_notes(format_of(self.style), self.settings.reflect))
         if self.settings.forced and format_of(self.style).force_spec() is None:
-            notes.append(f"forced verdicts: not possible in the judge format "
-                         f"{format_of(self.style).name} (its verdict opens the answer): an "
-                         "answer without one is a parse failure")
+            fmt = format_of(self.style)
+            notes.append(f"forced verdicts: not possible in the judge format {fmt.name} "
+                         f"({fmt.no_force}): an answer without one is a parse failure")
         elif self.settings.forced:
             notes.append(("forced verdicts: on (the fallback of an order none of whose rollouts "
                           "parses; --no-forced turns them off)" if is_demo_adapter(self.model)
@@ -137,10 +137,14 @@ def format_notes(fmt, reflect: bool | None) -> list[str]:
     order's rollouts become its verdict."""
     if fmt.name == DEFAULT_FORMAT:
         return []
-    how = ("self-reflection with the format's own critique comparison" if fmt.reflects and reflect
-           else "self-reflection with ReflectRM's critique comparison (--reflect, an ablation)"
-           if reflect else "a vote over each order's rollouts (the format has no "
-           "critique-comparison prompt; --reflect opts into ReflectRM's, an ablation)")
+    if reflect:
+        how = ("self-reflection with the format's own critique comparison" if fmt.reflects
+               else "self-reflection with ReflectRM's critique comparison (--reflect, an "
+               "ablation)")
+    else:
+        how = ("a vote over each order's rollouts (--no-reflect)" if fmt.reflects
+               else "a vote over each order's rollouts (the format has no critique-comparison "
+               "prompt; --reflect opts into ReflectRM's, an ablation)")
     return [f"judge format: {fmt.name} ({fmt.title}); verdicts by {how}"]
 
 

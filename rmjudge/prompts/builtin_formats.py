@@ -17,10 +17,12 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import regex
+
 from rmjudge.core.types import Message, RawPrompt
 from rmjudge.prompts import judge_texts as texts
 from rmjudge.prompts.formats import TIE, JudgeFormat, Verdict
-from rmjudge.prompts.native_format import NativeFormat
+from rmjudge.prompts.native_format import NativeFormat, bounded_finditer
 from rmjudge.prompts.reflectrm_format import REFLECTRM
 
 
@@ -39,17 +41,20 @@ def read_double_brackets(text: str) -> Verdict | None:
     return None
 
 
-_PROMETHEUS = re.compile(
+# run in the `regex` module with a time bound (native_format.bounded_finditer): on a long
+# run of white space the authors' pattern backtracks for seconds
+_PROMETHEUS = regex.compile(
     r"(?:\[RESULT\]|\[RESULT:\s*|\[Response\s+|\[Result\](?:\s+Response)?|\[Result:\s*|"
-    r"(?:^|\n)Result:?\s*)\s*(A|B)(?:\])?(?:\s*$)", re.IGNORECASE | re.MULTILINE)
+    r"(?:^|\n)Result:?\s*)\s*(A|B)(?:\])?(?:\s*$)", regex.IGNORECASE | regex.MULTILINE)
 
 
 def read_prometheus(text: str) -> Verdict | None:
     """prometheus-eval's relative parser: the first "[RESULT] A|B" (or one of the forms it
     accepts: "[RESULT: A]", "[Response A]", "Result: B", ...) that ends its line."""
-    m = _PROMETHEUS.search(text)
-    if m is None:
+    found = bounded_finditer(_PROMETHEUS, text)
+    if not found:
         return None
+    m = found[0]
     return Verdict(1 if m.group(1).upper() == "A" else 2, m.start(1), m.end(1))
 
 
@@ -66,9 +71,11 @@ def read_pandalm(text: str) -> Verdict | None:
 
 
 def read_judgelm(text: str) -> Verdict | None:
-    """JudgeLM's parser: the first line, commas read as spaces, is exactly two numbers split by
-    one space; the higher score wins and equal scores are a tie."""
-    line = text.split("\n")[0]
+    """JudgeLM's rule: the answer stripped (as its generation script does), its first line,
+    commas read as spaces, is exactly two numbers split by one space (parse_score); the higher
+    score wins and equal scores are a tie."""
+    lead = _lead(text)
+    line = text.strip().split("\n")[0]
     parts = line.replace(",", " ").split(" ")
     if len(parts) != 2:
         return None
@@ -77,7 +84,7 @@ def read_judgelm(text: str) -> Verdict | None:
     except ValueError:
         return None
     prediction = 1 if s1 > s2 else 2 if s2 > s1 else TIE
-    return Verdict(prediction, 0, len(line))
+    return Verdict(prediction, lead, lead + len(line))
 
 
 _SELENE = re.compile(r"\*\*Result:\*\*\s*(\w+)", re.DOTALL)
@@ -114,7 +121,7 @@ def read_auto_j(text: str) -> Verdict | None:
 _PANDALM_SPECIAL = re.compile(texts.PANDALM_SPECIAL_TOKENS)
 
 
-def _pandalm_prompt(slots: dict) -> str:
+def _pandalm_prompt(slots: dict, conversation) -> str:
     """PandaLM's prompt (build_pandalm_prompt, no separate input): each response stripped and
     cleared of the special tokens PandaLM removes."""
     r1, r2 = (_PANDALM_SPECIAL.sub("", slots[k].strip()).strip()
@@ -178,7 +185,8 @@ JUDGELM = RawFormat(
     labels=("Assistant 1", "Assistant 2"), ties=True,
     families=("JudgeLM-7B-v1.0", "JudgeLM-13B-v1.0", "JudgeLM-33B-v1.0"),
     user=texts.JUDGELM_USER, reader=read_judgelm,
-    rule="judgelm: first line two scores, higher wins, equal ties", force=None)
+    rule="judgelm: the stripped answer's first line two scores, higher wins, equal ties",
+    force=None)
 
 SELENE = NativeFormat(
     name="selene", title="Atla Selene-1-Mini pairwise preference",

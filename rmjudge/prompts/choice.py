@@ -13,17 +13,17 @@ from rmjudge.prompts.formats import (DEFAULT_FORMAT, FORMATS_FIX, JudgeFormat, J
 from rmjudge.prompts.reflectrm_format import REFLECTRM
 
 
-def judge_format(value: str | None) -> JudgeFormat:
+def judge_format(value: str | None, what: str = "--judge-format") -> JudgeFormat:
     """The format `--judge-format` names: a built-in's name, or the path of a format file
-    (TOML), checked in full here."""
-    name = value or DEFAULT_FORMAT
+    (TOML), checked in full here (errors name the value as `what` gives it)."""
+    name = DEFAULT_FORMAT if value is None else value
     if name in BUILTIN:
         return BUILTIN[name]
     if name.endswith(".toml") or "/" in name or name.startswith(".") or os.path.exists(name):
         from rmjudge.prompts.format_file import load_format_file
 
-        return load_format_file(name)
-    raise JudgeFormatError(f"--judge-format {name}: no built-in format of that name and not a "
+        return load_format_file(name, what)
+    raise JudgeFormatError(f"{what} {name!r}: no built-in format of that name and not a "
                            f"format file (a .toml path); built-in: {', '.join(BUILTIN)}; "
                            f"{FORMATS_FIX}")
 

@@ -28,11 +28,13 @@ second = '\\[\\[2\\]\\]'
 ```
 
 The prompt is a Jinja2 template rendered in the sandbox `--prompt-template` renders in, with
-`context`, `messages`, `response1`, `response2` and `criteria` (`--criteria`, or none; a
-format whose prompt does not use `criteria` refuses `--criteria`). The file is checked in full
-before any model loads: unknown keys, missing keys, bad types, patterns that do not compile,
-a prompt that lacks a slot or fails to render, a pattern that matches the prompt's own slot
-markers; each is one `JudgeFormatError` naming the file, the key and the fix.
+`context`, `messages` (the conversation's turns), `response1`, `response2` and `criteria`
+(`--criteria`, or none; a format whose prompt does not use `criteria` refuses `--criteria`).
+The file is checked in full before any model loads: unknown keys, missing keys, bad types,
+patterns that do not compile or match an empty text, a prompt that lacks a slot (with criteria
+and without) or fails to render, a forced-verdict text that cannot be used; each is one
+`JudgeFormatError` naming the file, the key and the fix. Patterns are searched with a time
+bound (rmjudge.prompts.native_format).
 """
 
 from __future__ import annotations
@@ -51,11 +53,12 @@ MARKS = {"context": "\u27e6CONVERSATION\u27e7", "response1": "\u27e6RESPONSE-1\u
          "critique1": "\u27e6CRITIQUE-1\u27e7", "critique2": "\u27e6CRITIQUE-2\u27e7"}
 
 
-def load_format_file(path: str) -> NativeFormat:
-    """The format in the TOML file `path`, checked in full (module docstring)."""
+def load_format_file(path: str, what: str = "--judge-format") -> NativeFormat:
+    """The format in the TOML file `path`, checked in full (module docstring); errors name it
+    as `what` gives it ("--judge-format", "rmjudge formats")."""
     from rmjudge.io.textfile import read_text_file
 
-    text = read_text_file(path, f"--judge-format {path}", f"give a readable UTF-8 TOML file; "
+    text = read_text_file(path, f"{what} {path}", f"give a readable UTF-8 TOML file; "
                           f"{FIX}", JudgeFormatError)
     try:
         import tomllib
@@ -64,17 +67,21 @@ def load_format_file(path: str) -> NativeFormat:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise JudgeFormatError(f"--judge-format {path} is not valid TOML ({exc}); {FIX}") from None
-    return _FileReader(path, data).format()
+        raise JudgeFormatError(f"{what} {path} is not valid TOML ({exc}); {FIX}") from None
+    except RecursionError:
+        raise JudgeFormatError(f"{what} {path} nests its values too deeply to read; "
+                               f"{FIX}") from None
+    return _FileReader(path, data, what).format()
 
 
 class _FileReader:
-    def __init__(self, path: str, data: dict):
+    def __init__(self, path: str, data: dict, what: str):
         self.path = path
         self.data = data
+        self.what = what
 
     def fail(self, key: str, what: str) -> JudgeFormatError:
-        return JudgeFormatError(f"--judge-format {self.path}: {key} {what}; {FIX}")
+        return JudgeFormatError(f"{self.what} {self.path}: {key} {what}; {FIX}")
 
     def keys(self, table: dict, allowed: set[str], where: str) -> None:
         unknown = sorted(set(table) - allowed)
@@ -93,27 +100,34 @@ class _FileReader:
 
     def pattern(self, table: dict, key: str, where: str, flags: int,
                 required: bool = True) -> str | None:
+        import regex
+
         value = self.text(table, key, where, required)
         if value is None:
             return None
         try:
-            rx = re.compile(value, flags)
-        except re.error as exc:
+            rx = regex.compile(value, flags)
+        except (regex.error, re.error, ValueError) as exc:
             raise self.fail(f"{where}{key}", f"is not a regular expression ({exc})") from None
         if rx.search(""):
             raise self.fail(f"{where}{key}", "matches an empty text; give the verdict's own words")
         return value
 
     def template(self, source: str, key: str, slots: list[str]):
+        """The compiled prompt, and what it renders with criteria (marked); each required slot
+        must show both with criteria and without (a run without --criteria gives none)."""
         from rmjudge.prompts.template import PromptTemplate
 
-        tpl = PromptTemplate(source, self.path, what=f"--judge-format {self.path}: {key}",
+        tpl = PromptTemplate(source, self.path, what=f"{self.what} {self.path}: {key}",
                              fix=FIX, error=JudgeFormatError)
-        rendered = tpl.render(messages=[{"role": "user", "content": MARKS["context"]}],
-                              **{k: MARKS[k] for k in MARKS})
+        marks = {k: MARKS[k] for k in MARKS}
+        turns = [{"role": "user", "content": MARKS["context"]}]
+        rendered = tpl.render(messages=turns, **marks)
+        plain = tpl.render(messages=turns, **{**marks, "criteria": None})
         for slot in slots:
-            if MARKS[slot] not in rendered:
-                raise self.fail(key, f"lacks the slot {{{{ {slot} }}}}")
+            for text, how in ((rendered, "with --criteria"), (plain, "without --criteria")):
+                if MARKS[slot] not in text:
+                    raise self.fail(key, f"lacks the slot {{{{ {slot} }}}} when rendered {how}")
         return tpl, rendered
 
     def reader(self, table: dict, where: str, ties: bool):
@@ -133,10 +147,13 @@ class _FileReader:
 
     def force(self, table: dict):
         cont = table.get("force")
-        if cont is None:
-            return None
         choices = table.get("force_choices")
-        if not isinstance(cont, str) or not (
+        if cont is None:
+            if choices is not None:
+                raise self.fail("verdict.force_choices", "needs verdict.force, the text that "
+                                "leads up to the verdict")
+            return None
+        if not isinstance(cont, str) or not cont or not (
                 isinstance(choices, list) and len(choices) == 2
                 and all(isinstance(c, str) and c for c in choices) and choices[0] != choices[1]):
             raise self.fail("verdict.force", "needs a string and force_choices, two different "
@@ -149,6 +166,9 @@ class _FileReader:
         d = self.data
         self.keys(d, TOP_KEYS, "")
         name = self.text(d, "name")
+        title = self.text(d, "title", required=False)
+        if title is not None and "\n" in title:
+            raise self.fail("title", "must be one line")
         if name in BUILTIN:
             raise self.fail("name", f"{name!r} is a built-in format's name; choose another")
         labels = d.get("labels", ["1", "2"])
@@ -157,20 +177,23 @@ class _FileReader:
             raise self.fail("labels", "must be two non-empty strings")
         verdict = d.get("verdict")
         if not isinstance(verdict, dict):
-            raise self.fail("[verdict]", "is missing (the patterns of the two verdicts)")
+            raise self.fail("[verdict]", "is missing (the patterns of the two verdicts)"
+                            if verdict is None else "must be a table ([verdict] with first "
+                            "and second)")
         ties = "tie" in verdict
         source = self.text(d, "prompt")
         tpl, rendered = self.template(source, "prompt", ["context", "response1", "response2"])
         read, rule = self.reader(verdict, "verdict.", ties)
         system = self.text(d, "system", required=False)
-        render = (lambda slots: tpl.render(messages=[{"role": "user",
-                                                      "content": slots["context"]}],
-                                           critique1="", critique2="", **slots))
+        render = (lambda slots, conversation: tpl.render(
+            messages=[dict(m) for m in conversation], critique1="", critique2="",
+            **{**slots, "criteria": slots["criteria"] or None}))
         return NativeFormat(
-            name=name, title=d.get("title") or f"format file {self.path}",  # type: ignore[arg-type]
+            name=name, title=title or f"format file {self.path}",  # type: ignore[arg-type]
             source=f"format file {self.path}", labels=(labels[0], labels[1]), ties=ties,
             rubric=MARKS["criteria"] in rendered, families=(), system=system, user=source,
             render=render, reader=read, rule=rule, force=self.force(verdict),
+            no_force="the file gives no verdict.force",
             reflection=self.reflection(d.get("reflection")))
 
     def reflection(self, table) -> Reflection | None:

@@ -68,6 +68,7 @@ class JudgeFormat:
     families: tuple[str, ...] = ()
     assistant_prefix: str = ""
     stop: tuple[str, ...] = ()
+    no_force: str = "its verdict opens the answer"  # why `force_spec` is None, when it is
 
     @property
     def reflects(self) -> bool:
@@ -157,7 +158,7 @@ def describe(fmt: JudgeFormat) -> list[tuple[str, str]]:
             ("rubric", "yes (--criteria fills it)" if fmt.rubric else "no (--criteria refused)"),
             ("self-reflection", "yes, its own critique comparison" if fmt.reflects
              else "no: a vote over each order's rollouts (--reflect: ReflectRM's, an ablation)"),
-            ("forced verdicts", "yes (--forced)" if force else "no (its verdict opens the answer)"),
+            ("forced verdicts", "yes (--forced)" if force else f"no ({fmt.no_force})"),
             ("fits", ", ".join(fmt.families) or "the judge the file was written for"),
             ("source", fmt.source)]
 

@@ -9,7 +9,9 @@ prompt is its authors' text with `{slot}` marks filled in one pass (a response t
 `{response2}` stays as it is); a format file's is a Jinja2 template rendered in the sandbox.
 
 `pattern_reader` reads a verdict by regular expressions, for the built-ins whose official rule
-is a pattern search and for format files.
+is a pattern search and for format files. Patterns run in the `regex` module (compatible with
+`re`), which bounds each search's time (`SEARCH_SECONDS`): a pattern that backtracks
+catastrophically on an answer makes that answer a parse failure instead of a hung run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ if TYPE_CHECKING:
 
 Reader = Callable[[str], "Verdict | None"]
 _SLOT = re.compile(r"\{(context|response1|response2|criteria)\}")
+SEARCH_SECONDS = 1.0  # the longest one pattern may search one answer
+
+
+def bounded_finditer(rx, text: str):
+    """`rx.finditer(text)` (a `regex` pattern) within `SEARCH_SECONDS`, zero-width matches left
+    out; a search that runs out of time finds nothing."""
+    try:
+        return [m for m in rx.finditer(text, timeout=SEARCH_SECONDS) if m.end() > m.start()]
+    except TimeoutError:
+        return []
 
 
 def fill(text: str, slots: dict[str, str]) -> str:
@@ -39,13 +51,15 @@ def pattern_reader(first: str, second: str, tie: str | None = None, where: str =
     format has one) a tie, and takes `where`: "last" (the match that stands last wins),
     "first" (the first), or "only" (exactly one of the kinds is found, however often; two
     kinds are a failure)."""
-    kinds = [(1, re.compile(first, flags)), (2, re.compile(second, flags))]
+    import regex
+
+    kinds = [(1, regex.compile(first, flags)), (2, regex.compile(second, flags))]
     if tie is not None:
-        kinds.append((TIE, re.compile(tie, flags)))
+        kinds.append((TIE, regex.compile(tie, flags)))
 
     def read(text: str) -> Verdict | None:
         found = sorted((m.start(), m.end(), kind) for kind, rx in kinds
-                       for m in rx.finditer(text))
+                       for m in bounded_finditer(rx, text))
         if not found:
             return None
         if where == "only":
@@ -87,7 +101,7 @@ class NativeFormat(JudgeFormat):
     """A format given by its texts and rules (module docstring). `render(slots)` -> the user
     prompt; `force`: the continuation that brings an unparsed answer to its verdict and the two
     choices read there (first position, second); `rule`: the verdict rule in words, part of the
-    format's identity with the texts."""
+    format's identity with the texts. `render(slots, conversation)` -> the user prompt."""
 
     name: str = ""
     title: str = ""
@@ -98,11 +112,12 @@ class NativeFormat(JudgeFormat):
     families: tuple[str, ...] = ()
     system: str | None = None
     user: str = ""
-    render: Callable[[dict], str] | None = None
+    render: Callable[[dict, Sequence[Message]], str] | None = None
     default_criteria: str | None = None
     reader: Reader | None = None
     rule: str = ""
     force: tuple[str, tuple[str, str]] | None = None
+    no_force: str = "its verdict opens the answer"
     reflection: Reflection | None = None
     extra: dict = field(default_factory=dict)
 
@@ -112,7 +127,8 @@ class NativeFormat(JudgeFormat):
 
         slots = {"context": render_conversation(conversation), "response1": r1,
                  "response2": r2, "criteria": style.criteria or self.default_criteria or ""}
-        body = self.render(slots) if self.render is not None else fill(self.user, slots)
+        body = (self.render(slots, conversation) if self.render is not None
+                else fill(self.user, slots))
         user: Message = {"role": "user", "content": body + suffix}
         if self.system:
             return ({"role": "system", "content": self.system}, user)

@@ -2,7 +2,9 @@
 rank.
 
 Each order of a comparison is one game (its verdict letter names the winner; an order without a
-verdict is no game), so a comparison whose two orders disagree is one win each way: a tie.
+verdict is no game), so a comparison whose two orders disagree is one win each way: a tie. An
+order a judge format called a tie (docs/judges.md) is half a win each way: one win each way
+in the Bradley-Terry data, 0.5 in the comparison's score.
 Bradley-Terry strengths are fitted with `choix.ilsr_pairwise` (the maintained implementation of
 Luce's spectral ranking; `BT_ALPHA` is its regularization, which keeps the strengths finite when
 a candidate wins or loses every game and when the comparisons leave the candidates in separate
@@ -35,12 +37,13 @@ class Game:
 
     a: int  # candidate in slot A
     b: int
-    letters: tuple[str | None, ...]  # per order: 'A' | 'B' | None (no verdict)
+    letters: tuple[str | None, ...]  # per order: 'A' | 'B' | 'tie' | None (no verdict)
 
     def score(self) -> float | None:
-        """The comparison's score for `a`: 1 won, 0 lost, 0.5 the orders disagreed; None
-        without any verdict."""
-        got = [1.0 if x == "A" else 0.0 for x in self.letters if x in ("A", "B")]
+        """The comparison's score for `a`: 1 won, 0 lost, 0.5 a tie (the orders disagreed, or
+        said tie); None without any verdict."""
+        value = {"A": 1.0, "B": 0.0, "tie": 0.5}
+        got = [value[x] for x in self.letters if x in value]
         return sum(got) / len(got) if got else None
 
 
@@ -66,6 +69,8 @@ def bradley_terry(k: int, games: Iterable[Game]) -> list[float]:
                 data.append((g.a, g.b))
             elif x == "B":
                 data.append((g.b, g.a))
+            elif x == "tie":
+                data += [(g.a, g.b), (g.b, g.a)]
     if not data:
         return [0.0] * k
     params = choix.ilsr_pairwise(k, data, alpha=BT_ALPHA)

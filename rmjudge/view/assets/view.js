@@ -1183,7 +1183,7 @@
   // the outcome of candidate x against y from one stored comparison, from x's side
   function outcome(g, x) {
     var v = g[3], winner = v === "A" ? g[0] : v === "B" ? g[1] : null;
-    if (v === "tie") return ["½", "tie", "the orders disagree: a tie"];
+    if (v === "tie") return ["½", "tie", "a tie: the orders disagree, or the judge said tie"];
     if (v === "failed") return ["?", "none", "the judge failed on it (its row in the errors table)"];
     if (winner === null) return ["?", "none", "no verdict (" + (v === null || v === undefined ? "not judged" : v) + ")"];
     return winner === x ? ["W", "win", "won"] : ["L", "loss", "lost"];
@@ -1293,7 +1293,7 @@
       mx.appendChild(tr);
     });
     pv.appendChild(mx);
-    pv.appendChild(el("p", "muted legend", "W: the row's candidate won the comparison (both orders, or the only judged one); L: lost; ½: its two orders disagree; ?: no verdict. Each cell opens the comparison with its rollouts, anchors, reflections and votes."));
+    pv.appendChild(el("p", "muted legend", "W: the row's candidate won the comparison (both orders, or the only judged one); L: lost; ½: a tie (its two orders disagree, or the judge said tie); ?: no verdict. Each cell opens the comparison with its rollouts, anchors, reflections and votes."));
   }
 
   // -- start -------------------------------------------------------------------------------------
