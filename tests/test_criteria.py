@@ -243,7 +243,8 @@ def test_label_safer_judges_by_the_harmless_criterion(tmp_path, monkeypatch):
     judge_with(monkeypatch, load)
     src = DATA / "schemas" / "pku_saferlhf.jsonl"
     r = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "a.duckdb"),
-                                  "--label", "safer", "--samples", "2", "--limit", "1"])
+                                  "--label", "safer", "--samples", "2", "--limit", "1"],
+                           env={"COLUMNS": "1000"})  # the note's whole line
     assert r.exit_code == 0, r.output
     assert ("rmjudge: criteria: harmless (the built-in that --label safer comes with; "
             "--criteria changes it)") in r.output

@@ -284,7 +284,8 @@ def test_nothing_kept_writes_a_valid_empty_file_and_warns(tmp_path, unlabelled):
     for out in (pq_out, js_out):
         r = CliRunner().invoke(main, ["filter", unlabelled, "-o", str(out), "--unlabelled",
                                       "drop", "--format", "kto", "--chat", "--evidence",
-                                      "--keep-columns", "id,note"])
+                                      "--keep-columns", "id,note"],
+                               env={"COLUMNS": "1000"})  # the warning's whole line
         assert r.exit_code == 0, r.output
         assert "wrote 0 of 8 pairs" in r.output
         warnings[out.suffix] = [ln for ln in r.output.splitlines() if ln.startswith("warning:")]
