@@ -134,10 +134,15 @@ class TerminalProgress:
 
         status_line, left = self.status_line, self.seconds_left
 
+        class StatusLine:  # fitted to the width it is drawn at
+            def __rich_console__(self, console, options):
+                yield Text("  " + status_line(options.max_width - 2), no_wrap=True,
+                           overflow="ellipsis")
+
         class TwoLines(Progress):
             def get_renderables(self):
                 yield self.make_tasks_table(self.tasks)
-                yield Text("  " + status_line(), no_wrap=True, overflow="ellipsis")
+                yield StatusLine()
 
         class TimeLeft(ProgressColumn):
             def render(self, task):
@@ -162,22 +167,28 @@ class TerminalProgress:
         live = self.activity()[1] - self._base if self.activity is not None else 0
         return self.eta(self.last, self.total, live)
 
-    def status_line(self) -> str:
+    def status_line(self, width: int = 10**9) -> str:
+        """The second line, at most `width` wide: whole figures only, the last ones left out
+        where they do not fit (rich cuts it only below the width of its first figure)."""
         p = self.last
         if p is None or not (p.done or p.errors or p.skipped):
-            return self._live_work()
+            return self._live_work(width)
         el = max(p.elapsed, 1e-9)
         pf = p.parse_failures / p.generations if p.generations else 0.0
-        return (f"{p.done / el:.2f} pairs/s | {p.generated_tokens / el:.0f} tok/s | parse fail "
-                f"{pf:.0%} | flips {p.flips} | errors {p.errors}")
+        parts = [f"{p.done / el:.2f} pairs/s", f"{p.generated_tokens / el:.0f} tok/s",
+                 f"parse fail {pf:.0%}", f"flips {p.flips}", f"errors {p.errors}"]
+        return fitting([" | ".join(parts[:k]) for k in range(len(parts), 0, -1)], width)
 
-    def _live_work(self) -> str:
+    def _live_work(self, width: int = 10**9) -> str:
         if self.activity is None:
             return "judging the first pairs ..."
         prompt, generated = self.activity()
         el = max(time.monotonic() - self.started, 1e-9)
-        return (f"first pairs in progress: {prompt:,} prompt tokens evaluated, {generated:,} "
-                f"generated ({generated / el:.0f} tok/s)")
+        head = f"first pairs in progress: {prompt:,} prompt tokens evaluated"
+        return fitting([f"{head}, {generated:,} generated ({generated / el:.0f} tok/s)",
+                        f"{head}, {generated:,} generated",
+                        f"first pairs: {prompt:,} prompt tokens, {generated:,} generated"],
+                       width)
 
     def __call__(self, p) -> None:
         self.last = p
@@ -195,6 +206,11 @@ class TerminalProgress:
 
     def close(self) -> None:
         self.progress.stop()
+
+
+def fitting(candidates: list[str], width: int) -> str:
+    """The first of `candidates` (longest first) at most `width` wide, else the last."""
+    return next((c for c in candidates if len(c) <= width), candidates[-1])
 
 
 def engine_activity(engine):
