@@ -353,7 +353,7 @@ def rows_safe(out: str) -> int:
 
 
 def test_export_status_is_recorded_after_the_export(tmp_path, monkeypatch):
-    import rmjudge.store.run_store as store_mod  # where `Store.export` looks it up
+    import rmjudge.store.reads as store_mod  # where `Store.export` looks it up
 
     def broken_copy(*a, **k):
         raise KeyboardInterrupt
@@ -1023,7 +1023,7 @@ def test_a_run_resumed_from_a_store_written_row_by_row_stores_what_row_by_row_wo
     later run fixes or fails again, and an edited row judged again (--rejudge-changed)."""
     import json
 
-    import rmjudge.store.run_store as run_store
+    import rmjudge.store.writes as run_store  # where `Store.commit` looks them up
     from rmjudge.store import bulk
 
     first = [row(0, n=1, mix=1, ok=True, tags=[1], ORDER=1, Id="x", select="s", Label="L"),

@@ -5,7 +5,8 @@ files are created, replaced and deleted through `rmjudge.files`).
 - `bulk`: rows into a table in one statement (and the row-at-a-time reference);
 - `ownership`: which DuckDB files are rmjudge's stores (a foreign file is refused untouched);
 - `outputs`: `check_output`, what may be given as a run's output;
-- `run_store`: `Store`, an open and locked run store, with its writes and the summary queries;
+- `run_store`: `Store`, an open and locked run store; its reads (`reads`: resume, the summary
+  queries, exports) and writes (`writes`: pairs, columns, rankings, labels) apart;
 - `assemble`: `NewStore` (a store built aside and moved into place), merge and Ray import;
 - `rows_file`: rows written as a whole Parquet/JSONL file through an in-memory table.
 
