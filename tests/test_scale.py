@@ -374,7 +374,8 @@ def test_merge_refuses_to_overwrite_and_names_the_fix(tmp_path):
     src = mixed_input(tmp_path)
     outs = run_shards(src, tmp_path, 2)
     out = str(tmp_path / "all.duckdb")
-    res = CliRunner().invoke(main, ["merge", *outs, "-o", out])
+    res = CliRunner().invoke(main, ["merge", *outs, "-o", out],
+                             env={"COLUMNS": "1000"})  # whole lines (80: test_output_width.py)
     assert res.exit_code == 0, res.output
     assert "rmjudge merge: 2 shards" in res.output and "-> " + out + ": 9 pairs, 11 errors" in res.output
     res = CliRunner().invoke(main, ["merge", *outs, "-o", out])

@@ -1,4 +1,4 @@
-"""The server engine (rmjudge/engine/server.py) and Hub judges (rmjudge/engine/hub_models.py).
+"""The server engine (rmjudge/engine/server.py) and Hub judges (rmjudge/models/hub.py).
 
 Unit tests drive the engine against a small scripted HTTP server in this process (retries,
 backoff, missing log-probabilities, forced verdicts, seeds, credentials). The `model` tests
@@ -820,7 +820,7 @@ def test_llama_server_ignoring_parse_special_gets_broken_text(fake):
 
 
 def test_text_prompts_break_control_strings_in_data(fake, template):
-    from rmjudge.engine.control_text import BREAK
+    from rmjudge.servers.control_text import BREAK
 
     f = fake()  # vLLM without a tokenizer rmjudge can use: text prompts
     r = req(messages=prompts.pref_messages([{"role": "user", "content": "Name a color."}],
@@ -837,7 +837,7 @@ def test_text_prompts_break_control_strings_in_data(fake, template):
 
 
 def test_chat_endpoint_breaks_control_strings_in_messages(fake):
-    from rmjudge.engine.control_text import BREAK
+    from rmjudge.servers.control_text import BREAK
 
     def chat(body):
         top = [{"token": " 1", "logprob": -0.1}, {"token": " 2", "logprob": -2.5}]
@@ -891,15 +891,15 @@ def start_llama_server(model_path: str, log: Path, plain: bool = False
     server started exactly as docs/serving.md says for this CPU: llama-cpp-python's own
     `python -m llama_cpp.server --model FILE --host --port`, or on a CPU with AMX, where that
     start crashes on the first prompt, the same arguments to `python -m
-    rmjudge.engine.llamacpp_server`."""
+    rmjudge.servers.llamacpp_server`."""
     pytest.importorskip("uvicorn")
     port = free_port()
     if plain:
-        server = "rmjudge.engine.llamacpp_server" if cpu_has_amx() else "llama_cpp.server"
+        server = "rmjudge.servers.llamacpp_server" if cpu_has_amx() else "llama_cpp.server"
         cmd = [sys.executable, "-m", server, "--model", model_path,
                "--host", "127.0.0.1", "--port", str(port)]
     else:
-        cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model_path,
+        cmd = [sys.executable, "-m", "rmjudge.servers.llamacpp_server", "--model", model_path,
                "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1",
                "--n_threads_batch", "1", "--n_ctx", "4096"]
     url = f"http://127.0.0.1:{port}/v1"
@@ -1071,7 +1071,8 @@ def test_the_documented_llama_cpp_python_server_start(small_model_path, tmp_path
                             str(DATA / "pandalm_5.jsonl"), "-o", str(out), "--server", url,
                             "--limit", "1", "--samples", "1", "--max-tokens", "8",
                             "--server-concurrency", "1"],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "COLUMNS": "1000"})  # whole lines
     finally:
         stop_server(proc)
     assert r.returncode == 0, r.stderr
@@ -1187,7 +1188,8 @@ FAKE_GGUF = b"GGUF" + b"\0" * 60
 
 
 def test_hub_specs_resolve_offline_from_the_cache(hub_home):
-    from rmjudge.engine.models import ModelError, resolve_model
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.resolve import resolve_model
 
     snap = lay_out_cache(hub_home, "org/judge-GGUF", {
         "judge-Q4_K_M.gguf": FAKE_GGUF, "judge-Q8_0.gguf": FAKE_GGUF,
@@ -1211,16 +1213,17 @@ def test_an_unreachable_hub_listing_falls_back_to_the_cache(hub_home, monkeypatc
 
     import huggingface_hub
 
-    from rmjudge.engine.models import ModelError, resolve_model
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.resolve import resolve_model
 
     errors = [importlib.import_module(n).ConnectError for n in ("httpx", "httpx2")
               if importlib.util.find_spec(n)]
 
-    import rmjudge.engine.hub_models
+    import rmjudge.models.hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
     # the Hub takes connections, then its listing fails in the HTTP client
-    monkeypatch.setattr(rmjudge.engine.hub_models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(rmjudge.models.hub, "hub_unreachable", lambda: None)
     snap = lay_out_cache(hub_home, "org/judge-GGUF", {"judge-Q4_K_M.gguf": FAKE_GGUF})
     for error in errors:
         def unreachable(self, repo, *a, **k):
@@ -1241,8 +1244,9 @@ def test_a_hub_without_connections_is_the_caches_answer_at_once(hub_home, monkey
 
     import huggingface_hub
 
-    from rmjudge.engine.hub_models import hub_unreachable
-    from rmjudge.engine.models import ModelError, resolve_model
+    from rmjudge.models.hub import hub_unreachable
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.resolve import resolve_model
 
     with socket.socket() as s:  # a port that refuses connections
         s.bind(("127.0.0.1", 0))
@@ -1268,7 +1272,7 @@ def test_a_hub_without_connections_is_the_caches_answer_at_once(hub_home, monkey
 
 
 def test_split_gguf_resolves_to_its_first_part(hub_home):
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.models.resolve import resolve_model
 
     snap = lay_out_cache(hub_home, "org/big", {
         "Q4_K_M/big-Q4_K_M-00001-of-00002.gguf": FAKE_GGUF,
@@ -1296,8 +1300,9 @@ def test_hub_judge_loads_and_is_listed(hub_home, model_path):
 
 
 def test_hub_spec_needs_the_extra_and_a_local_file_wins(tmp_path, monkeypatch):
-    from rmjudge.engine.hub_models import is_hub_spec
-    from rmjudge.engine.models import ModelError, resolve_model
+    from rmjudge.models.hub import is_hub_spec
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.resolve import resolve_model
 
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed
     with pytest.raises(ModelError, match=r"pip install '\.\[hub\]' in the rmjudge clone"):

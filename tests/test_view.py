@@ -294,7 +294,8 @@ def test_output_rules(judged, tmp_path):
     assert r.exit_code == 1 and r.output.count("Error:") == 1 and "Traceback" not in r.output
     # an earlier explorer is replaced whole (no stale data file survives)
     out = tmp_path / "v"
-    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)])
+    r = CliRunner().invoke(main, ["view", judged, "-o", str(out)],
+                           env={"COLUMNS": "1000"})  # whole lines (80: test_output_width.py)
     assert r.exit_code == 0, r.output
     assert "8 pairs" in r.output and str(out / "index.html") in r.output
     (out / "data" / "detail-00099.js").write_text("stale")
