@@ -316,6 +316,62 @@ def test_the_layer_check_sees_an_upward_import():
     assert _layer("rmjudge.cli.score") < _layer("rmjudge.quantize.hfio") < _layer("rmjudge.training.hf")
 
 
+def command_modules() -> set[str]:
+    """The modules of the commands: each module of rmjudge/cli/ (and training's and quantize's
+    cli.py) that defines a click command or group (a function decorated with `click.command`,
+    `click.group` or a group's `.command`). The other modules of cli/ (options, layout,
+    common, run_options, ...) are what the commands share."""
+    found = set()
+    for name, path in _module_names().items():
+        if not (name.startswith("rmjudge.cli.") or name.endswith(".cli")):
+            continue
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    re.search(r"(^|\.)(command|group)$", ast.unparse(
+                        d.func if isinstance(d, ast.Call) else d)) for d in node.decorator_list):
+                found.add(name)
+                break
+    return found
+
+
+def front_door_violations(graphs, commands: set[str]) -> list[str]:
+    """Imports (top-level and deferred, from `graphs`) of a command module by another command
+    module, and of anything in rmjudge/cli/ by rmjudge/api/."""
+    found = []
+    for graph in graphs:
+        for name, deps in sorted(graph.items()):
+            for dep in sorted(deps):
+                if name in commands and dep in commands and dep != name:
+                    found.append(f"{name} -> {dep} (a command module imports another)")
+                if _folder(name) == "api" and _folder(dep) == "cli":
+                    found.append(f"{name} -> {dep} (api imports cli)")
+    return sorted(set(found))
+
+
+def test_commands_are_front_doors():
+    """A command parses its options, makes one library call and prints: what two commands share
+    lives in the library or in a module of cli/ that is no command, so no command module
+    imports another; the Python API imports nothing from cli/ (what both need is below them)."""
+    commands = command_modules()
+    assert {"rmjudge.cli.score", "rmjudge.cli.rank", "rmjudge.cli.bench"} <= commands
+    assert "rmjudge.cli.options" not in commands and "rmjudge.cli.run_options" not in commands
+    found = front_door_violations((import_graph(), import_graph(_deferred_imports)), commands)
+    assert not found, "front doors that lean on each other:\n" + "\n".join(found)
+
+
+def test_the_front_door_check_finds_a_planted_violation():
+    commands = command_modules()
+    graph = {name: set(deps) for name, deps in import_graph(_deferred_imports).items()}
+    graph["rmjudge.cli.bench"].add("rmjudge.cli.score")
+    graph["rmjudge.api.judging"].add("rmjudge.cli.common")
+    assert front_door_violations([graph], commands) == [
+        "rmjudge.api.judging -> rmjudge.cli.common (api imports cli)",
+        "rmjudge.cli.bench -> rmjudge.cli.score (a command module imports another)",
+    ]
+    assert front_door_violations([{"rmjudge.cli.rank": {"rmjudge.cli.run_options"}}],
+                                 commands) == []
+
+
 WRITES = ("INSERT", "UPDATE ", "DELETE ", "CREATE TABLE", "ALTER TABLE", "COPY ", "DROP TABLE")
 
 
@@ -660,7 +716,8 @@ def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
     its top-level names ({module: {name: member names, for a class}})."""
     names: set[str] = set()
     modules: dict[str, dict[str, set[str]]] = {}
-    for dotted, path in _module_names().items():
+    bases: dict[str, list[str]] = {}  # class -> the names of its bases (a member of a base
+    for dotted, path in _module_names().items():  # class is a member of the class too)
         tree = _parse(path)
         docs = _docstrings(tree)
         top: dict[str, set[str]] = {}
@@ -673,6 +730,7 @@ def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
                     t.id for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AnnAssign))
                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                     if isinstance(t, ast.Name)}
+                bases[node.name] = [ast.unparse(b).split(".")[-1] for b in node.bases]
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     top.update((n.id, set()) for n in ast.walk(t) if isinstance(n, ast.Name))
@@ -691,6 +749,22 @@ def _defined_names() -> tuple[set[str], dict[str, dict[str, set[str]]]]:
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and id(node) not in docs:
                 names.update(re.findall(r"[A-Za-z_]\w*", node.value))
+    classes: dict[str, set[str]] = {}  # class name -> its own members, any module
+    for top in modules.values():
+        for cls in set(top) & set(bases):
+            classes.setdefault(cls, set()).update(top[cls])
+
+    def inherited(cls: str, seen: frozenset = frozenset()) -> set[str]:
+        """The members of the bases of `cls`, and of theirs."""
+        found = set()
+        for base in bases.get(cls, ()):
+            if base in classes and base not in seen:
+                found |= classes[base] | inherited(base, seen | {cls})
+        return found
+
+    for top in modules.values():
+        for cls in set(top) & set(bases):
+            top[cls] = top[cls] | inherited(cls)
     return names, modules
 
 

@@ -70,7 +70,7 @@ def test_no_demo_adapter_is_an_option_of_the_judging_commands(tmp_path):
     import click
 
     from rmjudge.cli import main
-    from rmjudge.cli.score import parse_run_options
+    from rmjudge.cli.run_options import parse_run_options
 
     ctx = click.Context(main)
     for name in ("score", "eval", "bench"):

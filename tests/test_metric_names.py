@@ -34,7 +34,7 @@ from click.testing import CliRunner
 from helpers import pref, unparsed
 
 from rmjudge.cli import main
-from rmjudge.cli.score import render_summary
+from rmjudge.runs.summaries import render_summary
 from rmjudge.engine.fake import ScriptedEngine
 from rmjudge.runs.pipeline import score
 from rmjudge.core.settings import JudgeSettings

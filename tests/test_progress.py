@@ -1,4 +1,4 @@
-"""The progress display's time left (rmjudge/cli/progress.py): it shows once the first
+"""The progress display's time left (rmjudge/runs/progress.py): it shows once the first
 generations finish, not the first pair, and moves with the work: with the clock between two
 updates, and with the work done (finished generations, and the tokens of running ones) against
 the work planned. Checked with a fake clock, and on a scripted run whose pairs all end together
@@ -13,7 +13,7 @@ import time
 import pytest
 from helpers import quality_engine
 
-from rmjudge.cli.progress import Eta, TerminalProgress, clock_text, work_fraction
+from rmjudge.runs.progress import Eta, TerminalProgress, clock_text, work_fraction
 from rmjudge.core.settings import JudgeSettings
 from rmjudge.judging.judge import Finished
 from rmjudge.runs.pipeline import Progress, planned_generations, score
@@ -114,7 +114,7 @@ def test_a_run_whose_pairs_end_together_shows_its_eta_before_the_first_pair_ends
 
 
 def test_a_log_line_gives_the_eta_once_generations_finished(capsys):
-    from rmjudge.cli.progress import ProgressLine
+    from rmjudge.runs.progress import ProgressLine
 
     fin = Finished(generations=10, tokens=1000)
     p = Progress(done=1, generations=10, planned_per_pair=10, finished=fin)

@@ -146,7 +146,7 @@ def test_settings_map_and_labels_make_the_commands_run_options():
 
     from rmjudge.api.options import run_options
     from rmjudge.cli import main
-    import rmjudge.cli.score as cli_score
+    import rmjudge.cli.run_options as cli_score
 
     seen = {}
     real = cli_score.parse_run_options

@@ -245,7 +245,7 @@ def test_rank_compares_a_repeated_text_once_and_ranks_its_copies_with_it(tmp_pat
                       "prompt_id = 'rep' ORDER BY candidate")
     assert [r[0] for r in table] == [0, 1, 2, 3] and table[0][2] == table[2][2]
     assert table[2][3] == "x q=1" and table[2][4] == 3 and {table[0][1], table[2][1]} == {3, 4}
-    from rmjudge.cli.rank import render_summary
+    from rmjudge.rank.summary import render_summary
 
     assert "2 prompts with repeated candidate texts: each text compared once" in " ".join(
         render_summary(s).split())
@@ -308,7 +308,7 @@ def test_bad_prompts_land_in_errors_with_one_summary_line_each(tmp_path):
     assert [r for r, _ in errs] == [20000, 30000, 40000, 50000]
     assert "needs at least two" in errs[0][1] and "same response" in errs[1][1]
     assert "more than the limit of 5" in errs[2][1] and "names no candidate" in errs[3][1]
-    from rmjudge.cli.rank import render_summary
+    from rmjudge.rank.summary import render_summary
 
     text = render_summary(s)
     assert text.count("    ") >= 4 and "(row 2)" in text and "(row 5)" in text
@@ -576,7 +576,7 @@ def test_an_edited_prompt_is_named_by_its_input_row_and_candidates(tmp_path):
 
 
 def test_a_resume_with_a_smaller_input_counts_this_input_and_names_the_rest(tmp_path):
-    from rmjudge.cli.rank import render_summary
+    from rmjudge.rank.summary import render_summary
 
     objs = responses_rows(3, 3)
     src = write_jsonl(tmp_path / "in.jsonl", objs)
@@ -593,7 +593,7 @@ def test_a_resume_with_a_smaller_input_counts_this_input_and_names_the_rest(tmp_
 
 
 def test_the_summary_says_what_was_ranked_and_groups_bad_counts_as_one_kind(tmp_path):
-    from rmjudge.cli.rank import render_summary
+    from rmjudge.rank.summary import render_summary
 
     objs = [{"id": "p0", "prompt": "q", "responses": ["a q=1", "b q=2"], "best": 1},
             {"id": "p1", "prompt": "q", "responses": ["a q=1", "b q=2", "c q=3"]},
@@ -882,7 +882,7 @@ def test_pair_options_on_a_ranked_store_are_one_error_not_ignored(tmp_path):
 def test_ultrafeedback_rows_with_only_overall_score_say_which_gold_field_reads_it(tmp_path):
     """Before, completions carrying only `overall_score` were ranked without gold and the
     summary did not say that --gold-field overall_score would read it."""
-    from rmjudge.cli.rank import render_summary
+    from rmjudge.rank.summary import render_summary
 
     uf = {"instruction": "q", "completions": [
         {"response": "a q=1", "overall_score": 6}, {"response": "b q=2", "overall_score": 9}]}

@@ -408,13 +408,13 @@ def test_map_is_declared_once():
 def test_ray_score_parses_the_run_options_as_score_does(tmp_path, monkeypatch):
     """ray-score's judge, engine, --map, --label-values and --overwrite options become one
     RunOptions through score's parse_run_options, and its Mapper is the one Ray gets."""
-    import rmjudge.cli.score
+    import rmjudge.cli.run_options
     import rmjudge.runs.ray_runner
     from rmjudge.cli import main
 
     parsed, calls = [], []
-    real = rmjudge.cli.score.parse_run_options
-    monkeypatch.setattr(rmjudge.cli.score, "parse_run_options",
+    real = rmjudge.cli.run_options.parse_run_options
+    monkeypatch.setattr(rmjudge.cli.run_options, "parse_run_options",
                         lambda kw: parsed.append(real(kw)) or parsed[-1])
 
     def fake_ray_score(source, js, es, output, **kw):

@@ -66,22 +66,25 @@ def _status(enabled: bool):
 
 
 def _display(enabled: bool):
-    """The CLI's progress display (stderr), when asked for."""
+    """The commands' progress display (stderr), when asked for."""
     if not enabled:
         return None
-    from rmjudge.cli.common import engine_activity, make_progress
+    from rmjudge.runs.progress import run_display
 
-    return lambda total, engine: make_progress(True, total, activity=engine_activity(engine))
+    return run_display
 
 
 def _check_nothing_judged(summary, source) -> None:
-    """`rmjudge score`'s refusal of a run that judged nothing (every row an error row)."""
-    if summary.judged == 0 and summary.skipped == 0:
-        first = next(iter(summary.error_reasons), None)
-        why = f" (the first kind: {first})" if first else ""
-        raise UserError(f"nothing was judged: {summary.rows_read} rows read from {source}, "
-                        f"{summary.errors} of them error rows{why}; fix the input (or name its "
-                        "columns with map=) and call again")
+    """`rmjudge score`'s refusal of a run that judged nothing (every row an error row), in
+    the API's words."""
+    from rmjudge.runs.summaries import refuse_nothing_done
+
+    first = next(iter(summary.error_reasons), None)
+    why = f" (the first kind: {first})" if first else ""
+    refuse_nothing_done(summary.judged + summary.skipped, verb="judged",
+                        read=f"{summary.rows_read} rows", source=source,
+                        where=f"{summary.errors} of them error rows{why}",
+                        fix="fix the input (or name its columns with map=) and call again")
 
 
 def _not_kept(exc: UserError, output) -> UserError:

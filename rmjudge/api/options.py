@@ -109,7 +109,7 @@ def server_of(server: str | dict | None):
     from rmjudge.engine.server import ServerSettings
 
     if server.get("chat_template") is not None:
-        from rmjudge.cli.server_options import check_template_file
+        from rmjudge.engine.served_template import check_template_file
 
         check_template_file(os.fspath(server["chat_template"]))
     return ServerSettings(**{k: v for k, v in server.items() if v is not None})

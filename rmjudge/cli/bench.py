@@ -10,7 +10,7 @@ import click
 from rmjudge.bench.plan import RUN_FIELDS, RUN_OPTION_HELP, BenchSettings
 from rmjudge.cli.common import make_progress, status
 from rmjudge.cli.options import engine_options, judge_options, settings_from, settings_options
-from rmjudge.cli.score import parse_run_options
+from rmjudge.cli.run_options import parse_run_options
 from rmjudge.cli.server_options import server_options
 from rmjudge.core.settings import setting
 from rmjudge.runs.setup import RunOptions
@@ -67,12 +67,12 @@ def command(**kw) -> None:
 def print_summary(bench, summary) -> None:
     """A judged benchmark's run summary on stderr (a ranking's for a best-of-N benchmark)."""
     if bench.ranked:
-        from rmjudge.cli.layout import output_width
-        from rmjudge.cli.rank import render_summary as render_ranked
+        from rmjudge.core.layout import output_width
+        from rmjudge.rank.summary import render_summary as render_ranked
 
         click.echo(render_ranked(summary, output_width(sys.stderr)), err=True)
     else:
-        from rmjudge.cli.score import render_summary
+        from rmjudge.runs.summaries import render_summary
 
         click.echo(render_summary(summary), err=True)
 

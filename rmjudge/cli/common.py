@@ -1,5 +1,5 @@
 """Helpers shared by CLI commands: error exit, busy checks, status lines; the progress
-displays (rmjudge/cli/progress.py) are importable from here too."""
+displays (rmjudge/runs/progress.py) are importable from here too."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import click
 
-from rmjudge.cli.progress import (ProgressLine, TerminalProgress,  # noqa: F401 - importable
+from rmjudge.runs.progress import (ProgressLine, TerminalProgress,  # noqa: F401 - importable
                                   engine_activity, make_progress)  # here, as before
 from rmjudge.core.errors import EXIT_INTERRUPTED, EXIT_USER, DiskError, UserError
 
@@ -131,3 +131,19 @@ def status(message: str, quiet: bool = False) -> None:
         from rmjudge.cli.layout import echo
 
         echo(message, err=True)
+
+
+def judge_input(source: str, output: str | None, opts, quiet: bool = False, engine=None):
+    """Judge `source` into `output` (rmjudge.runs.setup.judge_input) with the progress display
+    and the summary on stderr: `rmjudge score` and `eval` on unjudged input. Returns the
+    Summary."""
+    from rmjudge.runs import setup as run
+    from rmjudge.runs.progress import run_display
+    from rmjudge.runs.summaries import render_summary
+
+    summary = run.judge_input(source, output, opts, engine=engine,
+                              status=lambda line: status(line, quiet),
+                              progress=None if quiet else run_display)
+    if not quiet:
+        click.echo(render_summary(summary), err=True)
+    return summary

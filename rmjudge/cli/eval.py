@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import click
 
 from rmjudge.analysis.metrics import EvalSettings
-from rmjudge.cli.common import check_not_being_written
+from rmjudge.cli.common import check_not_being_written, judge_input
 from rmjudge.cli.layout import echo, output_width
 from rmjudge.cli.options import (engine_options, given_options, judge_options, option_dests,
                                  settings_from, settings_options)
 from rmjudge.cli.mapping_options import input_source
-from rmjudge.cli.score import judge_input, parse_run_options, run_options
+from rmjudge.cli.run_options import parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
 from rmjudge.core.settings import EngineSettings, JudgeSettings, setting
 from rmjudge.engine.server_settings import ServerSettings

@@ -11,7 +11,7 @@ from rmjudge.cli.common import check_not_being_written, fail, rewrite_failed
 from rmjudge.cli.layout import echo
 from rmjudge.cli.options import (given_options, option_dests, settings_from, settings_options,
                                  settings_values)
-from rmjudge.cli.push import upload_options
+from rmjudge.cli.upload import upload_options
 from rmjudge.core.errors import DiskError
 from rmjudge.core.extras import install_hint
 from rmjudge.core.settings import setting
@@ -85,7 +85,7 @@ def command(**kw) -> None:
     if warning:
         echo(warning, err=True)
     if repo_id:
-        from rmjudge.cli.push import publish
+        from rmjudge.cli.upload import publish
 
         publish(out, repo_id, private=up.private, license_=up.license, dry_run=up.dry_run,
                 after_filter=True)

@@ -47,7 +47,7 @@ def command(**kw) -> None:
     reads it, an actor pool of engines judges batches into Parquet, and the batches are merged
     into the same tables as `rmjudge score`. Rerun the same command to resume after a failure
     (edited rows are refused, or judged again with --rejudge-changed)."""
-    from rmjudge.cli.score import parse_run_options
+    from rmjudge.cli.run_options import parse_run_options
     from rmjudge.runs.ray_runner import EngineFactory, ray_score
 
     call = settings_from(RayScoreCall, kw)

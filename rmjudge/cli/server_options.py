@@ -30,17 +30,8 @@ def server_settings(kw: dict):
             raise SettingsError(f"{names} {'needs' if len(given) == 1 else 'need'} --server URL")
         return None
     if values["chat_template"] is not None:
+        from rmjudge.engine.served_template import check_template_file
+
         check_template_file(values["chat_template"])
     return ServerSettings(**values)
 
-
-def check_template_file(path: str) -> None:
-    """Refuse a --chat-template file that cannot render a judge prompt (a syntax error, an
-    operation the sandbox blocks), naming the file, before any server is contacted."""
-    from rmjudge.engine.chat import ChatTemplate
-    from rmjudge.engine.served_template import read_chat_template
-    from rmjudge.core.settings import SettingsError
-
-    text = read_chat_template(path, SettingsError)
-    ChatTemplate(text, origin=f"--chat-template {path}",
-                 fix="fix the file, or leave --chat-template out to use the server's template")

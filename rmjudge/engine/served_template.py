@@ -114,6 +114,17 @@ def read_chat_template(path: str, error: type = ServerError) -> str:
                           "the server's template", error)
 
 
+def check_template_file(path: str) -> None:
+    """Refuse a --chat-template file (or the API's `server={"chat_template": ...}`) that cannot
+    render a judge prompt (a syntax error, an operation the sandbox blocks), naming the file,
+    before any server is contacted."""
+    from rmjudge.core.settings import SettingsError
+
+    text = read_chat_template(path, SettingsError)
+    ChatTemplate(text, origin=f"--chat-template {path}",
+                 fix="fix the file, or leave --chat-template out to use the server's template")
+
+
 def find_template(settings: ServerSettings, model: str, props: dict, root: str,
                   strict: bool) -> Found:
     """The template of the served `model` in the documented order (module docstring); `props`

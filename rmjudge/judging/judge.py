@@ -36,7 +36,7 @@ class Failure:
 @dataclass
 class Finished:
     """The generations the engine has finished for a Judge, and their tokens: the work done,
-    for the progress display's time left (rmjudge/cli/progress.py)."""
+    for the progress display's time left (rmjudge/runs/progress.py)."""
 
     generations: int = 0
     tokens: int = 0

@@ -73,8 +73,8 @@ def make_run_options(js: JudgeSettings, es: EngineSettings, mapping: dict[str, s
     """The `RunOptions` of parsed settings: the Mapper of `--map` columns and the label options
     (`--label-values`, `--label`, parsed here: a malformed one raises a UserError), and the
     built-in criteria `--label` comes with. `run`: the other `RunOptions` fields. The CLI
-    (`rmjudge.cli.score.parse_run_options`) and the Python API (`rmjudge.api`) both make their
-    options here."""
+    (`rmjudge.cli.run_options.parse_run_options`) and the Python API (`rmjudge.api`) both
+    make their options here."""
     from rmjudge.io.mapping import LabelOptions
 
     labels = LabelOptions.parse(label_values, label_choice)

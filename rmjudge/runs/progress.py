@@ -229,3 +229,10 @@ def make_progress(enabled: bool, total: int | None = None, activity=None):
     if enabled and sys.stderr.isatty():
         return TerminalProgress(total, activity)
     return ProgressLine(enabled, total, tty=False)
+
+
+def run_display(total: int | None, engine):
+    """The progress display of a run judged by `engine` (the `progress` hook of
+    `runs.setup.judge_input` and `rank_input`): `rmjudge score`, `rank` and the Python API's
+    `progress=True` show the same one."""
+    return make_progress(True, total, activity=engine_activity(engine))
