@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import orjson
 import pytest
 from click.testing import CliRunner
-from helpers import judge_with
+from helpers import judge_with, rows
 
 from rmjudge.cli import main
 from rmjudge.core.settings import JudgeSettings
@@ -110,12 +109,7 @@ def write_pairs(path: Path, n: int = 3) -> str:
     return str(path)
 
 
-def stored(out: str, sql: str) -> list[tuple]:
-    con = duckdb.connect(out, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+stored = rows  # all rows of a query on a run store (tests/helpers.py)
 
 
 @pytest.mark.parametrize("name", list(BUILTIN))

@@ -48,9 +48,10 @@ class Verdict:
     end: int
 
 
+@dataclass(frozen=True, eq=False)
 class JudgeFormat:
-    """The interface every format implements (the defaults suit a format without a
-    critique-comparison prompt of its own).
+    """The interface every format implements, and the facts it states of itself (the defaults
+    suit a format without a critique-comparison prompt of its own).
 
     `labels`: how the prompt names the first and second response; `ties`: whether the format
     can answer a tie; `rubric`: whether it has a rubric slot (`--criteria` goes there);

@@ -17,7 +17,7 @@ catastrophically on an answer makes that answer a parse failure instead of a hun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from rmjudge.core.types import ForceSpec, Message
@@ -103,13 +103,6 @@ class NativeFormat(JudgeFormat):
     choices read there (first position, second); `rule`: the verdict rule in words, part of the
     format's identity with the texts. `render(slots, conversation)` -> the user prompt."""
 
-    name: str = ""
-    title: str = ""
-    source: str = ""
-    labels: tuple[str, str] = ("1", "2")
-    ties: bool = False
-    rubric: bool = False
-    families: tuple[str, ...] = ()
     system: str | None = None
     user: str = ""
     render: Callable[[dict, Sequence[Message]], str] | None = None
@@ -117,9 +110,6 @@ class NativeFormat(JudgeFormat):
     reader: Reader | None = None
     rule: str = ""
     force: tuple[str, tuple[str, str]] | None = None
-    no_force: str = "its verdict opens the answer"
-    reflection: Reflection | None = None
-    extra: dict = field(default_factory=dict)
 
     def pref_messages(self, conversation: Sequence[Message], r1: str, r2: str, suffix: str,
                       style: "PromptStyle") -> tuple[Message, ...]:

@@ -10,25 +10,14 @@ from typing import TYPE_CHECKING, Sequence
 from rmjudge import prompts
 from rmjudge.core.types import ForceSpec, Message
 from rmjudge.prompts.formats import JudgeFormat, Verdict, lowest_share_mean
-from rmjudge.prompts.native_format import Reflection, reflectrm_reflection
+from rmjudge.prompts.native_format import reflectrm_reflection
 
 if TYPE_CHECKING:
     from rmjudge.prompts import PromptStyle
 
 
 class ReflectRMFormat(JudgeFormat):
-    name = "reflectrm"
-    title = "ReflectRM (rmjudge's default)"
-    source = "arXiv 2604.07506; the prompts are rmjudge's own (rmjudge/prompts/__init__.py)"
-    labels = ("Response 1", "Response 2")
-    ties = False
-    rubric = True
-    families = ("any instruct model", "ReflectRM judges trained with rmjudge-train")
-    assistant_prefix = prompts.ASSISTANT_PREFIX
-    stop = prompts.STOP
-
-    def __init__(self) -> None:
-        self.reflection: Reflection | None = reflectrm_reflection()
+    """ReflectRM's prompts and parser (rmjudge.prompts), with the paper's confidence."""
 
     def pref_messages(self, conversation: Sequence[Message], r1: str, r2: str, suffix: str,
                       style: "PromptStyle") -> tuple[Message, ...]:
@@ -54,4 +43,10 @@ class ReflectRMFormat(JudgeFormat):
         return lowest_share_mean(logprobs, fraction)
 
 
-REFLECTRM = ReflectRMFormat()
+REFLECTRM = ReflectRMFormat(
+    name="reflectrm", title="ReflectRM (rmjudge's default)",
+    source="arXiv 2604.07506; the prompts are rmjudge's own (rmjudge/prompts/__init__.py)",
+    labels=("Response 1", "Response 2"), ties=False, rubric=True,
+    reflection=reflectrm_reflection(),
+    families=("any instruct model", "ReflectRM judges trained with rmjudge-train"),
+    assistant_prefix=prompts.ASSISTANT_PREFIX, stop=prompts.STOP)
