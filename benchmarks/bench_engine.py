@@ -113,8 +113,9 @@ def run_protocol(kind: str, args) -> dict:
 
 def _bare_model():
     """llama_cpp, the embedded model (loaded as the engine loads it) and its tokenizer."""
-    from rmjudge.engine.vocab import Tokenizer, llama_backend, load_model, model_info
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.engine.vocab import Tokenizer, load_model, model_info
+    from rmjudge.models.llamacpp import llama_backend
+    from rmjudge.models.resolve import resolve_model
 
     L = llama_backend()
     path = resolve_model(None)

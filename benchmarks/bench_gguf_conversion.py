@@ -26,7 +26,7 @@ def main() -> None:
     import transformers  # noqa: F401 - imported before the clock starts
 
     from rmjudge.quantize import hfio
-    from rmjudge.engine.models import default_model_path
+    from rmjudge.models.resolve import default_model_path
 
     path = args.model or default_model_path()
     once = hfio.gguf_parsed_once

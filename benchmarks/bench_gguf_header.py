@@ -1,4 +1,4 @@
-"""Reading a GGUF's header: rmjudge's reader (`rmjudge.engine.gguf_header`) against the `gguf`
+"""Reading a GGUF's header: rmjudge's reader (`rmjudge.models.gguf_header`) against the `gguf`
 package's `GGUFReader`, in the same run, on the same file.
 
     python benchmarks/bench_gguf_header.py [--model FILE] [--repeat 5]
@@ -32,8 +32,8 @@ def main() -> None:
     args = ap.parse_args()
     import gguf
 
-    from rmjudge.engine.gguf_header import read_gguf_header
-    from rmjudge.engine.models import default_model_path
+    from rmjudge.models.gguf_header import read_gguf_header
+    from rmjudge.models.resolve import default_model_path
 
     path = args.model or default_model_path()
     ours = read_gguf_header(path)

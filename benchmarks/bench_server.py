@@ -85,7 +85,7 @@ def _start_server(model: str, threads: int, log: str, slots: int = 0, extra: str
                "--no-repack",  # plain weight buffers, as the in-process engine (docs/serving.md)
                *extra.split()]
     else:
-        cmd = [sys.executable, "-m", "rmjudge.engine.llamacpp_server", "--model", model,
+        cmd = [sys.executable, "-m", "rmjudge.servers.llamacpp_server", "--model", model,
                "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
                "--n_threads_batch", str(threads), "--n_ctx", "4096"]
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
@@ -210,7 +210,7 @@ def main() -> None:
 
     from rmjudge.engine import load_engine
     from rmjudge.engine.server import ServerSettings
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.models.resolve import resolve_model
     from rmjudge.judging.runspec import resolve
     from rmjudge.core.settings import EngineSettings, JudgeSettings
 

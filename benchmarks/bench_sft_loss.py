@@ -35,7 +35,7 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from rmjudge.engine.models import default_model_path
+    from rmjudge.models.resolve import default_model_path
     from rmjudge.training.completion_loss import completion_loss
     from rmjudge.training.hf import DEFAULT_TARGETS, ModelSource, materialize
     from rmjudge.training.precision import autocast, cpu_has_native_bf16

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo format adapter shipped with rmjudge (rmjudge/engine/adapters/), end to end from the
+# The demo format adapter shipped with rmjudge (rmjudge/models/adapters/), end to end from the
 # licensed development data: split -> templated format warm-start (rmjudge-train sft
 # --analyses template, a LoRA on the embedded SmolLM2-135M) -> GGUF LoRA export -> held-out
 # scoring at the demo's settings -> the parse rates, anchors, reflections and accuracy
@@ -13,8 +13,8 @@
 #   SEED=0 THREADS=1 TRAIN_ROWS=24 TEST_ROWS=24 MAX_CHARS=600   the split (by prompt)
 #   EPOCHS=1 BATCH=4 LR=2e-3 RANK=8 ALPHA=16 MAX_LENGTH=768     the warm-start (4 examples/row)
 #   SAMPLES=8 MAX_TOKENS=256                                    scoring: the demo's settings
-#   INSTALL=1 copies the adapter into rmjudge/engine/adapters/ (then set DEMO_ADAPTER_SHA256 in
-#   rmjudge/engine/models.py to the sha256 this script prints).
+#   INSTALL=1 copies the adapter into rmjudge/models/adapters/ (then set DEMO_ADAPTER_SHA256 in
+#   rmjudge/models/resolve.py to the sha256 this script prints).
 # A step whose output exists is skipped, so a rerun resumes; wall times go to OUT_DIR/times.tsv.
 set -euo pipefail
 
@@ -23,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 data=${2:-$here/../../shared/data}
 seed=${SEED:-0}
 threads=${THREADS:-1}  # one thread: on a busy 2-core machine two OpenMP threads wait on each other
-base=$(python -c "from rmjudge.engine.models import default_model_path; print(default_model_path())")
+base=$(python -c "from rmjudge.models.resolve import default_model_path; print(default_model_path())")
 export OMP_NUM_THREADS=$threads
 mkdir -p "$out"
 
@@ -78,6 +78,6 @@ python "$here/demo_adapter_table.py" --json "$out/heldout.duckdb" "$out/examples
 sha=$(python -c "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())" "$out/demo.lora.gguf")
 echo "adapter: $out/demo.lora.gguf sha256 $sha ($(wc -c < "$out/demo.lora.gguf") bytes)"
 if [ "${INSTALL:-0}" = 1 ]; then
-  cp "$out/demo.lora.gguf" "$here/../rmjudge/engine/adapters/smollm2-135m-demo-format.lora.gguf"
-  echo "installed: set DEMO_ADAPTER_SHA256 = \"$sha\" in rmjudge/engine/models.py"
+  cp "$out/demo.lora.gguf" "$here/../rmjudge/models/adapters/smollm2-135m-demo-format.lora.gguf"
+  echo "installed: set DEMO_ADAPTER_SHA256 = \"$sha\" in rmjudge/models/resolve.py"
 fi

@@ -27,7 +27,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 seed=${SEED:-0}
 threads=${THREADS:-2}
-base=${BASE:-$(python -c "from rmjudge.engine.models import default_model_path; print(default_model_path())")}
+base=${BASE:-$(python -c "from rmjudge.models.resolve import default_model_path; print(default_model_path())")}
 score_args=(--samples "${SCORE_SAMPLES:-2}" --max-tokens "${SCORE_MAX_TOKENS:-80}" --seed "$seed"
             --threads "$threads" --quiet)
 export OMP_NUM_THREADS=$threads

@@ -26,7 +26,7 @@ def _need_model_file(path: str, what: str) -> None:
     """A GGUF model llama.cpp opens: the check `rmjudge score --model` makes
     (`rmjudge.engine.vocab.check_model_file`), so a non-GGUF or truncated file is one error."""
     from rmjudge.engine.vocab import check_model_file
-    from rmjudge.engine.models import ModelError
+    from rmjudge.core.errors import ModelError
 
     _need_file(path, what)
     try:
@@ -37,7 +37,8 @@ def _need_model_file(path: str, what: str) -> None:
 
 def _need_gguf(path: str, what: str) -> None:
     """A GGUF file (magic checked; a LoRA adapter is not a model llama.cpp opens alone)."""
-    from rmjudge.engine.models import ModelError, check_gguf
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.checks import check_gguf
 
     _need_file(path, what)
     try:
@@ -48,7 +49,8 @@ def _need_gguf(path: str, what: str) -> None:
 
 def _need_model(path: str, what: str) -> None:
     """A Hugging Face model folder (it has config.json) or a GGUF model."""
-    from rmjudge.engine.models import ModelError, check_hf_folder
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.checks import check_hf_folder
 
     if Path(path).is_file():
         _need_model_file(path, what)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rmjudge.quantize.config import ExportError, UnpackConfig
-from rmjudge.engine.gguf_header import read_gguf_header
+from rmjudge.models.gguf_header import read_gguf_header
 
 # tokenizer.ggml.pre -> the Hugging Face pre-tokenizer that reproduces it, for GGUF files whose
 # pre-tokenizer transformers' GGUF loader does not rebuild (it gives every BPE model GPT-2's).

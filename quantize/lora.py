@@ -14,7 +14,7 @@ llama.cpp adds `scale * alpha / r * B @ A` to the matrix, r being read from each
   the rows of B for q_proj/k_proj get the same reordering (A is untouched).
 - The prompt format the adapter was trained on (`rmjudge.json` in the adapter folder, written
   by `rmjudge-train`) is copied to the metadata key `rmjudge.prompt_format`; scoring with
-  `--lora` refuses an adapter of another format (rmjudge/engine/adapter_format.py).
+  `--lora` refuses an adapter of another format (rmjudge/models/adapter_format.py).
 - Not representable in this format, refused with a message: DoRA, LoRA biases, modules_to_save
   (full replacement weights), embedding LoRAs, and an lm_head LoRA on a model with tied
   embeddings. Merge such adapters instead (`merge`, then `convert`).
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from rmjudge.engine.adapter_format import GGUF_KEY, read_adapter_info
-from rmjudge.engine.gguf_header import read_gguf_header
+from rmjudge.models.adapter_format import GGUF_KEY, read_adapter_info
+from rmjudge.models.gguf_header import read_gguf_header
 
 from rmjudge.quantize.config import ExportError, LoraExportConfig, check_lora_output
 from rmjudge.quantize.convert import encode, nbytes, to_numpy

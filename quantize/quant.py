@@ -2,7 +2,7 @@
 what came out.
 
 `quantize(cfg)` calls `llama_model_quantize` with `llama_model_quantize_default_params()` and
-the requested file type, then reads the result's tensor table (`rmjudge.engine.gguf_header`,
+the requested file type, then reads the result's tensor table (`rmjudge.models.gguf_header`,
 with `gguf`'s block sizes per type): tensor types, size, bits per weight, and how many
 matrices *fell back* to another type.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmjudge.quantize.config import ExportError, QuantizeConfig, check_quantize_output
-from rmjudge.engine.gguf_header import read_gguf_header
+from rmjudge.models.gguf_header import read_gguf_header
 from rmjudge.files import make_dir, write_produced
 
 # the type each requested file type is built around (K-quant mixes also use other K types)

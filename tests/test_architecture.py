@@ -172,21 +172,37 @@ def _deferred_imports(tree: ast.Module):
                     yield inner
 
 
-def test_no_deferred_import_closes_a_circle():
-    """An import inside a function that loads a module which imports this one back (at its top
-    level) is a circle too, only hidden until the call. The package facade `rmjudge/__init__.py`
-    (lazy `rmjudge.score`, `rmjudge.open_store`, ...) is the one module that may do that."""
-    top = import_graph()
-    deferred = import_graph(_deferred_imports)
-    found = []
-    for name, deps in deferred.items():
-        if name == "rmjudge":
-            continue
-        for dep in sorted(deps - top[name]):
-            back = find_cycle({**top, name: top[name] | {dep}})
-            if back is not None and name in back:
-                found.append(" -> ".join(back))
-    assert not found, "deferred imports that close a circle:\n" + "\n".join(found)
+def all_imports(top: dict[str, set[str]], deferred: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module -> every project module it imports, at its top level or inside a function, less
+    the package facade `rmjudge/__init__.py`'s own imports (lazy `rmjudge.score`,
+    `rmjudge.open_store`, ...: the one module that may import what imports it)."""
+    return {name: (set() if name == "rmjudge" else top.get(name, set()) | deferred.get(name, set()))
+            for name in top.keys() | deferred.keys()}
+
+
+def test_no_import_circle_through_deferred_imports():
+    """An import inside a function is an import too, only run later: no circle of modules through
+    any mix of top-level and deferred imports (a circle of deferred imports alone included), so
+    that each module's job sits in one place and the layers read one way."""
+    cycle = find_cycle(all_imports(import_graph(), import_graph(_deferred_imports)))
+    assert cycle is None, "import circle (top-level and deferred imports): " + " -> ".join(cycle)
+
+
+def test_the_circle_check_sees_deferred_imports():
+    """A circle made only of imports inside functions, and one that mixes both kinds, are found;
+    the facade's lazy imports are not circles."""
+    top = {"m.a": set(), "m.b": set(), "m.c": {"m.a"}, "rmjudge": set(), "m.d": {"rmjudge"}}
+    deferred = {"m.a": {"m.b"}, "m.b": {"m.a"}, "m.c": set(), "rmjudge": {"m.d"}, "m.d": set()}
+    assert find_cycle(all_imports(top, deferred)) == ["m.a", "m.b", "m.a"]
+    mixed = {**deferred, "m.a": {"m.c"}, "m.b": set()}
+    assert find_cycle(all_imports(top, mixed)) == ["m.a", "m.c", "m.a"]
+    assert find_cycle(all_imports(top, {**mixed, "m.a": set()})) is None
+    # planted in the source: two modules that import each other inside functions
+    trees = {"m.a": ast.parse("def f():\n    from m.b import g\n"),
+             "m.b": ast.parse("import os\ndef g():\n    import m.a\n")}
+    found = {n: {(i.module if isinstance(i, ast.ImportFrom) else i.names[0].name)
+                 for i in _deferred_imports(t)} for n, t in trees.items()}
+    assert find_cycle(all_imports({n: set() for n in trees}, found)) == ["m.a", "m.b", "m.a"]
 
 
 def test_the_circle_check_finds_a_circle():
@@ -205,7 +221,9 @@ LAYERS = (
     ("io",),  # reading inputs
     ("files",),  # safe files: locks, atomic writes, temporaries, output guards, the cache
     ("prompts",),  # the judge's prompts, verdict parsing, the template sandbox
-    ("engine",),  # engines, the judge model found and checked, the token budget
+    ("models",),  # model files found, cached, merged, checked and read; llama.cpp's library
+    ("servers",),  # OpenAI-compatible servers: the client, request bodies, prompts, responses
+    ("engine",),  # the Engine protocol, the engines and their registry, the token budget
     ("judging",),  # the protocol, the run spec, the Judge
     ("store",),  # the DuckDB run store
     ("runs",),  # the run set-up, the pipeline, dry run, merge, Ray
@@ -314,6 +332,7 @@ def test_the_layer_check_sees_an_upward_import():
     # rmjudge-train's and rmjudge-export's modules are in the graph under their import names
     assert "rmjudge.quantize.hfio" in deferred["rmjudge.training.hf"]
     assert _layer("rmjudge.cli.score") < _layer("rmjudge.quantize.hfio") < _layer("rmjudge.training.hf")
+
 
 
 def command_modules() -> set[str]:

@@ -312,7 +312,7 @@ def test_a_note_is_a_line_of_its_own_above_the_display():
 TMUX_RUN = """
 import sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]  # this checkout's rmjudge and tests
-import rmjudge.engine, rmjudge.engine.models
+import rmjudge.engine, rmjudge.models.resolve
 from rmjudge.engine.fake import ScriptedEngine
 from test_score import length_judge
 
@@ -324,7 +324,7 @@ class Slow(ScriptedEngine):
         return super().generate(requests)
 
 rmjudge.engine.load_engine = lambda *a, **k: Slow(length_judge, pairs_in_flight=1)
-rmjudge.engine.models.resolve_model = lambda m: "judge.gguf"
+rmjudge.models.resolve.resolve_model = lambda m: "judge.gguf"
 from rmjudge.cli import main
 sys.argv = ["rmjudge", "score", sys.argv[2], "-o", sys.argv[3], "--samples", "2"]
 main()
@@ -468,7 +468,7 @@ def estimate(r: subprocess.CompletedProcess) -> tuple[str, float, float]:
 @pytest.mark.model
 def test_dry_run_estimate_follows_the_current_max_tokens(tmp_path, model_path, monkeypatch):
     from rmjudge.runs.dryrun import record_throughput, throughput_key
-    from rmjudge.engine.models import file_sha256
+    from rmjudge.models.checks import file_sha256
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no other run's figures
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from rmjudge.engine.fake import FAKE_INFO, ScriptedEngine
-from rmjudge.engine.models import (DEMO_ADAPTER_FILE, DEMO_ADAPTER_NAME, DEMO_ADAPTER_SHA256,
-                                   ENV_VAR, demo_adapter_path, wants_demo_adapter,
-                                   with_demo_adapter)
+from rmjudge.models.packaged import (DEMO_ADAPTER_FILE, DEMO_ADAPTER_NAME, DEMO_ADAPTER_SHA256,
+                                     demo_adapter_path)
+from rmjudge.models.resolve import ENV_VAR, wants_demo_adapter, with_demo_adapter
 from rmjudge.prompts import PROMPT_FORMAT, parse_verdict
 from rmjudge.judging.runspec import DEMO_MODEL_SHA256, resolve
 from rmjudge.core.settings import EngineSettings, JudgeSettings
@@ -37,9 +37,9 @@ def no_env_model(monkeypatch):
 
 @pytest.mark.model
 def test_the_embedded_model_chosen_by_default_gets_the_adapter(no_env_model, model_path):
-    # merged into the Q8_0 copy (rmjudge/engine/embedded.py `demo_judge`, tests/test_lora_merge.py)
-    from rmjudge.engine.embedded import demo_judge_path
-    from rmjudge.engine.models import packaged_model_path
+    # merged into the Q8_0 copy (rmjudge/models/embedded.py `demo_judge`, tests/test_lora_merge.py)
+    from rmjudge.models.embedded import demo_judge_path
+    from rmjudge.models.packaged import packaged_model_path
 
     es = with_demo_adapter(EngineSettings())
     assert es.model == str(demo_judge_path(packaged_model_path(), demo_adapter_path()))
@@ -87,18 +87,18 @@ def test_no_demo_adapter_is_an_option_of_the_judging_commands(tmp_path):
 
 
 def test_the_packaged_adapter_exists_with_the_recorded_hash_and_prompt_format():
-    from rmjudge.engine.adapter_format import GGUF_KEY
-    from rmjudge.engine.gguf_header import gguf_metadata_value
+    from rmjudge.models.adapter_format import GGUF_KEY
+    from rmjudge.models.gguf_header import gguf_metadata_value
 
     path = Path(demo_adapter_path())
-    assert path.name == DEMO_ADAPTER_FILE and path.parent == ROOT / "rmjudge" / "engine" / "adapters"
+    assert path.name == DEMO_ADAPTER_FILE and path.parent == ROOT / "rmjudge" / "models" / "adapters"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == DEMO_ADAPTER_SHA256
     assert path.stat().st_size < 16 * 2**20  # a few MB
     assert gguf_metadata_value(str(path), GGUF_KEY) == PROMPT_FORMAT
     # the wheel carries it: the package data names the file
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert any(path.relative_to(ROOT / "rmjudge" / "engine").match(pat)
-               for pat in data["package-data"]["rmjudge.engine"])
+    assert any(path.relative_to(ROOT / "rmjudge" / "models").match(pat)
+               for pat in data["package-data"]["rmjudge.models"])
 
 
 def test_the_run_spec_keeps_the_demo_defaults_and_names_the_adapter():

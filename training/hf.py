@@ -53,7 +53,7 @@ class ModelSource:
     def parse(cls, model: str, gguf_file: str | None = None) -> "ModelSource":
         """Checked before anything loads: a GGUF file (`check_gguf`, as `rmjudge score`), a
         Hugging Face folder (`check_hf_folder`), or a hub id (`org/name`)."""
-        from rmjudge.engine.models import check_gguf, check_hf_folder
+        from rmjudge.models.checks import check_gguf, check_hf_folder
 
         if gguf_file is not None:
             if not (Path(model) / gguf_file).is_file():
@@ -121,7 +121,7 @@ def materialize(src: ModelSource) -> str:
     if not src.gguf_file:
         return src.path
     from rmjudge.quantize.hfio import load_causal_lm
-    from rmjudge.engine.models import file_sha256
+    from rmjudge.models.checks import file_sha256
     from rmjudge.files import save_folder, write_file
 
     gguf_path = str(Path(src.path) / src.gguf_file)

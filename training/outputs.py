@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from rmjudge.engine.adapter_format import ADAPTER_INFO_FILE
+from rmjudge.models.adapter_format import ADAPTER_INFO_FILE
 from rmjudge.files import check_folder_target, check_not_input, marked_by, write_marker
 
 
@@ -121,7 +121,7 @@ class StagedCheckpoints:
 
 def write_adapter_info(adapter_dir: str | os.PathLike, prompt_format: int | None) -> None:
     """Record the prompt format of an adapter's training data beside the PEFT adapter
-    (`ADAPTER_INFO_FILE`, read back by rmjudge.engine.adapter_format.read_adapter_info)."""
+    (`ADAPTER_INFO_FILE`, read back by rmjudge.models.adapter_format.read_adapter_info)."""
     if prompt_format is None:
         return
     from rmjudge.files import write_json

@@ -418,7 +418,7 @@ def _write_examples(s: SFTSettings, rollout_source, say: Callable[[str], None]
 def _tokenized(s: SFTSettings, examples: list[dict], stats: SFTStats):
     """(base folder, tokenizer, tokenized examples): the base (--model, else the embedded
     model) as an HF folder; refused when too few examples fit --max-length."""
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.models.resolve import resolve_model
 
     from rmjudge.training.hf import ModelSource, load_tokenizer, materialize
 

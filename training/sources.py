@@ -32,7 +32,7 @@ def rollout_source(model, gguf_file, backend, sampling, parallel, threads, serve
 
     gguf = None
     if model is None:
-        from rmjudge.engine.models import resolve_model
+        from rmjudge.models.resolve import resolve_model
 
         gguf = resolve_model(None)
     elif gguf_file:
@@ -78,8 +78,8 @@ def template_source(model, gguf_file, criteria):
         cfg = Path(model) / "config.json"
         arch = json.loads(cfg.read_text()).get("model_type") if cfg.is_file() else None
         return TemplateSource(suffix_for_model(arch, model), criteria)
-    from rmjudge.engine.gguf_header import read_gguf_header
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.models.gguf_header import read_gguf_header
+    from rmjudge.models.resolve import resolve_model
     from rmjudge.prompts import suffix_for_model
 
     path = str(Path(model) / gguf_file) if model and gguf_file else resolve_model(model)

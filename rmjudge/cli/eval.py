@@ -16,7 +16,7 @@ from rmjudge.cli.mapping_options import input_source
 from rmjudge.cli.run_options import parse_run_options, run_options
 from rmjudge.cli.server_options import server_options
 from rmjudge.core.settings import EngineSettings, JudgeSettings, setting
-from rmjudge.engine.server_settings import ServerSettings
+from rmjudge.servers.settings import ServerSettings
 
 
 @dataclass(frozen=True)

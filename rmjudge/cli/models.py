@@ -14,7 +14,7 @@ def command(model: str | None) -> None:
     """Show the resolved judge model: path, sha256, architecture, context length, template;
     then the GGUF judges cached from the Hugging Face Hub."""
     from rmjudge.engine.vocab import read_model_info
-    from rmjudge.engine.models import embedded_model_files, resolve_model, with_demo_adapter
+    from rmjudge.models.resolve import embedded_model_files, resolve_model, with_demo_adapter
 
     demo = with_demo_adapter(EngineSettings(model=model))  # what `score` runs without --model
     path = demo.model if model is None and demo.model else resolve_model(model)
@@ -22,7 +22,7 @@ def command(model: str | None) -> None:
     click.echo(f"path:           {info.path}")
     packaged, *made = embedded_model_files() or [None]
     if path in made:
-        from rmjudge.engine.embedded import merged_demo_adapter
+        from rmjudge.models.embedded import merged_demo_adapter
 
         what = ("the Q8_0 copy, with the demo format adapter merged in (--no-demo-adapter: "
                 "without it)," if merged_demo_adapter(path) else "the Q8_0 copy")
@@ -37,8 +37,8 @@ def command(model: str | None) -> None:
 
 
 def _list_hub_cache() -> None:
-    """Judges cached from the Hugging Face Hub (rmjudge/engine/hub_models.py), usable as --model."""
-    from rmjudge.engine.hub_models import cache_dir, cached_ggufs
+    """Judges cached from the Hugging Face Hub (rmjudge/models/hub.py), usable as --model."""
+    from rmjudge.models.hub import cache_dir, cached_ggufs
 
     found = cached_ggufs()
     click.echo(f"\nGGUF judges in the Hugging Face cache ({cache_dir()}): {len(found) or 'none'}")

@@ -9,7 +9,7 @@ option, so it stays out of shell history and of the run tables.
 from __future__ import annotations
 
 from rmjudge.cli.options import settings_options, settings_values
-from rmjudge.engine.server_settings import ServerSettings
+from rmjudge.servers.settings import ServerSettings
 
 
 server_options = settings_options(ServerSettings, only=ServerSettings.OPTIONS)

@@ -19,7 +19,7 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
     `server` (or kind "server"): judge through that server; `settings.model`, when set, is then
     only where the chat template and tokenizer come from. A local engine on the embedded model
     chosen by default (no model, no LoRA given) gets the packaged demo format adapter unless
-    `settings.demo_adapter` is False (rmjudge.engine.models.with_demo_adapter)."""
+    `settings.demo_adapter` is False (rmjudge.models.resolve.with_demo_adapter)."""
     settings = settings or EngineSettings()
     kind = kind or settings.kind
     if server is not None or kind == "server":
@@ -33,7 +33,7 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
 
             server = replace(server, template_model=settings.model)
         return ServerEngine(server)
-    from rmjudge.engine.models import with_demo_adapter
+    from rmjudge.models.resolve import with_demo_adapter
 
     settings = with_demo_adapter(settings)  # the embedded model chosen by default only
     if settings.lora:
@@ -53,18 +53,19 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
 
 def check_lora_settings(settings: EngineSettings) -> None:
     """Refuse a LoRA adapter trained on another prompt format (ModelError, before any model is
-    loaded); print a one-line warning for one that records no format (rmjudge/adapter_format)."""
+    loaded); print a one-line warning for one that records no format (rmjudge/models/adapter_format.py)."""
     import sys
 
     from rmjudge.core.errors import ModelError
-    from rmjudge.engine.adapter_format import check_lora
-    from rmjudge.engine.embedded import merged_demo_adapter
-    from rmjudge.engine.models import check_gguf, resolve_model
+    from rmjudge.models.adapter_format import check_lora
+    from rmjudge.models.embedded import merged_demo_adapter
+    from rmjudge.models.checks import check_gguf
+    from rmjudge.models.resolve import resolve_model
 
     model = resolve_model(settings.model)
     if merged_demo_adapter(model):  # the run would record the same judge as without --lora
-        from rmjudge.engine.embedded import fast_copy_path
-        from rmjudge.engine.models import packaged_model_path
+        from rmjudge.models.embedded import fast_copy_path
+        from rmjudge.models.packaged import packaged_model_path
 
         raise ModelError(f"{model} has the demo format adapter merged in already; to apply "
                          "--lora, give --model the Q8_0 copy it was made from "

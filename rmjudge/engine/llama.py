@@ -47,9 +47,11 @@ from rmjudge.engine.cpu_load import LoadFollower, default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.prefix_cache import PrefixCache
 from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count_tokens,
-                                  device_name, llama_backend, load_model, model_info,
-                                  read_model_info, uses_gpu)
-from rmjudge.engine.models import ModelError, check_gguf, resolve_model
+                                  device_name, load_model, model_info, read_model_info, uses_gpu)
+from rmjudge.models.llamacpp import llama_backend
+from rmjudge.core.errors import ModelError
+from rmjudge.models.checks import check_gguf
+from rmjudge.models.resolve import resolve_model
 from rmjudge.engine.budget import FORCE_MARGIN  # noqa: F401 - the KV margin of every sequence
 from rmjudge.engine.budget import prompt_room, tokens_needed, too_long_reason
 from rmjudge.core.settings import EngineSettings, JudgeSettings

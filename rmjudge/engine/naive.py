@@ -17,8 +17,9 @@ import numpy as np
 
 from rmjudge.engine.cpu_load import default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
-from rmjudge.engine.vocab import Tokenizer, llama_backend, model_info, plain_weight_buffers
-from rmjudge.engine.models import resolve_model
+from rmjudge.engine.vocab import Tokenizer, model_info
+from rmjudge.models.llamacpp import llama_backend, plain_weight_buffers
+from rmjudge.models.resolve import resolve_model
 from rmjudge.prompts import RESULT_OPEN
 from rmjudge.core.settings import EngineSettings, JudgeSettings
 from rmjudge.core.types import Generation, GenRequest

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmjudge.engine.chat import ChatTemplate
-from rmjudge.engine.server_client import ServerError, ServerSettings
-from rmjudge.engine.models import ModelError
+from rmjudge.servers.client import ServerError, ServerSettings
+from rmjudge.core.errors import ModelError
 
 # A Hugging Face repository id: "org/name", letters, digits, "-", "_" and "." (no "--" or "..",
 # no leading or trailing "-" or "."). A served model named otherwise (a file path, an alias)
@@ -52,7 +52,7 @@ def hub_template(name: str) -> tuple[ChatTemplate, str] | None:
     if not is_repo_id(name):
         return None
     try:
-        from rmjudge.engine.hub_models import hub_file
+        from rmjudge.models.hub import hub_file
     except ImportError:
         return None
     try:

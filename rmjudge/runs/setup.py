@@ -92,13 +92,14 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     hears one line about it ("rmjudge: ..."). Ctrl-C while the model loads becomes
     `Interrupted`."""
     from rmjudge.engine import load_engine
-    from rmjudge.engine.models import resolve_model
+    from rmjudge.models.resolve import resolve_model
 
     if server is not None:
         engine = load_engine(es, server=server)
         status(f"rmjudge: {engine.describe()}")
         return engine
-    from rmjudge.engine.models import DEMO_ADAPTER_NAME, with_demo_adapter
+    from rmjudge.models.packaged import DEMO_ADAPTER_NAME
+    from rmjudge.models.resolve import with_demo_adapter
 
     try:
         chosen = with_demo_adapter(es)  # the demo judge file made here, once, when missing

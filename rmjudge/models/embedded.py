@@ -9,9 +9,9 @@ README's first command processed 1.15x (two threads) to 1.19x (one) as many toke
 Q8_0 scale (a 32-weight block's largest magnitude / 127); the judge's samples are therefore not
 byte-identical to the Q4_1 file's, which stays usable with `--model PATH`.
 
-With the demo format adapter (the default, rmjudge/engine/models.py), rmjudge runs one more
+With the demo format adapter (the default, rmjudge/models/resolve.py), rmjudge runs one more
 file: that copy with the adapter merged into its weights (`demo_judge`,
-rmjudge/engine/lora_merge.py; a few seconds, once), named after both files' sha256. Applied at
+rmjudge/models/lora_merge.py; a few seconds, once), named after both files' sha256. Applied at
 run time the adapter adds two small products per adapted matrix; merged, the README's first
 command processes 1.37x as many tokens per second as the copy with the adapter at run time, and
 its logits are closer to those of the packaged file with the adapter than the copy's are
@@ -34,9 +34,16 @@ record) is removed and made again, with one note on stderr (docs/scoring.md#mode
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
+
+from rmjudge.core.errors import ModelError, UserError
+from rmjudge.files import cache, make_dir, remove_file, write_new, write_new_data
+from rmjudge.models.checks import file_sha256
+from rmjudge.models.llamacpp import llama_backend
+from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
 
 FAST_TYPE = "Q8_0"
 CACHE_FOLDER = "models"
@@ -45,9 +52,6 @@ MADE_RECORD = "made.json"  # cache table: path of a file made here -> its sha256
 
 def fast_copy_path(packaged: str) -> Path:
     """Where the Q8_0 copy of the packaged GGUF `packaged` lives (it may not exist yet)."""
-    from rmjudge.engine.models import file_sha256
-    from rmjudge.files import cache
-
     name = f"{_stem(packaged)}.{FAST_TYPE}-{file_sha256(packaged)[:16]}.gguf"
     return cache.cache_path(CACHE_FOLDER) / name
 
@@ -64,9 +68,6 @@ def fast_copy(packaged: str) -> str:
         return str(target)
     if str(target) in _FAILED:
         return packaged
-    from rmjudge.core.errors import UserError
-    from rmjudge.files import make_dir, write_new
-
     def produce(tmp: str) -> None:
         _quantize(packaged, tmp)
         _record(target, _sha256_of(tmp))
@@ -82,8 +83,6 @@ def fast_copy(packaged: str) -> str:
 
 def _quantize(src: str, dest: str) -> None:
     """`src` requantized to Q8_0 into `dest` by llama.cpp (its logs silenced as a load's are)."""
-    from rmjudge.engine.vocab import llama_backend
-
     llama_cpp = llama_backend()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
@@ -95,17 +94,13 @@ def _quantize(src: str, dest: str) -> None:
         raise OSError(f"llama.cpp wrote an empty file for {src}")
 
 
-MERGED_FORM = "1"  # the merge's form (rmjudge/engine/lora_merge.py); another makes a new file
+MERGED_FORM = "1"  # the merge's form (rmjudge/models/lora_merge.py); another makes a new file
 
 
 def demo_judge_path(packaged: str, adapter: str) -> Path:
     """Where the Q8_0 copy of `packaged` with the demo adapter `adapter` merged in lives (it
     may not exist yet), beside the copy: named after the sha256 of both files and the merge's
     form."""
-    import hashlib
-
-    from rmjudge.engine.models import file_sha256
-
     key = hashlib.sha256(f"{file_sha256(packaged)} {file_sha256(adapter)} {MERGED_FORM}"
                          .encode()).hexdigest()[:16]
     return fast_copy_path(packaged).parent / f"{_stem(packaged)}.{FAST_TYPE}.demo-{key}.gguf"
@@ -118,7 +113,7 @@ def _stem(packaged: str) -> str:
 
 def demo_judge(packaged: str, adapter: str) -> str | None:
     """The embedded demo judge as one file: the Q8_0 copy of `packaged` with `adapter` merged
-    into its weights (rmjudge/engine/lora_merge.py), made now when missing (a few seconds, once),
+    into its weights (rmjudge/models/lora_merge.py), made now when missing (a few seconds, once),
     placed like the Q8_0 copy. None (with one note on stderr) when it cannot be made: the run
     then applies the adapter at run time to the Q8_0 copy, which gives other samples."""
     target = demo_judge_path(packaged, adapter)
@@ -129,11 +124,7 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
     copy = fast_copy(packaged)
     if copy == packaged:  # no Q8_0 copy (its note was printed)
         return None
-    import hashlib
-
-    from rmjudge.core.errors import UserError
-    from rmjudge.engine.lora_merge import MergeError, merged_q8_0
-    from rmjudge.files import write_new_data
+    from rmjudge.models.lora_merge import MergeError, merged_q8_0  # NumPy, when merging
 
     try:
         data, _ = merged_q8_0(copy, packaged, adapter)
@@ -148,14 +139,10 @@ def demo_judge(packaged: str, adapter: str) -> str | None:
 
 def _record(target: Path, digest: str) -> None:
     """Record the sha256 of the file about to be placed at `target` (`MADE_RECORD`)."""
-    from rmjudge.files import cache
-
     cache.update(MADE_RECORD, str(target), digest)
 
 
 def _sha256_of(path: str) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -168,9 +155,6 @@ def _intact(target: Path) -> bool:
     (`file_sha256`, cached while the file's identity is unchanged: cheap). Otherwise (another
     content, no record) it is removed, with one note on stderr, so that the caller makes it
     again; False."""
-    from rmjudge.engine.models import file_sha256
-    from rmjudge.files import cache, remove_file
-
     made = cache.load(MADE_RECORD).get(str(target))
     try:
         now = file_sha256(str(target))
@@ -183,8 +167,6 @@ def _intact(target: Path) -> bool:
     try:
         remove_file(str(target))
     except OSError as exc:
-        from rmjudge.core.errors import ModelError
-
         raise ModelError(f"{target} is not the file rmjudge made ({why}) and cannot be removed "
                          f"({exc.strerror or exc}); delete it, and rmjudge makes it again on "
                          "the next run") from None
@@ -198,9 +180,6 @@ def merged_demo_adapter(path: str) -> str | None:
     what the run store records as the judge's LoRA."""
     if f".{FAST_TYPE}.demo-" not in Path(path).name:
         return None
-    from rmjudge.core.errors import ModelError
-    from rmjudge.engine.models import demo_adapter_path, packaged_model_path
-
     try:
         adapter = demo_adapter_path()
         target = demo_judge_path(packaged_model_path(), adapter)

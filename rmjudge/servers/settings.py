@@ -1,6 +1,6 @@
 """The settings of `--server` (`ServerSettings`) and the URL as shown (`public_url`).
 
-Kept apart from the transport (server_client.py, which imports asyncio and starts an event
+Kept apart from the transport (client.py, which imports asyncio and starts an event
 loop) so that the commands' options can take their defaults from the dataclass without
 importing the transport: `rmjudge score`, `rank`, `bench` and `eval` start about 45 ms of CPU
 faster (docs/development.md), and the transport is imported only by a run with `--server`.
@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rmjudge.core.extras import install_hint
 from rmjudge.core.settings import SettingsError, setting
-from rmjudge.engine import openai_chat
+from rmjudge.servers import openai_chat
 
 
 @dataclass(frozen=True)

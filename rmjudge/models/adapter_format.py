@@ -7,7 +7,7 @@ A judge adapter learns the wording of the prompts it was trained on (`rmjudge.pr
 adapter that records none (made before formats were recorded, or by another tool) is used with
 a one-line warning.
 
-The GGUF header is read by `rmjudge.engine.gguf_header` (the standard library only: the `gguf`
+The GGUF header is read by `rmjudge.models.gguf_header` (the standard library only: the `gguf`
 package belongs to the export extra, and `import rmjudge` needs no more than the core
 dependencies).
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rmjudge.engine.gguf_header import gguf_metadata_value
-from rmjudge.engine.models import ModelError
+from rmjudge.models.gguf_header import gguf_metadata_value
+from rmjudge.core.errors import ModelError
 from rmjudge.prompts import PROMPT_FORMAT
 
 GGUF_KEY = "rmjudge.prompt_format"

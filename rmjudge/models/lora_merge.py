@@ -4,7 +4,7 @@ llama.cpp applies a LoRA adapter at run time as two more products per adapted ma
 (`W x + s B (A x)`); for a model as small as the embedded judge those products and their graph
 nodes cost about as much as a quarter of the model's own work. Merged, `W' = W + s B A` is one
 matrix again: rmjudge runs the embedded demo judge as one Q8_0 file with its demo adapter merged
-in (rmjudge/engine/embedded.py).
+in (rmjudge/models/embedded.py).
 
 What is computed, as llama.cpp defines it: `s = scale * alpha / rank` (`adapter.lora.alpha`,
 rank = `lora_b`'s ne[0]; `s = scale` without alpha), `A` = `W.lora_a` (rank x in), `B` =
@@ -26,7 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
-from rmjudge.engine.gguf_header import GGUFHeader, GGUFTensor, read_gguf_header
+from rmjudge.models.gguf_header import GGUFHeader, GGUFTensor, read_gguf_header
 
 F32, F16, Q4_1, Q8_0 = 0, 1, 3, 8
 BLOCK = 32  # elements per block of Q4_1 and Q8_0

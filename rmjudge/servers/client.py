@@ -12,7 +12,7 @@
 - **Requests** (`request`): 429, 5xx, connection errors and timeouts are retried with exponential
   backoff and jitter, honouring `Retry-After`; `HTTPStatus` is a final refusal, `Unreachable`
   means retries are exhausted. A response is read as it streams, up to a cap derived from its
-  `max_tokens` (server_responses.py); `--server-timeout` bounds the whole response.
+  `max_tokens` (responses.py); `--server-timeout` bounds the whole response.
 - **Counting**: requests sent, requests in flight (and their peak), and the cost: prompt tokens
   sent and tokens received over every answered request, from the server's `usage`.
 - **Discovery** (`discover`): the served model (`/v1/models`, `--server-model`), the server's
@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from rmjudge.engine import openai_chat
-from rmjudge.engine import server_responses as wire
+from rmjudge.servers import openai_chat
+from rmjudge.servers import responses as wire
 from rmjudge.core.extras import install_hint
-from rmjudge.engine.models import ModelError
-from rmjudge.engine.server_settings import ServerSettings, public_url  # noqa: F401  (re-exported)
+from rmjudge.core.errors import ModelError
+from rmjudge.servers.settings import ServerSettings, public_url  # noqa: F401  (re-exported)
 
 API_KEY_ENV = "RMJUDGE_API_KEY"
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}

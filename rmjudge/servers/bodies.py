@@ -9,14 +9,14 @@ template's BOS loses it on llama.cpp servers (they add the model's own) and is s
 `add_special_tokens: false` elsewhere; token-id prompts go as they are. Chat bodies carry
 the data with its control strings broken (the server parses them), continue a final
 assistant message for the assistant prefix, and under `--server-api openai-chat` keep to the
-documented OpenAI parameters (engine/openai_chat.py).
+documented OpenAI parameters (servers/openai_chat.py).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from rmjudge.engine import openai_chat
+from rmjudge.servers import openai_chat
 
 
 class RequestBodies:

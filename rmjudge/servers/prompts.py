@@ -9,21 +9,21 @@ picks the endpoint, the choice of how prompts are encoded, and the prompts thems
   takes them (`TOKEN_ID_FLAVORS`) and rmjudge can tokenize as the model does (the served
   GGUF's vocabulary, or llama-server's `/tokenize` when it honours `parse_special`), data
   pieces tokenized without special-token parsing as in-process; else as text with the data's
-  control-token strings broken (engine/control_text.py).
+  control-token strings broken (servers/control_text.py).
 - **The prompts** (`ServedPrompts.prompt`, `extend`): the judge's chat template's pieces,
   encoded the chosen way.
 """
 
 from __future__ import annotations
 
-from rmjudge.engine import openai_chat
-from rmjudge.engine import server_responses as wire
+from rmjudge.servers import openai_chat
+from rmjudge.servers import responses as wire
 from rmjudge.prompts.sandbox import TemplateError
-from rmjudge.engine.control_text import Neutralizer, looks_like_control, template_strings
-from rmjudge.engine.server_bodies import RequestBodies
-from rmjudge.engine.server_client import API_KEY_ENV, HTTPStatus, ServerClient, ServerError
+from rmjudge.servers.control_text import Neutralizer, looks_like_control, template_strings
+from rmjudge.servers.bodies import RequestBodies
+from rmjudge.servers.client import API_KEY_ENV, HTTPStatus, ServerClient, ServerError
 from rmjudge.core.extras import install_hint
-from rmjudge.engine.models import ModelError
+from rmjudge.core.errors import ModelError
 from rmjudge.core.types import GenRequest
 
 # Flavors whose /v1/completions take a prompt as a list of token ids (the OpenAI schema's
@@ -121,7 +121,7 @@ class ServedPrompts:
         tokenize as its model does (the served GGUF's vocabulary, or llama-server's /tokenize
         with special-token parsing off for data), so that control-token strings inside the data
         stay text as in the in-process engine; else text with those strings broken
-        (engine/control_text.py)."""
+        (servers/control_text.py)."""
         self.encoding = await self._choose(endpoint, flavor, strict)
         return self.encoding
 

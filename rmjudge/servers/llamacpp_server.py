@@ -2,7 +2,7 @@
 CPU buffers (`rmjudge.engine.vocab.plain_weight_buffers`): the same arguments as
 `python -m llama_cpp.server`, for CPUs whose AMX kernels crash it (docs/serving.md).
 
-    python -m rmjudge.engine.llamacpp_server --model FILE --host 127.0.0.1 --port 8000
+    python -m rmjudge.servers.llamacpp_server --model FILE --host 127.0.0.1 --port 8000
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 def main() -> None:
     from llama_cpp.server.__main__ import main as serve
 
-    from rmjudge.engine.vocab import plain_weight_buffers
+    from rmjudge.models.llamacpp import plain_weight_buffers
 
     with plain_weight_buffers():
         serve()
