@@ -538,20 +538,24 @@ def test_a_run_whose_thread_count_changed_records_no_throughput(tmp_path, monkey
     mostly used two."""
     from types import SimpleNamespace
 
+    from rmjudge.engine.llama import LlamaEngine
     from rmjudge.runs.dryrun import measured_throughput, record_engine_throughput, throughput_key
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def engine(counts, threads):
-        return SimpleNamespace(on_gpu=False, threads=threads, thread_counts=set(counts),
+        state = SimpleNamespace(on_gpu=False, threads=threads, thread_counts=set(counts))
+        return SimpleNamespace(throughput_device=LlamaEngine.throughput_device.fget(state),
                                generated_tokens=800, info=SimpleNamespace(sha256="abc"))
 
+    assert engine({2, 1}, 1).throughput_device is None
     record_engine_throughput(engine({2, 1}, 1), 100, 30.0, 8)
     assert measured_throughput(throughput_key("abc", "cpu1")) is None
     assert measured_throughput(throughput_key("abc", "cpu2")) is None
     record_engine_throughput(engine({2}, 2), 100, 30.0, 8)  # one count throughout: recorded
     got = measured_throughput(throughput_key("abc", "cpu2"))
     assert got["budgets"]["8"] == {"seconds_per_generation": 0.3, "tokens_per_generation": 8.0}
-    server = SimpleNamespace(generated_tokens=800, info=SimpleNamespace(sha256="abc"))
+    server = SimpleNamespace(throughput_device=None, generated_tokens=800,
+                             info=SimpleNamespace(sha256="abc"))
     record_engine_throughput(server, 100, 1.0, 16)  # a server: never recorded
     assert "16" not in measured_throughput(throughput_key("abc", "cpu2"))["budgets"]

@@ -17,6 +17,7 @@ import pytest
 from helpers import kill_after_commits, rows
 
 from rmjudge.engine import load_engine
+from rmjudge.engine.base import Engine
 from rmjudge.runs.pipeline import score
 from rmjudge.core.settings import EngineSettings, JudgeSettings
 
@@ -107,7 +108,7 @@ def test_kill_9_and_resume_gives_the_uninterrupted_samples(reference, small_mode
     assert rows(out, PAIRS_Q) == rows(ref, PAIRS_Q)
 
 
-class ParsedRollouts:
+class ParsedRollouts(Engine):
     """The real engine, with each rollout's text closed by a verdict (1, 2, 1, ...) so that the
     rollouts take part and self-reflection runs: the embedded model never writes a verdict, and
     only rollouts with a verdict of their own are critiques (reflectrm.md §2). Reflections are

@@ -84,8 +84,7 @@ class EngineRollouts:
         info = self.engine.info
         if not info.lora_sha256:
             return {}
-        scale = getattr(getattr(self.engine, "settings", None), "lora_scale", 1.0)
-        return {"lora_sha256": info.lora_sha256, "lora_scale": scale}
+        return {"lora_sha256": info.lora_sha256, "lora_scale": info.lora_scale}
 
     def request(self, item: Item) -> GenRequest:
         return GenRequest(

@@ -138,6 +138,11 @@ class JudgeSettings:
         return [f.name for f in fields(cls)]
 
 
+# The in-process engines `--engine` chooses from, named once for the option, its check and
+# the registry that loads each (rmjudge.engine.ENGINES, which adds "server", chosen by --server).
+ENGINE_KINDS = ("batched", "naive")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """How the judge model runs. Every field is an option of the judging commands."""
@@ -165,9 +170,9 @@ class EngineSettings:
                                 metavar="MB")
     n_ctx: int | None = setting(None, "Per-sequence context limit (default: the model's training "
                              "context).", type=int, option="--ctx-size")
-    kind: Literal["batched", "naive"] = setting(
+    kind: str = setting(
         "batched", "naive: one sequence at a time through llama-cpp-python's Llama (slow; a "
-        "baseline).", choices=("batched", "naive"), option="--engine")
+        "baseline).", choices=ENGINE_KINDS, option="--engine")
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda"):
@@ -180,8 +185,8 @@ class EngineSettings:
             raise SettingsError("--prefix-cache-mb must be 0 or more")
         if self.threads is not None and self.threads < 1:
             raise SettingsError("--threads must be at least 1")
-        if self.kind not in ("batched", "naive"):
-            raise SettingsError("--engine must be batched or naive")
+        if self.kind not in ENGINE_KINDS:
+            raise SettingsError(f"--engine must be {' or '.join(ENGINE_KINDS)}")
         if self.n_ctx is not None and self.n_ctx < 0:  # 0: the training context, as llama.cpp
             raise SettingsError("--ctx-size must be 0 (the model's training context) or more")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:

@@ -1,54 +1,79 @@
 """Engines: `batched` (the fast llama.cpp engine), `naive` (one sequence at a time through
 llama-cpp-python's high-level `Llama`, kept as a baseline and for cross-checks) and `server`
-(an OpenAI-compatible HTTP server: llama-server, vLLM, SGLang; see engine/server.py)."""
+(an OpenAI-compatible HTTP server: llama-server, vLLM, SGLang; see engine/server.py). Each
+implements `rmjudge.engine.base.Engine`; `ENGINES` is the registry `load_engine` chooses from."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable
 
-from rmjudge.core.settings import EngineSettings
+from rmjudge.core.settings import EngineSettings, SettingsError
 
 if TYPE_CHECKING:
-    from rmjudge.engine.server import ServerSettings
+    from rmjudge.engine.base import Engine
+    from rmjudge.servers.settings import ServerSettings
+
+
+def load_llama(settings: EngineSettings, server: "ServerSettings | None") -> "Engine":
+    from rmjudge.engine.llama import LlamaEngine
+
+    return LlamaEngine(settings)
+
+
+def load_naive(settings: EngineSettings, server: "ServerSettings | None") -> "Engine":
+    from rmjudge.engine.naive import NaiveEngine
+
+    return NaiveEngine(settings)
+
+
+def load_server(settings: EngineSettings, server: "ServerSettings | None") -> "Engine":
+    """The server engine; `settings.model`, when set, is only where the chat template and
+    tokenizer come from."""
+    from rmjudge.engine.server import ServerEngine
+
+    if server is None:
+        raise SettingsError("the server engine needs --server URL")
+    if server.template_model is None and settings.model:
+        server = replace(server, template_model=settings.model)
+    return ServerEngine(server)
+
+
+# Engine kind -> its loader (engine settings, server settings or None -> an `Engine`): the one
+# registry of engines. A new backend is its module and one line here (docs/architecture.md,
+# "Engines"); `--engine` offers the in-process kinds, `core.settings.ENGINE_KINDS`, and
+# `--server URL` picks "server".
+ENGINES: dict[str, Callable[[EngineSettings, "ServerSettings | None"], "Engine"]] = {
+    "batched": load_llama,
+    "naive": load_naive,
+    "server": load_server,
+}
+REMOTE = ("server",)  # kinds that judge elsewhere: no model, demo adapter or vocabulary here
 
 
 def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
                 vocab_only: bool = False, server: "ServerSettings | None" = None):
-    """An engine of `kind`. With `vocab_only`, a `ModelVocab` instead (prompt token counts and
-    model metadata without loading weights; both local engines tokenize the same way). With
-    `server` (or kind "server"): judge through that server; `settings.model`, when set, is then
-    only where the chat template and tokenizer come from. A local engine on the embedded model
-    chosen by default (no model, no LoRA given) gets the packaged demo format adapter unless
-    `settings.demo_adapter` is False (rmjudge.models.resolve.with_demo_adapter)."""
+    """An engine of `kind` (`ENGINES`; default `settings.kind`). With `vocab_only`, a
+    `ModelVocab` instead (prompt token counts and model metadata without loading weights; both
+    local engines tokenize the same way). With `server` (or kind "server"): judge through that
+    server. A local engine on the embedded model chosen by default (no model, no LoRA given)
+    gets the packaged demo format adapter unless `settings.demo_adapter` is False
+    (rmjudge.models.resolve.with_demo_adapter)."""
     settings = settings or EngineSettings()
-    kind = kind or settings.kind
-    if server is not None or kind == "server":
-        from rmjudge.engine.server import ServerEngine
-        from rmjudge.core.settings import SettingsError
+    kind = "server" if server is not None else kind or settings.kind
+    if kind not in ENGINES:
+        raise SettingsError(f"no engine {kind!r}: one of {', '.join(ENGINES)}")
+    if kind not in REMOTE:
+        from rmjudge.models.resolve import with_demo_adapter
 
-        if server is None:
-            raise SettingsError("the server engine needs --server URL")
-        if server.template_model is None and settings.model:
-            from dataclasses import replace
+        settings = with_demo_adapter(settings)  # the embedded model chosen by default only
+        if settings.lora:
+            check_lora_settings(settings)
+        if vocab_only:
+            from rmjudge.engine.vocab import ModelVocab
 
-            server = replace(server, template_model=settings.model)
-        return ServerEngine(server)
-    from rmjudge.models.resolve import with_demo_adapter
-
-    settings = with_demo_adapter(settings)  # the embedded model chosen by default only
-    if settings.lora:
-        check_lora_settings(settings)
-    if vocab_only:
-        from rmjudge.engine.vocab import ModelVocab
-
-        return ModelVocab(settings)
-    if kind == "naive":
-        from rmjudge.engine.naive import NaiveEngine
-
-        return NaiveEngine(settings)
-    from rmjudge.engine.llama import LlamaEngine
-
-    return LlamaEngine(settings)
+            return ModelVocab(settings)
+    return ENGINES[kind](settings, server)
 
 
 def check_lora_settings(settings: EngineSettings) -> None:

@@ -29,7 +29,24 @@ class ModelInfo:
 
 
 class Engine(Protocol):
+    """What every engine implements in full (the llama.cpp engine, the naive one, the server
+    engine, `ScriptedEngine`): the Judge, the run set-up, the progress display and the summary
+    use these members and nothing else, never probing for one. An engine subclasses `Engine`
+    and gets the defaults below for what it has no use for: `steps` serving a source in
+    `generate` calls, `close` doing nothing, the counters it does not keep at 0 or None."""
+
     info: ModelInfo
+    # prompt tokens evaluated so far (prefill work; 0 where the engine does not count them)
+    prompt_tokens_evaluated: int = 0
+    # tokens decoded so far, those of generations still running included (0: not counted)
+    decode_rows: int = 0
+    # tokens sent to and received from a server (None: the engine talks to no server)
+    tokens_sent: int | None = None
+    tokens_received: int | None = None
+    # the device a finished run's throughput is recorded under for the dry run's estimate
+    # ("cpuN", "cuda"); None where no figure is recorded (a server, a scripted engine, a CPU
+    # run whose thread count changed while it ran)
+    throughput_device: str | None = None
 
     def generate(self, requests: list[GenRequest]) -> list[list[Generation]]:
         """For each request, its `n` generations (in sample order)."""
@@ -48,6 +65,15 @@ class Engine(Protocol):
         """Total tokens generated so far (for throughput reports)."""
         ...
 
+    def steps(self, source: RequestSource) -> Iterator[None]:
+        """Serve `source` until it has nothing left, yielding now and then. By default every
+        ready request goes in one `generate` call at a time (`serve_in_calls`); a streaming
+        engine (llama.cpp) takes a pair's next stage the moment its previous one is done."""
+        return serve_in_calls(self, source)
+
+    def close(self) -> None:
+        """Release what the engine holds (a server engine's connections); nothing by default."""
+
 
 class RequestSource(Protocol):
     """Where a streaming engine takes its work from, and where it reports it done.
@@ -65,9 +91,9 @@ class RequestSource(Protocol):
 
 
 def serve_in_calls(engine: Engine, source: RequestSource) -> Iterator[None]:
-    """Serve `source` with an engine that only has `generate`: every request ready is sent in
-    one call, its results reported, and so on until the source has nothing left. Yields after
-    each call. (Engines with a `steps(source)` method serve it continuously instead.)"""
+    """Serve `source` in `generate` calls: every request ready is sent in one call, its results
+    reported, and so on until the source has nothing left. Yields after each call
+    (`Engine.steps` by default; the llama.cpp engine serves a source continuously instead)."""
     while True:
         requests: list[GenRequest] = []
         while more := source.take():

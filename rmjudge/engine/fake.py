@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from rmjudge.engine.base import ModelInfo
+from rmjudge.engine.base import Engine, ModelInfo
 from rmjudge.core.types import Generation, GenRequest
 
 Respond = Callable[[GenRequest, int], "Generation | str"]
@@ -28,7 +28,7 @@ def stage_of(request: GenRequest) -> str:
     return request.share_key[2]
 
 
-class ScriptedEngine:
+class ScriptedEngine(Engine):
     def __init__(self, respond: Respond, force: Force | None = None, pairs_in_flight: int = 4):
         self.respond = respond
         self.force = force or (lambda req, i, text: (0.7, 0.3))

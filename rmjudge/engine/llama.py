@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from rmjudge.engine.base import RequestSource
+from rmjudge.engine.base import Engine, RequestSource
 from rmjudge.engine.cpu_load import LoadFollower, default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.prefix_cache import PrefixCache
@@ -152,7 +152,7 @@ def _take(remaining: int, budget: int) -> int:
     return t
 
 
-class LlamaEngine:
+class LlamaEngine(Engine):
     """Batched multi-sequence engine (see module docstring)."""
 
     def __init__(self, settings: EngineSettings):
@@ -200,6 +200,12 @@ class LlamaEngine:
     @property
     def generated_tokens(self) -> int:
         return self._generated
+
+    @property
+    def throughput_device(self) -> str | None:
+        """`cpuN` or `cuda`; None once the load follower changed the thread count (the run's
+        figure then belongs to no one count)."""
+        return None if len(self.thread_counts) > 1 else device_name(self)
 
     def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
         per_pair = settings.samples * len(settings.order_list)

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from rmjudge.engine.base import Engine
 from rmjudge.engine.cpu_load import default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.vocab import Tokenizer, model_info
@@ -25,7 +26,7 @@ from rmjudge.core.settings import EngineSettings, JudgeSettings
 from rmjudge.core.types import Generation, GenRequest
 
 
-class NaiveEngine:
+class NaiveEngine(Engine):
     def __init__(self, settings: EngineSettings, logprobs: bool = True):
         path = resolve_model(settings.model)
         llama_cpp = llama_backend()

@@ -57,7 +57,7 @@ from typing import Any
 
 from rmjudge.servers import openai_chat
 from rmjudge.servers import responses as wire
-from rmjudge.engine.base import ModelInfo
+from rmjudge.engine.base import Engine, ModelInfo
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
 from rmjudge.servers.bodies import RequestBodies
@@ -108,7 +108,7 @@ def _common_prefix(texts: list[str]) -> str:
     return os.path.commonprefix(texts)
 
 
-class ServerEngine:
+class ServerEngine(Engine):
     """The Engine seam over an OpenAI-compatible HTTP server (see module docstring)."""
 
     def __init__(self, settings: ServerSettings):

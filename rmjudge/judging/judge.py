@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator
 
-from rmjudge.engine.base import Engine, serve_in_calls
+from rmjudge.engine.base import Engine
 from rmjudge.judging.runspec import RunSpec, resolve
 from rmjudge.judging.protocol import PairOrderJob, PairResult, combine_orders, to_letter
 from rmjudge.core.settings import JudgeSettings
@@ -124,9 +124,7 @@ class Judge:
         Other engines get every ready request in one `generate` call at a time. Either way at
         most about `pairs_in_flight` pairs' worth of sequences are in flight."""
         feed = _PairFeed(self, iter(pairs))
-        steps = getattr(self.engine, "steps", None)
-        stepper = steps(feed) if steps is not None else serve_in_calls(self.engine, feed)
-        for _ in stepper:
+        for _ in self.engine.steps(feed):
             while feed.out:
                 yield feed.out.popleft()
         while feed.out:

@@ -47,15 +47,14 @@ def record_throughput(key: str, generated_tokens: int, generations: int, seconds
 
 def record_engine_throughput(engine, generations: int, seconds: float, max_tokens: int) -> None:
     """Record what a finished run on an in-process engine measured (`record_throughput`), under
-    its model and device (`cpuN`: N threads; `cuda`). Not recorded: servers (no `on_gpu`),
-    and a CPU run whose thread count changed while it ran (the load follower): its figure
-    belongs to no one thread count, and filing it under the last one would mislead the next
-    dry run at that count."""
-    from rmjudge.engine.vocab import device_name
-
-    if not hasattr(engine, "on_gpu") or len(getattr(engine, "thread_counts", ())) > 1:
+    its model and device (`Engine.throughput_device`: `cpuN`, N threads; `cuda`). Not
+    recorded: servers and scripted engines (no device), and a CPU run whose thread count
+    changed while it ran (the load follower): its figure belongs to no one thread count, and
+    filing it under the last one would mislead the next dry run at that count."""
+    device = engine.throughput_device
+    if device is None:
         return
-    record_throughput(throughput_key(engine.info.sha256, device_name(engine)),
+    record_throughput(throughput_key(engine.info.sha256, device),
                       engine.generated_tokens, generations, seconds, max_tokens)
 
 

@@ -470,8 +470,8 @@ def _end_run(store: Store, prog: Progress, engine, status: str) -> None:
 
 def token_cost(engine) -> dict[str, int]:
     """tokens_sent/tokens_received of an engine that counts them (the server engine)."""
-    return {k: getattr(engine, k) for k in ("tokens_sent", "tokens_received")
-            if isinstance(getattr(engine, k, None), int)}
+    counts = {"tokens_sent": engine.tokens_sent, "tokens_received": engine.tokens_received}
+    return {k: v for k, v in counts.items() if v is not None}
 
 
 

@@ -218,8 +218,7 @@ def engine_activity(engine):
     generations still running where the engine counts them (the llama.cpp engine's decode
     rows), for the progress display's live line."""
     def activity() -> tuple[int, int]:
-        generated = max(getattr(engine, "decode_rows", 0) or 0, engine.generated_tokens)
-        return getattr(engine, "prompt_tokens_evaluated", 0) or 0, generated
+        return engine.prompt_tokens_evaluated, max(engine.decode_rows, engine.generated_tokens)
 
     return activity
 

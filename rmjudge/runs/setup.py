@@ -247,12 +247,10 @@ def dry_run(source: str, opts: RunOptions):
 
 
 def _close_quietly(engine) -> None:
-    close = getattr(engine, "close", None)
-    if close is not None:
-        try:
-            close()
-        except Exception:  # noqa: BLE001 - the run's own error is the one to report
-            pass
+    try:
+        engine.close()
+    except Exception:  # noqa: BLE001 - the run's own error is the one to report
+        pass
 
 
 def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOptions, *,
