@@ -196,34 +196,34 @@ def test_a_lora_on_the_merged_judge_is_refused_before_loading(fresh_cache):
 
 
 @pytest.mark.model
-def test_a_cut_q8_0_copy_makes_no_merged_file_and_the_error_says_how_to_mend_it(fresh_cache,
-                                                                                 capsys):
+def test_a_cut_q8_0_copy_is_made_again_and_the_merge_refuses_a_cut_copy(fresh_cache, capsys,
+                                                                         tmp_path):
     """A copy cut short (a full disk, a killed copy by hand) used to be merged into a cut
-    demo judge that every run loaded again; now the merge is refused, naming the copy, and the
-    load error says to delete the cache file."""
-    from rmjudge.core.errors import ModelError
+    demo judge that every run loaded again. Now the copy no longer matches the sha256 recorded
+    when it was made, so it is made again (one note) and the demo judge merged from a whole
+    copy; and the merge itself refuses a cut copy, naming it."""
     from rmjudge.core.settings import EngineSettings
-    from rmjudge.engine import load_engine
     from rmjudge.models.embedded import demo_judge_path, fast_copy_path
+    from rmjudge.models.lora_merge import MergeError, merged_q8_0
     from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
     from rmjudge.models.resolve import default_model_path, with_demo_adapter
 
     packaged = packaged_model_path()
     copy = fast_copy_path(packaged)
     assert default_model_path() == str(copy)  # made whole, then cut: its header whole
+    whole = copy.stat().st_size
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(copy.read_bytes()[:70_000_000])
+    with pytest.raises(MergeError, match=rf"{cut} is cut short \(its tensor "):
+        merged_q8_0(str(cut), packaged, demo_adapter_path())
     with open(copy, "r+b") as f:
         f.truncate(70_000_000)
+    capsys.readouterr()
     es = with_demo_adapter(EngineSettings())
-    assert es.model is None and es.lora == demo_adapter_path()  # the adapter at run time
-    assert not demo_judge_path(packaged, demo_adapter_path()).exists()
+    assert es.model == str(demo_judge_path(packaged, demo_adapter_path())) and es.lora is None
+    assert copy.stat().st_size == whole  # made again, whole
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and f"({copy} is cut short (its tensor " in err[0]
-    with pytest.raises(ModelError, match=r"rmjudge made it in its cache: delete it and rerun, "
-                                         r"which makes it again$"):
-        load_engine(es, vocab_only=False)
-    copy.unlink()
-    assert with_demo_adapter(EngineSettings()).model is None  # tried once per process
-    assert capsys.readouterr().err == ""
+    assert len(err) == 1 and f"rmjudge: {copy} is not the file rmjudge made" in err[0], err
 
 
 @pytest.mark.model
