@@ -487,6 +487,26 @@ def test_trl_judge_maps_verdicts_back_to_indices():
         judge.judge(["q"], [["a", "b", "c"]])
 
 
+def test_trl_judge_resolves_its_spec_once(tmp_path, monkeypatch):
+    """Its criteria file is read and its spec resolved at the first judgment, not at every
+    one (a GRPO run calls `judge` at every step)."""
+    import rmjudge.judging.runspec as runspec
+    from rmjudge.analysis.trl_judge import ReflectRMJudge
+
+    rubric = tmp_path / "rubric.txt"
+    rubric.write_text("Prefer the correct answer.")
+    calls = []
+    real = runspec.resolve
+    monkeypatch.setattr(runspec, "resolve", lambda *a, **k: calls.append(1) or real(*a, **k))
+    judge = ReflectRMJudge(engine=ScriptedEngine(_content_judge),
+                           settings=JudgeSettings(samples=2, criteria=f"@{rubric}"), seed=1)
+    for _ in range(3):
+        assert judge.judge(["What is 2+2?"], [["5", "4"]], shuffle_order=False) == [1]
+    rubric.write_text("Changed after the first judgment.")
+    assert judge.judge(["What is 2+2?"], [["5", "4"]], shuffle_order=False) == [1]
+    assert len(calls) == 1 and judge.spec.settings.criteria == "Prefer the correct answer."
+
+
 def test_runtime_imports_stay_light():
     code = ("import sys, rmjudge.analysis.trl_judge, rmjudge.analysis.report, "
             "rmjudge.analysis.metrics, rmjudge.analysis.filter, rmjudge.cli.eval, "

@@ -29,6 +29,7 @@ class ReflectRMJudgeCore:
         self.settings = settings or JudgeSettings()
         self.engine_settings = engine_settings or EngineSettings()
         self._engine = engine
+        self._spec = None  # the run spec, resolved once, at the first judgment
         self._rng = random.Random(seed)
         self.last_results: list[Any] = []
 
@@ -39,6 +40,16 @@ class ReflectRMJudgeCore:
 
             self._engine = load_engine(self.engine_settings)
         return self._engine
+
+    @property
+    def spec(self):
+        """The run spec of these settings on this engine's model, resolved once (its
+        `--criteria @FILE` and judge format file read once), then used by every `judge` call."""
+        if self._spec is None:
+            from rmjudge.judging.runspec import resolve
+
+            self._spec = resolve(self.settings, self.engine.info)
+        return self._spec
 
     @staticmethod
     def _messages(prompt: Any) -> tuple[dict, ...]:
@@ -78,7 +89,7 @@ class ReflectRMJudgeCore:
             pairs.append(Pair(f"trl-{i}", i, self._messages(prompt), a, b))
         verdicts: dict[str, str] = {}
         self.last_results = []
-        for res in Judge(self.engine, self.settings).run(pairs):
+        for res in Judge(self.engine, self.spec).run(pairs):
             self.last_results.append(res)
             if not isinstance(res, Failure):
                 verdicts[res.pair.id] = res.verdict
