@@ -183,6 +183,9 @@ class LlamaEngine(Engine):
         # it and copies its cells (`_follow`); False evaluates the opening twice (benchmarks).
         self.share_prefill = True
         self._decode_calls = 0  # llama_decode calls; a stream copy is applied by the next one
+        self._copy_call = -1  # `_decode_calls` when the last stream copy was asked for
+        self.contexts_made = 0  # contexts made, and sequences moved into a larger one running
+        self.sequences_moved = 0
         self.prefix_cache = PrefixCache(settings.prefix_cache_mb << 20)
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
@@ -219,7 +222,7 @@ class LlamaEngine(Engine):
         """One KV stream per sequence slot (`kv_unified=False`), each large enough for the
         longest sequence at hand. A sequence's cells then sit at the same places whatever else
         runs, which keeps its numbers independent of the batch. The context is recreated,
-        larger, only when a longer sequence comes and nothing is running (see `steps`)."""
+        larger, only when a longer sequence comes (see `steps` and `_regrow`)."""
         stream = int(math.ceil(max(need, CELL_PAD) / CELL_PAD) * CELL_PAD)
         if self.ctx is not None and stream <= self.stream_size:
             return
@@ -247,6 +250,7 @@ class LlamaEngine(Engine):
             raise ModelError(f"llama.cpp could not create a context of {self.parallel} x {stream} "
                              "tokens; lower --parallel or --ctx-size")
         self.stream_size = stream
+        self.contexts_made += 1
         self.mem = l.llama_get_memory(self.ctx)
         if self._lora:
             if hasattr(l, "llama_set_adapters_lora"):
@@ -264,6 +268,36 @@ class LlamaEngine(Engine):
             self._batch = l.llama_batch_init(cap, 0, 1)
             self._batch_cap = cap
         self.n_vocab = self.tok.n_vocab
+
+    def _regrow(self, run: _Schedule, need: int) -> bool:
+        """Make the context again with streams of `need` cells while sequences run: the cells
+        of every stream in use are saved (`llama_state_seq_get_data`, as the prefix cache
+        saves a prefix), the context is made anew and each stream's cells are restored into
+        the same slot. They are the same bytes at the same positions, so no sample changes
+        (docs/engine.md, "Restored prefixes"), and the batch keeps running instead of draining
+        to empty first (measured on a 360M shape, 8 pairs: about 60 decode steps at 6 of 16
+        sequences; docs/speed.md). Holds the saved cells in memory meanwhile (at most the old
+        context's). False, with nothing changed, while a stream copy is pending (llama.cpp
+        applies it at the next decode call)."""
+        if self._copy_call >= self._decode_calls:
+            return False
+        l = self.l
+        saved = []
+        for slot in sorted(set(range(self.parallel)) - set(run.free_slots)):
+            if l.llama_memory_seq_pos_max(self.mem, slot) < 0:
+                continue  # nothing in this stream yet
+            size = l.llama_state_seq_get_size(self.ctx, slot)
+            buf = (ctypes.c_uint8 * size)()
+            if l.llama_state_seq_get_data(self.ctx, buf, size, slot) != size:
+                return False
+            saved.append((slot, buf))
+        self._ensure_context(need)
+        for slot, buf in saved:
+            if l.llama_state_seq_set_data(self.ctx, buf, len(buf), slot) == 0:
+                raise ModelError("llama.cpp could not restore a running sequence's cells into a "
+                                 "larger context; lower --parallel or set --ctx-size")
+        self.sequences_moved += len(saved)
+        return True
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, requests: list[GenRequest]) -> tuple[list[_Group], list[list[_Seq]]]:
@@ -390,8 +424,9 @@ class LlamaEngine(Engine):
         chunks of two tokens or more.
 
         The KV streams are sized for the longest sequence waiting when the context is made;
-        a longer one waits until the running sequences are done, then the context is made
-        again, larger (with a quarter of headroom, so that this stays rare).
+        when a longer one comes, the context is made again, larger (with a quarter of
+        headroom, so that this stays rare), and the running sequences' cells move into it
+        (`_regrow`).
 
         A step runs the phases in this order: `_refill` (take requests), `_admit` (groups into
         free slots), `_decode_step`, `_prefill` (prompt chunks; finished group prefixes copied
@@ -429,18 +464,22 @@ class LlamaEngine(Engine):
 
     def _admit(self, run: _Schedule) -> None:
         """Give the queued groups, in order, their slots while enough are free; make the context
-        (again, larger) first when a group needs longer streams and nothing runs. A group with
+        (again, larger, the running sequences moved into it) first when a group needs longer
+        streams. A group with
         a shared prefix starts prefilling it (from the prefix cache when it can); the sequences
         of a group without one restore what they can of their own prompt and start feeding."""
         while run.queue and len(run.free_slots) >= len(run.queue[0].seqs):
             g = run.queue[0]
             need = max(s.need for s in g.seqs)
             if self.ctx is None or need > self.stream_size:
-                if run.live or run.prefilling:
-                    break  # the context grows once the running sequences are done
                 longest = max(s.need for q in run.queue for s in q.seqs)
                 grown = self.stream_size + self.stream_size // 4 if self.ctx else 0
-                self._ensure_context(max(longest, min(grown, self.n_seq_ctx)))
+                target = max(longest, min(grown, self.n_seq_ctx))
+                if run.live or run.prefilling:
+                    if not self._regrow(run, target):
+                        break  # a stream copy is pending: the next step grows it
+                else:
+                    self._ensure_context(target)
             run.queue.popleft()
             run.queued -= len(g.seqs)
             for s in g.seqs:
@@ -521,6 +560,7 @@ class LlamaEngine(Engine):
                 for s in g.seqs:  # copied before the next decode call evaluates anything
                     if s.slot != g.owner:
                         self.l.llama_memory_seq_cp(self.mem, g.owner, s.slot, -1, -1)
+                        self._copy_call = self._decode_calls
                     s.phase = "feed"
                     run.live.append(s)
             else:
@@ -587,6 +627,7 @@ class LlamaEngine(Engine):
         l = self.l
         l.llama_memory_seq_rm(self.mem, g.owner, -1, -1)
         l.llama_memory_seq_cp(self.mem, g.source.owner, g.owner, -1, -1)
+        self._copy_call = self._decode_calls
         l.llama_memory_seq_rm(self.mem, g.owner, g.share, -1)
         g.fed = g.share
         g.copied_at = self._decode_calls
