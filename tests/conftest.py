@@ -78,6 +78,28 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=_start_order)
 
 
+def pytest_configure(config):
+    """Refuses a run in which xdist's `--dist loadgroup` would not group: pytest 9.2 derives a
+    test's id from a field that pytest-xdist 3.8 does not set, so the group never reaches the
+    id. Every module's slow tests would then spread over the workers, each building the
+    module's fixtures (the demo run, a Ray cluster, a server) again, and the suite would take
+    minutes longer, silently. Checked by version in the main process, where an error is one
+    line (a worker's error during collection reaches the user as xdist's internal error)."""
+    if config.getoption("dist", "no") != "loadgroup" or not config.getoption("numprocesses",
+                                                                               None):
+        return
+    import xdist
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
+    if version(pytest.__version__) >= (9, 2) and version(xdist.__version__) <= (3, 8, 0):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} does not group "
+            "tests under --dist loadgroup; install the versions rmjudge's [test] extra names "
+            "(pip install '.[test]'), or run with -n 0")
+
+
 def _start_order(item) -> int:
     if item.get_closest_marker("alone"):
         return 3

@@ -313,7 +313,8 @@ def test_share_prompt_evaluates_a_requests_prompt_once(server16, model_path):
 
 
 def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
-    """The 4 samples of an order and their forced verdicts run in turn, so llama-server
+    """The 4 samples of an order go as one request with n: 4 on slots the group keeps, and
+    their forced verdicts go in turn to the slot that evaluated the prompt, so llama-server
     evaluates each order's prompt about once (its /metrics), where 4 concurrent requests on 4
     slots evaluate it 4 times and forced verdicts often find their slot taken."""
     url, _ = server16

@@ -346,10 +346,11 @@ def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
     assert all(b.get("n", 1) == 1 for b in f2.posts())
 
 
-def scripted_llama_server(fake, slots):
-    """A scripted llama-server with `slots` slots whose completions take a little time; it
-    records, per question in the prompt, the most of its requests that ran at once, and the
-    most requests in flight overall."""
+def scripted_llama_server(fake, slots, honours_n=True):
+    """A scripted llama-server with `slots` slots whose completions take a little time; a
+    request of `n` takes n slots (one choice each; `honours_n=False`: one choice, one slot, as
+    a build without `n`). It records, per question in the prompt, the most slots its requests
+    held at once ("forced": one-token requests), and overall."""
     props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
              "total_slots": slots}
     lock = threading.Lock()
@@ -357,42 +358,87 @@ def scripted_llama_server(fake, slots):
     peak: dict = {}
 
     def slow(body):
-        key = next((q for q in ("color", "fish") if f"Name a {q}" in str(body["prompt"])),
-                   "other")
+        key = "forced" if body["max_tokens"] == 1 else next(
+            (q for q in ("color", "fish") if f"Name a {q}" in str(body["prompt"])), "other")
+        n = body.get("n", 1) if honours_n else 1
         with lock:
-            active[key] = active.get(key, 0) + 1
+            active[key] = active.get(key, 0) + n
             peak[key] = max(peak.get(key, 0), active[key])
             peak["all"] = max(peak.get("all", 0), sum(v for k, v in active.items()))
         time.sleep(0.02)
         with lock:
-            active[key] -= 1
-        return ok_completion(body, text="I cannot decide", finish="length")
+            active[key] -= n
+        status, out, headers = ok_completion(body, text="I cannot decide", finish="length")
+        out["choices"] = [{**out["choices"][0], "index": k} for k in reversed(range(n))]
+        return status, out, headers
 
     return fake(owned_by="llamacpp", props=props, complete=slow), peak
 
 
-def test_llama_server_runs_a_shared_prompts_requests_in_turn_one_group_per_slot(fake):
-    """llama-server keeps a KV cache per slot: the requests of a group sharing a prompt (its
-    samples and their forced verdicts) run one after another, so the slot that evaluated the
-    prompt serves the next one too; groups run side by side, at most one per slot."""
+def test_llama_server_sends_a_requests_samples_as_one_request_on_slots_the_group_keeps(fake):
+    """llama-server keeps a KV cache per slot: a request's N samples go as one request with
+    n: N (the prompt evaluated once and copied to N slots), and the group keeps its N slots
+    until its forced verdicts are done, so each finds its sample's slot; groups run side by
+    side as far as the slots go, never holding more than the server has."""
     other = prompts.pref_messages([{"role": "user", "content": "Name a fish."}], "Cod.", "Oak.")
     two = [req(n=4, force=prompts.force_spec("pref"), share_key="a"),
            req(n=4, force=prompts.force_spec("pref"), share_key="b", messages=other)]
-    f, peak = scripted_llama_server(fake, 4)
+    f, peak = scripted_llama_server(fake, 8)
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
-        assert eng.slot_groups == 4 and "in turn, 4 side by side" in eng.describe()
+        assert eng.slot_groups == 8 and "(n: N) on slots it keeps, 8 slots" in eng.describe()
         start = len(f.posts())
         gens = eng.generate(two)
         sent = f.posts()[start:]
-    assert all(g.forced_probs is not None for gs in gens for g in gs)
-    assert len(sent) == 2 * 4 * 2  # a sample and a forced verdict each, no priming request
-    assert peak["color"] == peak["fish"] == 1 and peak["all"] == 2
-    # one slot: one group at a time
-    f1, peak1 = scripted_llama_server(fake, 1)
-    with ServerEngine(ServerSettings(url=f1.url, backoff=0.01)) as eng:
-        assert eng.slot_groups == 1
-        eng.generate(two)
-    assert peak1["all"] == 1
+    assert all(len(gs) == 4 and all(g.forced_probs is not None for g in gs) for gs in gens)
+    samples = [b for b in sent if b["max_tokens"] == 16]
+    assert [b["n"] for b in samples] == [4, 4]  # one request per order, no priming
+    assert len(sent) == 2 + 2 * 4  # and a forced verdict per sample
+    assert all(b["seed"] == sample_seed(7, 0) for b in samples)  # seeded by sample 0's seed
+    assert peak["color"] == peak["fish"] == 4 and peak["all"] == 8  # side by side
+    # 4 slots: one group at a time; 2 slots: each request's samples in two halves
+    for slots, ns in ((4, [4, 4]), (2, [2, 2, 2, 2])):
+        f, peak = scripted_llama_server(fake, slots)
+        with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+            start = len(f.posts())
+            gens = eng.generate(two)
+            sent = f.posts()[start:]
+        assert [b["n"] for b in sent if b["max_tokens"] == 16] == ns
+        assert peak["all"] == slots and all(len(gs) == 4 for gs in gens)
+
+
+def test_a_llama_server_without_n_gets_one_request_per_sample_in_turn(fake):
+    f, peak = scripted_llama_server(fake, 8, honours_n=False)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        start = len(f.posts())
+        gens = eng.generate([req(n=4, force=prompts.force_spec("pref"))])[0]
+        later = eng.generate([req(n=3, share_key="z")])[0]
+        sent = f.posts()[start:]
+    assert len(gens) == 4 and all(g.forced_probs is not None for g in gens) and len(later) == 3
+    samples = [b for b in sent if b["max_tokens"] == 16]
+    # the first answered n: 4 with one choice (sample 0); then one request per sample
+    assert [b.get("n", 1) for b in samples] == [4, 1, 1, 1, 1, 1, 1]
+    assert len({b["seed"] for b in samples[:4]}) == 4 and peak["color"] == 1
+
+
+def test_requests_sharing_a_prefix_run_in_turn_on_one_slot_and_forced_verdicts_too(fake):
+    """llama-server keeps no matching cache for the slots an n: N request copied its prompt
+    to, so a pair and order's reflections (requests sharing a prefix) run one after another on
+    one slot, and a request's forced verdicts one after another on the slot that evaluated
+    the prompt: each finds the prompt there."""
+    f, peak = scripted_llama_server(fake, 8)
+    three = [req(n=1, share_key="r", assistant_prefix=prompts.ASSISTANT_PREFIX + x)
+             for x in ("A", "B", "C")]
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        start = len(f.posts())
+        gens = eng.generate(three)
+        sent = f.posts()[start:]
+    assert all(len(g) == 1 for g in gens) and len(sent) == 3 and peak["color"] == 1
+    f, peak = scripted_llama_server(fake, 8)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        eng.generate([req(n=4, force=prompts.force_spec("pref"))])
+    # the n: 4 request held 4 slots; the forced verdicts then came one at a time
+    assert peak["color"] == 4 and peak["forced"] == 1
+    assert [b["max_tokens"] for b in f.posts()[-4:]] == [1] * 4
 
 
 def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):
@@ -402,7 +448,7 @@ def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, templat
         eng.generate([req(n=4)])
     assert peak["color"] > 1  # concurrent, as before
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, share_prompt=True)) as eng:
-        assert eng.slot_groups == 0  # one n: N request: the server shares the prompt
+        assert eng.slot_groups == 4 and not eng.share_prompt  # n: N on slots already
     f2 = fake(props={"total_slots": 4})  # vLLM: a prefix cache shared by every sequence
     with ServerEngine(settings(f2.url, template)) as eng:
         assert eng.slot_groups == 0

@@ -30,18 +30,21 @@ forced verdicts engine/server_forcing.py.
   log-probabilities is sent for prompt + text + `force.continuation(text)`, and the two
   choices' probabilities are read from it.
 - **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
-  group. On llama-server, whose KV cache is per slot (`-np`), a group's requests (each sample
-  and its forced verdicts, then the next sample) run one after another, and as many groups run
-  side by side as the server has slots (`/props` `total_slots`): each request then finds its
-  prefix in the slot the group's previous request used (the server picks the slot by prompt
-  similarity) or in the host-memory prompt cache that slot was saved to (`--cache-ram`, on by
-  default; with `--kv-unified` idle slots are moved there), so the server evaluates a shared
-  prompt about once, as the in-process engine does; N samples sent at once would land on N
-  slots and each evaluate it (docs/speed.md). Elsewhere, when a group has several members, one
-  one-token request for their common prompt prefix goes first ("priming" the server's prefix
-  cache), then the members run concurrently and are admitted in group order, so a server with
-  a prefix cache shared by all sequences (vLLM `--enable-prefix-caching`, SGLang's radix cache)
-  evaluates the shared prefix once.
+  group. On llama-server, whose KV cache is per slot (`-np`), a group holds as many slots as it
+  decodes side by side (servers/slots.py; the slots shared out are `/props` `total_slots`, at
+  most `--server-concurrency`) until it ends: a request's N samples go as one request with
+  `n: N`, which the server evaluates once and copies to N slots that decode side by side; the
+  copies keep no cache a later request can match, so the samples' forced verdicts go one
+  after another to the slot that evaluated the prompt (the most similar idle one, and the
+  group's slots are not free to other groups meanwhile), and requests sharing a prefix (a
+  pair and order's reflections) run one after another on one slot. So the server evaluates a
+  shared prompt about once and decodes a request's samples side by side, as the
+  in-process engine does (docs/speed.md). A llama-server build that ignores `n` gets one
+  request per sample, in turn on the slot that holds the prompt. Elsewhere, when a group has
+  several members, one one-token request for their common prompt prefix goes first
+  ("priming" the server's prefix cache), then the members run concurrently and are admitted
+  in group order, so a server with a prefix cache shared by all sequences (vLLM
+  `--enable-prefix-caching`, SGLang's radix cache) evaluates the shared prefix once.
 
 `ModelInfo.path` is the server URL without credentials, `name` the served model's name,
 `sha256` is empty (no common server exposes the model file's hash).
@@ -61,6 +64,7 @@ from rmjudge.engine.base import Engine, ModelInfo
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
 from rmjudge.servers.bodies import RequestBodies
+from rmjudge.servers.slots import SlotBudget
 from rmjudge.servers.client import (
     API_KEY_ENV,
     HTTPStatus,
@@ -146,19 +150,22 @@ class ServerEngine(Engine):
         except BaseException:
             self.close()
             raise
-        # llama-server's slots each keep their own KV cache: N samples sent as N requests each
-        # evaluate the prompt; one request with n: N evaluates it once (docs/speed.md)
-        self.share_prompt = (settings.share_prompt and self.flavor == "llama-server"
-                             and self.endpoint == "completions")
-        # otherwise a group's requests run one after another, one group per slot (docstring)
+        # llama-server's slots each keep their own KV cache: a request's samples go as one
+        # request with n: N (the prompt evaluated once, copied to N slots) on slots the group
+        # holds until its forced verdicts are done (docstring; docs/speed.md). slot_groups:
+        # the slots shared out, min(the server's, --server-concurrency); 0 elsewhere
         slots = served.props.get("total_slots")
         self.slot_groups = (min(slots, settings.concurrency)
-                            if (settings.slot_groups and not self.share_prompt
-                                and self.flavor == "llama-server"
+                            if (settings.slot_groups and self.flavor == "llama-server"
                                 and self.endpoint == "completions"
                                 and isinstance(slots, int) and not isinstance(slots, bool)
                                 and slots > 0) else 0)
-        self._groups_running: asyncio.Semaphore | None = None
+        # n: N without the slots held (--server-share-prompt where the server's slots are not
+        # known or slot groups are off)
+        self.share_prompt = (settings.share_prompt and not self.slot_groups
+                             and self.flavor == "llama-server" and self.endpoint == "completions")
+        self._slots: SlotBudget | None = None
+        self._n_copies = True  # llama-server answers n: N (with its prompt copied to N slots)
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -178,9 +185,9 @@ class ServerEngine(Engine):
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
-        shared = (", a request's samples as one request (n: N)" if self.share_prompt else
-                  f", a shared prompt's requests in turn, {self.slot_groups} side by side"
-                  if self.slot_groups else "")
+        shared = (f", a request's samples as one request (n: N) on slots it keeps, "
+                  f"{self.slot_groups} slots" if self.slot_groups else
+                  ", a request's samples as one request (n: N)" if self.share_prompt else "")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
@@ -228,7 +235,8 @@ class ServerEngine(Engine):
         return self._generated
 
     def preferred_pairs_in_flight(self, settings: JudgeSettings) -> int:
-        if self.slot_groups:  # a pair and order runs on one slot: fill every slot
+        if self.slot_groups:  # a pair and order's reflections hold one slot: enough pairs
+            # that every slot is busy in that stage too
             return max(2, math.ceil(2 * self.slot_groups / len(settings.order_list)))
         per_pair = settings.samples * len(settings.order_list)
         return max(2, math.ceil(2 * self.settings.concurrency / per_pair))
@@ -285,18 +293,20 @@ class ServerEngine(Engine):
         async def shared(i: int, prompt: str | list[int]) -> None:
             out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
 
-        async def in_turn(members: list[tuple[int, int, str | list[int] | None]]) -> None:
-            # llama-server: one slot's worth of work at a time, so the slot (or the prompt
-            # cache it is saved to) holds the shared prompt for the group's next request
-            if self._groups_running is None:
-                self._groups_running = asyncio.Semaphore(self.slot_groups)
-            async with self._groups_running:
-                for m in members:
-                    await one(*m)
+        async def in_slots(members: list[tuple[int, int, str | list[int] | None]]) -> None:
+            # llama-server: a group holds as many slots as it decodes side by side (the budget
+            # of --server-concurrency and the server's slots) until its forced verdicts are
+            # done, so every request finds its prefix in a slot the group holds
+            if self._slots is None:
+                self._slots = SlotBudget(self.slot_groups)
+            if len({i for i, _, _ in members}) == 1:
+                await self._rollouts(requests, members, out)
+            else:
+                await self._in_turn(members, one)
 
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
             if self.slot_groups:
-                await in_turn(members)
+                await in_slots(members)
                 return
             if self.share_prompt:  # one request of n samples per prompt: no priming needed
                 firsts = [(i, p) for i, s, p in members if s == 0]
@@ -311,6 +321,35 @@ class ServerEngine(Engine):
 
         await gather_all(group(m) for m in groups.values())
         return out  # type: ignore[return-value]
+
+    async def _rollouts(self, requests: list[GenRequest],
+                        members: list[tuple[int, int, str | list[int] | None]],
+                        out: list[list[Generation | None]]) -> None:
+        """One request's samples on llama-server: one request of `n` per width of slots the
+        group holds (the prompt evaluated once, copied to the others), each chunk seeded by its
+        first sample's seed; on a server that answers `n: N` with one choice, the samples one
+        after another on the slot that holds the prompt."""
+        i, _, prompt = members[0]
+        req = requests[i]
+        async with self._slots.hold(req.n if self._n_copies else 1) as width:  # type: ignore
+            start = 0
+            while start < req.n:
+                k = min(width, req.n - start) if self._n_copies else 1
+                if k == 1 or prompt is None:
+                    out[i][start] = await self._sample(req, start, prompt)
+                    start += 1
+                    continue
+                gens = await self._samples(req, k, prompt, first=start)
+                out[i][start:start + len(gens)] = gens
+                start += len(gens)
+
+    async def _in_turn(self, members: list[tuple[int, int, str | list[int] | None]],
+                       one) -> None:
+        """Requests sharing a prompt prefix (a pair and order's reflections) on llama-server:
+        one after another on one slot, each finding the prefix its predecessor left there."""
+        async with self._slots.hold(1):  # type: ignore[union-attr]
+            for m in members:
+                await one(*m)
 
     async def _prime(self, prefix: str | list[int]) -> None:
         body = self.bodies.completion(prefix, 1, 0.0, 1.0, 0, (), None)
@@ -338,17 +377,23 @@ class ServerEngine(Engine):
                               f"{str(out)[:200]}")
         return await self._read_choice(req, ch, prompt)
 
-    async def _samples(self, req: GenRequest, n: int, prompt: str | list[int]) -> list[Generation]:
-        """`n` samples of one prompt in one request (`n: N`, --server-share-prompt): the
-        server evaluates the prompt once for all of them; seeded by sample 0's seed."""
+    async def _samples(self, req: GenRequest, n: int, prompt: str | list[int],
+                       first: int = 0) -> list[Generation]:
+        """`n` samples of one prompt in one request (`n: N`): the server evaluates the prompt
+        once for all of them; seeded by the seed of sample `first`. A llama-server that
+        answers with one choice (a build without `n`) gives that one sample, and the engine
+        sends one request per sample from then on."""
         body = self.bodies.completion(prompt, req.max_tokens, req.temperature, req.top_p,
-                                     sample_seed(req.seed, 0), req.stop, 1)
+                                     sample_seed(req.seed, first), req.stop, 1)
         body["n"] = n
         try:
             out = await self.client.post("/completions", body)
         except HTTPStatus as exc:
             return [self._request_failed(exc) for _ in range(n)]
         choices = out.get("choices")
+        if self.slot_groups and isinstance(choices, list) and len(choices) == 1 and n > 1:
+            self._n_copies = False  # this server ignores n
+            n = 1
         if not isinstance(choices, list) or len(choices) != n or not all(
                 isinstance(c, dict) for c in choices):
             raise wire.ProtocolError(f"answered a request for n={n} samples with "
@@ -356,7 +401,13 @@ class ServerEngine(Engine):
                                      "choices")
         choices = sorted(choices, key=lambda c: c.get("index") if isinstance(
             c.get("index"), int) else 0)
-        return list(await gather_all(self._read_choice(req, ch, prompt) for ch in choices))
+        if not self.slot_groups:
+            return list(await gather_all(self._read_choice(req, ch, prompt) for ch in choices))
+        # llama-server: the samples' slots do not offer their cache to later requests (the
+        # copies' tokens are not kept for matching), so the forced verdicts go one after
+        # another to the slot that evaluated the prompt, each evaluating only its sample's
+        # text and continuation there
+        return [await self._read_choice(req, ch, prompt) for ch in choices]
 
     async def _read_choice(self, req: GenRequest, ch: dict,
                            prompt: str | list[int] | None) -> Generation:

@@ -48,12 +48,15 @@ class ServerSettings:
     top_logprobs: int = setting(20, cli=False)  # alternatives asked for when forcing a verdict
     # prime the prefix cache once per group of requests sharing a prompt
     prime: bool = setting(True, cli=False)
-    # llama-server: a request's samples as one request with n: N
+    # llama-server: a request's samples as one request with n: N. With the server's slots
+    # known (slot_groups below, the default) that is what llama-server always gets; the flag
+    # stays so that earlier commands run
     share_prompt: bool = setting(False, "llama-server: send a request's N samples as one "
                                  "request with n: N, so the prompt is evaluated once (samples "
                                  "seeded together, not one by one).",
                                  flag="--server-share-prompt", dest="server_share_prompt")
-    # llama-server: a shared prompt's requests in turn, one per slot
+    # llama-server: a group holds the slots it decodes on (servers/slots.py), its samples sent
+    # as one request with n: N and its shared-prefix requests in turn
     slot_groups: bool = setting(True, cli=False)
     # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
     api: str = setting("auto", "openai-chat: send only documented OpenAI chat parameters "
