@@ -27,7 +27,7 @@ from rmjudge.analysis.report import build_report, write_report
 from rmjudge.analysis.tables import TableError, open_judged
 from rmjudge.cli import main
 from rmjudge.engine.fake import ScriptedEngine, stage_of
-from rmjudge.core.settings import JudgeSettings
+from rmjudge.core.settings import EngineSettings, JudgeSettings
 from rmjudge.core.types import Generation
 
 GOOD = {r["response_a"] if r["label"] == "A" else r["response_b"] for r in ROWS}
@@ -505,6 +505,28 @@ def test_trl_judge_resolves_its_spec_once(tmp_path, monkeypatch):
     rubric.write_text("Changed after the first judgment.")
     assert judge.judge(["What is 2+2?"], [["5", "4"]], shuffle_order=False) == [1]
     assert len(calls) == 1 and judge.spec.settings.criteria == "Prefer the correct answer."
+
+
+def test_trl_judge_resolves_its_model_and_reads_its_files_at_construction(tmp_path,
+                                                                          monkeypatch):
+    """The judge model is resolved and the criteria file read when the judge is made, so a bad
+    value fails there and no judgment works them out again."""
+    import rmjudge.models.resolve as resolve
+    from rmjudge.analysis.trl_judge import ReflectRMJudge
+    from rmjudge.core.errors import UserError
+
+    resolved = []
+    monkeypatch.setattr(resolve, "resolve_model",
+                        lambda model: resolved.append(model) or "judge.gguf")
+    rubric = tmp_path / "rubric.txt"
+    rubric.write_text("Prefer the correct answer.")
+    judge = ReflectRMJudge(settings=JudgeSettings(samples=2, criteria=f"@{rubric}"),
+                           engine_settings=EngineSettings(model="my.gguf"))
+    assert resolved == ["my.gguf"]
+    assert judge.engine_settings.resolved and judge.engine_settings.model == "judge.gguf"
+    with pytest.raises(UserError):
+        ReflectRMJudge(settings=JudgeSettings(criteria=f"@{tmp_path / 'missing.txt'}"),
+                       engine=ScriptedEngine(_content_judge))
 
 
 def test_runtime_imports_stay_light():

@@ -148,13 +148,20 @@ Critique 2: {{ critique2 }}
 
 def _count_the_run(monkeypatch, tmp_path) -> tuple[dict, str, str]:
     """Counters of what a run does once: reads of each option file, run specs built, output
-    checks. Returns them with a criteria file and a template file to name."""
+    checks, the input's format found. Returns them with a criteria file and a template file to
+    name."""
+    import rmjudge.io.readers
     import rmjudge.io.textfile
     import rmjudge.runs.pipeline
 
-    counts: dict = {"spec": 0, "check_output": 0}
+    counts: dict = {"spec": 0, "check_output": 0, "format": 0}
     read, check, spec_class = (rmjudge.io.textfile.read_text_file, rmjudge.runs.pipeline.check_output,
                                runspec.RunSpec)
+    detect = rmjudge.io.readers.detect_format
+
+    def detecting(*a, **k):
+        counts["format"] += 1
+        return detect(*a, **k)
 
     def reading(path, *a, **k):
         counts[path] = counts.get(path, 0) + 1
@@ -172,6 +179,7 @@ def _count_the_run(monkeypatch, tmp_path) -> tuple[dict, str, str]:
     monkeypatch.setattr(rmjudge.io.textfile, "read_text_file", reading)
     monkeypatch.setattr(rmjudge.runs.pipeline, "check_output", checking)
     monkeypatch.setattr(runspec, "RunSpec", CountedSpec)
+    monkeypatch.setattr(rmjudge.io.readers, "detect_format", detecting)
     crit, tmpl = tmp_path / "rubric.txt", tmp_path / "prompt.jinja"
     crit.write_text("Prefer the shorter answer.")
     tmpl.write_text(TEMPLATE)
@@ -195,7 +203,7 @@ def test_a_cli_run_builds_its_spec_once_and_reads_each_option_file_once(tmp_path
                                   "--max-tokens", "16", "--criteria", f"@{crit}",
                                   "--prompt-template", tmpl, "-q"])
     assert r.exit_code == 0, r.output
-    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1, "format": 1}
     assert engine.calls and all("Prefer the shorter answer." in req.messages[0]["content"]
                                 for call in engine.calls for req in call)
     with duckdb.connect(str(out), read_only=True) as con:
@@ -211,7 +219,7 @@ def test_a_library_run_builds_its_spec_once_and_reads_each_option_file_once(
     summary = score(_pairs(tmp_path), ScriptedEngine(_respond), js,
                     output=str(tmp_path / "out.duckdb"))
     assert summary.judged == 3
-    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1, "format": 1}
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -230,7 +238,7 @@ def test_a_python_api_run_builds_its_spec_once_and_reads_each_option_file_once(
     else:
         n = len(rmjudge.score(_pairs(tmp_path), **kw))
     assert n == 3
-    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1}
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 1, "format": 1}
 
 
 def test_a_dry_run_reads_each_option_file_once(tmp_path, monkeypatch):
@@ -244,7 +252,7 @@ def test_a_dry_run_reads_each_option_file_once(tmp_path, monkeypatch):
     js = JudgeSettings(samples=1, max_tokens=16, criteria=f"@{crit}", prompt_template=tmpl)
     report = run.dry_run(_pairs(tmp_path), RunOptions(js, EngineSettings(), Mapper({}, seed=0)))
     assert report.pairs == 3
-    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 0}
+    assert counts == {crit: 1, tmpl: 1, "spec": 1, "check_output": 0, "format": 1}
 
 
 def test_a_given_spec_is_used_as_it_is():
@@ -688,3 +696,96 @@ def test_the_dry_run_and_build_data_open_their_input_through_the_run_setup(tmp_p
     src = _pairs(tmp_path)
     report = run.dry_run(src, _opts(limit=2))
     assert [c[0] for c in opened] == [src] and (report.rows, report.pairs) == (2, 2)
+
+
+def _count_resolution(monkeypatch) -> tuple[dict, list]:
+    """Counters of the judge model's resolution (`resolve_model`, `with_demo_adapter`) and the
+    settings each engine was made with; the local engine loader is replaced by one that does
+    what the real engines do with its settings (`local_model`) and judges with a script."""
+    import rmjudge.engine
+    import rmjudge.models.resolve as resolve
+
+    counts = {"resolve_model": 0, "with_demo_adapter": 0}
+    made: list = []
+
+    def resolving(model):
+        counts["resolve_model"] += 1
+        return model or "embedded.gguf"
+
+    def adapting(es):
+        counts["with_demo_adapter"] += 1
+        return dataclasses.replace(es, model="demo-judge.gguf") if resolve.wants_demo_adapter(
+            es) else es
+
+    def loader(settings, server):
+        made.append((settings, resolve.local_model(settings)))
+        return ScriptedEngine(_respond)
+
+    monkeypatch.setattr(resolve, "resolve_model", resolving)
+    monkeypatch.setattr(resolve, "with_demo_adapter", adapting)
+    monkeypatch.setitem(rmjudge.engine.ENGINES, "batched", loader)
+    monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
+    return counts, made
+
+
+@pytest.mark.parametrize("model", [None, "my-judge.gguf"])
+def test_a_cli_run_resolves_its_judge_model_once_and_hands_it_down(tmp_path, monkeypatch, model):
+    """The model (the demo judge made, a path checked, a Hub spec downloaded) is resolved once
+    per run, by the run's set-up; the engine gets it resolved and does not resolve it again."""
+    from rmjudge.cli import main
+
+    counts, made = _count_resolution(monkeypatch)
+    args = ["score", _pairs(tmp_path), "-o", str(tmp_path / "out.duckdb"), "--samples", "1",
+            "--max-tokens", "16", "-q"] + (["--model", model] if model else [])
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert counts == {"resolve_model": 1, "with_demo_adapter": 1}
+    (settings, path), = made
+    assert settings.resolved and path == (model or "demo-judge.gguf")
+
+
+def test_a_dry_run_resolves_its_judge_model_once(tmp_path, monkeypatch):
+    import rmjudge.engine
+    from rmjudge.runs import setup as run
+
+    counts, made = _count_resolution(monkeypatch)
+    vocab = []
+
+    def tokenizer(settings):
+        vocab.append(settings)
+        engine = ScriptedEngine(_respond)
+        engine.on_gpu, engine.threads = False, 1
+        return engine
+
+    import rmjudge.engine.vocab
+
+    monkeypatch.setattr(rmjudge.engine.vocab, "ModelVocab", tokenizer)
+    js = JudgeSettings(samples=1, max_tokens=16)
+    report = run.dry_run(_pairs(tmp_path), RunOptions(js, EngineSettings(), Mapper({}, seed=0)))
+    assert report.pairs == 3 and len(vocab) == 1 and vocab[0].resolved
+    assert counts == {"resolve_model": 1, "with_demo_adapter": 1}
+
+
+def test_ray_workers_get_the_judge_model_the_driver_resolved(tmp_path, monkeypatch):
+    """`EngineFactory` resolves the model at the driver's first call, once; its copies
+    (pickled to the workers) load that file without resolving again. A node without the file
+    at that path resolves the settings as given itself."""
+    import pickle
+
+    import rmjudge.engine
+    from rmjudge.runs.ray_runner import EngineFactory
+
+    counts, made = _count_resolution(monkeypatch)
+    judge = tmp_path / "judge.gguf"
+    judge.write_bytes(b"GGUF")
+    factory = EngineFactory(EngineSettings(model=str(judge)))
+    assert counts == {"resolve_model": 0, "with_demo_adapter": 0}  # nothing before the checks
+    factory()  # the driver's
+    for worker in (pickle.loads(pickle.dumps(factory)), pickle.loads(pickle.dumps(factory))):
+        worker()
+    assert counts == {"resolve_model": 1, "with_demo_adapter": 1}
+    assert [path for _, path in made] == [str(judge)] * 3
+
+    judge.unlink()  # another node: not at that path
+    pickle.loads(pickle.dumps(factory))()
+    assert counts == {"resolve_model": 2, "with_demo_adapter": 2}

@@ -26,10 +26,22 @@ class ReflectRMJudgeCore:
 
     def __init__(self, engine=None, settings: JudgeSettings | None = None,
                  engine_settings: EngineSettings | None = None, seed: int = 0):
+        from rmjudge.prompts.choice import run_style
+
         self.settings = settings or JudgeSettings()
-        self.engine_settings = engine_settings or EngineSettings()
-        self._engine = engine
-        self._spec = None  # the run spec, resolved once, at the first judgment
+        # resolved here, once: the judge model (its file found, the demo judge made) and the
+        # prompt style (--criteria @FILE, a prompt template, a judge format file read), so a
+        # bad value fails at construction and no judgment works them out again
+        self._style = run_style(self.settings.criteria, self.settings.prompt_template,
+                                self.settings.judge_format)
+        if engine is None:
+            from rmjudge.models.resolve import resolve_judge
+
+            self.engine_settings = resolve_judge(engine_settings or EngineSettings())
+        else:
+            self.engine_settings = engine_settings or EngineSettings()
+        self._engine = engine  # loaded at the first judgment when not given
+        self._spec = None  # the run spec on the engine's model, built at the first judgment
         self._rng = random.Random(seed)
         self.last_results: list[Any] = []
 
@@ -43,12 +55,12 @@ class ReflectRMJudgeCore:
 
     @property
     def spec(self):
-        """The run spec of these settings on this engine's model, resolved once (its
-        `--criteria @FILE` and judge format file read once), then used by every `judge` call."""
+        """The run spec of these settings on this engine's model, built once (with the prompt
+        style read at construction), then used by every `judge` call."""
         if self._spec is None:
             from rmjudge.judging.runspec import resolve
 
-            self._spec = resolve(self.settings, self.engine.info)
+            self._spec = resolve(self.settings, self.engine.info, None, self._style)
         return self._spec
 
     @staticmethod

@@ -201,25 +201,32 @@ def score_batches(data: Any, *, output: str | os.PathLike | None = None,
 
     from rmjudge.io.readers import detect_format
 
-    # checked here, before the first chunk, and handed on: the run reads each option file
-    # and checks the output once
+    # checked here, before the first chunk, and handed on: the run reads each option file,
+    # checks the output and finds the input's format once
     style = run.check_prompting(opts.judge)
     if output is not None:
-        run.check_run_paths(source, os.fspath(output))
-    else:
-        detect_format(source)  # a missing or unreadable path fails here, not at the first chunk
-    return _batches(source, output, opts, engine, progress, style)
+        checked = run.check_run_paths(source, os.fspath(output))
+        fmt = checked.fmt
+    else:  # a temporary output: nothing to check but the platform and the input
+        from rmjudge.files import check_platform
+
+        check_platform()
+        fmt = detect_format(source)  # a missing or unreadable path fails here, not later
+    return _batches(source, output, opts, engine, progress, style, fmt)
 
 
-def _batches(source, output, opts, engine, progress, style) -> Iterator[Any]:
+def _batches(source, output, opts, engine, progress, style, fmt: str) -> Iterator[Any]:
     from rmjudge.runs import setup as run
 
     feed = _ChunkFeed(_display(progress))
     with output_path(output) as out:
+        # the output: checked before the first chunk, or a temporary one made here
+        checked = run.CheckedPaths(out, fmt)
+
         def work() -> None:
             feed.run(lambda: run.judge_input(
                 source, out, opts, engine=engine, status=_status(progress), progress=feed.watched,
-                on_commit=feed.on_commit, style=style, output_checked=output is not None))
+                on_commit=feed.on_commit, style=style, checked=checked))
 
         worker = threading.Thread(target=work, name="rmjudge-score", daemon=True)
         worker.start()

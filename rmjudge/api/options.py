@@ -23,11 +23,13 @@ SERVER_KEYS = ("url", "model", "concurrency", "retries", "timeout", "api", "shar
 
 
 def settings_keywords() -> dict[str, tuple[type, Any]]:
-    """{keyword: (settings class, default)} for every judging and engine setting."""
+    """{keyword: (settings class, default)} for every judging and engine setting (not
+    `EngineSettings.resolved`, which a run sets)."""
     out: dict[str, tuple[type, Any]] = {}
     for cls in (JudgeSettings, EngineSettings):
         for f in fields(cls):
-            out[f.name] = (cls, None if f.default is MISSING else f.default)
+            if f.name != "resolved":
+                out[f.name] = (cls, None if f.default is MISSING else f.default)
     return out
 
 

@@ -145,7 +145,8 @@ ENGINE_KINDS = ("batched", "naive")
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How the judge model runs. Every field is an option of the judging commands."""
+    """How the judge model runs. Every field but `resolved` is an option of the judging
+    commands."""
 
     model: str | None = setting(None, "GGUF judge model (a path, hf:org/repo/file.gguf or "
                              "org/repo:QUANT). Default: $RMJUDGE_MODEL, else the embedded "
@@ -173,6 +174,10 @@ class EngineSettings:
     kind: str = setting(
         "batched", "naive: one sequence at a time through llama-cpp-python's Llama (slow; a "
         "baseline).", choices=ENGINE_KINDS, option="--engine")
+    # True once `rmjudge.models.resolve.resolve_judge` made `model` the local file the run
+    # judges with (and `lora` the demo adapter where the run applies it): engines then take
+    # them as they are. Not an option.
+    resolved: bool = setting(False, cli=False)
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda"):

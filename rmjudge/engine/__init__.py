@@ -56,17 +56,18 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
     """An engine of `kind` (`ENGINES`; default `settings.kind`). With `vocab_only`, a
     `ModelVocab` instead (prompt token counts and model metadata without loading weights; both
     local engines tokenize the same way). With `server` (or kind "server"): judge through that
-    server. A local engine on the embedded model chosen by default (no model, no LoRA given)
-    gets the packaged demo format adapter unless `settings.demo_adapter` is False
-    (rmjudge.models.resolve.with_demo_adapter)."""
+    server. A local engine's model is resolved here unless the run resolved it already
+    (`rmjudge.models.resolve.resolve_judge`): on the embedded model chosen by default (no
+    model, no LoRA given) it gets the packaged demo format adapter unless
+    `settings.demo_adapter` is False."""
     settings = settings or EngineSettings()
     kind = "server" if server is not None else kind or settings.kind
     if kind not in ENGINES:
         raise SettingsError(f"no engine {kind!r}: one of {', '.join(ENGINES)}")
     if kind not in REMOTE:
-        from rmjudge.models.resolve import with_demo_adapter
+        from rmjudge.models.resolve import resolve_judge
 
-        settings = with_demo_adapter(settings)  # the embedded model chosen by default only
+        settings = resolve_judge(settings)  # as it is when the run resolved it
         if settings.lora:
             check_lora_settings(settings)
         if vocab_only:
@@ -78,16 +79,17 @@ def load_engine(settings: EngineSettings | None = None, kind: str | None = None,
 
 def check_lora_settings(settings: EngineSettings) -> None:
     """Refuse a LoRA adapter trained on another prompt format (ModelError, before any model is
-    loaded); print a one-line warning for one that records no format (rmjudge/models/adapter_format.py)."""
+    loaded); print a one-line warning for one that records no format
+    (rmjudge/models/adapter_format.py). `settings`: resolved (`resolve_judge`)."""
     import sys
 
     from rmjudge.core.errors import ModelError
     from rmjudge.models.adapter_format import check_lora
     from rmjudge.models.embedded import merged_demo_adapter
     from rmjudge.models.checks import check_gguf
-    from rmjudge.models.resolve import resolve_model
+    from rmjudge.models.resolve import local_model
 
-    model = resolve_model(settings.model)
+    model = local_model(settings)
     if merged_demo_adapter(model):  # the run would record the same judge as without --lora
         from rmjudge.models.embedded import fast_copy_path
         from rmjudge.models.packaged import packaged_model_path

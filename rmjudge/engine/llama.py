@@ -51,7 +51,7 @@ from rmjudge.engine.vocab import (Tokenizer, common_prefix, context_limit, count
 from rmjudge.models.llamacpp import llama_backend
 from rmjudge.core.errors import ModelError
 from rmjudge.models.checks import check_gguf
-from rmjudge.models.resolve import resolve_model
+from rmjudge.models.resolve import local_model
 from rmjudge.engine.budget import FORCE_MARGIN  # noqa: F401 - the KV margin of every sequence
 from rmjudge.engine.budget import prompt_room, tokens_needed, too_long_reason
 from rmjudge.core.settings import EngineSettings, JudgeSettings
@@ -157,7 +157,7 @@ class LlamaEngine(Engine):
 
     def __init__(self, settings: EngineSettings):
         self.settings = settings
-        path = resolve_model(settings.model)
+        path = local_model(settings)
         llama_cpp = llama_backend()
         self.l = llama_cpp
         self.on_gpu = uses_gpu(settings)

@@ -20,7 +20,7 @@ from rmjudge.engine.cpu_load import default_threads
 from rmjudge.engine.forcing import force_plan, forced_probs
 from rmjudge.engine.vocab import Tokenizer, model_info
 from rmjudge.models.llamacpp import llama_backend, plain_weight_buffers
-from rmjudge.models.resolve import resolve_model
+from rmjudge.models.resolve import local_model
 from rmjudge.prompts import RESULT_OPEN
 from rmjudge.core.settings import EngineSettings, JudgeSettings
 from rmjudge.core.types import Generation, GenRequest
@@ -28,7 +28,7 @@ from rmjudge.core.types import Generation, GenRequest
 
 class NaiveEngine(Engine):
     def __init__(self, settings: EngineSettings, logprobs: bool = True):
-        path = resolve_model(settings.model)
+        path = local_model(settings)
         llama_cpp = llama_backend()
         self.l = llama_cpp
         self.logprobs = logprobs

@@ -19,7 +19,7 @@ from rmjudge.engine.cpu_load import default_threads
 from rmjudge.core.errors import ModelError
 from rmjudge.models.checks import check_gguf, file_sha256
 from rmjudge.models.embedded import merged_demo_adapter
-from rmjudge.models.resolve import embedded_model_files, resolve_model
+from rmjudge.models.resolve import embedded_model_files, local_model
 from rmjudge.prompts import suffix_for_model
 from rmjudge.engine.budget import context_limit as spec_context_limit
 from rmjudge.core.settings import EngineSettings
@@ -202,7 +202,7 @@ class ModelVocab:
 
     def __init__(self, settings: EngineSettings):
         self.settings = settings
-        path = resolve_model(settings.model)
+        path = local_model(settings)
         llama_cpp = llama_backend()
         self.model = load_model(path, vocab_only=True)
         self.info = model_info(self.model, path, settings.lora, settings.lora_scale)

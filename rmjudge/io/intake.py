@@ -83,14 +83,16 @@ def duplicate_reason(row_number: int, pid: str, first_row: int) -> str:
             "pair a unique id")
 
 
-def checked_rows(source: str, mapper: Mapper, limit: int | None = None) -> Iterator[RawRow]:
-    """The raw rows of `source`; labels that need `--label-values` stop here, before anything
-    is judged (`check_labels` over the first rows, at most `limit`), unless the mapper reads no
-    labels (`read_labels=False`: merge's input check of shards that recorded no label options)."""
+def checked_rows(source: str, mapper: Mapper, limit: int | None = None,
+                 fmt: str | None = None) -> Iterator[RawRow]:
+    """The raw rows of `source` (of format `fmt`, when known); labels that need
+    `--label-values` stop here, before anything is judged (`check_labels` over the first rows,
+    at most `limit`), unless the mapper reads no labels (`read_labels=False`: merge's input
+    check of shards that recorded no label options)."""
     from rmjudge.io.mapping import check_labels
     from rmjudge.io.readers import read_rows
 
-    rows = read_rows(source)
+    rows = read_rows(source, fmt=fmt)
     if not mapper.read_labels:
         return rows
     return check_labels(mapper, rows, source, **({"max_rows": limit} if limit else {}))

@@ -69,9 +69,11 @@ def detect_format(source: "str | MemoryInput") -> str:
     return file_format(source)
 
 
-def read_rows(source: "str | MemoryInput", stdin: BinaryIO | None = None) -> Iterator[RawRow]:
-    """Rows of any supported source. Raises InputError for whole-input problems."""
-    fmt = detect_format(source)
+def read_rows(source: "str | MemoryInput", stdin: BinaryIO | None = None,
+              fmt: str | None = None) -> Iterator[RawRow]:
+    """Rows of any supported source. Raises InputError for whole-input problems. `fmt`: its
+    `detect_format`, when the run found it already (found here otherwise)."""
+    fmt = fmt or detect_format(source)
     if isinstance(source, MemoryInput):
         yield from source.rows()
     elif source == "-":
@@ -128,8 +130,9 @@ def _read_stdin(stream: BinaryIO) -> Iterator[RawRow]:
         yield error
 
 
-def count_rows(source: "str | MemoryInput") -> int | None:
-    """Rows in the input, when cheap to know (for the progress total); None otherwise.
+def count_rows(source: "str | MemoryInput", fmt: str | None = None) -> int | None:
+    """Rows in the input, when cheap to know (for the progress total); None otherwise. `fmt`:
+    its `detect_format`, when known.
 
     For line-based files this counts lines (blank ones included), decompressing if need be.
     """
@@ -138,7 +141,7 @@ def count_rows(source: "str | MemoryInput") -> int | None:
     if source == "-":
         return None
     try:
-        fmt = detect_format(source)
+        fmt = fmt or detect_format(source)
     except InputError:
         return None
     from rmjudge.io import compressed

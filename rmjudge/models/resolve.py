@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rmjudge.core.errors import ModelError
 from rmjudge.models.checks import check_gguf
 from rmjudge.models.embedded import demo_judge, demo_judge_path, fast_copy, fast_copy_path
-from rmjudge.models.packaged import demo_adapter_path, packaged_model_path
+from rmjudge.models.packaged import DEMO_ADAPTER_NAME, demo_adapter_path, packaged_model_path
 
 if TYPE_CHECKING:
     from rmjudge.core.settings import EngineSettings
@@ -54,6 +54,35 @@ def with_demo_adapter(es: "EngineSettings") -> "EngineSettings":
         if merged is not None:
             return replace(es, model=merged)
     return replace(es, lora=adapter)
+
+
+def resolve_judge(es: "EngineSettings") -> "EngineSettings":
+    """`es` with the judge worked out, once per run: the demo adapter where the run uses it
+    (`with_demo_adapter`: the demo judge file made when missing) and `model` the local GGUF
+    file (`resolve_model`: a Hub spec downloaded, `RMJUDGE_MODEL` read, the file checked),
+    marked `resolved`. Settings already resolved are returned as they are, so a run hands
+    them down and nothing below resolves them again."""
+    if es.resolved:
+        return es
+    chosen = with_demo_adapter(es)
+    return replace(chosen, model=resolve_model(chosen.model), resolved=True)
+
+
+def local_model(es: "EngineSettings") -> str:
+    """The GGUF file an engine of `es` loads: `es.model` when `resolve_judge` made it, else
+    resolved here (an engine made directly, as tests and benchmarks do, with no demo
+    adapter)."""
+    return es.model if es.resolved and es.model else resolve_model(es.model)
+
+
+def judge_label(requested: "EngineSettings", resolved: "EngineSettings") -> str:
+    """What a run says it loads: the model file, and the demo adapter when the run added it
+    (merged into the file, or applied at run time)."""
+    if not wants_demo_adapter(requested):
+        return resolved.model or ""
+    if resolved.lora:
+        return f"{resolved.model} + {DEMO_ADAPTER_NAME}"
+    return f"{resolved.model} ({DEMO_ADAPTER_NAME} merged in)"
 
 
 def default_model_path() -> str:

@@ -210,15 +210,16 @@ def problem_rows(problems: list[PromptProblem]):
 
 
 def read_input(source: str, ropts: RankOptions, limit: int | None,
-               shard: tuple[int, int] | None):
-    """(prompts, problems, the input's identity) of `source` within --limit and --shard."""
+               shard: tuple[int, int] | None, fmt: str | None = None):
+    """(prompts, problems, the input's identity) of `source` (of format `fmt`, when known)
+    within --limit and --shard."""
     from rmjudge.io.intake import in_shard, input_identity
     from rmjudge.io.readers import read_rows
 
     first: list = []
 
     def rows():
-        for raw in read_rows(source):
+        for raw in read_rows(source, fmt=fmt):
             if not first and raw.obj is not None:
                 first.append(raw)
             yield raw
@@ -317,10 +318,10 @@ def _rank(source, output, opts, ropts: RankOptions, engine, status, progress) ->
     check_rank_output(out)
     if not opts.overwrite:
         check_not_pairwise(out)
-    check_run_paths(source, out)
+    fmt = check_run_paths(source, out).fmt  # the input's format, found once
     style = check_prompting(opts.judge)  # --criteria @FILE and --prompt-template read once
     started = time.monotonic()
-    prompts, problems, identity = read_input(source, ropts, opts.limit, opts.shard)
+    prompts, problems, identity = read_input(source, ropts, opts.limit, opts.shard, fmt)
     if not prompts and not problems:  # before a model loads
         if opts.shard:  # an empty shard: more shards than prompts
             raise RankError(f"nothing was ranked: shard {opts.shard[0]}/{opts.shard[1]} of "

@@ -179,14 +179,15 @@ def score_checked(source: str, out: str, engine, spec: RunSpec, mapper: Mapper, 
                   rejudge_changed: bool = False,
                   on_commit: Callable[[Store, list[str], list[int]], None] | None = None,
                   rows: Iterable[RawRow] | None = None, identity: dict | None = None,
-                  extra_settings: dict | None = None) -> Summary:
+                  extra_settings: dict | None = None, input_format: str | None = None) -> Summary:
     """`score` once its output `out` is checked (`check_output`) and its spec resolved for
     `engine`'s model: `run.judge_input` checks the output before the model loads and builds
-    the spec once it has, so neither is done twice."""
+    the spec once it has, so neither is done twice. `input_format`: the input's format, when the run
+    found it already (`io.readers.detect_format`)."""
     fmt = output_format(out)
     # Labels that need --label-values stop the run here, before any output is touched.
     given = rows is not None
-    rows = iter(rows) if given else checked_rows(source, mapper, limit)
+    rows = iter(rows) if given else checked_rows(source, mapper, limit, input_format)
     first = next(rows, None)  # fails fast on a missing or unreadable input, before any output
     ahead = [first] if first is not None else []
     while ahead and ahead[-1].obj is None and len(ahead) < 10_000:  # the first readable row

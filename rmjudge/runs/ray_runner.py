@@ -107,18 +107,29 @@ class RaySummary:
 
 
 class EngineFactory:
-    """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only."""
+    """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only. The
+    driver's first call (its tokenizer, after the output is checked) resolves the judge model
+    once (`resolve_judge`), and the copies Ray sends the workers carry the resolved file. A
+    node that has no file at that path (another machine without the driver's cache) resolves
+    the settings as given itself; the workers' check against the driver's settings then
+    refuses a different model."""
 
     def __init__(self, settings: EngineSettings, server=None):
-        self.settings = settings
         self.server = server  # ServerSettings: every worker judges through that server
+        self.requested = settings
+        self.settings: EngineSettings | None = None  # resolved, at the first call
 
     def __call__(self, vocab_only: bool = False):
         from rmjudge.engine import load_engine
+        from rmjudge.models.resolve import resolve_judge
 
         if self.server is not None:  # its model info (name, template) is what the run records
-            return load_engine(self.settings, server=self.server)
-        return load_engine(self.settings, vocab_only=vocab_only)
+            return load_engine(self.requested, server=self.server)
+        if self.settings is None:
+            self.settings = resolve_judge(self.requested)
+        here = (self.settings if os.path.isfile(self.settings.model or "")
+                else resolve_judge(self.requested))
+        return load_engine(here, vocab_only=vocab_only)
 
 
 # -- input -----------------------------------------------------------------------------------
@@ -251,11 +262,13 @@ class _JudgeWorker:
     """An actor holding one engine; judges one batch per call into WORK_DIR/batches/KEY/."""
 
     def __init__(self, factory: Callable, opts: RunOptions, settings: dict, work_dir: str,
-                 run_id: int):
+                 run_id: int, style=None):
         from rmjudge.runs.setup import build_judge, run_spec
 
         self.engine = factory()
-        spec = run_spec(self.engine, opts)  # this worker's, built once
+        # this worker's, built once, with the prompt style the driver read (option files are
+        # read once per run, not once per worker)
+        spec = run_spec(self.engine, opts, style)
         mine = spec.verdict_settings()
         if orjson.loads(orjson.dumps(mine)) != settings:
             from rmjudge.store import describe_differences
@@ -383,7 +396,7 @@ def ray_score(source: str, js: JudgeSettings, es: EngineSettings, output: str, *
                                    f"ray:{rs.workers}"))
     ds = _judged_batches(ray, files, work, rs, es, {
         "factory": factory, "opts": opts, "settings": settings, "work_dir": work,
-        "run_id": log.run["run_id"]})
+        "run_id": log.run["run_id"], "style": style})
     tally = _tally(ds, on_batch, log)
     if tally.changed:
         log.close("failed", pairs_judged=tally.judged, generated_tokens=tally.tokens)

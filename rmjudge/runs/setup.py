@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
 from rmjudge.core.interrupts import is_interrupt
 from rmjudge.io.mapping import Mapper
@@ -92,24 +92,16 @@ def load_judge_engine(es: EngineSettings, server: "ServerSettings | None" = None
     hears one line about it ("rmjudge: ..."). Ctrl-C while the model loads becomes
     `Interrupted`."""
     from rmjudge.engine import load_engine
-    from rmjudge.models.resolve import resolve_model
 
     if server is not None:
         engine = load_engine(es, server=server)
         status(f"rmjudge: {engine.describe()}")
         return engine
-    from rmjudge.models.packaged import DEMO_ADAPTER_NAME
-    from rmjudge.models.resolve import with_demo_adapter
+    from rmjudge.models.resolve import judge_label, resolve_judge
 
     try:
-        chosen = with_demo_adapter(es)  # the demo judge file made here, once, when missing
-        if chosen is es:
-            judge = resolve_model(es.model)
-        elif chosen.lora:  # applied at run time
-            judge = f"{resolve_model(chosen.model)} + {DEMO_ADAPTER_NAME}"
-        else:
-            judge = f"{chosen.model} ({DEMO_ADAPTER_NAME} merged in)"
-        status(f"rmjudge: loading the judge {judge} ...")
+        chosen = resolve_judge(es)  # once per run (the demo judge file made when missing)
+        status(f"rmjudge: loading the judge {judge_label(es, chosen)} ...")
         return load_engine(chosen)
     except KeyboardInterrupt:
         from rmjudge.runs.pipeline import Interrupted
@@ -211,9 +203,17 @@ def run_spec(engine, opts: RunOptions, style: "PromptStyle | None" = None) -> "R
     return resolve(opts.judge, engine.info, opts.engine.n_ctx, style)
 
 
-def check_run_paths(source: str, output: str | None) -> str:
+class CheckedPaths(NamedTuple):
+    """A run's input and output as `check_run_paths` found them."""
+
+    output: str  # `-o`, or the default next to the input
+    fmt: str  # the input's format (`io.readers.detect_format`), found once per run
+
+
+def check_run_paths(source: str, output: str | None) -> CheckedPaths:
     """A missing or unreadable input and an unusable output fail before any model loads.
-    Returns the output (`output`, or the default next to the input)."""
+    Returns the output (`output`, or the default next to the input) and the input's format,
+    which the run hands down instead of finding it again."""
     from rmjudge.io.readers import detect_format
     from rmjudge.runs.pipeline import check_output, default_output
     from rmjudge.files import check_platform
@@ -222,10 +222,10 @@ def check_run_paths(source: str, output: str | None) -> str:
     if output is not None and not output.strip():
         raise SettingsError("-o is empty; give an output file name, or leave -o out for "
                             "INPUT.judged.duckdb")
-    detect_format(source)
+    fmt = detect_format(source)
     out = output or default_output(source)
     check_output(source, out)
-    return out
+    return CheckedPaths(out, fmt)
 
 
 def dry_run(source: str, opts: RunOptions):
@@ -257,7 +257,7 @@ def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOption
                 engine=None, status: Callable[[str], None] = _quiet,
                 progress: Callable[[int | None, Any], Any] | None = None,
                 on_commit: Callable[[Any, list[str], list[int]], None] | None = None,
-                style: "PromptStyle | None" = None, output_checked: bool = False
+                style: "PromptStyle | None" = None, checked: CheckedPaths | None = None
                 ) -> "Summary":
     """Judge `source` into `output` (as `rmjudge score` does). `engine`: one already loaded
     (else `load_judge_engine`). `status` hears one-line notes; `progress(total, engine)`
@@ -265,9 +265,10 @@ def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOption
     with each `Progress`, hears notes through `.note(line)` and is closed at the end; without
     it the rows are not counted. `on_commit`: see `rmjudge.runs.pipeline.score`. `source`: a path
     or rows held in Python (`rmjudge.io.memory.MemoryInput`, the Python API's). `style`: the
-    prompt style a caller already read with `check_prompting`; `output_checked`: the caller
-    already ran `check_run_paths` on this source and output (the API's `score_batches`, which
-    checks before its first chunk), so the option files are read and the output checked once.
+    prompt style a caller already read with `check_prompting`; `checked`: what the caller's
+    `check_run_paths` found for this source and output (the API's `score_batches`, which
+    checks before its first chunk), so the option files are read, the output checked and the
+    input's format found once.
     Returns the Summary, with the engine that judged.
 
     Ctrl-C and SIGTERM are handled the run's way (rmjudge.core.interrupts) from before the model
@@ -276,15 +277,15 @@ def judge_input(source: "str | MemoryInput", output: str | None, opts: RunOption
 
     with graceful():
         return _judge_input(source, output, opts, engine, status, progress, on_commit,
-                            style, output_checked)
+                            style, checked)
 
 
 def _judge_input(source, output, opts: RunOptions, engine, status, progress,
-                 on_commit=None, style=None, output_checked=False) -> "Summary":
+                 on_commit=None, style=None, checked: CheckedPaths | None = None) -> "Summary":
     from rmjudge.io.readers import count_rows
     from rmjudge.runs.pipeline import Interrupted, score_checked
 
-    out = output if output_checked else check_run_paths(source, output)
+    out, fmt = checked or check_run_paths(source, output)
     if style is None:
         style = check_prompting(opts.judge)
     note = criteria_note(opts.judge, opts.mapper.label_choice)
@@ -296,14 +297,14 @@ def _judge_input(source, output, opts: RunOptions, engine, status, progress,
         if engine is None:
             engine = load_judge_engine(opts.engine, opts.server, status)
         if progress is not None:
-            total = count_rows(source)
+            total = count_rows(source, fmt)
             if total is not None and opts.limit:
                 total = min(total, opts.limit)
             display = progress(total, engine)
         summary = score_checked(source, out, engine, run_spec(engine, opts, style), opts.mapper,
                                 overwrite=opts.overwrite, limit=opts.limit, shard=opts.shard,
                                 commit_every=opts.commit_every, on_progress=display,
-                                rejudge_changed=opts.rejudge_changed,
+                                rejudge_changed=opts.rejudge_changed, input_format=fmt,
                                 announce=(lambda line: display.note(f"rmjudge: {line}"))
                                 if display is not None else None, on_commit=on_commit)
     except (KeyboardInterrupt, RuntimeError) as exc:  # before the run's own handling began (a
