@@ -7,7 +7,9 @@ parse_verdict` on the stored text; a forced verdict does not count), those cut a
 limit, the pair-orders with an anchor, with self-reflection (reflections recorded in the samples
 table) and decided by the shortcut, the reflections that parse, the accuracy over both orders
 pooled and the share of pairs right in both orders (chance is 50% and 25%), the run's judging
-time and generated tokens (the `runs` table) and its LoRA adapter with its sha256.
+time and generated tokens (the `runs` table), its prompt format and its LoRA adapter with its
+sha256. Score with `--no-forced` to count only verdicts the model wrote itself (a forced verdict
+is never counted as parsed either way).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def measure(path: str) -> dict:
                             "shortcut_ba FROM pairs").fetchall()
         run = con.execute("SELECT sum(wall_seconds), sum(generated_tokens), max(lora_path), "
                           "max(lora_sha256) FROM runs").fetchone()
+        settings = json.loads(con.execute(
+            "SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
     finally:
         con.close()
     rollouts = [s for s in samples if s[2] == "rollout"]
@@ -46,7 +50,8 @@ def measure(path: str) -> dict:
     parsed = sum(parse_verdict(s[3] or "", "pref") is not None for s in rollouts)
     refl_parsed = sum(parse_verdict(s[3] or "", "refl") is not None for s in refl)
     return {
-        "store": path, "pairs": len(pairs), "pair_orders": len(orders),
+        "store": path, "prompt_format": settings.get("prompt_format"), "pairs": len(pairs),
+        "pair_orders": len(orders),
         "rollouts": len(rollouts), "rollouts_parsed": parsed,
         "rollout_parse_rate": share(parsed, len(rollouts)),
         "rollouts_at_token_limit": sum(s[4] == "length" for s in rollouts),
@@ -54,6 +59,7 @@ def measure(path: str) -> dict:
         "orders_shortcut": sum(bool(p[5]) + bool(p[6]) for p in pairs),
         "reflections": len(refl), "reflections_parsed": refl_parsed,
         "reflection_parse_rate": share(refl_parsed, len(refl)),
+        "reflections_at_token_limit": sum(s[4] == "length" for s in refl),
         "accuracy_both_orders_pooled": share(sum(v == g for v, g in per_order), len(per_order)),
         "right_in_both_orders": share(len(both), len(labelled)),
         "wall_seconds": round(run[0], 1) if run[0] is not None else None,
@@ -71,13 +77,15 @@ def main() -> None:
         if a.json:
             print(json.dumps(m))
             continue
-        print(f"{path}: {m['pairs']} pairs, LoRA {m['lora']} ({(m['lora_sha256'] or '-')[:12]})")
+        print(f"{path}: {m['pairs']} pairs, prompt format {m['prompt_format']}, LoRA {m['lora']} "
+              f"({(m['lora_sha256'] or '-')[:12]})")
         print(f"  rollouts parsed      {m['rollouts_parsed']}/{m['rollouts']} "
               f"({m['rollout_parse_rate']}), {m['rollouts_at_token_limit']} at the token limit")
         print(f"  pair-orders          {m['pair_orders']}: anchor {m['orders_with_anchor']}, "
               f"self-reflection {m['orders_with_reflection']}, shortcut {m['orders_shortcut']}")
         print(f"  reflections parsed   {m['reflections_parsed']}/{m['reflections']} "
-              f"({m['reflection_parse_rate']})")
+              f"({m['reflection_parse_rate']}), {m['reflections_at_token_limit']} at the token "
+              "limit")
         print(f"  accuracy             {m['accuracy_both_orders_pooled']} (both orders pooled), "
               f"right in both orders {m['right_in_both_orders']}")
         print(f"  judging              {m['wall_seconds']} s, {m['generated_tokens']} tokens")

@@ -27,14 +27,8 @@ base=$(python -c "from rmjudge.models.resolve import default_model_path; print(d
 export OMP_NUM_THREADS=$threads
 mkdir -p "$out"
 
-step() {  # step NAME DONE_PATH COMMAND...: run COMMAND unless DONE_PATH exists; time it
-  local name=$1 done_path=$2; shift 2
-  if [ -e "$done_path" ]; then echo "== $name: done ($done_path)"; return; fi
-  echo "== $name"
-  local t0; t0=$(date +%s)
-  "$@"
-  printf '%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" >> "$out/times.tsv"
-}
+# shellcheck source=examples/steps.sh
+source "$here/steps.sh"  # step NAME DONE_PATH COMMAND...
 
 # 1. split by prompt; neither split holds a prompt of the demo's examples/pairs.jsonl
 step split "$out/test.jsonl" python "$here/split_pairs.py" "$out" \

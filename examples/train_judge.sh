@@ -33,15 +33,8 @@ score_args=(--samples "${SCORE_SAMPLES:-2}" --max-tokens "${SCORE_MAX_TOKENS:-80
 export OMP_NUM_THREADS=$threads
 mkdir -p "$out"
 
-# step NAME DONE_PATH COMMAND...: run COMMAND unless DONE_PATH exists; record its wall time
-step() {
-  local name=$1 done_path=$2; shift 2
-  if [ -e "$done_path" ]; then echo "== $name: done ($done_path)"; return; fi
-  echo "== $name"
-  local t0; t0=$(date +%s)
-  "$@"
-  printf '%s\t%s\n' "$name" "$(( $(date +%s) - t0 ))" >> "$out/times.tsv"
-}
+# shellcheck source=examples/steps.sh
+source "$here/steps.sh"  # step NAME DONE_PATH COMMAND...
 
 # 1. split by prompt into train / held-out test
 step split "$out/test.jsonl" python "$here/split_pairs.py" "$out" "$@" \
