@@ -1,6 +1,6 @@
 """The engine's context grows while sequences run: a request longer than the KV streams hold
 arrives mid-run, the context is made again, larger, and the running sequences' cells move into
-it (`LlamaEngine._regrow`) instead of the batch draining first. The samples are those of a run
+it (`KVContext.regrow`) instead of the batch draining first. The samples are those of a run
 whose context held the long request from the start, byte for byte."""
 
 from __future__ import annotations

@@ -553,7 +553,7 @@ def test_a_prompt_that_fails_for_one_pair_fails_that_pair_only(tmp_path):
 
 
 def test_token_ends_follow_the_decoded_text_when_the_bytes_were_not_utf8():
-    from rmjudge.engine.llama import _token_ends  # noqa: PLC2701 - the engine's own helper
+    from rmjudge.engine.sampler import _token_ends  # noqa: PLC2701 - the sampler's own helper
 
     raw = b"\xff\xff [[A]]"
     text = raw.decode("utf-8", errors="replace")
