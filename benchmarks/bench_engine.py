@@ -132,7 +132,10 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0 + other_cpu() - o0
     orders = [o for r in results if hasattr(r, "orders") for o in r.orders.values()]
     gens = sum(len(o.rollouts) + len(o.reflections) for o in orders)
-    prompt = getattr(engine, "prompt_tokens_evaluated", None)
+    from rmjudge.engine.llama import LlamaEngine
+
+    prompt = engine.prompt_tokens_evaluated  # every engine counts its prompt tokens
+    batched = isinstance(engine, LlamaEngine)  # its own counters: reuse, decode steps
     return {"variant": kind, "judge_format": args.judge_format, "workload": args.workload,
             "pairs": len(results), "parallel": args.parallel, "seconds": dt,
             "generated_tokens": engine.generated_tokens, "generations": gens,
@@ -140,14 +143,13 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
             "written_verdicts": getattr(wrapped, "promoted", None),
             "tok_per_s": engine.generated_tokens / dt, "pairs_per_s": len(results) / dt,
             "prompt_tokens": prompt,
-            "prompt_tokens_reused": getattr(engine, "prompt_tokens_reused", None),
-            "processed_tok_per_s": (None if prompt is None
-                                    else (prompt + engine.generated_tokens) / dt),
+            "prompt_tokens_reused": engine.prompt_tokens_reused if batched else None,
+            "processed_tok_per_s": (prompt + engine.generated_tokens) / dt,
             "cpu_seconds": cpu, "tok_per_cpu_s": engine.generated_tokens / cpu,
             "threads": threads, "peak_rss_mb": _peak_rss_mb(),
             # mean sequences per decode call, of --parallel (batch occupancy)
             "occupancy": (engine.decode_rows / engine.decode_steps / args.parallel
-                          if getattr(engine, "decode_steps", 0) else None)}
+                          if batched and engine.decode_steps else None)}
 
 
 def run_protocol(kind: str, args) -> dict:

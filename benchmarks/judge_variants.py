@@ -40,10 +40,12 @@ class WrittenVerdicts:
         self.engine = engine
         self.fmt = fmt
         self.promoted = 0
-        if hasattr(engine, "steps"):  # the Judge feeds a streaming engine through `steps`
-            self.steps = lambda source: engine.steps(_Relay(source, self))
+    def steps(self, source):
+        """The Judge feeds every engine through `steps` (the Engine protocol): the wrapped
+        engine's, its results relayed through `written`."""
+        return self.engine.steps(_Relay(source, self))
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # every other member of the Engine protocol: the engine's
         return getattr(self.engine, name)
 
     def generate(self, requests):
