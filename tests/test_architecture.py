@@ -709,6 +709,52 @@ def test_the_length_check_finds_long_functions_and_methods():
     assert long_functions(tree, limit=81) == [("C.method", 163, 82)]
 
 
+MAX_CLASS_LINES = 350
+
+
+def large_classes(tree: ast.Module, limit: int = MAX_CLASS_LINES) -> list[tuple[str, int, int]]:
+    """(qualified name, first line, lines) of every class of `tree`, nested ones included,
+    longer than `limit` lines from its `class` line to its last line."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if isinstance(child, ast.ClassDef):
+                    lines = child.end_lineno - child.lineno + 1
+                    if lines > limit:
+                        found.append((name, child.lineno, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return found
+
+
+def test_no_class_is_longer_than_350_lines():
+    """A class of the library fits in 350 lines: a larger one does several jobs, and is split
+    by responsibility (the llama.cpp engine's planner, scheduler, KV context and sampler; the
+    store's reads and writes)."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {name} ({lines} lines)"
+             for pkg in LENGTH_CHECKED for path in sorted((ROOT / pkg).rglob("*.py"))
+             for name, line, lines in large_classes(_parse(path))]
+    assert not found, (f"classes over {MAX_CLASS_LINES} lines (split them by "
+                       "responsibility):\n" + "\n".join(found))
+
+
+def test_the_class_size_check_finds_large_classes():
+    def source(name: str, lines: int, indent: str = "") -> str:
+        return f"{indent}class {name}:\n" + "".join(f"{indent}    x{i} = {i}\n"
+                                                    for i in range(lines - 1))
+
+    tree = ast.parse(source("Large", 351) + source("Small", 350)
+                     + "def f():\n" + source("Inner", 352, "    "))
+    assert large_classes(tree) == [("Large", 1, 351), ("f.Inner", 703, 352)]
+    assert large_classes(tree, limit=351) == [("f.Inner", 703, 352)]
+
+
 # -- docs/architecture.md matches the code --------------------------------------------------------
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
