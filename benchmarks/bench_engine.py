@@ -49,6 +49,12 @@ Plus `--busy`: the engine again while one competing CPU-bound process runs (fair
 `--variants engine --judge-format prometheus2` beside a `reflectrm` run on the same pairs.
 `--pairs 1,8` runs the variants once per pair count; `--conditions quiet,busy` once quiet and
 once beside one competing CPU-bound process (every variant; `--busy` adds only an engine row).
+After ceiling and prefill, each path (engine, naive, server) is also set against the bound of
+its own token counts: paths whose samples differ (llama-server is another llama.cpp build; the
+server seeds a request's samples together) do different work (other reflections, other
+lengths), so their tok/s alone do not compare, and "server / engine at the same work" is the
+ratio of those shares. `--no-reflect` leaves self-reflection out, so every path does the same
+work (each rollout and its forced verdict) whatever its samples.
 `--forced`: forced verdicts on, each written into its rollout (benchmarks/judge_variants.py),
 so that self-reflection runs on a model whose text never parses.
 Thread counts: `--threads N` fixes them for every variant; without it the engine starts at
@@ -110,8 +116,9 @@ def _judge_settings(args):
 
     fmt = {} if args.judge_format == "reflectrm" else {"judge_format": args.judge_format}
     forced = {"forced": True} if args.forced else {}
+    reflect = {"reflect": False} if args.no_reflect else {}
     return JudgeSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed,
-                         **fmt, **forced)
+                         **fmt, **forced, **reflect)
 
 
 def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
@@ -350,13 +357,20 @@ def run_prefill(args) -> dict:
             "tok_per_cpu_s": None, "threads": [threads], "peak_rss_mb": _peak_rss_mb()}
 
 
-def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
-    """The engine's token counts at the ceiling's decode rate (its decode steps alone: the
-    prompt it prefills each round is charged at the prefill rate, as the engine's are) and the
-    bare prefill rate."""
+def bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float:
+    """A path's own token counts (generated, and prompt tokens evaluated) at the ceiling's
+    decode rate (its decode steps alone: the prompt it prefills each round is charged at the
+    prefill rate) and the bare prefill rate: its time with no scheduling, sampling or batch
+    cost."""
     decode_rate = ceiling.get("decode_rows_per_s") or ceiling["tok_per_s"]
-    seconds = (engine["generated_tokens"] / decode_rate
-               + engine["prompt_tokens"] / prefill["processed_tok_per_s"])
+    return (row["generated_tokens"] / decode_rate
+            + row["prompt_tokens"] / prefill["processed_tok_per_s"])
+
+
+def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
+    """The engine's token counts at the ceiling's decode rate and the bare prefill rate
+    (`bound_seconds`)."""
+    seconds = bound_seconds(engine, ceiling, prefill)
     cpu = None  # the same in CPU seconds (with --threads 1, what a busy machine distorts less)
     if ceiling.get("decode_rows_per_cpu_s") and prefill.get("cpu_seconds"):
         cpu = (engine["generated_tokens"] / ceiling["decode_rows_per_cpu_s"]
@@ -393,6 +407,9 @@ def _options() -> argparse.ArgumentParser:
     ap.add_argument("--quant", default="Q4_K_M", help="the --shape file's type: Q4_K_M or Q8_0")
     ap.add_argument("--conditions", default="quiet",
                     help="quiet, busy (beside one CPU-bound process) or both (comma list)")
+    ap.add_argument("--no-reflect", action="store_true",
+                    help="no self-reflection: every path does the same work (rollouts and "
+                    "their forced verdicts), whatever its samples")
     ap.add_argument("--forced", action="store_true", help="forced verdicts on, written into "
                     "their rollouts so that self-reflection runs (benchmarks/judge_variants.py)")
     ap.add_argument("--slots", type=int, default=16, help="the server variant's llama-server -np")
@@ -436,6 +453,7 @@ def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int
     cmd += ["--threads", str(args.threads)] if args.threads else []
     cmd += ["--model", args.model] if args.model else []
     cmd += ["--forced"] if args.forced else []
+    cmd += ["--no-reflect"] if args.no_reflect else []
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.path.abspath(src)
@@ -492,7 +510,29 @@ def _one_setting(args, workload: str, pairs: int, condition: str) -> list[dict]:
         print(_fmt(rows[-1]), flush=True)
         got["bound"] = rows[-1]
     _ratios(f"{workload:<6} pairs={pairs} {condition}:", got)
+    if {"ceiling", "prefill"} <= set(got):
+        _own_bounds(f"{workload:<6} pairs={pairs} {condition}:", got)
     return rows
+
+
+def _own_bounds(name: str, got: dict) -> None:
+    """Each path against the bound of its own token counts (`bound_seconds`): the share of its
+    time that is llama.cpp's own decode and prompt work. Paths whose samples differ (another
+    llama.cpp build, other seeds) do different work (more reflections, longer texts), so
+    their tok/s alone do not compare; these shares do."""
+    share = {}
+    for kind in ("engine", "naive", "naive_lp", "server"):
+        row = got.get(kind)
+        if row and row.get("prompt_tokens") is not None and row["seconds"]:
+            share[kind] = row["own_bound_share"] = (
+                bound_seconds(row, got["ceiling"], got["prefill"]) / row["seconds"])
+            print(f"{name} {kind} at {share[kind]:.2f} of its own bound "
+                  f"({row['generated_tokens']} generated, {row['prompt_tokens']} prompt tokens)",
+                  flush=True)
+    for kind in ("naive", "server"):
+        if kind in share and "engine" in share:
+            print(f"{name} {kind} / engine at the same work: {share[kind] / share['engine']:.2f}x",
+                  flush=True)
 
 
 def _extras(args, workload: str, pairs: int) -> list[dict]:
@@ -531,6 +571,7 @@ def main() -> None:
                 "quant": args.quant if args.shape else None, "pairs": args.pairs,
                 "samples": args.samples, "max_tokens": args.max_tokens,
                 "parallel": args.parallel, "threads": args.threads, "forced": args.forced,
+                "reflect": not args.no_reflect,
                 "cpus": os.cpu_count(), "load": os.getloadavg(), "rows": rows}
         Path(args.out).write_text(json.dumps(meta, indent=2))
 
