@@ -789,3 +789,35 @@ def test_ray_workers_get_the_judge_model_the_driver_resolved(tmp_path, monkeypat
     judge.unlink()  # another node: not at that path
     pickle.loads(pickle.dumps(factory))()
     assert counts == {"resolve_model": 2, "with_demo_adapter": 2}
+
+
+def test_a_runs_prompt_style_reaches_ray_workers_without_its_files(tmp_path):
+    """The driver reads --criteria @FILE, --prompt-template and a judge format file once; the
+    style it hands the Ray workers pickles (templates and format files as their texts) and
+    comes back the same, with the files gone."""
+    import pickle
+    import shutil
+
+    from rmjudge.prompts.choice import format_of, run_style
+
+    crit, tmpl = tmp_path / "rubric.txt", tmp_path / "prompt.jinja"
+    crit.write_text("Prefer the shorter answer.")
+    tmpl.write_text(TEMPLATE)
+    fmt = tmp_path / "judge.toml"
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "examples", "judge_format.toml"),
+                fmt)
+    styles = [run_style(f"@{crit}", str(tmpl), None), run_style(None, None, str(fmt)),
+              run_style(f"@{crit}", None, "prometheus2")]
+    sent = [pickle.dumps(s) for s in styles]
+    for path in (crit, tmpl, fmt):
+        path.unlink()
+    pair = ([{"role": "user", "content": "question"}], "good", "bad")
+    for style, blob in zip(styles, sent):
+        got = pickle.loads(blob)
+        assert got.criteria == style.criteria
+        assert (got.template is None) == (style.template is None)
+        if style.template is not None:
+            assert got.template.sha256 == style.template.sha256
+        assert format_of(got).sha256 == format_of(style).sha256
+        assert format_of(got).pref_messages(*pair, "", got) == \
+            format_of(style).pref_messages(*pair, "", style)

@@ -40,6 +40,7 @@ bound (rmjudge.prompts.native_format).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from rmjudge.prompts.formats import JudgeFormatError
 from rmjudge.prompts.native_format import NativeFormat, Reflection, pattern_reader
@@ -60,6 +61,11 @@ def load_format_file(path: str, what: str = "--judge-format") -> NativeFormat:
 
     text = read_text_file(path, f"{what} {path}", f"give a readable UTF-8 TOML file; "
                           f"{FIX}", JudgeFormatError)
+    return format_from_text(path, text, what)
+
+
+def format_from_text(path: str, text: str, what: str = "--judge-format") -> "FileFormat":
+    """The format of a format file whose text `text` was read from `path`, checked in full."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
@@ -71,14 +77,27 @@ def load_format_file(path: str, what: str = "--judge-format") -> NativeFormat:
     except RecursionError:
         raise JudgeFormatError(f"{what} {path} nests its values too deeply to read; "
                                f"{FIX}") from None
-    return _FileReader(path, data, what).format()
+    return _FileReader(path, data, what, text).format()
+
+
+@dataclass(frozen=True, eq=False)
+class FileFormat(NativeFormat):
+    """A format file's format. Pickled as the file's text, read again when unpickled (a Ray
+    worker gets the run's format without reading its file; its compiled prompts and readers
+    do not pickle)."""
+
+    file: tuple[str, str, str] = ("", "", "")  # (path, text, what)
+
+    def __reduce__(self):
+        return (format_from_text, self.file)
 
 
 class _FileReader:
-    def __init__(self, path: str, data: dict, what: str):
+    def __init__(self, path: str, data: dict, what: str, text: str):
         self.path = path
         self.data = data
         self.what = what
+        self.text_read = text
 
     def fail(self, key: str, what: str) -> JudgeFormatError:
         return JudgeFormatError(f"{self.what} {self.path}: {key} {what}; {FIX}")
@@ -188,13 +207,14 @@ class _FileReader:
         render = (lambda slots, conversation: tpl.render(
             messages=[dict(m) for m in conversation], critique1="", critique2="",
             **{**slots, "criteria": slots["criteria"] or None}))
-        return NativeFormat(
+        return FileFormat(
             name=name, title=title or f"format file {self.path}",  # type: ignore[arg-type]
             source=f"format file {self.path}", labels=(labels[0], labels[1]), ties=ties,
             rubric=MARKS["criteria"] in rendered, families=(), system=system, user=source,
             render=render, reader=read, rule=rule, force=self.force(verdict),
             no_force="the file gives no verdict.force",
-            reflection=self.reflection(d.get("reflection")))
+            reflection=self.reflection(d.get("reflection")),
+            file=(self.path, self.text_read, self.what))
 
     def reflection(self, table) -> Reflection | None:
         if table is None:

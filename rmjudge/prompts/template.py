@@ -37,6 +37,7 @@ class PromptTemplate:
 
         self.text = text
         self.origin = origin
+        self._given = (what, fix, error)  # what `__reduce__` makes it again from
         self.what = what or f"--prompt-template {origin}"
         self.fix = fix
         self.error = error
@@ -46,6 +47,11 @@ class PromptTemplate:
         except Exception as exc:  # noqa: BLE001 - any failure of untrusted template code
             raise self._failure(exc) from None
 
+
+    def __reduce__(self):
+        """Pickled as its source, compiled again when unpickled (a Ray worker gets the run's
+        template without reading its file)."""
+        return (PromptTemplate, (self.text, self.origin, *self._given))
     def _failure(self, exc: Exception) -> UserError:
         from rmjudge.prompts.sandbox import template_failure
 
