@@ -879,3 +879,27 @@ def test_a_head_that_refuses_the_driver_is_one_error_naming_token_authentication
     with pytest.raises(RayRunError) as caught:  # a local instance has no head to authenticate
         _connect(Ray(), RaySettings(address=None))
     assert "RAY_AUTH_MODE" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_ray_workers_judge_with_the_prompt_style_the_driver_read(tmp_path, local_ray):
+    """--criteria @FILE and --prompt-template are read once, by the driver; the workers get
+    the style it read (pickled with the template's source) and judge exactly as `score`."""
+    from rmjudge.runs.ray_runner import RaySettings, ray_score
+    from rmjudge.core.settings import EngineSettings
+    from test_run_setup import TEMPLATE
+
+    crit, tmpl = tmp_path / "rubric.txt", tmp_path / "prompt.jinja"
+    crit.write_text("Prefer the shorter answer.")
+    tmpl.write_text(TEMPLATE)
+    styled = settings(criteria=f"@{crit}", prompt_template=str(tmpl))
+    src = mixed_input(tmp_path)
+    whole = str(tmp_path / "whole.duckdb")
+    score(src, ScriptedEngine(seeded_judge), styled, output=whole)
+    out = str(tmp_path / "ray.duckdb")
+    s = ray_score(src, styled, EngineSettings(), out,
+                  rs=RaySettings(workers=1, rows_per_batch=8, cpus_per_worker=0.5),
+                  engine_factory=FakeEngines())
+    assert s.pairs == 9
+    assert rows(out, PAIR_Q) == rows(whole, PAIR_Q)
+    assert rows(out, SAMPLE_Q) == rows(whole, SAMPLE_Q)
