@@ -33,17 +33,19 @@ def test_help_needs_no_torch():
 def test_missing_input_is_one_line():
     r = run("score", "nope.jsonl")
     assert r.exit_code == 1
-    assert r.output == "Error: input file not found: nope.jsonl\n"
+    assert r.output == "Error: input file not found: nope.jsonl; check the path\n"
 
 
 def test_missing_and_corrupt_models(tmp_path):
     r = run("score", str(DATA / "pandalm_5.jsonl"), "--model", "/nope/judge.gguf")
-    assert (r.exit_code, r.output) == (1, "Error: model file not found: /nope/judge.gguf\n")
+    assert (r.exit_code, r.output) == (1, "Error: model file not found: /nope/judge.gguf; "
+                                          "check the path (a .gguf file)\n")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"hello world")
     r = run("models", "--model", str(bad))
     assert r.exit_code == 1
-    assert r.output == f"Error: model file is not a GGUF file (bad magic b'hell'): {bad}\n"
+    assert r.output == (f"Error: model file is not a GGUF file (bad magic b'hell'): {bad}; give a "
+                        ".gguf file (rmjudge-export makes one from a Hugging Face model)\n")
     trunc = tmp_path / "trunc.gguf"
     trunc.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 20)
     r = run("models", "--model", str(trunc))
@@ -54,7 +56,8 @@ def test_missing_and_corrupt_models(tmp_path):
 
 def test_env_var_selects_the_model(tmp_path):
     r = run("models", env={"RMJUDGE_MODEL": str(tmp_path / "x.gguf")})
-    assert r.output == f"Error: model file not found: {tmp_path / 'x.gguf'}\n"
+    assert r.output == (f"Error: model file not found: {tmp_path / 'x.gguf'}; check the path "
+                        "(a .gguf file)\n")
 
 
 def test_bad_options_are_named():

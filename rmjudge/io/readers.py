@@ -59,7 +59,7 @@ def detect_format(source: "str | MemoryInput") -> str:
         if shards.is_glob(source):
             shards.shard_formats(source)
             return "shards"
-        raise InputError(f"input file not found: {source}")
+        raise InputError(f"input file not found: {source}; check the path")
     if os.path.isdir(source):
         if huggingface.is_saved_dataset(source):
             huggingface.check_disk_source(source)

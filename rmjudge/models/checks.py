@@ -17,13 +17,15 @@ def check_gguf(path: str, what: str = "model") -> str:
     """Raise ModelError unless `path` is a readable GGUF file."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise ModelError(f"{what} file not found: {path}")
+        raise ModelError(f"{what} file not found: {path}; check the path (a .gguf file)")
     if p.is_dir():
-        raise ModelError(f"{what} path is a directory, not a GGUF file: {path}")
+        raise ModelError(f"{what} path is a directory, not a GGUF file: {path}; give the .gguf "
+                         "file inside it")
     with open(p, "rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":
-        raise ModelError(f"{what} file is not a GGUF file (bad magic {magic!r}): {path}")
+        raise ModelError(f"{what} file is not a GGUF file (bad magic {magic!r}): {path}; give "
+                         "a .gguf file (rmjudge-export makes one from a Hugging Face model)")
     return str(p)
 
 
