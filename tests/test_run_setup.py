@@ -791,6 +791,34 @@ def test_ray_workers_get_the_judge_model_the_driver_resolved(tmp_path, monkeypat
     assert counts == {"resolve_model": 2, "with_demo_adapter": 2}
 
 
+def test_a_ray_worker_without_the_drivers_demo_adapter_resolves_the_judge_itself(
+        tmp_path, monkeypatch, model_path):
+    """With --lora-scale other than 1 the driver resolves the embedded judge to the Q8_0 copy
+    plus the demo adapter applied at run time, the adapter a file of the driver's
+    installation. A node whose rmjudge is installed elsewhere has the model at that path (the
+    user's cache) but not the adapter: it resolves the settings as given itself and loads,
+    rather than failing on the driver's adapter path."""
+    import pickle
+    import shutil
+
+    import rmjudge.models.resolve as resolve
+    from rmjudge.runs.ray_runner import EngineFactory
+
+    monkeypatch.delenv("RMJUDGE_MODEL", raising=False)
+    drivers = tmp_path / "driver-site-packages" / "demo.lora.gguf"
+    drivers.parent.mkdir()
+    shutil.copyfile(resolve.demo_adapter_path(), drivers)
+    with monkeypatch.context() as m:  # the driver's installation
+        m.setattr(resolve, "demo_adapter_path", lambda: str(drivers))
+        factory = EngineFactory(EngineSettings(lora_scale=0.5, threads=1))
+        factory(vocab_only=True)
+    assert factory.settings.lora == str(drivers) and os.path.isfile(factory.settings.model)
+    drivers.unlink()  # another node: the same cache, rmjudge installed elsewhere
+    worker = pickle.loads(pickle.dumps(factory))
+    engine = worker(vocab_only=True)
+    assert engine.info.path == factory.settings.model
+
+
 def test_a_runs_prompt_style_reaches_ray_workers_without_its_files(tmp_path):
     """The driver reads --criteria @FILE, --prompt-template and a judge format file once; the
     style it hands the Ray workers pickles (templates and format files as their texts) and

@@ -110,9 +110,10 @@ class EngineFactory:
     """Picklable `load_engine(settings)`; `vocab_only=True` loads the tokenizer only. The
     driver's first call (its tokenizer, after the output is checked) resolves the judge model
     once (`resolve_judge`), and the copies Ray sends the workers carry the resolved file. A
-    node that has no file at that path (another machine without the driver's cache) resolves
-    the settings as given itself; the workers' check against the driver's settings then
-    refuses a different model."""
+    node that lacks the model file or the adapter at the driver's path (another machine
+    without the driver's cache, or with rmjudge installed elsewhere where the demo adapter is
+    applied at run time) resolves the settings as given itself; the workers' check against
+    the driver's settings then refuses a different model."""
 
     def __init__(self, settings: EngineSettings, server=None):
         self.server = server  # ServerSettings: every worker judges through that server
@@ -127,7 +128,8 @@ class EngineFactory:
             return load_engine(self.requested, server=self.server)
         if self.settings is None:
             self.settings = resolve_judge(self.requested)
-        here = (self.settings if os.path.isfile(self.settings.model or "")
+        files = [self.settings.model or ""] + ([self.settings.lora] if self.settings.lora else [])
+        here = (self.settings if all(os.path.isfile(f) for f in files)
                 else resolve_judge(self.requested))
         return load_engine(here, vocab_only=vocab_only)
 
