@@ -668,25 +668,30 @@ MAX_FUNCTION_LINES = 80
 LENGTH_CHECKED = ("rmjudge", "training", "quantize")
 
 
-def long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
-    """(qualified name, first line, lines) of every function and method of `tree`, nested ones
-    included, longer than `limit` lines from its `def` to its last line."""
+def _longer_than(tree: ast.Module, limit: int, kinds: tuple[type, ...]) -> list[tuple[str, int, int]]:
+    """(qualified name, first line, lines) of every definition of `kinds` in `tree` (functions,
+    methods, classes; nested ones included) longer than `limit` lines from its first line to
+    its last."""
     found = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    lines = child.end_lineno - child.lineno + 1
-                    if lines > limit:
-                        found.append((name, child.lineno, lines))
+                lines = child.end_lineno - child.lineno + 1
+                if isinstance(child, kinds) and lines > limit:
+                    found.append((name, child.lineno, lines))
                 visit(child, name + ".")
             else:
                 visit(child, prefix)
 
     visit(tree, "")
     return found
+
+
+def long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
+    """Every function and method of `tree` longer than `limit` lines (`_longer_than`)."""
+    return _longer_than(tree, limit, (ast.FunctionDef, ast.AsyncFunctionDef))
 
 
 def test_no_function_is_longer_than_80_lines():
@@ -713,24 +718,8 @@ MAX_CLASS_LINES = 350
 
 
 def large_classes(tree: ast.Module, limit: int = MAX_CLASS_LINES) -> list[tuple[str, int, int]]:
-    """(qualified name, first line, lines) of every class of `tree`, nested ones included,
-    longer than `limit` lines from its `class` line to its last line."""
-    found = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if isinstance(child, ast.ClassDef):
-                    lines = child.end_lineno - child.lineno + 1
-                    if lines > limit:
-                        found.append((name, child.lineno, lines))
-                visit(child, name + ".")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    return found
+    """Every class of `tree` longer than `limit` lines (`_longer_than`)."""
+    return _longer_than(tree, limit, (ast.ClassDef,))
 
 
 def test_no_class_is_longer_than_350_lines():
