@@ -31,12 +31,13 @@ def _context(L, model, streams: int, cells: int, threads: int):
     return L.llama_init_from_model(model, p)
 
 
-def step_costs(L, model, rows: int, args) -> list[float]:
-    """Seconds of each decode step of `rows` sequences (after a `--prompt`-token prefill)."""
+def step_costs(L, model, rows: int, args, clock=None) -> list[float]:
+    """Seconds of each decode step of `rows` sequences (after a `--prompt`-token prefill), by
+    `clock` (default: CPU time with one thread, else wall time)."""
     ctx = _context(L, model, max(rows, 2), args.prompt + args.steps + 256, args.threads)
     mem = L.llama_get_memory(ctx)
     batch = L.llama_batch_init(512, 0, 1)
-    clock = time.process_time if args.threads == 1 else time.perf_counter
+    clock = clock or (time.process_time if args.threads == 1 else time.perf_counter)
     try:
         for i in range(args.prompt):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = 100 + i % 1000, i, 1

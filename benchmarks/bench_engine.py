@@ -55,6 +55,13 @@ server seeds a request's samples together) do different work (other reflections,
 lengths), so their tok/s alone do not compare, and "server / engine at the same work" is the
 ratio of those shares. `--no-reflect` leaves self-reflection out, so every path does the same
 work (each rollout and its forced verdict) whatever its samples.
+The engine is also set against its `width bound`: each of its decode calls at the bare cost of
+a llama.cpp decode step of as many sequences (timed after the ceiling, at each width the engine
+used; llama_decode alone, no sampling), its prompt tokens at the prefill rate. The flat bound
+charges every generated token at the ceiling's full width; a pair's reflection stage decodes
+fewer sequences than its rollouts, and a narrow step costs more per token.
+`--repeat K` runs every variant K times, one round after the other, and prints the median of
+each ratio: a shared machine's speed drifts by 10-20% over minutes, so one round can be off.
 `--forced`: forced verdicts on, each written into its rollout (benchmarks/judge_variants.py),
 so that self-reflection runs on a model whose text never parses.
 Thread counts: `--threads N` fixes them for every variant; without it the engine starts at
@@ -71,6 +78,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -156,7 +164,10 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
             "threads": threads, "peak_rss_mb": _peak_rss_mb(),
             # mean sequences per decode call, of --parallel (batch occupancy)
             "occupancy": (engine.decode_rows / engine.decode_steps / args.parallel
-                          if batched and engine.decode_steps else None)}
+                          if batched and engine.decode_steps else None),
+            # decode calls by the sequences they carried: the width bound's steps
+            "decode_widths": ({str(w): n for w, n in sorted(engine.decode_widths.items())}
+                              if batched else None)}
 
 
 def run_protocol(kind: str, args) -> dict:
@@ -309,6 +320,15 @@ def run_ceiling(args, unified: bool) -> dict:
         rounds += 1
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     del vocab
+    step_s = {}  # per width the engine decoded at: the median bare step, after `toks`
+    if args.widths and not unified:
+        from bench_decode_width import step_costs
+
+        for w, n in sorted((int(w), int(n)) for w, n in
+                           (x.split(":") for x in args.widths.split(","))):
+            steps = argparse.Namespace(prompt=len(toks), steps=min(n, 24) + 1, threads=threads)
+            step_s[str(w)] = statistics.median(
+                step_costs(L, model, w, steps, clock=time.perf_counter)[1:])
     return {"variant": "ceiling" if not unified else "ceiling_unified", "workload": args.workload,
             "parallel": P, "seconds": dt, "generated_tokens": generated,
             "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
@@ -316,6 +336,7 @@ def run_ceiling(args, unified: bool) -> dict:
             "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
             "decode_rows_per_s": generated / decode_s,
             "decode_rows_per_cpu_s": generated / decode_cpu, "threads": [threads],
+            "decode_step_s": step_s or None,
             "peak_rss_mb": _peak_rss_mb()}
 
 
@@ -367,6 +388,19 @@ def bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float:
             + row["prompt_tokens"] / prefill["processed_tok_per_s"])
 
 
+def width_bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float | None:
+    """The engine's own decode calls, each at the bare cost of a decode step of as many
+    sequences (`decode_step_s`, measured after the ceiling), and its prompt tokens at the bare
+    prefill rate: `bound_seconds` without assuming that every token was decoded in a batch as
+    wide as the ceiling's (a pair's reflection stage runs fewer sequences than its rollouts).
+    None when the ceiling did not time every width the engine used."""
+    steps, cost = row.get("decode_widths"), ceiling.get("decode_step_s") or {}
+    if not steps or any(w not in cost for w in steps):
+        return None
+    return (sum(n * cost[w] for w, n in steps.items())
+            + row["prompt_tokens"] / prefill["processed_tok_per_s"])
+
+
 def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
     """The engine's token counts at the ceiling's decode rate and the bare prefill rate
     (`bound_seconds`)."""
@@ -382,6 +416,7 @@ def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
             "processed_tok_per_s": (engine["generated_tokens"] + engine["prompt_tokens"]) / seconds,
             "cpu_seconds": cpu, "tok_per_cpu_s": cpu and engine["generated_tokens"] / cpu,
             "peak_rss_mb": 0.0,
+            "width_bound_seconds": width_bound_seconds(engine, ceiling, prefill),
             "pairs": engine.get("pairs"), "condition": engine.get("condition"),
             "threads": sorted(set(engine.get("threads") or []) | set(ceiling.get("threads") or [])
                               | set(prefill.get("threads") or []))}
@@ -422,9 +457,12 @@ def _options() -> argparse.ArgumentParser:
                     help="also run the engine beside one competing CPU-bound process")
     ap.add_argument("--judge-format", default="reflectrm",
                     help="the judge format of every variant's prompts and parsing (docs/judges.md)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of every variant, one after "
+                    "the other, per setting; with more than one, the median of each ratio")
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--total-tokens", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--widths", default="", help=argparse.SUPPRESS)
     return ap
 
 
@@ -441,7 +479,8 @@ def _run_child(args) -> None:
 
 
 def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int = 0,
-           src: str | None = None, label: str | None = None, busy: bool = False) -> dict:
+           src: str | None = None, label: str | None = None, busy: bool = False,
+           widths: str = "") -> dict:
     """One variant in its own process (beside a CPU-bound process when `busy`): its row."""
     if kind.startswith("naive") and args.naive_pairs:
         pairs = args.naive_pairs
@@ -454,6 +493,7 @@ def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int
     cmd += ["--model", args.model] if args.model else []
     cmd += ["--forced"] if args.forced else []
     cmd += ["--no-reflect"] if args.no_reflect else []
+    cmd += ["--widths", widths] if widths else []
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.path.abspath(src)
@@ -494,16 +534,18 @@ def _one_setting(args, workload: str, pairs: int, condition: str) -> list[dict]:
     """Every variant on `pairs` pairs of `workload`, quiet or beside a busy process; then the
     bound and the ratios."""
     busy = condition == "busy"
-    rows, engine_tokens = [], 0
+    rows, engine_tokens, widths = [], 0, ""
     width = min(args.parallel, pairs * args.samples * 2)  # sequences the workload runs at once
     for kind in args.variants.split(","):
         if kind.startswith("ceiling"):
             total = max(engine_tokens, width * args.max_tokens)
-            rows.append(_child(args, kind, workload, pairs, width, total, busy=busy))
+            rows.append(_child(args, kind, workload, pairs, width, total, busy=busy,
+                               widths=widths))
         else:
             rows.append(_child(args, kind, workload, pairs, args.parallel, busy=busy))
             if kind == "engine":
                 engine_tokens = rows[-1]["generated_tokens"]
+                widths = ",".join(f"{w}:{n}" for w, n in rows[-1]["decode_widths"].items())
     got = {r["variant"]: r for r in rows}
     if {"engine", "ceiling", "prefill"} <= set(got):
         rows.append(bound_row(got["engine"], got["ceiling"], got["prefill"]))
@@ -513,6 +555,28 @@ def _one_setting(args, workload: str, pairs: int, condition: str) -> list[dict]:
     if {"ceiling", "prefill"} <= set(got):
         _own_bounds(f"{workload:<6} pairs={pairs} {condition}:", got)
     return rows
+
+
+def _medians(name: str, rounds: list[list[dict]]) -> None:
+    """The median of each ratio over rounds run one after the other (a shared machine's speed
+    drifts by 10-20% over minutes: one round's ratios can be off by that much)."""
+    ratios: dict[str, list[float]] = {}
+    for rows in rounds:
+        got = {r["variant"]: r for r in rows}
+        e = got.get("engine")
+        pick = {"engine / bound": ("engine", "bound"), "engine / naive": ("engine", "naive"),
+                "server / engine": ("server", "engine")}
+        for label, (a, b) in pick.items():
+            if a in got and b in got and got[b]["tok_per_s"]:
+                ratios.setdefault(label, []).append(got[a]["tok_per_s"] / got[b]["tok_per_s"])
+        if e and e.get("width_bound_share"):
+            ratios.setdefault("engine / width bound", []).append(e["width_bound_share"])
+        if e and got.get("server", {}).get("own_bound_share") and e.get("own_bound_share"):
+            ratios.setdefault("server / engine at the same work", []).append(
+                got["server"]["own_bound_share"] / e["own_bound_share"])
+    for label, xs in ratios.items():
+        print(f"{name} median of {len(xs)} rounds: {label} {statistics.median(xs):.2f}x "
+              f"(each: {', '.join(f'{x:.2f}' for x in xs)})", flush=True)
 
 
 def _own_bounds(name: str, got: dict) -> None:
@@ -529,6 +593,12 @@ def _own_bounds(name: str, got: dict) -> None:
             print(f"{name} {kind} at {share[kind]:.2f} of its own bound "
                   f"({row['generated_tokens']} generated, {row['prompt_tokens']} prompt tokens)",
                   flush=True)
+    engine = got.get("engine")
+    wide = engine and width_bound_seconds(engine, got["ceiling"], got["prefill"])
+    if wide:
+        engine["width_bound_share"] = wide / engine["seconds"]
+        print(f"{name} engine at {wide / engine['seconds']:.2f} of its width bound (each decode "
+              f"call at the bare step of its width: {engine['decode_widths']})", flush=True)
     for kind in ("naive", "server"):
         if kind in share and "engine" in share:
             print(f"{name} {kind} / engine at the same work: {share[kind] / share['engine']:.2f}x",
@@ -564,13 +634,22 @@ def main() -> None:
     for workload in args.workload.split(","):
         for pairs in [int(x) for x in args.pairs.split(",")]:
             for condition in args.conditions.split(","):
-                rows += _one_setting(args, workload, pairs, condition)
+                rounds = []
+                for i in range(args.repeat):
+                    got = _one_setting(args, workload, pairs, condition)
+                    for r in got:
+                        r["round"] = i
+                    rounds.append(got)
+                    rows += got
+                if args.repeat > 1:
+                    _medians(f"{workload:<6} pairs={pairs} {condition}:", rounds)
             rows += _extras(args, workload, pairs)
     if args.out:
         meta = {"command": " ".join(sys.argv), "model": args.model, "shape": args.shape,
                 "quant": args.quant if args.shape else None, "pairs": args.pairs,
                 "samples": args.samples, "max_tokens": args.max_tokens,
                 "parallel": args.parallel, "threads": args.threads, "forced": args.forced,
+                "repeat": args.repeat,
                 "reflect": not args.no_reflect,
                 "cpus": os.cpu_count(), "load": os.getloadavg(), "rows": rows}
         Path(args.out).write_text(json.dumps(meta, indent=2))

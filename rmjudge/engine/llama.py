@@ -70,6 +70,7 @@ class LlamaEngine(Engine):
     share_prefill = _Kept("scheduler")  # False: an opening in flight is evaluated twice
     decode_steps = _Kept("scheduler")  # decode calls, and the sequences they carried
     decode_rows = _Kept("scheduler")
+    decode_widths = _Kept("scheduler")  # decode calls by the sequences they carried
     # ... and the context's
     prompt_tokens_reused = _Kept("kv")  # prompt tokens restored from the prefix cache
     prefix_cache = _Kept("kv")
@@ -80,6 +81,7 @@ class LlamaEngine(Engine):
     load_follower = _Kept("kv")
     ctx = _Kept("kv")
     stream_size = _Kept("kv")  # KV cells of each sequence's stream in the current context
+    streams = _Kept("kv")  # and its streams (slots the work at hand fills, up to --parallel)
 
     def __init__(self, settings: EngineSettings):
         self.settings = settings

@@ -60,6 +60,11 @@ class PrefixCache:
         _, m = self.lookup(tokens, len(tokens))
         return m == len(tokens)
 
+    def clear(self) -> None:
+        """Drop every entry (the context they were saved from had another stream count)."""
+        self._entries.clear()
+        self.used = 0
+
     def add(self, tokens: list[int], state: bytes) -> None:
         size = len(state)
         if size > self.budget:

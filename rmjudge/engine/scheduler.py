@@ -23,6 +23,7 @@ The context and its streams are `rmjudge.engine.kv_context`'s, the sampling
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from typing import Iterator
 
 from rmjudge.engine.base import RequestSource
@@ -62,8 +63,12 @@ class Scheduler:
         # A group admitted while another group is still evaluating the same opening waits for
         # it and copies its cells (`_follow`); False evaluates the opening twice (benchmarks).
         self.share_prefill = True
+        # a group waited for slots beyond the context's streams: all `parallel` of them are made
+        # as soon as no sequence runs (`_admit`)
+        self.more_streams = False
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
+        self.decode_widths: Counter[int] = Counter()  # decode calls by the sequences they carried
 
     def steps(self, source: RequestSource) -> Iterator[None]:
         """Serve `source` continuously until it has nothing left and every sequence is done;
@@ -81,10 +86,14 @@ class Scheduler:
         same shapes, whatever shares the step: one at a time while decoding, its prompt in
         chunks of two tokens or more.
 
-        The KV streams are sized for the longest sequence waiting when the context is made;
-        when a longer one comes, the context is made again, larger (with a quarter of
-        headroom, so that this stays rare), and the running sequences' cells move into it
-        (`KVContext.regrow`).
+        The KV streams are sized for the longest sequence waiting when the context is made,
+        and there are as many as the sequences waiting then can fill (up to `parallel`); when
+        a longer one comes, the context is made again, larger (with a quarter of headroom, so
+        that this stays rare), and the running sequences' cells move into it
+        (`KVContext.regrow`). A group that needs more slots than the context has streams waits
+        until the running sequences are done (cells cannot move between contexts of different
+        stream counts), and the context is then made with all `parallel`, so this happens
+        once.
 
         A step runs the phases in this order: `_refill` (take requests), `_admit` (groups into
         free slots), `_decode_step`, `_prefill` (prompt chunks; finished group prefixes copied
@@ -130,16 +139,31 @@ class Scheduler:
         while run.queue and len(run.free_slots) >= len(run.queue[0].seqs):
             g = run.queue[0]
             need = max(s.need for s in g.seqs)
-            if kv.ctx is None or need > kv.stream_size:
-                longest = max(s.need for q in run.queue for s in q.seqs)
-                grown = kv.stream_size + kv.stream_size // 4 if kv.ctx else 0
-                target = max(longest, min(grown, self.n_seq_ctx))
-                if run.live or run.prefilling:
+            top = heapq.nsmallest(len(g.seqs), run.free_slots)[-1] + 1  # streams its slots need
+            busy = bool(run.live or run.prefilling)
+            if kv.ctx is not None and top > kv.streams:
+                if busy:  # more streams once the running sequences are done (`KVContext.ensure`)
+                    self.more_streams = True
+                    break
+                self.more_streams = True
+            more = self.more_streams and not busy
+            if kv.ctx is None or need > kv.stream_size or more:
+                target = kv.stream_size
+                if kv.ctx is None or need > kv.stream_size:
+                    longest = max(s.need for q in run.queue for s in q.seqs)
+                    grown = kv.stream_size + kv.stream_size // 4 if kv.ctx else 0
+                    target = max(longest, min(grown, self.n_seq_ctx))
+                if more:  # all `parallel` streams, so that this happens once
+                    kv.ensure(target, self.parallel)
+                    self.more_streams = False
+                elif busy:
                     in_use = sorted(set(range(self.parallel)) - set(run.free_slots))
                     if not kv.regrow(target, in_use):
                         break  # a stream copy is pending: the next step grows it
+                elif kv.ctx is None:  # the slots the sequences waiting now can fill
+                    kv.ensure(target, max(top, run.queued))
                 else:
-                    kv.ensure(target)
+                    kv.ensure(target, kv.streams)
             run.queue.popleft()
             run.queued -= len(g.seqs)
             for s in g.seqs:
@@ -170,6 +194,7 @@ class Scheduler:
         self.kv.decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
         self.decode_steps += 1
         self.decode_rows += len(decoding)
+        self.decode_widths[len(decoding)] += 1
         for s in decoding:
             s.feed = []
             s.pos += 1

@@ -1,0 +1,52 @@
+"""The engine benchmark's bounds (benchmarks/bench_engine.py): the flat bound charges every
+generated token at the ceiling's decode rate; the width bound charges each of the engine's
+decode calls at the bare cost of a step of as many sequences. Both add the prompt tokens at
+the prefill rate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_engine  # noqa: E402
+
+CEILING = {"decode_rows_per_s": 200.0, "tok_per_s": 150.0,
+           "decode_step_s": {"3": 0.02, "8": 0.04}}
+PREFILL = {"processed_tok_per_s": 500.0}
+
+
+def test_the_width_bound_charges_each_decode_call_at_its_own_width():
+    row = {"generated_tokens": 8 * 10 + 3 * 5, "prompt_tokens": 1000,
+           "decode_widths": {"8": 10, "3": 5}}
+    flat = bench_engine.bound_seconds(row, CEILING, PREFILL)
+    wide = bench_engine.width_bound_seconds(row, CEILING, PREFILL)
+    assert flat == pytest.approx(95 / 200 + 2.0)
+    assert wide == pytest.approx(10 * 0.04 + 5 * 0.02 + 2.0)
+    assert wide > flat  # the narrow calls cost more per token than the ceiling's
+
+
+def test_no_width_bound_without_every_width_timed():
+    row = {"generated_tokens": 40, "prompt_tokens": 0, "decode_widths": {"8": 4, "5": 1}}
+    assert bench_engine.width_bound_seconds(row, CEILING, PREFILL) is None
+    assert bench_engine.width_bound_seconds({**row, "decode_widths": None}, CEILING,
+                                            PREFILL) is None
+
+
+@pytest.mark.model
+def test_the_engine_counts_its_decode_calls_by_width(small_model_path):
+    from rmjudge import prompts
+    from rmjudge.core.settings import EngineSettings
+    from rmjudge.core.types import GenRequest
+    from rmjudge.engine.llama import LlamaEngine
+
+    engine = LlamaEngine(EngineSettings(model=small_model_path, threads=1, parallel=4))
+    msgs = prompts.pref_messages([{"role": "user", "content": "Which is better?"}], "Yes.", "No.")
+    engine.generate([GenRequest(messages=msgs, n=n, temperature=1.0, seed=n, max_tokens=8,
+                                assistant_prefix=prompts.ASSISTANT_PREFIX) for n in (3, 2)])
+    widths = engine.decode_widths
+    assert sum(widths.values()) == engine.decode_steps
+    assert sum(w * n for w, n in widths.items()) == engine.decode_rows
+    assert max(widths) <= 4 and engine.streams <= 4
