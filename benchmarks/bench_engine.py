@@ -56,10 +56,11 @@ lengths), so their tok/s alone do not compare, and "server / engine at the same 
 ratio of those shares. `--no-reflect` leaves self-reflection out, so every path does the same
 work (each rollout and its forced verdict) whatever its samples.
 The engine is also set against its `width bound`: each of its decode calls at the bare cost of
-a llama.cpp decode step of as many sequences (timed after the ceiling, at each width the engine
-used; llama_decode alone, no sampling), its prompt tokens at the prefill rate. The flat bound
-charges every generated token at the ceiling's full width; a pair's reflection stage decodes
-fewer sequences than its rollouts, and a narrow step costs more per token.
+a llama.cpp decode step of as many sequences (llama_decode alone, no sampling), its prompt
+tokens at the bare prefill rate, both timed in the engine's own process right after its run,
+on the model it loaded, with its thread count. The flat bound charges every generated token at
+the ceiling's full width, measured minutes away in another process; a pair's reflection stage
+decodes fewer sequences than its rollouts, and a narrow step costs more per token.
 `--repeat K` runs every variant K times, one round after the other, and prints the median of
 each ratio: a shared machine's speed drifts by 10-20% over minutes, so one round can be off.
 `--forced`: forced verdicts on, each written into its rollout (benchmarks/judge_variants.py),
@@ -184,6 +185,8 @@ def run_protocol(kind: str, args) -> dict:
         engine = load_engine(es)
         row = _measure(kind, engine, args, None)
         row["threads"] = sorted(engine.thread_counts)
+        if kind == "engine":
+            row["paired"] = _paired_costs(engine, args)
         return row
     threads = args.threads or default_threads()
     es = EngineSettings(model=args.model, parallel=args.parallel, threads=threads)
@@ -320,15 +323,6 @@ def run_ceiling(args, unified: bool) -> dict:
         rounds += 1
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     del vocab
-    step_s = {}  # per width the engine decoded at: the median bare step, after `toks`
-    if args.widths and not unified:
-        from bench_decode_width import step_costs
-
-        for w, n in sorted((int(w), int(n)) for w, n in
-                           (x.split(":") for x in args.widths.split(","))):
-            steps = argparse.Namespace(prompt=len(toks), steps=min(n, 24) + 1, threads=threads)
-            step_s[str(w)] = statistics.median(
-                step_costs(L, model, w, steps, clock=time.perf_counter)[1:])
     return {"variant": "ceiling" if not unified else "ceiling_unified", "workload": args.workload,
             "parallel": P, "seconds": dt, "generated_tokens": generated,
             "tok_per_s": generated / dt, "pairs_per_s": None, "prompt_tokens": len(toks) * rounds,
@@ -336,17 +330,27 @@ def run_ceiling(args, unified: bool) -> dict:
             "cpu_seconds": cpu, "tok_per_cpu_s": generated / cpu,
             "decode_rows_per_s": generated / decode_s,
             "decode_rows_per_cpu_s": generated / decode_cpu, "threads": [threads],
-            "decode_step_s": step_s or None,
             "peak_rss_mb": _peak_rss_mb()}
 
 
 def run_prefill(args) -> dict:
     """The rollout prompts of the workload's pairs (both orders), each evaluated alone in its
-    own KV stream in 512-token chunks with logits for its last token only."""
+    own KV stream in 512-token chunks with logits for its last token only (`_prefill`)."""
+    L, model, tok = _bare_model(args)
+    threads = _bare_threads(args)
+    dt, total, cpu = _prefill(L, model, tok, args, threads)
+    return {"variant": "prefill", "workload": args.workload, "parallel": args.parallel,
+            "seconds": dt, "generated_tokens": 0, "tok_per_s": 0.0, "pairs_per_s": None,
+            "prompt_tokens": total, "processed_tok_per_s": total / dt, "cpu_seconds": cpu,
+            "tok_per_cpu_s": None, "threads": [threads], "peak_rss_mb": _peak_rss_mb()}
+
+
+def _prefill(L, model, tok, args, threads: int) -> tuple[float, int, float]:
+    """Wall seconds, prompt tokens and CPU seconds of evaluating the workload's rollout
+    prompts (both orders) one after another, each alone in a fresh stream."""
     from rmjudge import prompts
     from rmjudge.judging.protocol import order_responses
 
-    L, model, tok = _bare_model(args)
     prompts_toks = []
     for pair in _pairs(args.data, int(args.pairs), args.workload):
         for order in ("ab", "ba"):
@@ -354,7 +358,6 @@ def run_prefill(args) -> dict:
             msgs = prompts.pref_messages(pair.messages, r1, r2)
             prompts_toks.append(tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX))
     longest = max(len(t) for t in prompts_toks)
-    threads = _bare_threads(args)
     ctx, mem = _bare_context(L, model, args, args.parallel * ((longest + 255) // 256 * 256),
                              unified=False, threads=threads)
     batch = L.llama_batch_init(512, 0, 1)
@@ -372,10 +375,9 @@ def run_prefill(args) -> dict:
         L.llama_memory_seq_rm(mem, 0, -1, -1)
         total += len(toks)
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    return {"variant": "prefill", "workload": args.workload, "parallel": args.parallel,
-            "seconds": dt, "generated_tokens": 0, "tok_per_s": 0.0, "pairs_per_s": None,
-            "prompt_tokens": total, "processed_tok_per_s": total / dt, "cpu_seconds": cpu,
-            "tok_per_cpu_s": None, "threads": [threads], "peak_rss_mb": _peak_rss_mb()}
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    return dt, total, cpu
 
 
 def bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float:
@@ -388,17 +390,43 @@ def bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float:
             + row["prompt_tokens"] / prefill["processed_tok_per_s"])
 
 
-def width_bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float | None:
-    """The engine's own decode calls, each at the bare cost of a decode step of as many
-    sequences (`decode_step_s`, measured after the ceiling), and its prompt tokens at the bare
-    prefill rate: `bound_seconds` without assuming that every token was decoded in a batch as
-    wide as the ceiling's (a pair's reflection stage runs fewer sequences than its rollouts).
-    None when the ceiling did not time every width the engine used."""
-    steps, cost = row.get("decode_widths"), ceiling.get("decode_step_s") or {}
-    if not steps or any(w not in cost for w in steps):
+def width_bound_seconds(row: dict) -> float | None:
+    """The engine's own decode calls, each at the bare cost of a llama.cpp decode step of as
+    many sequences, and its prompt tokens at the bare prefill rate, both timed in the engine's
+    process right after its run on the model it loaded (`_paired_costs`): `bound_seconds`
+    without assuming that every token was decoded in a batch as wide as the ceiling's (a
+    pair's reflection stage runs fewer sequences than its rollouts), and without the minutes
+    between separate processes in which a shared machine's speed drifts. None without them."""
+    steps, paired = row.get("decode_widths"), row.get("paired") or {}
+    cost = paired.get("decode_step_s") or {}
+    if not steps or not paired.get("prefill_tok_per_s") or any(w not in cost for w in steps):
         return None
     return (sum(n * cost[w] for w, n in steps.items())
-            + row["prompt_tokens"] / prefill["processed_tok_per_s"])
+            + row["prompt_tokens"] / paired["prefill_tok_per_s"])
+
+
+def _paired_costs(engine, args) -> dict:
+    """Bare llama.cpp on the engine's own model, right after its run, with its thread count:
+    the median decode step at each width the engine used (`bench_decode_width.step_costs`,
+    after the workload's first rollout prompt) and the prefill rate of the workload's rollout
+    prompts (`_prefill`)."""
+    from bench_decode_width import step_costs
+
+    from rmjudge import prompts
+
+    L, model, tok = engine.kv.l, engine.model, engine.tok
+    threads = max(engine.thread_counts)
+    pair = _pairs(args.data, 1, args.workload)[0]
+    first = tok.encode_prompt(prompts.pref_messages(pair.messages, pair.response_a,
+                                                    pair.response_b), prompts.ASSISTANT_PREFIX)
+    step_s = {}
+    for w, n in sorted(engine.decode_widths.items()):
+        ns = argparse.Namespace(prompt=len(first), steps=min(n, 24) + 1, threads=threads)
+        step_s[str(w)] = statistics.median(
+            step_costs(L, model, w, ns, clock=time.perf_counter)[1:])
+    seconds, tokens, _ = _prefill(L, model, tok, args, threads)
+    return {"decode_step_s": step_s, "prefill_tok_per_s": tokens / seconds,
+            "threads": threads}
 
 
 def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
@@ -416,7 +444,7 @@ def bound_row(engine: dict, ceiling: dict, prefill: dict) -> dict:
             "processed_tok_per_s": (engine["generated_tokens"] + engine["prompt_tokens"]) / seconds,
             "cpu_seconds": cpu, "tok_per_cpu_s": cpu and engine["generated_tokens"] / cpu,
             "peak_rss_mb": 0.0,
-            "width_bound_seconds": width_bound_seconds(engine, ceiling, prefill),
+            "width_bound_seconds": width_bound_seconds(engine),
             "pairs": engine.get("pairs"), "condition": engine.get("condition"),
             "threads": sorted(set(engine.get("threads") or []) | set(ceiling.get("threads") or [])
                               | set(prefill.get("threads") or []))}
@@ -462,7 +490,6 @@ def _options() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--total-tokens", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--widths", default="", help=argparse.SUPPRESS)
     return ap
 
 
@@ -479,8 +506,7 @@ def _run_child(args) -> None:
 
 
 def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int = 0,
-           src: str | None = None, label: str | None = None, busy: bool = False,
-           widths: str = "") -> dict:
+           src: str | None = None, label: str | None = None, busy: bool = False) -> dict:
     """One variant in its own process (beside a CPU-bound process when `busy`): its row."""
     if kind.startswith("naive") and args.naive_pairs:
         pairs = args.naive_pairs
@@ -493,7 +519,6 @@ def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int
     cmd += ["--model", args.model] if args.model else []
     cmd += ["--forced"] if args.forced else []
     cmd += ["--no-reflect"] if args.no_reflect else []
-    cmd += ["--widths", widths] if widths else []
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = os.path.abspath(src)
@@ -534,18 +559,16 @@ def _one_setting(args, workload: str, pairs: int, condition: str) -> list[dict]:
     """Every variant on `pairs` pairs of `workload`, quiet or beside a busy process; then the
     bound and the ratios."""
     busy = condition == "busy"
-    rows, engine_tokens, widths = [], 0, ""
+    rows, engine_tokens = [], 0
     width = min(args.parallel, pairs * args.samples * 2)  # sequences the workload runs at once
     for kind in args.variants.split(","):
         if kind.startswith("ceiling"):
             total = max(engine_tokens, width * args.max_tokens)
-            rows.append(_child(args, kind, workload, pairs, width, total, busy=busy,
-                               widths=widths))
+            rows.append(_child(args, kind, workload, pairs, width, total, busy=busy))
         else:
             rows.append(_child(args, kind, workload, pairs, args.parallel, busy=busy))
             if kind == "engine":
                 engine_tokens = rows[-1]["generated_tokens"]
-                widths = ",".join(f"{w}:{n}" for w, n in rows[-1]["decode_widths"].items())
     got = {r["variant"]: r for r in rows}
     if {"engine", "ceiling", "prefill"} <= set(got):
         rows.append(bound_row(got["engine"], got["ceiling"], got["prefill"]))
@@ -594,11 +617,12 @@ def _own_bounds(name: str, got: dict) -> None:
                   f"({row['generated_tokens']} generated, {row['prompt_tokens']} prompt tokens)",
                   flush=True)
     engine = got.get("engine")
-    wide = engine and width_bound_seconds(engine, got["ceiling"], got["prefill"])
+    wide = engine and width_bound_seconds(engine)
     if wide:
         engine["width_bound_share"] = wide / engine["seconds"]
-        print(f"{name} engine at {wide / engine['seconds']:.2f} of its width bound (each decode "
-              f"call at the bare step of its width: {engine['decode_widths']})", flush=True)
+        print(f"{name} engine at {wide / engine['seconds']:.2f} of its width bound (its decode "
+              f"calls by width {engine['decode_widths']} at the bare step of each, timed in its "
+              f"process after it)", flush=True)
     for kind in ("naive", "server"):
         if kind in share and "engine" in share:
             print(f"{name} {kind} / engine at the same work: {share[kind] / share['engine']:.2f}x",

@@ -1,7 +1,8 @@
 """The engine benchmark's bounds (benchmarks/bench_engine.py): the flat bound charges every
-generated token at the ceiling's decode rate; the width bound charges each of the engine's
-decode calls at the bare cost of a step of as many sequences. Both add the prompt tokens at
-the prefill rate."""
+generated token at the ceiling's decode rate and the prompt tokens at the prefill run's rate;
+the width bound charges each of the engine's decode calls at the bare cost of a step of as
+many sequences and its prompt tokens at the prefill rate, both timed in the engine's process
+after its run."""
 
 from __future__ import annotations
 
@@ -13,26 +14,26 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_engine  # noqa: E402
 
-CEILING = {"decode_rows_per_s": 200.0, "tok_per_s": 150.0,
-           "decode_step_s": {"3": 0.02, "8": 0.04}}
+CEILING = {"decode_rows_per_s": 200.0, "tok_per_s": 150.0}
 PREFILL = {"processed_tok_per_s": 500.0}
+PAIRED = {"decode_step_s": {"3": 0.02, "8": 0.04}, "prefill_tok_per_s": 400.0}
 
 
 def test_the_width_bound_charges_each_decode_call_at_its_own_width():
     row = {"generated_tokens": 8 * 10 + 3 * 5, "prompt_tokens": 1000,
-           "decode_widths": {"8": 10, "3": 5}}
+           "decode_widths": {"8": 10, "3": 5}, "paired": PAIRED}
     flat = bench_engine.bound_seconds(row, CEILING, PREFILL)
-    wide = bench_engine.width_bound_seconds(row, CEILING, PREFILL)
+    wide = bench_engine.width_bound_seconds(row)
     assert flat == pytest.approx(95 / 200 + 2.0)
-    assert wide == pytest.approx(10 * 0.04 + 5 * 0.02 + 2.0)
-    assert wide > flat  # the narrow calls cost more per token than the ceiling's
+    assert wide == pytest.approx(10 * 0.04 + 5 * 0.02 + 2.5)  # the paired prefill rate
 
 
 def test_no_width_bound_without_every_width_timed():
-    row = {"generated_tokens": 40, "prompt_tokens": 0, "decode_widths": {"8": 4, "5": 1}}
-    assert bench_engine.width_bound_seconds(row, CEILING, PREFILL) is None
-    assert bench_engine.width_bound_seconds({**row, "decode_widths": None}, CEILING,
-                                            PREFILL) is None
+    row = {"generated_tokens": 40, "prompt_tokens": 0, "decode_widths": {"8": 4, "5": 1},
+           "paired": PAIRED}
+    assert bench_engine.width_bound_seconds(row) is None
+    assert bench_engine.width_bound_seconds({**row, "decode_widths": {"8": 5},
+                                             "paired": None}) is None
 
 
 @pytest.mark.model
