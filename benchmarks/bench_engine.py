@@ -167,8 +167,9 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
             "occupancy": (engine.decode_rows / engine.decode_steps / args.parallel
                           if batched and engine.decode_steps else None),
             # decode calls by the sequences they carried: the width bound's steps
+            # (None for an engine without the counter: --baseline-src of an older checkout)
             "decode_widths": ({str(w): n for w, n in sorted(engine.decode_widths.items())}
-                              if batched else None)}
+                              if getattr(engine, "decode_widths", None) else None)}
 
 
 def run_protocol(kind: str, args) -> dict:
@@ -185,7 +186,7 @@ def run_protocol(kind: str, args) -> dict:
         engine = load_engine(es)
         row = _measure(kind, engine, args, None)
         row["threads"] = sorted(engine.thread_counts)
-        if kind == "engine":
+        if kind == "engine" and row["decode_widths"]:
             row["paired"] = _paired_costs(engine, args)
         return row
     threads = args.threads or default_threads()
