@@ -346,6 +346,40 @@ def test_share_prompt_sends_a_requests_samples_as_one_request(fake, template):
     assert all(b.get("n", 1) == 1 for b in f2.posts())
 
 
+def test_share_prompt_falls_back_to_one_request_per_sample_when_n_is_refused(fake):
+    """--server-share-prompt where llama-server reports no slots: a server that answers n above
+    its slots with HTTP 400 gets the samples one request each, then no more n; a 400 that every
+    single request gets too (a prompt it will not run) fails the samples, as before."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}}
+
+    def two_slots(body):
+        if body.get("n", 1) > 2:
+            return 400, {"error": {"message": "n exceeds the number of slots"}}, {}
+        return ok_completion(body, text="Analysis. </Analysis>\n<Result>Response 1</Result>")
+
+    f = fake(owned_by="llamacpp", props=props, complete=two_slots)
+    with ServerEngine(ServerSettings(url=f.url, share_prompt=True, backoff=0.01)) as eng:
+        first = eng.generate([req(n=4)])[0]
+        assert "(n: N)" not in eng.describe()
+        later = eng.generate([req(n=4, seed=8)])[0]
+    assert all(g.error is None and "Response 1" in g.text for g in first + later)
+    sent = [b.get("n", 1) for b in f.posts() if b["max_tokens"] == 16]
+    assert sent == [4, 1, 1, 1, 1] + [1, 1, 1, 1]
+    seeds = [b["seed"] for b in f.posts() if b["max_tokens"] == 16 and b["seed"] is not None]
+    assert len(set(seeds[1:5])) == 4  # each sample its own seed
+
+    def refuse(body):  # the pairs' requests; the start-up probe is answered
+        if body["max_tokens"] == 16:
+            return 400, {"error": {"message": "the prompt is too long"}}, {}
+        return ok_completion(body)
+
+    f2 = fake(owned_by="llamacpp", props=props, complete=refuse)
+    with ServerEngine(ServerSettings(url=f2.url, share_prompt=True, backoff=0.01)) as eng:
+        gens = eng.generate([req(n=2)])[0]
+        assert "(n: N)" in eng.describe()
+    assert all(g.finish_reason == "error" and "HTTP 400" in g.error for g in gens)
+
+
 def scripted_llama_server(fake, slots, honours_n=True):
     """A scripted llama-server with `slots` slots whose completions take a little time; a
     request of `n` takes n slots (one choice each; `honours_n=False`: one choice, one slot, as

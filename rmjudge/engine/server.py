@@ -187,7 +187,8 @@ class ServerEngine(Engine):
                 "prompts as text with control strings in data broken")
         shared = (f", a request's samples as one request (n: N) on slots it keeps, "
                   f"{self.slot_groups} slots" if self.slot_groups else
-                  ", a request's samples as one request (n: N)" if self.share_prompt else "")
+                  ", a request's samples as one request (n: N)"
+                  if self.share_prompt and self._n_copies else "")
         return (f"judging through {self.flavor} at {self.url}: model {self.model}, {where}, "
                 f"{sent}{shared}, {self.settings.concurrency} requests in flight")
 
@@ -308,7 +309,7 @@ class ServerEngine(Engine):
             if self.slot_groups:
                 await in_slots(members)
                 return
-            if self.share_prompt:  # one request of n samples per prompt: no priming needed
+            if self.share_prompt and self._n_copies:  # one request of n samples per prompt
                 firsts = [(i, p) for i, s, p in members if s == 0]
                 await gather_all(shared(i, p) if requests[i].n > 1 else one(i, 0, p)
                                  for i, p in firsts)  # type: ignore[arg-type]
@@ -389,6 +390,8 @@ class ServerEngine(Engine):
         try:
             out = await self.client.post("/completions", body)
         except HTTPStatus as exc:
+            if exc.status == 400 and not self.slot_groups:
+                return await self._samples_apart(req, n, prompt, first)
             return [self._request_failed(exc) for _ in range(n)]
         choices = out.get("choices")
         if self.slot_groups and isinstance(choices, list) and len(choices) == 1 and n > 1:
@@ -408,6 +411,17 @@ class ServerEngine(Engine):
         # another to the slot that evaluated the prompt, each evaluating only its sample's
         # text and continuation there
         return [await self._read_choice(req, ch, prompt) for ch in choices]
+
+    async def _samples_apart(self, req: GenRequest, n: int, prompt: str | list[int],
+                             first: int) -> list[Generation]:
+        """`--server-share-prompt` on a llama-server that does not report its slots, which
+        refused `n: N` (HTTP 400: N above its slots, or a prompt it will not run): the samples
+        one request each. When any of them is answered, the server runs the prompt but not
+        `n`, and later requests go one per sample without asking again."""
+        gens = list(await gather_all(self._sample(req, first + k, prompt) for k in range(n)))
+        if any(g.finish_reason != "error" for g in gens):
+            self._n_copies = False
+        return gens
 
     async def _read_choice(self, req: GenRequest, ch: dict,
                            prompt: str | list[int] | None) -> Generation:
