@@ -81,13 +81,12 @@ class KVContext:
         same count: more streams are made only with no sequence running, and the prefix
         cache's entries are dropped then."""
         stream = int(math.ceil(max(need, CELL_PAD) / CELL_PAD) * CELL_PAD)
-        streams = min(max(streams, 1), self.parallel)
-        if self.ctx is not None and stream <= self.stream_size and streams <= self.streams:
+        streams = min(max(streams, self.streams, 1), self.parallel)  # never fewer than now
+        if self.ctx is not None and stream <= self.stream_size and streams == self.streams:
             return
         stream = max(stream, self.stream_size)
-        if streams != self.streams and self.streams:
+        if self.streams and streams != self.streams:
             self.prefix_cache.clear()
-        streams = max(streams, self.streams)
         l = self.l
         if self.ctx is not None:
             l.llama_free(self.ctx)

@@ -142,10 +142,9 @@ class Scheduler:
             top = heapq.nsmallest(len(g.seqs), run.free_slots)[-1] + 1  # streams its slots need
             busy = bool(run.live or run.prefilling)
             if kv.ctx is not None and top > kv.streams:
-                if busy:  # more streams once the running sequences are done (`KVContext.ensure`)
-                    self.more_streams = True
-                    break
                 self.more_streams = True
+                if busy:  # more streams once the running sequences are done (`KVContext.ensure`)
+                    break
             more = self.more_streams and not busy
             if kv.ctx is None or need > kv.stream_size or more:
                 target = kv.stream_size
