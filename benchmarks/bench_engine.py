@@ -242,6 +242,15 @@ def _bare_model(args):
     return L, model, Tokenizer(L, model, model_info(model, path))
 
 
+def _first_prompt(tok, args) -> list[int]:
+    """The token ids of the workload's first rollout prompt (its first pair, order ab)."""
+    from rmjudge import prompts
+
+    pair = _pairs(args.data, 1, args.workload)[0]
+    msgs = prompts.pref_messages(pair.messages, pair.response_a, pair.response_b)
+    return tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX)
+
+
 def _bare_threads(args) -> int:
     from rmjudge.engine.cpu_load import default_threads
 
@@ -267,12 +276,8 @@ def run_ceiling(args, unified: bool) -> dict:
     `parallel` sequences, each decoding `max_tokens` tokens with llama.cpp's dist sampler.
     `unified`: one KV cache for all sequences (llama.cpp's default for this example) or one
     stream per sequence (what the engine uses)."""
-    from rmjudge import prompts
-
     L, model, tok = _bare_model(args)
-    pair = _pairs(args.data, 1, args.workload)[0]
-    msgs = prompts.pref_messages(pair.messages, pair.response_a, pair.response_b)
-    toks = tok.encode_prompt(msgs, prompts.ASSISTANT_PREFIX)
+    toks = _first_prompt(tok, args)
     P, M = args.parallel, args.max_tokens
     total = args.total_tokens
     n_ctx = (len(toks) + P * (M + 8) + 256) if unified else P * (len(toks) + M + 256)
@@ -413,13 +418,9 @@ def _paired_costs(engine, args) -> dict:
     prompts (`_prefill`)."""
     from bench_decode_width import step_costs
 
-    from rmjudge import prompts
-
     L, model, tok = engine.kv.l, engine.model, engine.tok
     threads = max(engine.thread_counts)
-    pair = _pairs(args.data, 1, args.workload)[0]
-    first = tok.encode_prompt(prompts.pref_messages(pair.messages, pair.response_a,
-                                                    pair.response_b), prompts.ASSISTANT_PREFIX)
+    first = _first_prompt(tok, args)
     step_s = {}
     for w, n in sorted(engine.decode_widths.items()):
         ns = argparse.Namespace(prompt=len(first), steps=min(n, 24) + 1, threads=threads)
