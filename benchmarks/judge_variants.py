@@ -111,10 +111,12 @@ def llama_server_binary() -> str:
 
 
 @contextlib.contextmanager
-def llama_server(model: str, threads: int, slots: int, ctx_per_slot: int, log: str):
+def llama_server(model: str, threads: int, slots: int, ctx_per_slot: int, log: str,
+                 slot_save_path: str | None = None):
     """llama.cpp's llama-server on 127.0.0.1 with `slots` slots (-np) of `ctx_per_slot` tokens,
     `threads` threads, plain weight buffers (--no-repack, as the in-process engine), /metrics
-    on; yields (process, its /v1 URL) and stops it afterwards."""
+    on, slot actions in `slot_save_path` when given; yields (process, its /v1 URL) and stops
+    it afterwards."""
     import httpx
 
     with socket.socket() as s:
@@ -123,6 +125,7 @@ def llama_server(model: str, threads: int, slots: int, ctx_per_slot: int, log: s
     cmd = [llama_server_binary(), "-m", model, "--host", "127.0.0.1", "--port", str(port),
            "-np", str(slots), "-c", str(ctx_per_slot * slots), "-t", str(threads),
            "-tb", str(threads), "--metrics", "--no-repack"]
+    cmd += ["--slot-save-path", slot_save_path] if slot_save_path else []
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"

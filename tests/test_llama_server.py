@@ -83,13 +83,13 @@ def llama_server_binary() -> str:
     return path
 
 
-def start(model_path: str, log: Path, slots: int) -> tuple[subprocess.Popen, str]:
+def start(model_path: str, log: Path, slots: int, *extra: str) -> tuple[subprocess.Popen, str]:
     """llama-server as its README starts it: -m, --host, --port, -np slots, -c the total context
-    (2048 tokens per slot), one thread (the test machines are small)."""
+    (2048 tokens per slot), one thread (the test machines are small); `extra` flags after."""
     port = free_port()
     cmd = [llama_server_binary(), "-m", model_path, "--host", "127.0.0.1", "--port", str(port),
            "-np", str(slots), "-c", str(2048 * slots), "-t", "1", "-tb", "1", "--metrics",
-           "--no-repack"]  # llama.cpp's AMX kernels crash on AMX Xeons (docs/serving.md)
+           "--no-repack", *extra]  # llama.cpp's AMX kernels crash on AMX Xeons (docs/serving.md)
     url = f"http://127.0.0.1:{port}"
     return start_server(cmd, log, url + "/health", "llama-server", interval=0.3), url + "/v1"
 
@@ -337,3 +337,50 @@ def test_a_pairs_prompt_is_evaluated_about_once_per_order(server16, model_path):
     assert len(results) == 1 and min(lengths) > 400
     # each order's prompt once, plus each sample's forced-verdict continuation
     assert evaluated <= sum(lengths) + 2 * 4 * 24
+
+
+def test_slot_copies_evaluate_a_pairs_prompt_once_and_each_forced_verdict_alone(model_path,
+                                                                                tmp_path):
+    """llama-server started with --slot-save-path: an order's prompt is evaluated once and
+    copied to its samples' slots, each sample's forced verdict evaluates only its continuation
+    on the sample's slot (its /metrics), and the server's folder gets only rmjudge's own files,
+    one per slot at most. With --kv-unified (idle slots emptied) the start-up probe finds that
+    copies are not kept, and the run goes without them."""
+    from rmjudge.engine.server import ServerEngine, ServerSettings
+    from rmjudge.io.mapping import Mapper
+    from rmjudge.io.readers import read_rows
+    from rmjudge.judging.judge import Judge
+    from rmjudge.judging.protocol import PairOrderJob
+
+    saves = tmp_path / "saves"
+    saves.mkdir()
+    raw = next(iter(read_rows(str(DATA / "pandalm_long_6.jsonl"))))
+    pair = Mapper(seed=0).to_pair(raw.row_number, raw.obj)
+    js = JudgeSettings(samples=4, max_tokens=24, seed=0, forced=True, reflect=False)
+    proc, url = start(model_path, tmp_path / "server.log", 16, "--slot-save-path", str(saves))
+    try:
+        with ServerEngine(ServerSettings(url=url, template_model=model_path,
+                                         concurrency=8)) as eng:
+            assert eng.slot_copies and "copied to the group's others" in eng.describe()
+            lengths = [len(eng.payload(PairOrderJob(pair, o, js, eng.info.prompt_suffix)
+                                       .rollout_request(4))) for o in js.order_list]
+            before = prompt_evaluated(url)
+            results = list(Judge(eng, js).run([pair]))
+            evaluated = prompt_evaluated(url) - before
+    finally:
+        stop_server(proc)
+    assert len(results) == 1 and min(lengths) > 400
+    # each order's prompt once; then per sample at most a token of its prompt again and its
+    # forced verdict's continuation (its 24 tokens of text found in its slot)
+    assert evaluated <= sum(lengths) + 2 * 4 * (1 + 16)
+    files = sorted(p.name for p in saves.iterdir())
+    assert files and len(files) <= 8
+    assert all(re.fullmatch(r"rmjudge-slot-\d+\.bin", name) for name in files)
+
+    proc, url = start(model_path, tmp_path / "unified.log", 4, "--slot-save-path", str(saves),
+                      "--kv-unified")
+    try:
+        with ServerEngine(ServerSettings(url=url, template_model=model_path)) as eng:
+            assert eng.slot_groups == 4 and not eng.slot_copies
+    finally:
+        stop_server(proc)

@@ -47,7 +47,7 @@ class Fake:
     """A tiny OpenAI-compatible server: `complete(body) -> (status, json, headers)`."""
 
     def __init__(self, complete="ok", owned_by="vllm", props=None, chat=None, model_id="judge",
-                 tokenize=None, loading=0):
+                 tokenize=None, loading=0, slots=None):
         self.loading = loading  # answer /v1/models this many times with 503 "Loading model"
         self.requests: list[tuple[str, dict, dict]] = []
         self.queries: list[str] = []
@@ -57,6 +57,9 @@ class Fake:
         self.props = props
         self.model_id = model_id
         self.tokenize = tokenize  # body -> json of POST /tokenize (llama-server's), or None
+        # (slot id, action, body) -> (status, json) of POST /slots/ID?action=... (llama-server's
+        # slot actions), or None
+        self.slots = slots
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -106,6 +109,9 @@ class Fake:
                     self._send(*fake.chat(body))
                 elif path == "/tokenize" and fake.tokenize is not None:
                     self._send(200, fake.tokenize(body))
+                elif path.startswith("/slots/") and fake.slots is not None:
+                    action = fake.queries[-1].partition("action=")[2]
+                    self._send(*fake.slots(int(path.split("/")[2]), action, body))
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
@@ -473,6 +479,161 @@ def test_requests_sharing_a_prefix_run_in_turn_on_one_slot_and_forced_verdicts_t
     # the n: 4 request held 4 slots; the forced verdicts then came one at a time
     assert peak["color"] == 4 and peak["forced"] == 1
     assert [b["max_tokens"] for b in f.posts()[-4:]] == [1] * 4
+
+
+def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
+    """A scripted llama-server with `slots` slots and slot actions (--slot-save-path): each
+    slot holds the text of its last request and what it generated; a request pinned to a slot
+    (`id_slot`) evaluates the part of its prompt the slot does not hold; save and restore copy
+    what a slot holds through a file. `quirks` (a set the caller may fill later): "refuse
+    restore" answers restores with 400; "empty idle" empties every idle slot at each request,
+    as llama-server with --kv-unified moves them to its prompt cache. Records per request
+    (slot, kind, characters evaluated) and any request sent to a slot that was busy."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
+             "total_slots": slots}
+    lock = threading.Lock()
+    held: dict = {}
+    files: dict = {}
+    busy: set = set()
+    log: list = []  # (slot, kind, evaluated)
+    clashes: list = []
+
+    def complete(body):
+        slot, prompt = body.get("id_slot"), body["prompt"]
+        kind = "prime" if body.get("logprobs") is None else (
+            "forced" if body["max_tokens"] == 1 else "sample")
+        with lock:
+            if slot in busy:
+                clashes.append(slot)
+            busy.add(slot)
+            if "empty idle" in quirks:
+                for other in set(held) - busy:
+                    held[other] = ""
+            start = len(os.path.commonprefix([held.get(slot, ""), prompt]))
+            log.append((slot, kind, len(prompt) - start))
+        time.sleep(0.02)
+        status, out, headers = ok_completion(body, text="I cannot decide", finish="length")
+        out["choices"] = [{**out["choices"][0], "index": k} for k in range(body.get("n", 1))]
+        out["timings"] = {"cache_n": start, "prompt_n": len(prompt) - start}
+        with lock:
+            busy.discard(slot)
+            held[slot] = prompt + out["choices"][0]["text"]
+        return status, out, headers
+
+    def act(slot, action, body):
+        name = body["filename"]
+        if f"refuse {action}" in quirks or "/" in name:
+            return 400, {"error": {"code": 400, "message": "Invalid filename" if "/" in name
+                                   else "Unable to restore slot"}}
+        with lock:
+            if action == "save":
+                files[name] = held.get(slot, "")
+            else:
+                held[slot] = files[name]
+            log.append((slot, action, 0))
+        return 200, {"id_slot": slot, "filename": name}
+
+    f = fake(owned_by="llamacpp", props=props, complete=complete, slots=act)
+    return f, log, clashes, files
+
+
+def test_slot_actions_copy_a_groups_prompt_to_its_slots_and_pin_its_requests(fake):
+    """llama-server with slot actions: a group's shared prompt is evaluated once on one slot
+    and copied (save, restore) to as many more slots as it has requests; every sample and its
+    forced verdict go to one of those slots, where the sample evaluates nothing of its prompt
+    and the forced verdict only its continuation; a pair and order's reflections likewise."""
+    other = prompts.pref_messages([{"role": "user", "content": "Name a fish."}], "Cod.", "Oak.")
+    two = [req(n=4, force=prompts.force_spec("pref"), share_key="a"),
+           req(n=4, force=prompts.force_spec("pref"), share_key="b", messages=other)]
+    f, log, clashes, files = llama_server_with_slot_actions(fake, 8)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.slot_copies and "copied to the group's others" in eng.describe()
+        lengths = [len(eng.payload(r)) for r in two]
+        del log[:]  # the start-up's probes
+        gens = eng.generate(two)
+    assert all(len(gs) == 4 and all(g.forced_probs is not None for g in gs) for gs in gens)
+    assert not clashes  # never two requests on one slot at once
+    sent = [b for b in f.posts() if b.get("logprobs") is not None and b["max_tokens"] == 16]
+    assert sorted(b["seed"] for b in sent) == sorted([sample_seed(7, s) for s in range(4)] * 2)
+    assert all(b.get("n", 1) == 1 for b in sent) and len({b["id_slot"] for b in sent}) == 8
+    kinds = {k: [e for s, kind, e in log if kind == k] for k in ("prime", "sample", "forced")}
+    assert sorted(kinds["prime"]) == sorted(lengths)  # each order's prompt evaluated once
+    assert kinds["sample"] == [0] * 8  # found whole in its slot
+    assert len(kinds["forced"]) == 8 and max(kinds["forced"]) < 40  # the continuation only
+    assert [a for _, a, _ in log].count("save") == 2 and len(files) <= 8
+    assert all(name.startswith("rmjudge-slot-") for name in files)
+    # each slot: one sample, then that sample's forced verdict
+    for slot in range(8):
+        assert [k for s, k, _ in log if s == slot and k in ("sample", "forced")] == [
+            "sample", "forced"]
+
+    # reflections: three requests sharing a prefix, each on a slot of its own
+    f, log, clashes, _ = llama_server_with_slot_actions(fake, 8)
+    three = [req(n=1, share_key="r", assistant_prefix=prompts.ASSISTANT_PREFIX + x * 30)
+             for x in ("A", "B", "C")]
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        del log[:]
+        gens = eng.generate(three)
+    assert all(len(g) == 1 for g in gens) and not clashes
+    samples = [(s, e) for s, kind, e in log if kind == "sample"]
+    assert len({s for s, _ in samples}) == 3 and all(e <= 32 for _, e in samples)
+
+    # fewer slots than samples: two slots, each running two samples in turn
+    f, log, clashes, _ = llama_server_with_slot_actions(fake, 2)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        del log[:]
+        gens = eng.generate(two[:1])[0]
+    assert len(gens) == 4 and not clashes
+    assert sorted(s for s, kind, _ in log if kind == "sample") == [0, 0, 1, 1]
+
+
+def test_slot_copies_only_where_the_server_takes_slot_actions(fake):
+    """Without --slot-save-path llama-server answers slot actions with 501: the samples go as
+    one n: N request; a server that refuses a restore mid-run switches the copies off, and the
+    run goes on without them."""
+    f, peak = scripted_llama_server(fake, 8)  # no /slots: 404
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert not eng.slot_copies
+    f501 = fake(owned_by="llamacpp", props={"chat_template": TEMPLATE, "total_slots": 8},
+                slots=lambda slot, action, body: (501, {"error": {
+                    "code": 501, "message": "This server does not support slots action. Start "
+                    "it with `--slot-save-path`", "type": "not_supported_error"}}))
+    with ServerEngine(ServerSettings(url=f501.url, backoff=0.01)) as eng:
+        assert not eng.slot_copies and "(n: N) on slots it keeps" in eng.describe()
+    f, on, first, later = copies_meeting(fake, "refuse restore")
+    assert not on  # the restore was refused
+    assert len(first) == len(later) == 4 and all(g.forced_probs is not None for g in first)
+    # later groups: n: N, as without slot actions
+    assert [b.get("n") for b in f.posts() if b["max_tokens"] == 16][-1] == 4
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_copies=False)) as eng:
+        assert not eng.slot_copies
+
+
+def copies_meeting(fake, quirk):
+    """A run on a server with slot actions that, once the run has started, shows `quirk`
+    (llama_server_with_slot_actions): (the server, whether copies are still on after a first
+    request of 4 forced samples, that request's generations, a later request's)."""
+    quirks: set = set()
+    f, *_ = llama_server_with_slot_actions(fake, 8, quirks=quirks)
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert eng.slot_copies
+        quirks.add(quirk)
+        first = eng.generate([req(n=4, force=prompts.force_spec("pref"))])[0]
+        on = eng.slot_copies
+        later = eng.generate([req(n=4, share_key="z")])[0]
+    return f, on, first, later
+
+
+def test_no_slot_copies_where_the_server_empties_idle_slots(fake):
+    """llama-server with --kv-unified empties idle slots (into its prompt cache) when a request
+    starts, so a copied slot has lost its copy by the time its request comes: the start-up
+    probe finds that and the run goes without copies; a server that starts emptying them
+    mid-run switches them off at the first copied slot found empty."""
+    f, *_ = llama_server_with_slot_actions(fake, 8, quirks={"empty idle"})
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert not eng.slot_copies
+    _, on, first, later = copies_meeting(fake, "empty idle")
+    assert not on and len(first) == len(later) == 4
 
 
 def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):

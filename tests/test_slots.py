@@ -24,7 +24,8 @@ def test_held_slots_never_exceed_the_budget_and_are_all_given_back():
 
         async def group(k):
             nonlocal in_use
-            async with budget.hold(k) as width:
+            async with budget.hold(k) as ids:
+                width = len(ids)
                 in_use += width
                 held.append(in_use)
                 await asyncio.sleep(0.01)

@@ -31,19 +31,15 @@ forced verdicts engine/server_forcing.py.
   choices' probabilities are read from it.
 - **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
   group. On llama-server, whose KV cache is per slot (`-np`), a group holds as many slots as it
-  decodes side by side (servers/slots.py; the slots shared out are `/props` `total_slots`, at
-  most `--server-concurrency`) until it ends: a request's N samples go as one request with
-  `n: N`, which the server evaluates once and copies to N slots that decode side by side; the
-  copies keep no cache a later request can match, so the samples' forced verdicts go one
-  after another to the slot that evaluated the prompt (the most similar idle one, and the
-  group's slots are not free to other groups meanwhile), and requests sharing a prefix (a
-  pair and order's reflections) run one after another on one slot. So the server evaluates a
-  shared prompt about once and decodes a request's samples side by side, as the
-  in-process engine does (docs/speed.md). A llama-server build that ignores `n` gets one
-  request per sample, in turn on the slot that holds the prompt. Elsewhere, when a group has
-  several members, one one-token request for their common prompt prefix goes first
-  ("priming" the server's prefix cache), then the members run concurrently and are admitted
-  in group order, so a server with a prefix cache shared by all sequences (vLLM
+  decodes side by side until it ends (engine/server_slots.py): with slot actions
+  (`--slot-save-path`) its shared prompt is evaluated on one slot and copied to the others,
+  every request pinned to its slot; else a request's N samples go as one request with `n: N`
+  (the prompt evaluated once, copied to N slots) and requests sharing a prefix run one after
+  another on one slot. So the server evaluates a shared prompt about once and decodes a
+  request's samples side by side, as the in-process engine does (docs/speed.md). Elsewhere,
+  when a group has several members, one one-token request for their common prompt prefix
+  goes first ("priming" the server's prefix cache), then the members run concurrently and are
+  admitted in group order, so a server with a prefix cache shared by all sequences (vLLM
   `--enable-prefix-caching`, SGLang's radix cache) evaluates the shared prefix once.
 
 `ModelInfo.path` is the server URL without credentials, `name` the served model's name,
@@ -64,7 +60,8 @@ from rmjudge.engine.base import Engine, ModelInfo
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
 from rmjudge.servers.bodies import RequestBodies
-from rmjudge.servers.slots import SlotBudget
+from rmjudge.servers.slot_copies import slot_copies_kept
+from rmjudge.engine.server_slots import SlotGroups, gather_all
 from rmjudge.servers.client import (
     API_KEY_ENV,
     HTTPStatus,
@@ -90,20 +87,6 @@ def sample_seed(seed: int, index: int) -> int:
     """The server seed of sample `index` of a request: 31 bits (every server accepts them)."""
     h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") & 0x7FFFFFFF
-
-
-async def gather_all(aws) -> list:
-    """`asyncio.gather` of `aws` that, when one fails, cancels the others and waits for them
-    before raising (plain gather leaves them running: requests in flight after the run has
-    stopped, destroyed pending when the loop closes)."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 def _common_prefix(texts: list[str]) -> str:
@@ -164,8 +147,14 @@ class ServerEngine(Engine):
         # known or slot groups are off)
         self.share_prompt = (settings.share_prompt and not self.slot_groups
                              and self.flavor == "llama-server" and self.endpoint == "completions")
-        self._slots: SlotBudget | None = None
         self._n_copies = True  # llama-server answers n: N (with its prompt copied to N slots)
+        # and with slot actions (--slot-save-path) a group's shared prompt is evaluated on
+        # one slot and copied to the group's others, its requests pinned to its slots
+        copies = bool(self.slot_groups > 1 and settings.slot_copies
+                      and self.client.run(slot_copies_kept(self.client, self.bodies)))
+        self.groups = SlotGroups(self.client, self.slot_groups, copies, self._sample,
+                                 self._samples, self._prime,
+                                 lambda: self._n_copies) if self.slot_groups else None
         if self.endpoint == "chat":
             self.template_source = "the server (chat completions)"
         self.info = ModelInfo(
@@ -176,6 +165,11 @@ class ServerEngine(Engine):
             prompt_encoding=self.prompt_encoding,
         )
 
+    @property
+    def slot_copies(self) -> bool:
+        """Whether a group's shared prompt is copied between llama-server's slots now."""
+        return self.groups is not None and self.groups.copies
+
     def describe(self) -> str:
         """One line for the user: which server, model, endpoint and template source."""
         where = ("/v1/completions, chat template from " + self.template_source
@@ -185,7 +179,9 @@ class ServerEngine(Engine):
         sent = ("prompts as token ids" if self.prompt_encoding == ENCODING_IDS else
                 "forced verdicts from verdict-only requests" if self.strict else
                 "prompts as text with control strings in data broken")
-        shared = (f", a request's samples as one request (n: N) on slots it keeps, "
+        shared = (f", a shared prompt evaluated on one slot and copied to the group's others "
+                  f"(slot actions), {self.slot_groups} slots" if self.slot_copies else
+                  f", a request's samples as one request (n: N) on slots it keeps, "
                   f"{self.slot_groups} slots" if self.slot_groups else
                   ", a request's samples as one request (n: N)"
                   if self.share_prompt and self._n_copies else "")
@@ -294,20 +290,9 @@ class ServerEngine(Engine):
         async def shared(i: int, prompt: str | list[int]) -> None:
             out[i] = await self._samples(requests[i], requests[i].n, prompt)  # type: ignore
 
-        async def in_slots(members: list[tuple[int, int, str | list[int] | None]]) -> None:
-            # llama-server: a group holds as many slots as it decodes side by side (the budget
-            # of --server-concurrency and the server's slots) until its forced verdicts are
-            # done, so every request finds its prefix in a slot the group holds
-            if self._slots is None:
-                self._slots = SlotBudget(self.slot_groups)
-            if len({i for i, _, _ in members}) == 1:
-                await self._rollouts(requests, members, out)
-            else:
-                await self._in_turn(members, one)
-
         async def group(members: list[tuple[int, int, str | list[int] | None]]) -> None:
-            if self.slot_groups:
-                await in_slots(members)
+            if self.groups is not None:  # llama-server: on slots the group holds
+                await self.groups.run(requests, members, out)
                 return
             if self.share_prompt and self._n_copies:  # one request of n samples per prompt
                 firsts = [(i, p) for i, s, p in members if s == 0]
@@ -323,48 +308,27 @@ class ServerEngine(Engine):
         await gather_all(group(m) for m in groups.values())
         return out  # type: ignore[return-value]
 
-    async def _rollouts(self, requests: list[GenRequest],
-                        members: list[tuple[int, int, str | list[int] | None]],
-                        out: list[list[Generation | None]]) -> None:
-        """One request's samples on llama-server: one request of `n` per width of slots the
-        group holds (the prompt evaluated once, copied to the others), each chunk seeded by its
-        first sample's seed; on a server that answers `n: N` with one choice, the samples one
-        after another on the slot that holds the prompt."""
-        i, _, prompt = members[0]
-        req = requests[i]
-        async with self._slots.hold(req.n if self._n_copies else 1) as width:  # type: ignore
-            start = 0
-            while start < req.n:
-                k = min(width, req.n - start) if self._n_copies else 1
-                if k == 1 or prompt is None:
-                    out[i][start] = await self._sample(req, start, prompt)
-                    start += 1
-                    continue
-                gens = await self._samples(req, k, prompt, first=start)
-                out[i][start:start + len(gens)] = gens
-                start += len(gens)
-
-    async def _in_turn(self, members: list[tuple[int, int, str | list[int] | None]],
-                       one) -> None:
-        """Requests sharing a prompt prefix (a pair and order's reflections) on llama-server:
-        one after another on one slot, each finding the prefix its predecessor left there."""
-        async with self._slots.hold(1):  # type: ignore[union-attr]
-            for m in members:
-                await one(*m)
-
-    async def _prime(self, prefix: str | list[int]) -> None:
+    async def _prime(self, prefix: str | list[int], slot: int | None = None) -> None:
+        """A one-token request for `prefix` (on `slot`), so that the server caches it."""
         body = self.bodies.completion(prefix, 1, 0.0, 1.0, 0, (), None)
+        if slot is not None:
+            body["id_slot"] = slot
         try:
             await self.client.post("/completions", body)
         except HTTPStatus:
             pass  # the members' own requests report what is wrong with the prompt
 
-    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None) -> Generation:
+    async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None,
+                      slot: int | None = None) -> Generation:
+        """Sample `s` of `req`, one request (pinned to llama-server's `slot` when given, as
+        its forced verdict then is)."""
         seed = sample_seed(req.seed, s)
         try:
             if prompt is not None:
                 body = self.bodies.completion(prompt, req.max_tokens, req.temperature, req.top_p,
                                              seed, req.stop, 1)
+                if slot is not None:
+                    body["id_slot"] = slot
                 out = await self.client.post("/completions", body)
             else:
                 body = self.bodies.chat(list(req.messages), req.assistant_prefix, req.max_tokens,
@@ -372,11 +336,13 @@ class ServerEngine(Engine):
                 out = await self.client.post("/chat/completions", body)
         except HTTPStatus as exc:
             return self._request_failed(exc)
+        if slot is not None and self.groups is not None:
+            self.groups.found[slot] = wire.cached_share(out)
         ch = wire.first_choice(out)
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
-        return await self._read_choice(req, ch, prompt)
+        return await self._read_choice(req, ch, prompt, slot)
 
     async def _samples(self, req: GenRequest, n: int, prompt: str | list[int],
                        first: int = 0) -> list[Generation]:
@@ -423,8 +389,8 @@ class ServerEngine(Engine):
             self._n_copies = False
         return gens
 
-    async def _read_choice(self, req: GenRequest, ch: dict,
-                           prompt: str | list[int] | None) -> Generation:
+    async def _read_choice(self, req: GenRequest, ch: dict, prompt: str | list[int] | None,
+                           slot: int | None = None) -> Generation:
         """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
@@ -445,7 +411,14 @@ class ServerEngine(Engine):
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
-                await self.forcing.force(req, prompt, text, cont, gen)
+                # token-id prompts continue the sampled tokens themselves where the server
+                # gives their ids and nothing was cut from the text (as in-process): the
+                # sample's slot holds exactly those
+                ids = (wire.sampled_ids(ch.get("logprobs"))
+                       if isinstance(prompt, list) and finish == "length" else None)
+                tokens = prompt + ids if ids is not None and len(ids) == len(lps) else None
+                await self.forcing.force(req, tokens or prompt, "" if tokens else text, cont,
+                                         gen, slot)
         return gen
 
     def _request_failed(self, exc: HTTPStatus) -> Generation:

@@ -35,9 +35,10 @@ class ServerForcing:
         self.head_alone: dict[tuple[str, str, str], bool] = {}  # see `choice_head_alone`
 
     async def force(self, req: GenRequest, prompt: str | list[int] | None, text: str, cont: str,
-                    gen: Generation) -> None:
+                    gen: Generation, slot: int | None = None) -> None:
         """Probabilities of the two choices as the next token after prompt + text + cont, set
-        on `gen` (left unset when none can be read)."""
+        on `gen` (left unset when none can be read); asked of llama-server's `slot` when
+        given (the one that generated `text`)."""
         c1, c2 = req.force.choices  # type: ignore[union-attr]
         if self.bodies.strict:
             msgs = openai_chat.verdict_messages(list(req.messages), req.assistant_prefix, text,
@@ -52,8 +53,8 @@ class ServerForcing:
         if head and await self.choice_head_alone(prompt, cont, c1, c2, head):
             reads.reverse()
         for extra, a, b in reads:
-            found = wire.choice_logprobs(await self.next_token(req, prompt, text + cont + extra),
-                                         a, b)
+            found = wire.choice_logprobs(await self.next_token(req, prompt, text + cont + extra,
+                                                               slot=slot), a, b)
             if found is not None:
                 set_forced(gen, *found)
                 return
@@ -77,7 +78,8 @@ class ServerForcing:
         return self.head_alone[key]
 
     async def next_token(self, req: GenRequest, prompt: str | list[int] | None,
-                         tail: str, messages: list | None = None) -> dict[str, float]:
+                         tail: str, messages: list | None = None,
+                         slot: int | None = None) -> dict[str, float]:
         """The top log-probabilities of the token after the prompt (or the chat) + `tail`."""
         k = self.top_logprobs
         try:
@@ -87,6 +89,8 @@ class ServerForcing:
             elif prompt is not None:
                 body = self.bodies.completion(await self.prompts.extend(prompt, tail), 1, 0.0,
                                               1.0, 0, (), k)
+                if slot is not None:
+                    body["id_slot"] = slot
                 out = await self.client.post("/completions", body)
             else:
                 body = self.bodies.chat(list(req.messages), req.assistant_prefix + tail, 1, 0.0,

@@ -80,6 +80,27 @@ def usage(out: dict) -> tuple[int | None, int | None]:
     return count(u.get("prompt_tokens")), count(u.get("completion_tokens"))
 
 
+def cached_share(out: dict) -> float | None:
+    """The share of a response's prompt the server found cached (`usage.prompt_tokens_details.
+    cached_tokens` of `usage.prompt_tokens`; else llama-server's `timings`: `cache_n` of
+    `cache_n` + `prompt_n`), None where it does not say."""
+    def count(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    u = out.get("usage")
+    details = u.get("prompt_tokens_details") if isinstance(u, dict) else None
+    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    total = usage(out)[0]
+    if cached is None or not total:
+        t = out.get("timings")
+        cached = count(t.get("cache_n")) if isinstance(t, dict) else None
+        evaluated = count(t.get("prompt_n")) if isinstance(t, dict) else None
+        if cached is None or evaluated is None:
+            return None
+        total = cached + evaluated
+    return min(1.0, cached / total) if total else None
+
+
 def first_choice(out: dict) -> dict | None:
     choices = out.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -119,6 +140,18 @@ def token_logprobs(lp: Any) -> list | None:
     if isinstance(lp.get("content"), list):  # chat format (llama-server completions, chat)
         return [c.get("logprob") if isinstance(c, dict) else c for c in lp["content"]]
     return None
+
+
+def sampled_ids(lp: Any) -> list[int] | None:
+    """The sampled tokens' ids where a choice's `logprobs` gives them (llama-server's `content`
+    entries carry an `id`), else None."""
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(content, list):
+        return None
+    ids = [c.get("id") if isinstance(c, dict) else None for c in content]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        return None
+    return ids  # type: ignore[return-value]
 
 
 def sampled_logprobs(lp: Any) -> list[float] | None:

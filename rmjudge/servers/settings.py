@@ -58,6 +58,9 @@ class ServerSettings:
     # llama-server: a group holds the slots it decodes on (servers/slots.py), its samples sent
     # as one request with n: N and its shared-prefix requests in turn
     slot_groups: bool = setting(True, cli=False)
+    # llama-server started with --slot-save-path: a group's shared prompt evaluated on one
+    # slot and copied to its others (servers/slot_copies.py), its requests pinned to them
+    slot_copies: bool = setting(True, cli=False)
     # "openai-chat": documented OpenAI chat parameters only (openai_chat.py)
     api: str = setting("auto", "openai-chat: send only documented OpenAI chat parameters "
                        "(hosted and strict APIs); auto: detect the server and use its "

@@ -1,37 +1,69 @@
-"""A budget of server slots shared by the requests in flight (llama-server's `-np`).
+"""The slots of a llama-server shared by the requests in flight (llama-server's `-np`).
 
-llama-server keeps one KV cache per slot. rmjudge sends a request's N samples as one request
-with `n: N` (the server evaluates the prompt once and copies it to N slots) and keeps those N
-slots for the group until its forced verdicts are done, so each forced verdict finds its
-sample's slot, prompt and text cached. `SlotBudget` is the count of free slots: a group takes
-as many as it decodes side by side and gives them back when it ends; groups wait first come,
-first served, so a wide group is not starved by narrow ones.
+llama-server keeps one KV cache per slot. rmjudge gives each group of requests that share a
+prompt (a request's N samples; a pair and order's reflections) as many slots as it decodes
+side by side, and the group keeps them until its forced verdicts are done, so that every
+request of the group finds its prefix in a slot it holds. `SlotBudget` shares them out: a
+group takes as many as it decodes side by side and gives them back when it ends; groups wait
+first come, first served, so a wide group is not starved by narrow ones.
+
+The budget hands out slot ids (0 to `total` - 1, llama-server's own numbering) and remembers
+the prompt it last saw sent to each slot, so a group that names its prompt gets, as its first
+slot, the free one whose remembered prompt shares the longest start with it (where llama-server
+finds that prompt cached). What a slot holds is only ever a hint: llama-server compares every
+request with the tokens the slot really holds, so a wrong hint costs time, never a result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections import deque
+from typing import Sequence
 
 
 class SlotBudget:
-    """`total` slots; `hold(k)` takes k of them (at most `total`) for the body of an
-    `async with`. Created inside the event loop that uses it."""
+    """`total` slots; `hold(k, prompt)` takes k of them (at most `total`) for the body of an
+    `async with` and yields their ids. Created inside the event loop that uses it."""
 
     def __init__(self, total: int):
         if total < 1:
             raise ValueError("a slot budget needs at least one slot")
         self.total = total
-        self.free = total
+        self._free: list[int] = list(range(total))  # least recently given back first
         self._turns: deque[object] = deque()
         self._changed = asyncio.Condition()
+        self.held: dict[int, Sequence] = {}  # slot id -> the prompt last sent to it
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
 
     def width(self, wanted: int) -> int:
         """How many slots a group that would use `wanted` gets: between 1 and `total`."""
         return max(1, min(wanted, self.total))
 
-    async def _take(self, k: int) -> None:
+    def keep(self, slot: int, prompt: Sequence) -> None:
+        """Remember that `prompt` was sent to `slot` (see `hold`)."""
+        self.held[slot] = prompt
+
+    def _pick(self, k: int, prompt: Sequence | None) -> list[int]:
+        """k free slots: first the one holding the longest start of `prompt`, then the least
+        recently used."""
+        free = self._free
+        first = 0
+        if prompt is not None:
+            best = 0
+            for j, slot in enumerate(free):
+                n = len(os.path.commonprefix([self.held.get(slot) or prompt[:0], prompt]))
+                if n > best:
+                    first, best = j, n
+        ids = [free.pop(first)]
+        ids += [free.pop(0) for _ in range(k - 1)]
+        return ids
+
+    async def _take(self, k: int, prompt: Sequence | None) -> list[int]:
         turn = object()
         async with self._changed:
             self._turns.append(turn)
@@ -42,19 +74,21 @@ class SlotBudget:
                 self._changed.notify_all()
                 raise
             self._turns.popleft()
-            self.free -= k
+            ids = self._pick(k, prompt)
             self._changed.notify_all()
+            return ids
 
-    async def _give(self, k: int) -> None:
+    async def _give(self, ids: list[int]) -> None:
         async with self._changed:
-            self.free += k
+            self._free.extend(ids)
             self._changed.notify_all()
 
     @contextlib.asynccontextmanager
-    async def hold(self, k: int):
-        k = self.width(k)
-        await self._take(k)
+    async def hold(self, k: int, prompt: Sequence | None = None):
+        """Hold `width(k)` slots; yields their ids, the first the one that holds the longest
+        start of `prompt` (when given)."""
+        ids = await self._take(self.width(k), prompt)
         try:
-            yield k
+            yield ids
         finally:
-            await asyncio.shield(self._give(k))
+            await asyncio.shield(self._give(ids))

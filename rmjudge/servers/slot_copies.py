@@ -1,0 +1,73 @@
+"""Copying what one llama-server slot holds to others: the slot actions `save` and `restore`
+(`POST /slots/{id}?action=...`), which llama-server offers when started with
+`--slot-save-path DIR`.
+
+A request's N samples, or a pair and order's reflections, share a prompt. llama-server's own
+copy of a prompt (`n: N`) records no tokens in the slots it copies to, so later requests (the
+samples' forced verdicts, the reflections) cannot find their prefix there. A slot restored from
+a saved one holds the saved tokens and records them, so every slot of a group can then serve
+its requests from the shared prefix, side by side (engine/server.py).
+
+rmjudge uses them where a copy is kept until it is used (`slot_copies_kept`, asked once when
+the run starts). The file of slot K is `rmjudge-slot-K.bin` in the server's folder, written
+again at every copy from that slot: at most one file per slot, whatever the number of runs. A
+save or restore the server refuses switches the copies off for the run; the requests still
+run, each evaluating the part of its prompt its slot lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rmjudge.servers import responses as wire
+from rmjudge.servers.bodies import RequestBodies
+from rmjudge.servers.client import HTTPStatus, ServerClient
+
+# the probe's prompts: short, and unlike any judge prompt
+PROBE_TEXT = "Counting sheep: " + " ".join(str(i) for i in range(1, 41))
+OTHER_TEXT = "Counting goats: " + " ".join(str(i) for i in range(1, 41))
+
+
+def slot_file(slot: int) -> str:
+    return f"rmjudge-slot-{slot}.bin"
+
+
+async def slot_copies_kept(client: ServerClient, bodies: RequestBodies) -> bool:
+    """Whether a copy made with the server's slot actions is kept until it is used: the
+    probe's prompt evaluated on slot 0 and copied to slot 1, another prompt run on slot 0,
+    then the probe's prompt on slot 1 must find itself cached. False without slot actions
+    (llama-server without `--slot-save-path` answers 501) and where idle slots are emptied
+    between requests (llama-server with `--kv-unified` moves them to its prompt cache: every
+    copied slot would evaluate its prompt again)."""
+    async def ask(text: str, slot: int) -> dict:
+        body = bodies.completion(text, 1, 0.0, 1.0, 0, (), None)
+        body["id_slot"] = slot
+        return await client.post("/completions", body)
+
+    try:
+        await ask(PROBE_TEXT, 0)
+        if not await copy_slot(client, 0, [1]):
+            return False
+        await ask(OTHER_TEXT, 0)
+        share = wire.cached_share(await ask(PROBE_TEXT, 1))
+    except HTTPStatus:
+        return False
+    return share is not None and share >= 0.5
+
+
+async def copy_slot(client: ServerClient, source: int, targets: list[int]) -> bool:
+    """What slot `source` holds, copied to each of `targets` (saved once, restored into each
+    side by side); False when the server refuses a save or a restore."""
+    name = {"filename": slot_file(source)}
+    try:
+        await client.request("POST", f"{client.root}/slots/{source}?action=save", name,
+                             retry=False)
+    except HTTPStatus:
+        return False
+    done = await asyncio.gather(*(client.request("POST", f"{client.root}/slots/{t}?action=restore",
+                                                 name, retry=False) for t in targets),
+                                return_exceptions=True)
+    for out in done:  # every restore has ended: one the server refused, or a lost server
+        if isinstance(out, BaseException) and not isinstance(out, HTTPStatus):
+            raise out
+    return not any(isinstance(out, HTTPStatus) for out in done)
