@@ -375,7 +375,7 @@ def test_slot_copies_evaluate_a_pairs_prompt_once_and_each_forced_verdict_alone(
     assert evaluated <= sum(lengths) + 2 * 4 * (1 + 16)
     files = sorted(p.name for p in saves.iterdir())
     assert files and len(files) <= 8
-    assert all(re.fullmatch(r"rmjudge-slot-\d+\.bin", name) for name in files)
+    assert all(re.fullmatch(r"rmjudge-[0-9a-f]{8}-slot-\d+\.bin", name) for name in files)
 
     proc, url = start(model_path, tmp_path / "unified.log", 4, "--slot-save-path", str(saves),
                       "--kv-unified")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -486,7 +487,8 @@ def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
     slot holds the text of its last request and what it generated; a request pinned to a slot
     (`id_slot`) evaluates the part of its prompt the slot does not hold; save and restore copy
     what a slot holds through a file. `quirks` (a set the caller may fill later): "refuse
-    restore" answers restores with 400; "empty idle" empties every idle slot at each request,
+    restore" answers restores with 400, "unavailable restore" with 503, "write nothing" saves
+    nothing (200, n_written 0); "empty idle" empties every idle slot at each request,
     as llama-server with --kv-unified moves them to its prompt cache. Records per request
     (slot, kind, characters evaluated) and any request sent to a slot that was busy."""
     props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
@@ -515,6 +517,7 @@ def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
         status, out, headers = ok_completion(body, text="I cannot decide", finish="length")
         out["choices"] = [{**out["choices"][0], "index": k} for k in range(body.get("n", 1))]
         out["timings"] = {"cache_n": start, "prompt_n": len(prompt) - start}
+        out["usage"] = {"prompt_tokens": len(prompt), "completion_tokens": 1}
         with lock:
             busy.discard(slot)
             held[slot] = prompt + out["choices"][0]["text"]
@@ -522,6 +525,10 @@ def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
 
     def act(slot, action, body):
         name = body["filename"]
+        if f"unavailable {action}" in quirks:
+            return 503, {"error": {"code": 503, "message": "busy"}}
+        if action == "save" and "write nothing" in quirks:  # a folder it cannot write to
+            return 200, {"id_slot": slot, "filename": name, "n_saved": 1, "n_written": 0}
         if f"refuse {action}" in quirks or "/" in name:
             return 400, {"error": {"code": 400, "message": "Invalid filename" if "/" in name
                                    else "Unable to restore slot"}}
@@ -561,22 +568,24 @@ def test_slot_actions_copy_a_groups_prompt_to_its_slots_and_pin_its_requests(fak
     assert kinds["sample"] == [0] * 8  # found whole in its slot
     assert len(kinds["forced"]) == 8 and max(kinds["forced"]) < 40  # the continuation only
     assert [a for _, a, _ in log].count("save") == 2 and len(files) <= 8
-    assert all(name.startswith("rmjudge-slot-") for name in files)
+    assert all(re.fullmatch(r"rmjudge-[0-9a-f]{8}-slot-\d+\.bin", name) for name in files)
     # each slot: one sample, then that sample's forced verdict
     for slot in range(8):
         assert [k for s, k, _ in log if s == slot and k in ("sample", "forced")] == [
             "sample", "forced"]
 
-    # reflections: three requests sharing a prefix, each on a slot of its own
+    # reflections: three requests sharing a prefix, each on a slot of its own; their own
+    # parts longer than the prefix (a found copy is judged against the prefix, not the prompt)
     f, log, clashes, _ = llama_server_with_slot_actions(fake, 8)
-    three = [req(n=1, share_key="r", assistant_prefix=prompts.ASSISTANT_PREFIX + x * 30)
+    three = [req(n=1, share_key="r", assistant_prefix=prompts.ASSISTANT_PREFIX + x * 900)
              for x in ("A", "B", "C")]
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
         del log[:]
         gens = eng.generate(three)
+        assert eng.slot_copies
     assert all(len(g) == 1 for g in gens) and not clashes
     samples = [(s, e) for s, kind, e in log if kind == "sample"]
-    assert len({s for s, _ in samples}) == 3 and all(e <= 32 for _, e in samples)
+    assert len({s for s, _ in samples}) == 3 and all(e <= 902 for _, e in samples)
 
     # fewer slots than samples: two slots, each running two samples in turn
     f, log, clashes, _ = llama_server_with_slot_actions(fake, 2)
@@ -600,11 +609,15 @@ def test_slot_copies_only_where_the_server_takes_slot_actions(fake):
                     "it with `--slot-save-path`", "type": "not_supported_error"}}))
     with ServerEngine(ServerSettings(url=f501.url, backoff=0.01)) as eng:
         assert not eng.slot_copies and "(n: N) on slots it keeps" in eng.describe()
-    f, on, first, later = copies_meeting(fake, "refuse restore")
-    assert not on  # the restore was refused
-    assert len(first) == len(later) == 4 and all(g.forced_probs is not None for g in first)
-    # later groups: n: N, as without slot actions
-    assert [b.get("n") for b in f.posts() if b["max_tokens"] == 16][-1] == 4
+    for quirk in ("refuse restore", "unavailable restore", "write nothing"):
+        f, on, first, later = copies_meeting(fake, quirk)
+        assert not on, quirk  # the copy failed: the run goes on without copies
+        assert len(first) == len(later) == 4 and all(g.forced_probs is not None for g in first)
+        # later groups: n: N, as without slot actions
+        assert [b.get("n") for b in f.posts() if b["max_tokens"] == 16][-1] == 4
+    f, *_ = llama_server_with_slot_actions(fake, 8, quirks={"unavailable save"})
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, retries=1)) as eng:
+        assert not eng.slot_copies  # the probe got no answer: no copies, no error
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_copies=False)) as eng:
         assert not eng.slot_copies
 

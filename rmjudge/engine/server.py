@@ -60,7 +60,7 @@ from rmjudge.engine.base import Engine, ModelInfo
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.engine.served_template import find_template
 from rmjudge.servers.bodies import RequestBodies
-from rmjudge.servers.slot_copies import slot_copies_kept
+from rmjudge.servers.slot_copies import server_tag, slot_copies_kept
 from rmjudge.engine.server_slots import SlotGroups, gather_all
 from rmjudge.servers.client import (
     API_KEY_ENV,
@@ -150,9 +150,10 @@ class ServerEngine(Engine):
         self._n_copies = True  # llama-server answers n: N (with its prompt copied to N slots)
         # and with slot actions (--slot-save-path) a group's shared prompt is evaluated on
         # one slot and copied to the group's others, its requests pinned to its slots
+        tag = server_tag(self.url, self.model)
         copies = bool(self.slot_groups > 1 and settings.slot_copies
-                      and self.client.run(slot_copies_kept(self.client, self.bodies)))
-        self.groups = SlotGroups(self.client, self.slot_groups, copies, self._sample,
+                      and self.client.run(slot_copies_kept(self.client, self.bodies, tag)))
+        self.groups = SlotGroups(self.client, tag, self.slot_groups, copies, self._sample,
                                  self._samples, self._prime,
                                  lambda: self._n_copies) if self.slot_groups else None
         if self.endpoint == "chat":
@@ -308,15 +309,16 @@ class ServerEngine(Engine):
         await gather_all(group(m) for m in groups.values())
         return out  # type: ignore[return-value]
 
-    async def _prime(self, prefix: str | list[int], slot: int | None = None) -> None:
-        """A one-token request for `prefix` (on `slot`), so that the server caches it."""
+    async def _prime(self, prefix: str | list[int], slot: int | None = None) -> int | None:
+        """A one-token request for `prefix` (on `slot`), so that the server caches it; its
+        prompt tokens as the server counts them."""
         body = self.bodies.completion(prefix, 1, 0.0, 1.0, 0, (), None)
         if slot is not None:
             body["id_slot"] = slot
         try:
-            await self.client.post("/completions", body)
+            return wire.usage(await self.client.post("/completions", body))[0]
         except HTTPStatus:
-            pass  # the members' own requests report what is wrong with the prompt
+            return None  # the members' own requests report what is wrong with the prompt
 
     async def _sample(self, req: GenRequest, s: int, prompt: str | list[int] | None,
                       slot: int | None = None) -> Generation:
@@ -337,7 +339,7 @@ class ServerEngine(Engine):
         except HTTPStatus as exc:
             return self._request_failed(exc)
         if slot is not None and self.groups is not None:
-            self.groups.found[slot] = wire.cached_share(out)
+            self.groups.found[slot] = wire.cached_tokens(out)
         ch = wire.first_choice(out)
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "

@@ -52,17 +52,18 @@ class SlotGroups:
     """The groups of one `--server` run on llama-server's `total` slots (module docstring).
     `sample(req, s, prompt, slot)` sends one sample (pinned to `slot` unless None);
     `samples(req, k, prompt, first)` k samples as one `n: k` request; `prime(prefix, slot)` a
-    one-token request that leaves `prefix` cached on `slot`; `n_copies()` whether the server
-    answers `n: N` with N choices."""
+    one-token request that leaves `prefix` cached on `slot` (its prompt tokens, None when not
+    told); `n_copies()` whether the server answers `n: N` with N choices."""
 
-    def __init__(self, client: ServerClient, total: int, copies: bool,
+    def __init__(self, client: ServerClient, tag: str, total: int, copies: bool,
                  sample: Callable[..., Awaitable[Generation]],
                  samples: Callable[..., Awaitable[list[Generation]]],
                  prime: Callable[..., Awaitable[None]], n_copies: Callable[[], bool]):
         self.client = client
+        self.tag = tag  # the server's name in its copies' files (servers/slot_copies.py)
         self.total = total
         self.copies = copies
-        self.found: dict[int, float | None] = {}  # slot -> share of its last prompt cached
+        self.found: dict[int, int | None] = {}  # slot -> tokens of its last prompt cached
         self._sample, self._samples, self._prime = sample, samples, prime
         self._n_copies = n_copies
         self._budget: SlotBudget | None = None  # made in the event loop that uses it
@@ -82,14 +83,15 @@ class SlotGroups:
     async def _on_copies(self, requests: list[GenRequest], members: list[Member],
                          out: list[list[Generation | None]]) -> None:
         """The members' shared prefix evaluated on the slot that holds most of it and copied
-        to as many more slots as there are members (at most the budget); each slot then runs
-        its share of the members one after another, each pinned to it."""
+        to the others the group holds (one slot per member, at most the budget); each slot
+        then runs its share of the members one after another, each pinned to it."""
         prefix = os.path.commonprefix([p for _, _, p in members])  # type: ignore[type-var]
         async with self._budget.hold(len(members), prefix) as ids:  # type: ignore[union-attr]
             copied = len(ids) > 1 and self.copies
+            size = None  # the prefix's tokens, as the server counted them
             if copied:
-                await self._prime(prefix, ids[0])
-                copied = await copy_slot(self.client, ids[0], ids[1:])
+                size = await self._prime(prefix, ids[0])
+                copied = await copy_slot(self.client, self.tag, ids[0], ids[1:])
                 if not copied:
                     self.copies = False  # this group goes on; later ones as without
             for slot in ids:
@@ -97,9 +99,11 @@ class SlotGroups:
 
             async def lane(k: int) -> None:
                 for j, (i, s, prompt) in enumerate(members[k::len(ids)]):
+                    self.found.pop(ids[k], None)
                     out[i][s] = await self._sample(requests[i], s, prompt, ids[k])
-                    share = self.found.get(ids[k])
-                    if copied and k and not j and share is not None and share < 0.5:
+                    cached = self.found.get(ids[k])
+                    if copied and k and not j and size and cached is not None \
+                            and 2 * cached < size:
                         # a copied slot that lost its copy before its first request (a
                         # server that empties idle slots): no more copies
                         self.copies = False

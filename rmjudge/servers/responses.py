@@ -80,25 +80,20 @@ def usage(out: dict) -> tuple[int | None, int | None]:
     return count(u.get("prompt_tokens")), count(u.get("completion_tokens"))
 
 
-def cached_share(out: dict) -> float | None:
-    """The share of a response's prompt the server found cached (`usage.prompt_tokens_details.
-    cached_tokens` of `usage.prompt_tokens`; else llama-server's `timings`: `cache_n` of
-    `cache_n` + `prompt_n`), None where it does not say."""
+def cached_tokens(out: dict) -> int | None:
+    """How many of a response's prompt tokens the server found cached (`usage.
+    prompt_tokens_details.cached_tokens`; else llama-server's `timings.cache_n`), None where it
+    does not say."""
     def count(v: Any) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
     u = out.get("usage")
     details = u.get("prompt_tokens_details") if isinstance(u, dict) else None
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    total = usage(out)[0]
-    if cached is None or not total:
+    if cached is None:
         t = out.get("timings")
         cached = count(t.get("cache_n")) if isinstance(t, dict) else None
-        evaluated = count(t.get("prompt_n")) if isinstance(t, dict) else None
-        if cached is None or evaluated is None:
-            return None
-        total = cached + evaluated
-    return min(1.0, cached / total) if total else None
+    return cached
 
 
 def first_choice(out: dict) -> dict | None:

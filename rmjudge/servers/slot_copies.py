@@ -9,65 +9,77 @@ a saved one holds the saved tokens and records them, so every slot of a group ca
 its requests from the shared prefix, side by side (engine/server.py).
 
 rmjudge uses them where a copy is kept until it is used (`slot_copies_kept`, asked once when
-the run starts). The file of slot K is `rmjudge-slot-K.bin` in the server's folder, written
-again at every copy from that slot: at most one file per slot, whatever the number of runs. A
-save or restore the server refuses switches the copies off for the run; the requests still
-run, each evaluating the part of its prompt its slot lacks.
+the run starts). The file of slot K is `rmjudge-TAG-slot-K.bin` in the server's folder (TAG
+from the server's URL and model, so two servers sharing a folder never read each other's),
+written again at every copy from that slot: at most one file per slot and server, whatever the
+number of runs. A save or restore the server refuses or does not answer switches the copies
+off for the run; the requests still run, each evaluating the part of its prompt its slot
+lacks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
 from rmjudge.servers import responses as wire
 from rmjudge.servers.bodies import RequestBodies
-from rmjudge.servers.client import HTTPStatus, ServerClient
+from rmjudge.servers.client import HTTPStatus, ServerClient, Unreachable
 
 # the probe's prompts: short, and unlike any judge prompt
 PROBE_TEXT = "Counting sheep: " + " ".join(str(i) for i in range(1, 41))
 OTHER_TEXT = "Counting goats: " + " ".join(str(i) for i in range(1, 41))
 
 
-def slot_file(slot: int) -> str:
-    return f"rmjudge-slot-{slot}.bin"
+def slot_file(tag: str, slot: int) -> str:
+    """The file of `slot` on the server `tag` names (one per server: two servers that share
+    a folder never read each other's)."""
+    return f"rmjudge-{tag}-slot-{slot}.bin"
 
 
-async def slot_copies_kept(client: ServerClient, bodies: RequestBodies) -> bool:
+def server_tag(url: str, model: str) -> str:
+    """A short name for one server and model, for its copies' files."""
+    return hashlib.blake2b(f"{url}\n{model}".encode(), digest_size=4).hexdigest()
+
+
+async def slot_copies_kept(client: ServerClient, bodies: RequestBodies, tag: str) -> bool:
     """Whether a copy made with the server's slot actions is kept until it is used: the
     probe's prompt evaluated on slot 0 and copied to slot 1, another prompt run on slot 0,
-    then the probe's prompt on slot 1 must find itself cached. False without slot actions
-    (llama-server without `--slot-save-path` answers 501) and where idle slots are emptied
+    then the probe's prompt on slot 1 must find most of itself cached. False without slot
+    actions (llama-server without `--slot-save-path` answers 501), where idle slots are emptied
     between requests (llama-server with `--kv-unified` moves them to its prompt cache: every
-    copied slot would evaluate its prompt again)."""
+    copied slot would evaluate its prompt again), and where the probe gets no answer."""
     async def ask(text: str, slot: int) -> dict:
         body = bodies.completion(text, 1, 0.0, 1.0, 0, (), None)
         body["id_slot"] = slot
         return await client.post("/completions", body)
 
     try:
-        await ask(PROBE_TEXT, 0)
-        if not await copy_slot(client, 0, [1]):
+        total = wire.usage(await ask(PROBE_TEXT, 0))[0]
+        if not await copy_slot(client, tag, 0, [1]):
             return False
         await ask(OTHER_TEXT, 0)
-        share = wire.cached_share(await ask(PROBE_TEXT, 1))
-    except HTTPStatus:
-        return False
-    return share is not None and share >= 0.5
+        cached = wire.cached_tokens(await ask(PROBE_TEXT, 1))
+    except (HTTPStatus, Unreachable, wire.ProtocolError):
+        return False  # a server that is gone fails the run's first request with its message
+    return bool(total) and cached is not None and 2 * cached >= total  # type: ignore[operator]
 
 
-async def copy_slot(client: ServerClient, source: int, targets: list[int]) -> bool:
+async def copy_slot(client: ServerClient, tag: str, source: int, targets: list[int]) -> bool:
     """What slot `source` holds, copied to each of `targets` (saved once, restored into each
-    side by side); False when the server refuses a save or a restore."""
-    name = {"filename": slot_file(source)}
+    side by side); False when the server refuses or does not answer a save or a restore, or
+    writes nothing."""
+    name = {"filename": slot_file(tag, source)}
     try:
-        await client.request("POST", f"{client.root}/slots/{source}?action=save", name,
-                             retry=False)
-    except HTTPStatus:
+        saved = await client.request("POST", f"{client.root}/slots/{source}?action=save", name)
+    except (HTTPStatus, Unreachable):
+        return False
+    if saved.get("n_written") == 0:  # llama-server answers 200 when it could not write
         return False
     done = await asyncio.gather(*(client.request("POST", f"{client.root}/slots/{t}?action=restore",
-                                                 name, retry=False) for t in targets),
+                                                 name) for t in targets),
                                 return_exceptions=True)
-    for out in done:  # every restore has ended: one the server refused, or a lost server
-        if isinstance(out, BaseException) and not isinstance(out, HTTPStatus):
+    for out in done:  # every restore has ended: one refused or unanswered, or a broken reply
+        if isinstance(out, BaseException) and not isinstance(out, (HTTPStatus, Unreachable)):
             raise out
-    return not any(isinstance(out, HTTPStatus) for out in done)
+    return not any(isinstance(out, BaseException) for out in done)
