@@ -649,6 +649,25 @@ def test_no_slot_copies_where_the_server_empties_idle_slots(fake):
     assert not on and len(first) == len(later) == 4
 
 
+def test_a_forced_verdict_continues_the_sampled_ids_only_when_all_are_given():
+    """A forced verdict continues the sample's own token ids (as in-process) only when the
+    choice lists the ids of every generated token and the text ran to the limit; llama-server
+    leaves out a token that ends inside a character, and a verdict continuing such a list would
+    read a context that misses it, so it continues the text instead."""
+    from rmjudge.engine.server import sampled_continuation
+
+    def choice(ids):
+        return {"logprobs": {"content": [{"id": t, "token": "x", "logprob": -1.0} for t in ids]}}
+
+    assert sampled_continuation([1, 2], choice([7, 8, 9]), "length", 3) == [1, 2, 7, 8, 9]
+    assert sampled_continuation([1, 2], choice([7, 9]), "length", 3) is None  # one left out
+    assert sampled_continuation([1, 2], choice([7, 8, 9]), "stop", 3) is None  # a stop cut
+    assert sampled_continuation([1, 2], choice([7, 8, 9]), "length", None) is None  # n: N
+    assert sampled_continuation("text", choice([7, 8, 9]), "length", 3) is None
+    assert sampled_continuation([1, 2], {"logprobs": {"content": [{"token": "x"}]}}, "length",
+                                1) is None  # no ids
+
+
 def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):
     f, peak = scripted_llama_server(fake, 4)
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_groups=False)) as eng:

@@ -89,6 +89,20 @@ def sample_seed(seed: int, index: int) -> int:
     return int.from_bytes(h, "big") & 0x7FFFFFFF
 
 
+def sampled_continuation(prompt: str | list[int] | None, choice: dict, finish: str,
+                         generated: int | None) -> list[int] | None:
+    """A token-id prompt followed by the ids of the tokens sampled after it (what a forced
+    verdict continues, as in-process: the sample's slot holds exactly those), where the
+    choice's log-probabilities give the ids of all `generated` tokens of a one-sample request
+    and nothing was cut from its text (finish "length"); else None, and the forced verdict
+    continues the text. (llama-server leaves a token that ends inside a character out of its
+    list.)"""
+    if not isinstance(prompt, list) or finish != "length" or not generated:
+        return None
+    ids = wire.sampled_ids(choice.get("logprobs"))
+    return prompt + ids if ids is not None and len(ids) == generated else None
+
+
 def _common_prefix(texts: list[str]) -> str:
     if not texts:
         return ""
@@ -344,7 +358,7 @@ class ServerEngine(Engine):
         if ch is None:
             raise ServerError(f"the server at {self.url} answered without choices: "
                               f"{str(out)[:200]}")
-        return await self._read_choice(req, ch, prompt, slot)
+        return await self._read_choice(req, ch, prompt, slot, wire.usage(out)[1])
 
     async def _samples(self, req: GenRequest, n: int, prompt: str | list[int],
                        first: int = 0) -> list[Generation]:
@@ -392,7 +406,7 @@ class ServerEngine(Engine):
         return gens
 
     async def _read_choice(self, req: GenRequest, ch: dict, prompt: str | list[int] | None,
-                           slot: int | None = None) -> Generation:
+                           slot: int | None = None, generated: int | None = None) -> Generation:
         """A Generation from one choice of a response (forced verdict included)."""
         message = ch.get("message") if prompt is None else None
         text = ch.get("text") if prompt is not None else (
@@ -413,12 +427,7 @@ class ServerEngine(Engine):
         if req.force is not None:
             cont = req.force.continuation(text)
             if cont is not None:
-                # token-id prompts continue the sampled tokens themselves where the server
-                # gives their ids and nothing was cut from the text (as in-process): the
-                # sample's slot holds exactly those
-                ids = (wire.sampled_ids(ch.get("logprobs"))
-                       if isinstance(prompt, list) and finish == "length" else None)
-                tokens = prompt + ids if ids is not None and len(ids) == len(lps) else None
+                tokens = sampled_continuation(prompt, ch, finish, generated)
                 await self.forcing.force(req, tokens or prompt, "" if tokens else text, cont,
                                          gen, slot)
         return gen
