@@ -27,7 +27,7 @@ from typing import Awaitable, Callable, Optional
 
 from rmjudge.core.types import Generation, GenRequest
 from rmjudge.servers.client import ServerClient
-from rmjudge.servers.slot_copies import copy_slot
+from rmjudge.servers.slot_copies import restore_slot, save_slot
 from rmjudge.servers.slots import SlotBudget
 
 Prompt = Optional[str | list[int]]
@@ -84,20 +84,27 @@ class SlotGroups:
                          out: list[list[Generation | None]]) -> None:
         """The members' shared prefix evaluated on the slot that holds most of it and copied
         to the others the group holds (one slot per member, at most the budget); each slot
-        then runs its share of the members one after another, each pinned to it."""
+        then runs its share of the members one after another, each pinned to it, from the
+        moment its copy is in it."""
         prefix = os.path.commonprefix([p for _, _, p in members])  # type: ignore[type-var]
         async with self._budget.hold(len(members), prefix) as ids:  # type: ignore[union-attr]
-            copied = len(ids) > 1 and self.copies
+            saved = len(ids) > 1 and self.copies
             size = None  # the prefix's tokens, as the server counted them
-            if copied:
+            if saved:
                 size = await self._prime(prefix, ids[0])
-                copied = await copy_slot(self.client, self.tag, ids[0], ids[1:])
-                if not copied:
+                saved = await save_slot(self.client, self.tag, ids[0])
+                if not saved:
                     self.copies = False  # this group goes on; later ones as without
             for slot in ids:
                 self._budget.keep(slot, prefix)  # type: ignore[union-attr]
 
             async def lane(k: int) -> None:
+                # the first slot starts at once; each other one once the copy is in it
+                copied = saved
+                if k and saved:
+                    copied = await restore_slot(self.client, self.tag, ids[0], ids[k])
+                    if not copied:
+                        self.copies = False
                 for j, (i, s, prompt) in enumerate(members[k::len(ids)]):
                     self.found.pop(ids[k], None)
                     out[i][s] = await self._sample(requests[i], s, prompt, ids[k])

@@ -65,21 +65,32 @@ async def slot_copies_kept(client: ServerClient, bodies: RequestBodies, tag: str
     return bool(total) and cached is not None and 2 * cached >= total  # type: ignore[operator]
 
 
-async def copy_slot(client: ServerClient, tag: str, source: int, targets: list[int]) -> bool:
-    """What slot `source` holds, copied to each of `targets` (saved once, restored into each
-    side by side); False when the server refuses or does not answer a save or a restore, or
-    writes nothing."""
-    name = {"filename": slot_file(tag, source)}
+async def save_slot(client: ServerClient, tag: str, slot: int) -> bool:
+    """What `slot` holds, written to its file; False when the server refuses or does not
+    answer, or writes nothing."""
     try:
-        saved = await client.request("POST", f"{client.root}/slots/{source}?action=save", name)
+        saved = await client.request("POST", f"{client.root}/slots/{slot}?action=save",
+                                     {"filename": slot_file(tag, slot)})
     except (HTTPStatus, Unreachable):
         return False
-    if saved.get("n_written") == 0:  # llama-server answers 200 when it could not write
+    return saved.get("n_written") != 0  # llama-server answers 200 when it could not write
+
+
+async def restore_slot(client: ServerClient, tag: str, source: int, target: int) -> bool:
+    """Slot `target` made to hold what `save_slot` wrote from `source`; False when the server
+    refuses or does not answer."""
+    try:
+        await client.request("POST", f"{client.root}/slots/{target}?action=restore",
+                             {"filename": slot_file(tag, source)})
+    except (HTTPStatus, Unreachable):
         return False
-    done = await asyncio.gather(*(client.request("POST", f"{client.root}/slots/{t}?action=restore",
-                                                 name) for t in targets),
-                                return_exceptions=True)
-    for out in done:  # every restore has ended: one refused or unanswered, or a broken reply
-        if isinstance(out, BaseException) and not isinstance(out, (HTTPStatus, Unreachable)):
-            raise out
-    return not any(isinstance(out, BaseException) for out in done)
+    return True
+
+
+async def copy_slot(client: ServerClient, tag: str, source: int, targets: list[int]) -> bool:
+    """What slot `source` holds, copied to each of `targets` (saved once, restored into each
+    side by side); False when a save or a restore fails."""
+    if not await save_slot(client, tag, source):
+        return False
+    done = await asyncio.gather(*(restore_slot(client, tag, source, t) for t in targets))
+    return all(done)
