@@ -48,7 +48,6 @@ forced verdicts engine/server_forcing.py.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 import os

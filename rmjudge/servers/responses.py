@@ -68,31 +68,29 @@ def retry_after(resp) -> float | None:
         return None
 
 
+def _count(v: Any) -> int | None:
+    """A token count from a response: a non-negative integer, else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def usage(out: dict) -> tuple[int | None, int | None]:
     """(prompt tokens, completion tokens) of a response's `usage`, None where absent."""
     u = out.get("usage")
     if not isinstance(u, dict):
         return None, None
-
-    def count(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-    return count(u.get("prompt_tokens")), count(u.get("completion_tokens"))
+    return _count(u.get("prompt_tokens")), _count(u.get("completion_tokens"))
 
 
 def cached_tokens(out: dict) -> int | None:
     """How many of a response's prompt tokens the server found cached (`usage.
     prompt_tokens_details.cached_tokens`; else llama-server's `timings.cache_n`), None where it
     does not say."""
-    def count(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
     u = out.get("usage")
     details = u.get("prompt_tokens_details") if isinstance(u, dict) else None
-    cached = count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     if cached is None:
         t = out.get("timings")
-        cached = count(t.get("cache_n")) if isinstance(t, dict) else None
+        cached = _count(t.get("cache_n")) if isinstance(t, dict) else None
     return cached
 
 
