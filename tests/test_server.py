@@ -488,7 +488,7 @@ def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
     (`id_slot`) evaluates the part of its prompt the slot does not hold; save and restore copy
     what a slot holds through a file. `quirks` (a set the caller may fill later): "refuse
     restore" answers restores with 400, "unavailable restore" with 503, "write nothing" saves
-    nothing (200, n_written 0); "empty idle" empties every idle slot at each request,
+    nothing (200, n_written 0), "unwritable" answers saves with 500; "empty idle" empties every idle slot at each request,
     as llama-server with --kv-unified moves them to its prompt cache. Records per request
     (slot, kind, characters evaluated) and any request sent to a slot that was busy."""
     props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096},
@@ -527,6 +527,8 @@ def llama_server_with_slot_actions(fake, slots, quirks=frozenset()):
         name = body["filename"]
         if f"unavailable {action}" in quirks:
             return 503, {"error": {"code": 503, "message": "busy"}}
+        if action == "save" and "unwritable" in quirks:  # its folder gone
+            return 500, {"error": {"code": 500, "message": "Unable to save slot"}}
         if action == "save" and "write nothing" in quirks:  # a folder it cannot write to
             return 200, {"id_slot": slot, "filename": name, "n_saved": 1, "n_written": 0}
         if f"refuse {action}" in quirks or "/" in name:
@@ -618,6 +620,11 @@ def test_slot_copies_only_where_the_server_takes_slot_actions(fake):
     f, *_ = llama_server_with_slot_actions(fake, 8, quirks={"unavailable save"})
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, retries=1)) as eng:
         assert not eng.slot_copies  # the probe got no answer: no copies, no error
+    # a save the server cannot write (HTTP 500) is asked once, not retried with backoff
+    f, *_ = llama_server_with_slot_actions(fake, 8, quirks={"unwritable"})
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01)) as eng:
+        assert not eng.slot_copies
+    assert f.queries.count("action=save") == 1
     with ServerEngine(ServerSettings(url=f.url, backoff=0.01, slot_copies=False)) as eng:
         assert not eng.slot_copies
 

@@ -14,7 +14,8 @@ from the server's URL and model, so two servers sharing a folder never read each
 written again at every copy from that slot: at most one file per slot and server, whatever the
 number of runs. A save or restore the server refuses or does not answer switches the copies
 off for the run; the requests still run, each evaluating the part of its prompt its slot
-lacks.
+lacks. Slot actions are not retried (llama-server answers a save it cannot write with HTTP
+500): a failed one costs the copies, never the run, nor the retries' waits.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ async def save_slot(client: ServerClient, tag: str, slot: int) -> bool:
     answer, or writes nothing."""
     try:
         saved = await client.request("POST", f"{client.root}/slots/{slot}?action=save",
-                                     {"filename": slot_file(tag, slot)})
+                                     {"filename": slot_file(tag, slot)}, retry=False)
     except (HTTPStatus, Unreachable):
         return False
     return saved.get("n_written") != 0  # llama-server answers 200 when it could not write
@@ -81,7 +82,7 @@ async def restore_slot(client: ServerClient, tag: str, source: int, target: int)
     refuses or does not answer."""
     try:
         await client.request("POST", f"{client.root}/slots/{target}?action=restore",
-                             {"filename": slot_file(tag, source)})
+                             {"filename": slot_file(tag, source)}, retry=False)
     except (HTTPStatus, Unreachable):
         return False
     return True
