@@ -58,7 +58,7 @@ class SlotGroups:
     def __init__(self, client: ServerClient, tag: str, total: int, copies: bool,
                  sample: Callable[..., Awaitable[Generation]],
                  samples: Callable[..., Awaitable[list[Generation]]],
-                 prime: Callable[..., Awaitable[None]], n_copies: Callable[[], bool]):
+                 prime: Callable[..., Awaitable[int | None]], n_copies: Callable[[], bool]):
         self.client = client
         self.tag = tag  # the server's name in its copies' files (servers/slot_copies.py)
         self.total = total
