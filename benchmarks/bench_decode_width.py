@@ -10,6 +10,15 @@ in a call of few tokens and with a tiled kernel from about 8 tokens on: the tile
 unpacks the weights once per call, so its cost is mostly fixed, and decoding many sequences
 together pays only past that point. `GGML_CPU_TILED_MM=0` (never tiled) or
 `GGML_CPU_TILED_MM_FORCE=1` (always) in the environment show each kernel alone.
+
+`--layouts` places the sequences in other KV streams (slot ids) than 0 to rows - 1: `halves`
+puts the second half `rows` slots up (0-3 and 8-11 for 8 rows), `spread` every other slot. With
+a stream per sequence llama.cpp cuts a decode call wherever the slot ids skip one (its
+`split_equal`), and each piece reads all the weights again: what a gap in the busy slots costs
+the engine and llama-server.
+
+    python benchmarks/bench_decode_width.py --shape 1.7b --rows 8 --threads 2 \
+        --layouts packed,halves,spread,packed
 """
 
 from __future__ import annotations
@@ -31,10 +40,24 @@ def _context(L, model, streams: int, cells: int, threads: int):
     return L.llama_init_from_model(model, p)
 
 
-def step_costs(L, model, rows: int, args, clock=None) -> list[float]:
+def slots_of(layout: str, rows: int) -> list[int]:
+    """The slot ids of `rows` sequences laid out as `layout` (packed, halves, spread)."""
+    if layout == "packed":
+        return list(range(rows))
+    if layout == "halves":
+        half = rows // 2
+        return list(range(half)) + list(range(rows, rows + rows - half))
+    if layout == "spread":
+        return list(range(0, 2 * rows, 2))
+    raise SystemExit(f"unknown layout {layout!r}: packed, halves or spread")
+
+
+def step_costs(L, model, rows: int, args, clock=None, layout: str = "packed") -> list[float]:
     """Seconds of each decode step of `rows` sequences (after a `--prompt`-token prefill), by
-    `clock` (default: CPU time with one thread, else wall time)."""
-    ctx = _context(L, model, max(rows, 2), args.prompt + args.steps + 256, args.threads)
+    `clock` (default: CPU time with one thread, else wall time), in the slots of `layout`."""
+    slots = slots_of(layout, rows)
+    ctx = _context(L, model, max(max(slots) + 1, 2), args.prompt + args.steps + 256,
+                   args.threads)
     mem = L.llama_get_memory(ctx)
     batch = L.llama_batch_init(512, 0, 1)
     clock = clock or (time.process_time if args.threads == 1 else time.perf_counter)
@@ -45,14 +68,17 @@ def step_costs(L, model, rows: int, args, clock=None) -> list[float]:
             batch.logits[i] = i == args.prompt - 1
         batch.n_tokens = args.prompt
         L.llama_decode(ctx, batch)
-        for s in range(1, rows):
-            L.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        for s in slots:
+            if s:
+                L.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        if 0 not in slots:
+            L.llama_memory_seq_rm(mem, 0, -1, -1)
         costs = []
         for step in range(args.steps):
-            for s in range(rows):
-                batch.token[s], batch.pos[s], batch.n_seq_id[s] = 200 + s, args.prompt + step, 1
-                batch.seq_id[s][0] = s
-                batch.logits[s] = True
+            for i, s in enumerate(slots):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = 200 + i, args.prompt + step, 1
+                batch.seq_id[i][0] = s
+                batch.logits[i] = True
             batch.n_tokens = rows
             t = clock()
             L.llama_decode(ctx, batch)
@@ -74,6 +100,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=440, help="prompt tokens before the steps")
     ap.add_argument("--steps", type=int, default=6, help="decode steps per width (the first "
                     "is left out of the median)")
+    ap.add_argument("--layouts", default="packed", help="slot layouts, a comma list: packed "
+                    "(0 to rows - 1), halves, spread (see above)")
     args = ap.parse_args()
     from rmjudge.engine.vocab import load_model
     from rmjudge.models.llamacpp import llama_backend
@@ -92,9 +120,10 @@ def main() -> None:
           f"({'CPU' if args.threads == 1 else 'wall'} time); kernel settings {kernel or 'default'};"
           f" load {os.getloadavg()[0]:.2f}", flush=True)
     for rows in [int(r) for r in args.rows.split(",")]:
-        step = statistics.median(step_costs(L, model, rows, args)[1:])
-        print(f"rows={rows:<3} step={step * 1000:7.1f} ms  per token={step / rows * 1000:6.1f} ms"
-              f"  tokens/s={rows / step:6.1f}", flush=True)
+        for layout in args.layouts.split(","):
+            step = statistics.median(step_costs(L, model, rows, args, layout=layout)[1:])
+            print(f"rows={rows:<3} {layout:<7} step={step * 1000:7.1f} ms  per token="
+                  f"{step / rows * 1000:6.1f} ms  tokens/s={rows / step:6.1f}", flush=True)
     print(f"load after {os.getloadavg()[0]:.2f}")
 
 

@@ -88,3 +88,38 @@ def test_a_group_cancelled_while_waiting_lets_the_next_in_line_go():
 
     order, free = asyncio.run(main())
     assert order == ["after"] and free == 2
+
+
+def test_groups_get_the_lowest_free_slots_so_busy_slots_stay_packed():
+    """llama.cpp cuts llama-server's decode batch wherever the busy slot ids skip one: a group
+    fills the lowest free slots, holes left by earlier groups first, and the slot holding the
+    longest start of its prompt comes first among them (where the prompt is evaluated)."""
+    async def main():
+        budget = SlotBudget(8)
+        taken = []
+        async with budget.hold(2) as a:
+            taken.append(a)
+            async with budget.hold(3) as b:
+                taken.append(b)
+                budget.keep(a[1], [1, 2, 3])
+            async with budget.hold(4, [1, 2, 3, 4]) as c:  # b's slots free again, a's held
+                taken.append(c)
+            budget.keep(6, [1, 2, 3, 9])  # a slot outside the lowest four: never chosen
+            async with budget.hold(3, [1, 2, 3, 4]) as d:
+                taken.append(d)
+        return taken
+
+    a, b, c, d = asyncio.run(main())
+    assert a == [0, 1] and b == [2, 3, 4]
+    assert c == [2, 3, 4, 5]
+    assert sorted(d) == [2, 3, 4] and d[0] == 2  # none holds the prompt: the lowest first
+
+
+def test_the_slot_holding_the_prompt_goes_first_among_the_lowest():
+    async def main():
+        budget = SlotBudget(4)
+        budget.keep(2, "the judge's opening, then pair 7")
+        async with budget.hold(3, "the judge's opening, then pair 8") as ids:
+            return ids
+
+    assert asyncio.run(main()) == [2, 0, 1]

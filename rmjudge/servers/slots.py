@@ -7,11 +7,16 @@ request of the group finds its prefix in a slot it holds. `SlotBudget` shares th
 group takes as many as it decodes side by side and gives them back when it ends; groups wait
 first come, first served, so a wide group is not starved by narrow ones.
 
-The budget hands out slot ids (0 to `total` - 1, llama-server's own numbering) and remembers
-the prompt it last saw sent to each slot, so a group that names its prompt gets, as its first
-slot, the free one whose remembered prompt shares the longest start with it (where llama-server
-finds that prompt cached). What a slot holds is only ever a hint: llama-server compares every
-request with the tokens the slot really holds, so a wrong hint costs time, never a result.
+The budget hands out slot ids (0 to `total` - 1, llama-server's own numbering), the lowest free
+ones first: llama-server decodes its busy slots in one llama.cpp batch, and with a KV stream per
+slot (its default) llama.cpp cuts that batch wherever the slot ids skip one, each piece reading
+all the weights again (llama.cpp's `split_equal`). Busy slots packed from 0 up make one piece: at
+the 1.7B shape, 8 sequences decoded 25% slower in slots 0-3 and 8-11 than in 0-7 (docs/speed.md).
+It also remembers the prompt it last saw sent to each slot, so a group that names its prompt
+gets, as its first slot, the one of its slots whose remembered prompt shares the longest start
+with it (where llama-server finds that prompt cached). What a slot holds is only ever a hint:
+llama-server compares every request with the tokens the slot really holds, so a wrong hint
+costs time, never a result.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ class SlotBudget:
         if total < 1:
             raise ValueError("a slot budget needs at least one slot")
         self.total = total
-        self._free: list[int] = list(range(total))  # least recently given back first
+        self._free: list[int] = list(range(total))
         self._turns: deque[object] = deque()
         self._changed = asyncio.Condition()
         self.held: dict[int, Sequence] = {}  # slot id -> the prompt last sent to it
@@ -49,18 +54,15 @@ class SlotBudget:
         self.held[slot] = prompt
 
     def _pick(self, k: int, prompt: Sequence | None) -> list[int]:
-        """k free slots: first the one holding the longest start of `prompt`, then the least
-        recently used."""
-        free = self._free
-        first = 0
+        """The k lowest free slots (see the module docstring), first among them the one
+        holding the longest start of `prompt`."""
+        ids = sorted(self._free)[:k]
         if prompt is not None:
-            best = 0
-            for j, slot in enumerate(free):
-                n = len(os.path.commonprefix([self.held.get(slot) or prompt[:0], prompt]))
-                if n > best:
-                    first, best = j, n
-        ids = [free.pop(first)]
-        ids += [free.pop(0) for _ in range(k - 1)]
+            best = max(range(k), key=lambda j: (len(os.path.commonprefix(
+                [self.held.get(ids[j]) or prompt[:0], prompt])), -j))
+            ids.insert(0, ids.pop(best))
+        for slot in ids:
+            self._free.remove(slot)
         return ids
 
     async def _take(self, k: int, prompt: Sequence | None) -> list[int]:
