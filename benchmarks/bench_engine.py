@@ -24,6 +24,8 @@ Variants (each in its own process, so peak RSS is its own), on the same pairs an
   naive         the same, without log-probabilities (every confidence unknown: first anchor)
   engine_nocache  the engine with its prefix cache off (`--prefix-cache-mb 0`): every
                 reflection evaluates its rollout prompt's text again
+  engine_nopack  the engine leaving decoding sequences in their slots (`pack` off): every
+                gap in a decode call's slot ids makes llama.cpp cut the call in two
   ceiling       a bare llama.cpp batched decode loop (llama.cpp's own sampler, no protocol,
                 no log-probs) with the same number of parallel sequences and tokens each
   prefill       llama.cpp evaluating the workload's rollout prompts alone, in 512-token
@@ -173,7 +175,10 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
             # decode calls by the sequences they carried: the width bound's steps
             # (None for an engine without the counter: --baseline-src of an older checkout)
             "decode_widths": ({str(w): n for w, n in sorted(engine.decode_widths.items())}
-                              if getattr(engine, "decode_widths", None) else None)}
+                              if getattr(engine, "decode_widths", None) else None),
+            # the pieces llama.cpp cut the decode calls into, and sequences moved to save some
+            "decode_pieces": getattr(engine, "decode_pieces", None) if batched else None,
+            "sequences_packed": getattr(engine, "sequences_packed", None) if batched else None}
 
 
 def run_protocol(kind: str, args) -> dict:
@@ -188,6 +193,7 @@ def run_protocol(kind: str, args) -> dict:
         es = EngineSettings(model=args.model, parallel=args.parallel, threads=args.threads,
                             prefix_cache_mb=0 if kind == "engine_nocache" else 256)
         engine = load_engine(es)
+        engine.pack = kind != "engine_nopack"
         row = _measure(kind, engine, args, None)
         row["threads"] = sorted(engine.thread_counts)
         if kind == "engine" and row["decode_widths"]:
@@ -708,6 +714,9 @@ def _fmt(r: dict) -> str:
             + (f" written={r['written_verdicts']}" if r.get("written_verdicts") is not None
                else "")
             + (f" occupancy={r['occupancy']:.0%}" if r.get("occupancy") else "")
+            + (f" pieces={r['decode_pieces']}/{sum(r['decode_widths'].values())}"
+               f" packed={r['sequences_packed']}"
+               if r.get("decode_pieces") and r.get("decode_widths") else "")
             + (f" decode_rows/s={r['decode_rows_per_s']:.1f}"
                if r.get("decode_rows_per_s") else ""))
 

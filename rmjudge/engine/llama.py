@@ -63,7 +63,7 @@ class _Kept:
 class LlamaEngine(Engine):
     """Batched multi-sequence engine (see module docstring)."""
 
-    # What callers, profiles and benchmarks read (and `share_prefill`, set) on the engine:
+    # What callers, profiles and benchmarks read (and `share_prefill`, `pack`, set) on the engine:
     # the scheduler's counters and switch ...
     prompt_tokens_evaluated = _Kept("scheduler")  # prefill work
     prompt_tokens_copied = _Kept("scheduler")  # copied from a group evaluating them instead
@@ -71,6 +71,9 @@ class LlamaEngine(Engine):
     decode_steps = _Kept("scheduler")  # decode calls, and the sequences they carried
     decode_rows = _Kept("scheduler")
     decode_widths = _Kept("scheduler")  # decode calls by the sequences they carried
+    decode_pieces = _Kept("scheduler")  # the pieces llama.cpp cut them into (slot-id gaps + 1)
+    pack = _Kept("scheduler")  # False: decoding sequences stay in their slots, gaps and all
+    sequences_packed = _Kept("scheduler")  # moved into free slots to close such gaps
     # ... and the context's
     prompt_tokens_reused = _Kept("kv")  # prompt tokens restored from the prefix cache
     prefix_cache = _Kept("kv")
