@@ -123,3 +123,23 @@ def test_the_slot_holding_the_prompt_goes_first_among_the_lowest():
             return ids
 
     assert asyncio.run(main()) == [2, 0, 1]
+
+
+def test_a_slot_above_the_lowest_that_holds_much_more_of_the_prompt_is_taken_first():
+    """A pair's reflections open with its rollout prompt: the free slot that still holds it is
+    worth a gap when it saves evaluating at least HINT_GAIN tokens; a few tokens are not."""
+    from rmjudge.servers.slots import HINT_GAIN
+
+    rollout = list(range(1000, 1000 + 3 * HINT_GAIN))
+
+    async def main(held_by_six):
+        budget = SlotBudget(8)
+        budget.keep(6, held_by_six)
+        budget.keep(1, rollout[:HINT_GAIN // 2])
+        async with budget.hold(3, rollout + [7, 7]) as ids:
+            return ids
+
+    ids = asyncio.run(main(rollout))
+    assert ids[0] == 6 and sorted(ids) == [0, 1, 6]
+    # slot 6 holds only a little more than slot 1: the three lowest, slot 1 first
+    assert asyncio.run(main(rollout[:HINT_GAIN])) == [1, 0, 2]

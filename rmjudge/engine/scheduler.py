@@ -218,7 +218,7 @@ class Scheduler:
         consecutive. With a KV stream per slot, llama.cpp cuts a decode call wherever the slot
         ids skip one (its `split_equal`), and each piece reads all the weights again: at the
         1.7B shape 8 sequences in slots 0-3 and 8-11 decoded 14-20% slower than in 0-7, and
-        every other slot 45-50% slower (docs/speed.md). Gaps open when sequences end or wait
+        every other slot 42-49% slower (docs/speed.md). Gaps open when sequences end or wait
         for their forced verdict while others decode, and when groups of different widths
         come and go.
 

@@ -11,10 +11,11 @@ The budget hands out slot ids (0 to `total` - 1, llama-server's own numbering), 
 ones first: llama-server decodes its busy slots in one llama.cpp batch, and with a KV stream per
 slot (its default) llama.cpp cuts that batch wherever the slot ids skip one, each piece reading
 all the weights again (llama.cpp's `split_equal`). Busy slots packed from 0 up make one piece: at
-the 1.7B shape, 8 sequences decoded 25% slower in slots 0-3 and 8-11 than in 0-7 (docs/speed.md).
+the 1.7B shape, 8 sequences decoded 14-20% slower in slots 0-3 and 8-11 than in 0-7 (docs/speed.md).
 It also remembers the prompt it last saw sent to each slot, so a group that names its prompt
 gets, as its first slot, the one of its slots whose remembered prompt shares the longest start
-with it (where llama-server finds that prompt cached). What a slot holds is only ever a hint:
+with it (where llama-server finds that prompt cached), or a free slot above them that holds
+much more of it (`HINT_GAIN` tokens: a pair's reflections find their rollout prompt). What a slot holds is only ever a hint:
 llama-server compares every request with the tokens the slot really holds, so a wrong hint
 costs time, never a result.
 """
@@ -26,6 +27,11 @@ import contextlib
 import os
 from collections import deque
 from typing import Sequence
+
+
+# tokens of a group's prompt a free slot above the lowest ones must hold beyond theirs to be
+# taken instead of the highest of them (`SlotBudget._pick`)
+HINT_GAIN = 64
 
 
 class SlotBudget:
@@ -55,12 +61,21 @@ class SlotBudget:
 
     def _pick(self, k: int, prompt: Sequence | None) -> list[int]:
         """The k lowest free slots (see the module docstring), first among them the one
-        holding the longest start of `prompt`."""
-        ids = sorted(self._free)[:k]
+        holding the longest start of `prompt`; a free slot above them that holds at least
+        `HINT_GAIN` tokens more of it (4 characters a token for a text prompt) takes the
+        highest one's place: evaluating those tokens again costs more than a gap."""
+        free = sorted(self._free)
+        ids = free[:k]
         if prompt is not None:
-            best = max(range(k), key=lambda j: (len(os.path.commonprefix(
-                [self.held.get(ids[j]) or prompt[:0], prompt])), -j))
+            def held(slot: int) -> int:
+                return len(os.path.commonprefix([self.held.get(slot) or prompt[:0], prompt]))
+
+            best = max(range(k), key=lambda j: (held(ids[j]), -j))
             ids.insert(0, ids.pop(best))
+            gain = HINT_GAIN * (4 if isinstance(prompt, str) else 1)
+            above = max(free[k:], key=held, default=None)
+            if above is not None and held(above) >= held(ids[0]) + gain:
+                ids = [above] + ids[:k - 1]
         for slot in ids:
             self._free.remove(slot)
         return ids
