@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from itertools import pairwise
 from typing import Iterator
 
 from rmjudge.engine.base import RequestSource
@@ -204,7 +205,7 @@ class Scheduler:
         if not decoding:
             return
         self.kv.decode([(s.feed[0], s.pos, s.slot, True) for s in decoding])
-        self.decode_pieces += 1 + sum(b.slot != a.slot + 1 for a, b in zip(decoding, decoding[1:]))
+        self.decode_pieces += 1 + sum(b.slot != a.slot + 1 for a, b in pairwise(decoding))
         self.decode_steps += 1
         self.decode_rows += len(decoding)
         self.decode_widths[len(decoding)] += 1
@@ -234,7 +235,7 @@ class Scheduler:
         n = len(decoding)
         if not self.pack or n < 2 or kv.copy_pending:
             return
-        at = {s.slot: s for s in decoding}
+        at = {s.slot for s in decoding}
         if max(at) - min(at) + 1 == n:
             return  # consecutive already
         free = set(run.free_slots)

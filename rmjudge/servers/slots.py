@@ -9,15 +9,16 @@ first come, first served, so a wide group is not starved by narrow ones.
 
 The budget hands out slot ids (0 to `total` - 1, llama-server's own numbering), the lowest free
 ones first: llama-server decodes its busy slots in one llama.cpp batch, and with a KV stream per
-slot (its default) llama.cpp cuts that batch wherever the slot ids skip one, each piece reading
-all the weights again (llama.cpp's `split_equal`). Busy slots packed from 0 up make one piece: at
-the 1.7B shape, 8 sequences decoded 14-20% slower in slots 0-3 and 8-11 than in 0-7 (docs/speed.md).
-It also remembers the prompt it last saw sent to each slot, so a group that names its prompt
-gets, as its first slot, the one of its slots whose remembered prompt shares the longest start
-with it (where llama-server finds that prompt cached), or a free slot above them that holds
-much more of it (`HINT_GAIN` tokens: a pair's reflections find their rollout prompt). What a slot holds is only ever a hint:
-llama-server compares every request with the tokens the slot really holds, so a wrong hint
-costs time, never a result.
+slot (its default when `-np` is given) llama.cpp cuts that batch wherever the slot ids skip
+one, each piece reading all the weights again (llama.cpp's `split_equal`). Busy slots packed
+from 0 up make one piece: at the 1.7B shape, 8 sequences decoded 14-20% slower in slots 0-3
+and 8-11 than in 0-7 (docs/speed.md). It also remembers the prompt it last saw sent to each
+slot, so a group that names its prompt gets, as its first slot, the one of its slots whose
+remembered prompt shares the longest start with it (where llama-server finds that prompt
+cached), or a free slot above them that holds much more of it (`HINT_GAIN` tokens: a pair's
+reflections find their rollout prompt). What a slot holds is only ever a hint: llama-server
+compares every request with the tokens the slot really holds, so a wrong hint costs time,
+never a result.
 """
 
 from __future__ import annotations
@@ -67,14 +68,13 @@ class SlotBudget:
         free = sorted(self._free)
         ids = free[:k]
         if prompt is not None:
-            def held(slot: int) -> int:
-                return len(os.path.commonprefix([self.held.get(slot) or prompt[:0], prompt]))
-
-            best = max(range(k), key=lambda j: (held(ids[j]), -j))
+            held = {slot: len(os.path.commonprefix([self.held.get(slot) or prompt[:0], prompt]))
+                    for slot in free}
+            best = max(range(k), key=lambda j: (held[ids[j]], -j))
             ids.insert(0, ids.pop(best))
             gain = HINT_GAIN * (4 if isinstance(prompt, str) else 1)
-            above = max(free[k:], key=held, default=None)
-            if above is not None and held(above) >= held(ids[0]) + gain:
+            above = max(free[k:], key=held.__getitem__, default=None)
+            if above is not None and held[above] >= held[ids[0]] + gain:
                 ids = [above] + ids[:k - 1]
         for slot in ids:
             self._free.remove(slot)
