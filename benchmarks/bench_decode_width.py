@@ -71,8 +71,6 @@ def step_costs(L, model, rows: int, args, clock=None, layout: str = "packed") ->
         for s in slots:
             if s:
                 L.llama_memory_seq_cp(mem, 0, s, -1, -1)
-        if 0 not in slots:
-            L.llama_memory_seq_rm(mem, 0, -1, -1)
         costs = []
         for step in range(args.steps):
             for i, s in enumerate(slots):
