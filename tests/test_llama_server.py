@@ -384,3 +384,50 @@ def test_slot_copies_evaluate_a_pairs_prompt_once_and_each_forced_verdict_alone(
             assert eng.slot_groups == 4 and not eng.slot_copies
     finally:
         stop_server(proc)
+
+
+def test_a_forced_verdict_after_a_split_character_continues_the_samples_own_ids(
+        whole_model_path, tmp_path):
+    """Greedy emoji from the whole embedded model: tokens that end inside a character, which
+    llama-server's log-probabilities leave out, the last one cut off the text. The sample goes
+    to llama-server's own /completion, which lists every token's id, so its forced verdict
+    continues those ids (the server's own greedy ones) in the sample's slot and evaluates only
+    its continuation (its /metrics)."""
+    from rmjudge.engine.server import ServerEngine, ServerSettings
+
+    emoji = " ".join(chr(c) for c in range(0x1F600, 0x1F630))
+    msgs = prompts.pref_messages([{"role": "user", "content": "Continue: " + emoji}],
+                                 emoji[:60], emoji[60:])
+    r = req(messages=msgs, assistant_prefix=prompts.ASSISTANT_PREFIX + emoji[:20],
+            max_tokens=23, force=prompts.force_spec("pref"), share_key="emoji")
+    proc, url = start(whole_model_path, tmp_path / "server.log", 2)
+    try:
+        with ServerEngine(ServerSettings(url=url, template_model=whole_model_path,
+                                         slot_groups=False, share_prompt=False,
+                                         prime=False)) as eng:
+            assert eng.native
+            prompt = eng.payload(r)
+            sent: list = []
+            post = eng.client.post
+
+            async def recording(path, body):
+                sent.append(body["prompt"])
+                return await post(path, body)
+
+            eng.client.post = recording
+            before = prompt_evaluated(url)
+            gen = eng.generate([r])[0][0]
+            evaluated = prompt_evaluated(url) - before
+            cont = len(eng.prompts.tokenizer.tokenize(
+                prompts.forced_continuation(gen.text, "pref"), add_bos=False, special=False))
+        own = httpx.post(url[: -len("/v1")] + "/completion", timeout=120, json={
+            "prompt": prompt, "max_tokens": 23, "temperature": 0.0, "return_tokens": True,
+            "cache_prompt": False}).json()["tokens"]
+    finally:
+        stop_server(proc)
+    # the premise: the text ran to the limit and some of its tokens end inside a character
+    assert gen.finish_reason == "length" and len(gen.token_logprobs) < 23, gen.text
+    reads = [p for p in sent if isinstance(p, list) and len(p) > len(prompt)]
+    assert reads and all(p[:len(prompt) + 23] == prompt + own for p in reads)
+    # the prompt once, then each forced read: its continuation and the choices' " "
+    assert evaluated <= len(prompt) + len(reads) * (cont + 2), (evaluated, len(prompt), cont)

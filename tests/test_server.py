@@ -48,7 +48,7 @@ class Fake:
     """A tiny OpenAI-compatible server: `complete(body) -> (status, json, headers)`."""
 
     def __init__(self, complete="ok", owned_by="vllm", props=None, chat=None, model_id="judge",
-                 tokenize=None, loading=0, slots=None):
+                 tokenize=None, loading=0, slots=None, native=None):
         self.loading = loading  # answer /v1/models this many times with 503 "Loading model"
         self.requests: list[tuple[str, dict, dict]] = []
         self.queries: list[str] = []
@@ -61,6 +61,7 @@ class Fake:
         # (slot id, action, body) -> (status, json) of POST /slots/ID?action=... (llama-server's
         # slot actions), or None
         self.slots = slots
+        self.native = native  # body -> (status, json) of POST /completion (llama-server's own)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -108,6 +109,8 @@ class Fake:
                         self._send(*reply)
                 elif path == "/v1/chat/completions" and fake.chat is not None:
                     self._send(*fake.chat(body))
+                elif path == "/completion" and fake.native is not None:
+                    self._send(*fake.native(body))
                 elif path == "/tokenize" and fake.tokenize is not None:
                     self._send(200, fake.tokenize(body))
                 elif path.startswith("/slots/") and fake.slots is not None:
@@ -673,6 +676,88 @@ def test_a_forced_verdict_continues_the_sampled_ids_only_when_all_are_given():
     assert sampled_continuation("text", choice([7, 8, 9]), "length", 3) is None
     assert sampled_continuation([1, 2], {"logprobs": {"content": [{"token": "x"}]}}, "length",
                                 1) is None  # no ids
+    # llama-server's /completion lists every id (`tokens`) beside the log-probabilities
+    assert sampled_continuation([1, 2], {**choice([7, 9]), "tokens": [7, 8, 9]}, "length",
+                                3) == [1, 2, 7, 8, 9]
+
+
+# "I é!" in a vocabulary of an id per character, where "é" is two tokens (5000, 5001) that
+# each end inside it: llama-server's log-probabilities leave the first out
+SPLIT_IDS = [73, 32, 5000, 5001, 33]
+
+
+def native_completion(body, tokens=True):
+    """llama-server's own /completion: the probe's one token, or a sample writing "I é!"
+    (SPLIT_IDS), its probabilities without the token that ends inside "é"; `tokens`: whether
+    it lists every token's id (`return_tokens`; older builds do not)."""
+    top = [{"id": 7, "token": " 1", "logprob": -0.2}, {"id": 8, "token": " 2", "logprob": -1.8}]
+    if body["max_tokens"] == 1:
+        text, ids, probs = " 1", [7], [{**top[0], "top_logprobs": top}]
+    else:
+        text, ids = "I é!", SPLIT_IDS
+        probs = [{"id": t, "token": "x", "logprob": -0.5, "top_logprobs": top}
+                 for t in ids if t != 5000]
+    out = {"content": text, "completion_probabilities": probs, "stop_type": "limit",
+           "tokens_evaluated": len(body["prompt"]), "tokens_predicted": len(ids),
+           "timings": {"cache_n": 0}, **({"tokens": ids} if tokens else {})}
+    return 200, out, {}
+
+
+def test_a_forced_verdict_continues_every_sampled_id_from_llama_servers_own_endpoint(fake):
+    """On llama-server a sample goes to its /completion, which lists the ids of every token it
+    generated, so a forced verdict continues the sample's own ids (as in-process), also where
+    a token ends inside a character and the log-probabilities leave it out; a build whose
+    /completion lists no ids gets the samples on /v1/completions, and the verdict continues the
+    text."""
+    props = {"chat_template": TEMPLATE, "default_generation_settings": {"n_ctx": 4096}}
+    f = fake(owned_by="llamacpp", tokenize=toy_tokenize, props=props, native=native_completion)
+    r = req(n=2, force=prompts.force_spec("pref"))
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, prime=False)) as eng:
+        assert eng.native and "/completion, every token's id" in eng.describe()
+        gens = eng.generate([r])[0]
+        plain = eng.payload(r)
+    assert [g.text for g in gens] == ["I é!"] * 2 and all(g.forced_probs for g in gens)
+    samples = [b for b in f.posts("/completion") if b["max_tokens"] == 16]
+    assert len(samples) == 2 and all(b["return_tokens"] and b["n_probs"] == 1 for b in samples)
+    assert sorted(b["seed"] for b in samples) == sorted(sample_seed(7, s) for s in range(2))
+    reads = [p for p in _forced_reads(f) if p[:len(plain)] == plain and len(p) > len(plain)]
+    cont = prompts.forced_continuation("I é!", "pref")
+    # two reads a sample (after the " " of " 1"/" 2", then without it: ok_completion answers
+    # " 1"), each continuing the sample's five ids
+    assert len(reads) == 4 and all(p[len(plain):len(plain) + 5] == SPLIT_IDS for p in reads)
+    assert all(p[len(plain) + 5:len(plain) + 5 + len(cont)] == [ord(c) for c in cont]
+               for p in reads)
+    assert not [b for b in f.posts() if b["max_tokens"] == 16]  # no sample on /v1
+
+    # an older build: /completion without ids
+    f = fake(owned_by="llamacpp", tokenize=toy_tokenize, props=props,
+             native=lambda b: native_completion(b, tokens=False),
+             complete=lambda b: ok_completion(b, text="I é!", finish="length"))
+    with ServerEngine(ServerSettings(url=f.url, backoff=0.01, prime=False)) as eng:
+        assert not eng.native and "every token" not in eng.describe()
+        gens = eng.generate([r])[0]
+    assert len([b for b in f.posts() if b["max_tokens"] == 16]) == 2
+    assert not [b for b in f.posts("/completion") if b["max_tokens"] == 16]
+    reads = [p for p in _forced_reads(f) if p[:len(plain)] == plain and len(p) > len(plain)]
+    assert reads and all(p[len(plain):len(plain) + 4] == [ord(c) for c in "I é!"] for p in reads)
+
+
+def test_llama_servers_own_completion_reads_as_a_one_choice_completion():
+    from rmjudge.servers import responses as wire
+
+    _, out, _ = native_completion({"max_tokens": 16, "prompt": [1, 2, 3]})
+    conv = wire.from_native({**out, "stopping_word": ""})
+    ch = wire.first_choice(conv)
+    assert ch["text"] == "I é!" and ch["finish_reason"] == "length" and "stopping_word" not in ch
+    assert wire.sampled_ids(ch) == SPLIT_IDS and len(wire.sampled_logprobs(ch["logprobs"])) == 4
+    assert wire.usage(conv) == wire.usage(out) == (3, 5) and wire.cached_tokens(conv) == 0
+    stopped = wire.first_choice(wire.from_native(
+        {**out, "stop_type": "word", "stopping_word": "</Result>"}))
+    assert stopped["finish_reason"] == "stop"
+    assert wire.restore_stop("x", "stop", ("</Result>",), stopped) == "x</Result>"
+    assert wire.sampled_ids({**ch, "tokens": [1, -2]}) is None  # a malformed list: no ids
+    with pytest.raises(wire.ProtocolError):
+        wire.from_native({"content": 3})
 
 
 def test_groups_in_turn_only_on_llama_server_and_can_be_turned_off(fake, template):

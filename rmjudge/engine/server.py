@@ -28,7 +28,11 @@ forced verdicts engine/server_forcing.py.
   tokens' log-probabilities, from which the rollout confidences are computed.
 - **Forced verdicts**: when a generation does not parse, a one-token request with the top
   log-probabilities is sent for prompt + text + `force.continuation(text)`, and the two
-  choices' probabilities are read from it.
+  choices' probabilities are read from it. With token-id prompts it continues the sample's own
+  token ids, as in-process, where the response lists them all: on llama-server a sample goes
+  to its own `/completion` with `return_tokens` (`ServerEngine.native`, probed at start-up),
+  because `/v1/completions` leaves a token that ends inside a character out of its
+  log-probabilities, and a verdict continuing the text would evaluate it again from there.
 - **Prefix reuse**: the samples of one request, and the requests sharing a `share_key`, are a
   group. On llama-server, whose KV cache is per slot (`-np`), a group holds as many slots as it
   decodes side by side until it ends (engine/server_slots.py): with slot actions
@@ -72,7 +76,7 @@ from rmjudge.servers.client import (
 )
 from rmjudge.engine.server_forcing import ServerForcing
 from rmjudge.servers.prompts import (ENCODING_IDS, LOGPROB_FLAGS, ServedPrompts,
-                                           probe_endpoint)
+                                     probe_endpoint, probe_native)
 from rmjudge.core.errors import ModelError
 from rmjudge.prompts import suffix_for_model
 from rmjudge.core.settings import JudgeSettings
@@ -91,14 +95,14 @@ def sample_seed(seed: int, index: int) -> int:
 def sampled_continuation(prompt: str | list[int] | None, choice: dict, finish: str,
                          generated: int | None) -> list[int] | None:
     """A token-id prompt followed by the ids of the tokens sampled after it (what a forced
-    verdict continues, as in-process: the sample's slot holds exactly those), where the
-    choice's log-probabilities give the ids of all `generated` tokens of a one-sample request
-    and nothing was cut from its text (finish "length"); else None, and the forced verdict
-    continues the text. (llama-server leaves a token that ends inside a character out of its
-    list.)"""
+    verdict continues, as in-process: the sample's slot holds exactly those), where the choice
+    gives the ids of all `generated` tokens of a one-sample request (`wire.sampled_ids`) and
+    nothing was cut from its text (finish "length"); else None, and the forced verdict
+    continues the text. (llama-server's log-probabilities leave out a token that ends inside a
+    character; its `/completion` lists every token.)"""
     if not isinstance(prompt, list) or finish != "length" or not generated:
         return None
-    ids = wire.sampled_ids(choice.get("logprobs"))
+    ids = wire.sampled_ids(choice)
     return prompt + ids if ids is not None and len(ids) == generated else None
 
 
@@ -134,6 +138,12 @@ class ServerEngine(Engine):
                                                            settings.top_logprobs))
             self.prompt_encoding = self.client.run(
                 self.prompts.choose_encoding(self.endpoint, self.flavor, self.strict))
+            # llama-server: a sample goes to its own /completion, which lists every token's id
+            # (a forced verdict then continues them exactly; /v1 leaves out a token that ends
+            # inside a character)
+            self.native = (self.flavor == "llama-server" and self.endpoint == "completions"
+                           and not self.strict and self.client.run(
+                               probe_native(self.client, self.bodies, settings.top_logprobs)))
         except Unreachable as exc:
             self.close()
             raise ServerError(f"the server at {self.url} stopped answering while being checked "
@@ -186,7 +196,9 @@ class ServerEngine(Engine):
 
     def describe(self) -> str:
         """One line for the user: which server, model, endpoint and template source."""
-        where = ("/v1/completions, chat template from " + self.template_source
+        where = ("/v1/completions" + (" (samples: /completion, every token's id)"
+                                      if self.native else "")
+                 + ", chat template from " + self.template_source
                  if self.endpoint == "completions" else
                  "/v1/chat/completions, documented OpenAI parameters only" if self.strict else
                  "/v1/chat/completions (no text completions; the server renders the template)")
@@ -339,7 +351,13 @@ class ServerEngine(Engine):
         its forced verdict then is)."""
         seed = sample_seed(req.seed, s)
         try:
-            if prompt is not None:
+            if prompt is not None and self.native:
+                body = self.bodies.native_completion(prompt, req.max_tokens, req.temperature,
+                                                     req.top_p, seed, req.stop, 1)
+                if slot is not None:
+                    body["id_slot"] = slot
+                out = wire.from_native(await self.client.post_native(body))
+            elif prompt is not None:
                 body = self.bodies.completion(prompt, req.max_tokens, req.temperature, req.top_p,
                                              seed, req.stop, 1)
                 if slot is not None:

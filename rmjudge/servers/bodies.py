@@ -71,6 +71,18 @@ class RequestBodies:
                 body["add_special_tokens"] = False
         return body
 
+    def native_completion(self, prompt: str | list[int], max_tokens: int, temperature: float,
+                          top_p: float, seed: int, stop: tuple[str, ...],
+                          logprobs: int) -> dict:
+        """A body for llama-server's own `/completion`: the `/v1/completions` body, its top
+        log-probabilities as `n_probs`, and the ids of every generated token asked for
+        (`return_tokens`); one sample (the endpoint has no `n`)."""
+        body = self.completion(prompt, max_tokens, temperature, top_p, seed, stop, None)
+        del body["n"]
+        body["n_probs"] = logprobs
+        body["return_tokens"] = True
+        return body
+
     def chat(self, messages: list, assistant: str, max_tokens: int, temperature: float,
              top_p: float, seed: int, stop: tuple[str, ...], top: int) -> dict:
         """A `/v1/chat/completions` body; `assistant`: the text the answer continues."""

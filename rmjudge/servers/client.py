@@ -265,6 +265,10 @@ class ServerClient:
         """POST to a /v1 endpoint (`/completions`, `/chat/completions`)."""
         return await self.request("POST", self.base + path, body)
 
+    async def post_native(self, body: dict) -> Any:
+        """POST to llama-server's own `/completion` (beside /v1)."""
+        return await self.request("POST", self.root + "/completion", body)
+
     async def get(self, path: str, root: bool = False, retry: bool = True) -> Any:
         return await self.request("GET", (self.root if root else self.base) + path, retry=retry)
 

@@ -21,7 +21,8 @@ from rmjudge.servers import responses as wire
 from rmjudge.prompts.sandbox import TemplateError
 from rmjudge.servers.control_text import Neutralizer, looks_like_control, template_strings
 from rmjudge.servers.bodies import RequestBodies
-from rmjudge.servers.client import API_KEY_ENV, HTTPStatus, ServerClient, ServerError
+from rmjudge.servers.client import (API_KEY_ENV, HTTPStatus, ServerClient, ServerError,
+                                     Unreachable)
 from rmjudge.core.extras import install_hint
 from rmjudge.core.errors import ModelError
 from rmjudge.core.types import GenRequest
@@ -82,6 +83,25 @@ async def probe_chat(client: ServerClient, bodies: RequestBodies, top_logprobs: 
         raise ServerError(f"the server at {client.url} returns no log-probabilities, which "
                           f"rmjudge needs; enable them ({LOGPROB_FLAGS})")
     return "chat"
+
+
+async def probe_native(client: ServerClient, bodies: RequestBodies, top_logprobs: int) -> bool:
+    """Whether llama-server's own `/completion` answers a sample with the ids of every token it
+    generated (`return_tokens`) and log-probabilities in the `/v1` form (`logprob`,
+    `top_logprobs`); older builds answer without them (or with probabilities), and then samples
+    go to /v1/completions. Asked once, with a one-token request."""
+    body = bodies.native_completion("Hello", 1, 0.0, 1.0, 0, (), top_logprobs)
+    try:
+        out = wire.from_native(await client.post_native(body))
+    except (HTTPStatus, Unreachable, wire.ProtocolError):
+        return False
+    ch = out["choices"][0]
+    try:
+        return (wire.sampled_ids({"tokens": ch.get("tokens")}) is not None
+                and len(ch["tokens"]) == 1 and bool(wire.sampled_logprobs(ch["logprobs"]))
+                and len(wire.top_at(ch["logprobs"], 0)) >= 2)
+    except wire.ProtocolError:
+        return False
 
 
 def probe_error(url: str, exc: HTTPStatus) -> ServerError:

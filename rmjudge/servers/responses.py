@@ -1,7 +1,8 @@
 """The wire side of `--server` (engine/server.py): reading a response body under a size cap,
 and reading completions' text, log-probabilities and stop strings from any server's format
-(legacy `token_logprobs`/`top_logprobs`, chat-style `logprobs.content`), refusing what is
-outside the protocol with `ProtocolError`."""
+(legacy `token_logprobs`/`top_logprobs`, chat-style `logprobs.content`, llama-server's own
+`/completion`, read as a one-choice completion by `from_native`), refusing what is outside the
+protocol with `ProtocolError`."""
 
 from __future__ import annotations
 
@@ -74,11 +75,38 @@ def _count(v: Any) -> int | None:
 
 
 def usage(out: dict) -> tuple[int | None, int | None]:
-    """(prompt tokens, completion tokens) of a response's `usage`, None where absent."""
+    """(prompt tokens, completion tokens) of a response's `usage` (llama-server's `/completion`:
+    `tokens_evaluated`, `tokens_predicted`), None where absent."""
     u = out.get("usage")
     if not isinstance(u, dict):
-        return None, None
+        return _count(out.get("tokens_evaluated")), _count(out.get("tokens_predicted"))
     return _count(u.get("prompt_tokens")), _count(u.get("completion_tokens"))
+
+
+def from_native(out: dict) -> dict:
+    """llama-server's `/completion` response as a one-choice `/v1/completions` response. Its
+    choice adds `tokens`, the ids of every generated token (`return_tokens`): the
+    log-probabilities, there as in `/v1/completions`, leave out a token that ends inside a
+    character."""
+    text = out.get("content")
+    if not isinstance(text, str):
+        raise malformed("`content` of /completion is not a string", text)
+    probs = out.get("completion_probabilities")
+    choice: dict[str, Any] = {
+        "text": text, "index": 0,
+        "finish_reason": "length" if out.get("stop_type") == "limit" else "stop",
+        "logprobs": {"content": probs} if probs is not None else None}
+    if isinstance(out.get("stopping_word"), str) and out["stopping_word"]:
+        choice["stopping_word"] = out["stopping_word"]
+    if "tokens" in out:
+        choice["tokens"] = out["tokens"]
+    prompt, completion = usage(out)
+    conv: dict[str, Any] = {"choices": [choice]}
+    if prompt is not None and completion is not None:
+        conv["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    if isinstance(out.get("timings"), dict):
+        conv["timings"] = out["timings"]
+    return conv
 
 
 def cached_tokens(out: dict) -> int | None:
@@ -135,16 +163,23 @@ def token_logprobs(lp: Any) -> list | None:
     return None
 
 
-def sampled_ids(lp: Any) -> list[int] | None:
-    """The sampled tokens' ids where a choice's `logprobs` gives them (llama-server's `content`
-    entries carry an `id`), else None."""
+def sampled_ids(choice: dict) -> list[int] | None:
+    """The sampled tokens' ids where a choice gives them: its `tokens` (llama-server's
+    `/completion`, every token), else its `logprobs.content` entries' `id`s (llama-server; a
+    token that ends inside a character is left out); None where neither lists ids."""
+    tokens = choice.get("tokens")
+    if isinstance(tokens, list):
+        return _ids(tokens)
+    lp = choice.get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(content, list):
         return None
-    ids = [c.get("id") if isinstance(c, dict) else None for c in content]
-    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        return None
-    return ids  # type: ignore[return-value]
+    return _ids([c.get("id") if isinstance(c, dict) else None for c in content])
+
+
+def _ids(ids: list) -> list[int] | None:
+    ok = all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+    return ids if ok else None
 
 
 def sampled_logprobs(lp: Any) -> list[float] | None:
