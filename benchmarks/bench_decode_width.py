@@ -62,12 +62,15 @@ def step_costs(L, model, rows: int, args, clock=None, layout: str = "packed") ->
     batch = L.llama_batch_init(512, 0, 1)
     clock = clock or (time.process_time if args.threads == 1 else time.perf_counter)
     try:
-        for i in range(args.prompt):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = 100 + i % 1000, i, 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i == args.prompt - 1
-        batch.n_tokens = args.prompt
-        L.llama_decode(ctx, batch)
+        for start in range(0, args.prompt, 512):  # the batch holds 512 tokens
+            n = min(512, args.prompt - start)
+            for i in range(n):
+                pos = start + i
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = 100 + pos % 1000, pos, 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = pos == args.prompt - 1
+            batch.n_tokens = n
+            L.llama_decode(ctx, batch)
         for s in slots:
             if s:
                 L.llama_memory_seq_cp(mem, 0, s, -1, -1)

@@ -176,6 +176,9 @@ def _measure(kind: str, engine, args, threads, other_cpu=lambda: 0.0) -> dict:
             # (None for an engine without the counter: --baseline-src of an older checkout)
             "decode_widths": ({str(w): n for w, n in sorted(engine.decode_widths.items())}
                               if getattr(engine, "decode_widths", None) else None),
+            # and by (sequences, KV cells attended): the width bound's steps, "W:CELLS"
+            "decode_spans": ({f"{w}:{c}": n for (w, c), n in sorted(engine.decode_spans.items())}
+                             if getattr(engine, "decode_spans", None) else None),
             # the pieces llama.cpp cut the decode calls into, and sequences moved to save some
             "decode_pieces": getattr(engine, "decode_pieces", None) if batched else None,
             "sequences_packed": getattr(engine, "sequences_packed", None) if batched else None}
@@ -196,7 +199,7 @@ def run_protocol(kind: str, args) -> dict:
         engine.pack = kind != "engine_nopack"
         row = _measure(kind, engine, args, None)
         row["threads"] = sorted(engine.thread_counts)
-        if kind == "engine" and row["decode_widths"]:
+        if kind == "engine" and row["decode_spans"]:
             row["paired"] = _paired_costs(engine, args)
         return row
     threads = args.threads or default_threads()
@@ -413,13 +416,18 @@ def bound_seconds(row: dict, ceiling: dict, prefill: dict) -> float:
 
 def width_bound_seconds(row: dict) -> float | None:
     """The engine's own decode calls, each at the bare cost of a llama.cpp decode step of as
-    many sequences, and its prompt tokens at the bare prefill rate, both timed in the engine's
-    process right after its run on the model it loaded (`_paired_costs`): `bound_seconds`
-    without assuming that every token was decoded in a batch as wide as the ceiling's (a
-    pair's reflection stage runs fewer sequences than its rollouts), and without the minutes
-    between separate processes in which a shared machine's speed drifts. None without them."""
-    steps, paired = row.get("decode_widths"), row.get("paired") or {}
+    many sequences attending as many KV cells, and its prompt tokens at the bare prefill rate,
+    both timed in the engine's process right after its run on the model it loaded
+    (`_paired_costs`): `bound_seconds` without assuming that every token was decoded in a batch
+    as wide as the ceiling's (a pair's reflection stage runs fewer sequences than its
+    rollouts) and after a prompt as short as the first one (llama.cpp attends every stream of
+    a call over its longest one's cells, and a reflection's context is longer), and without
+    the minutes between separate processes in which a shared machine's speed drifts. Rows of
+    an engine without the cell counts (`--baseline-src` of an older checkout) are charged by
+    width alone. None without the costs."""
+    paired = row.get("paired") or {}
     cost = paired.get("decode_step_s") or {}
+    steps = row.get("decode_spans") if any(":" in k for k in cost) else row.get("decode_widths")
     if not steps or not paired.get("prefill_tok_per_s") or any(w not in cost for w in steps):
         return None
     return (sum(n * cost[w] for w, n in steps.items())
@@ -428,18 +436,19 @@ def width_bound_seconds(row: dict) -> float | None:
 
 def _paired_costs(engine, args) -> dict:
     """Bare llama.cpp on the engine's own model, right after its run, with its thread count:
-    the median decode step at each width the engine used (`bench_decode_width.step_costs`,
-    after the workload's first rollout prompt) and the prefill rate of the workload's rollout
-    prompts (`_prefill`)."""
+    the median decode step of each width and KV span the engine's decode calls had
+    (`bench_decode_width.step_costs`, its sequences filled to the span's last cells) and the
+    prefill rate of the workload's rollout prompts (`_prefill`)."""
     from bench_decode_width import step_costs
 
     L, model, tok = engine.kv.l, engine.model, engine.tok
     threads = max(engine.thread_counts)
-    first = _first_prompt(tok, args)
     step_s = {}
-    for w, n in sorted(engine.decode_widths.items()):
-        ns = argparse.Namespace(prompt=len(first), steps=min(n, 24) + 1, threads=threads)
-        step_s[str(w)] = statistics.median(
+    for (w, cells), n in sorted(engine.decode_spans.items()):
+        # every stream filled to just below `cells`, so that each timed step attends as many
+        steps = min(n, 12) + 1
+        ns = argparse.Namespace(prompt=max(cells - steps, 2), steps=steps, threads=threads)
+        step_s[f"{w}:{cells}"] = statistics.median(
             step_costs(L, model, w, ns, clock=time.perf_counter)[1:])
     seconds, tokens, _ = _prefill(L, model, tok, args, threads)
     return {"decode_step_s": step_s, "prefill_tok_per_s": tokens / seconds,
@@ -640,8 +649,8 @@ def _own_bounds(name: str, got: dict) -> None:
     if wide:
         engine["width_bound_share"] = wide / engine["seconds"]
         print(f"{name} engine at {wide / engine['seconds']:.2f} of its width bound (its decode "
-              f"calls by width {engine['decode_widths']} at the bare step of each, timed in its "
-              f"process after it)", flush=True)
+              f"calls by width {engine['decode_widths']}, each at the bare step of its width "
+              f"and KV span, timed in its process after it)", flush=True)
     for kind in ("naive", "server", "server_ncopies"):
         if kind in share and "engine" in share:
             print(f"{name} {kind} / engine at the same work: {share[kind] / share['engine']:.2f}x",

@@ -71,6 +71,7 @@ class LlamaEngine(Engine):
     decode_steps = _Kept("scheduler")  # decode calls, and the sequences they carried
     decode_rows = _Kept("scheduler")
     decode_widths = _Kept("scheduler")  # decode calls by the sequences they carried
+    decode_spans = _Kept("scheduler")  # and by the KV cells they attended
     decode_pieces = _Kept("scheduler")  # the pieces llama.cpp cut them into (slot-id gaps + 1)
     pack = _Kept("scheduler")  # False: decoding sequences stay in their slots, gaps and all
     sequences_packed = _Kept("scheduler")  # moved into free slots to close such gaps

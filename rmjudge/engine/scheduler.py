@@ -30,7 +30,7 @@ from itertools import pairwise
 from typing import Iterator
 
 from rmjudge.engine.base import RequestSource
-from rmjudge.engine.kv_context import KVContext
+from rmjudge.engine.kv_context import CELL_PAD, KVContext
 from rmjudge.engine.planner import Planner
 from rmjudge.engine.sampler import Sampler
 from rmjudge.engine.sequences import MIN_CHUNK, MIN_REUSE, Group, Job, Schedule, Seq
@@ -76,6 +76,9 @@ class Scheduler:
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
         self.decode_widths: Counter[int] = Counter()  # decode calls by the sequences they carried
+        # decode calls by (sequences, KV cells attended): llama.cpp attends every stream of a
+        # call over the longest one's cells, padded to CELL_PAD (the width bound's steps)
+        self.decode_spans: Counter[tuple[int, int]] = Counter()
         # decoding sequences moved into free slots so that a decode call's slots are
         # consecutive (`_pack`); False leaves them where they are (benchmarks, tests)
         self.pack = True
@@ -209,6 +212,8 @@ class Scheduler:
         self.decode_steps += 1
         self.decode_rows += len(decoding)
         self.decode_widths[len(decoding)] += 1
+        longest = max(s.pos for s in decoding) + 1
+        self.decode_spans[len(decoding), -(-longest // CELL_PAD) * CELL_PAD] += 1
         for s in decoding:
             s.feed = []
             s.pos += 1
