@@ -4,12 +4,14 @@ error (never a crash) on a file cut anywhere inside its header."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
 import pytest
 
 from rmjudge.core.errors import UserError
+from rmjudge.core.settings import JudgeSettings
 from rmjudge.models.gguf_header import (GGUFArray, GGUFFormatError, gguf_metadata_value,
                                         read_gguf_header)
 
@@ -114,3 +116,38 @@ def test_the_embedded_models_header(model_path):
     assert copy.get("tokenizer.ggml.tokens") == h.get("tokenizer.ggml.tokens")
     emb = next(t for t in h.tensors if t.name == "token_embd.weight")
     assert emb.shape == (576, 49152)
+
+
+@needs_gguf
+def test_k_quant_weights_are_found_in_the_tensor_table(tmp_path):
+    """On CPU, llama.cpp multiplies K-quant weights with another kernel from 8 rows on
+    (docs/engine.md, "Reproducible by construction"): the engine finds them in the header,
+    and a run of such a model says so in its summary."""
+    import gguf
+
+    from rmjudge.engine.fake import FAKE_INFO
+    from rmjudge.engine.vocab import width_dependent_types
+    from rmjudge.judging.runspec import resolve
+
+    def write(path, types):
+        w = gguf.GGUFWriter(str(path), "llama")
+        for i, t in enumerate(types):
+            qt = gguf.GGMLQuantizationType[t]
+            block, size = gguf.GGML_QUANT_SIZES[qt]
+            raw = np.zeros((2, 256 // block * size), dtype=np.uint8)
+            w.add_tensor(f"blk.{i}.w", raw, raw_dtype=qt)  # 2 rows of 256
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return str(path)
+
+    assert width_dependent_types(write(tmp_path / "k.gguf", ["Q6_K", "Q4_K", "F32", "Q4_K"])) \
+        == ("Q4_K", "Q6_K")
+    assert width_dependent_types(write(tmp_path / "q.gguf", ["Q8_0", "Q4_0", "F16"])) == ()
+    assert width_dependent_types(str(tmp_path / "missing.gguf")) == ()
+    plain = resolve(JudgeSettings(), FAKE_INFO)
+    assert not any("8 rows" in n for n in plain.defaults_note())
+    k = resolve(JudgeSettings(), dataclasses.replace(FAKE_INFO, width_dependent=("Q4_K",)))
+    assert any(n.startswith("note: this judge's Q4_K weights are multiplied on CPU by one "
+                            "llama.cpp kernel below 8 rows") for n in k.defaults_note())

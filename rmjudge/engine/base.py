@@ -26,6 +26,9 @@ class ModelInfo:
     lora_sha256: str | None = None
     lora_scale: float | None = None  # the adapter's `--lora-scale` (None without an adapter)
     prompt_encoding: str | None = None  # a served model: how prompts reach it (engine/server.py)
+    # weight types the run's CPU multiplies with another llama.cpp kernel from 8 rows on (a
+    # sample then depends on how many sequences share its decode call: `width_dependent_types`)
+    width_dependent: tuple[str, ...] = ()
 
 
 class Engine(Protocol):

@@ -22,6 +22,7 @@ resumes (docs/engine.md explains how). Model loading, metadata and the tokenizer
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterator
 
@@ -32,7 +33,8 @@ from rmjudge.engine.sampler import Sampler
 from rmjudge.engine.scheduler import Scheduler
 from rmjudge.engine.sequences import Group, ListSource, Seq
 from rmjudge.engine.vocab import (Tokenizer, context_limit, count_tokens, device_name,
-                                  load_model, model_info, read_model_info, uses_gpu)
+                                  load_model, model_info, read_model_info, uses_gpu,
+                                  width_dependent_types)
 from rmjudge.models.llamacpp import llama_backend
 from rmjudge.models.checks import check_gguf
 from rmjudge.models.resolve import local_model
@@ -98,6 +100,9 @@ class LlamaEngine(Engine):
             check_gguf(settings.lora, what="LoRA adapter")
         self.model = load_model(path, vocab_only=False, n_gpu_layers=ngl)
         self.info = model_info(self.model, path, settings.lora, settings.lora_scale)
+        if not self.on_gpu:
+            self.info = dataclasses.replace(self.info,
+                                            width_dependent=width_dependent_types(path))
         self.tok = Tokenizer(llama_cpp, self.model, self.info)
         self.parallel = settings.parallel or (64 if self.on_gpu else 16)
         self.n_seq_ctx = context_limit(settings, self.info)

@@ -7,7 +7,8 @@ evaluating those tokens again: the reflection prompt opens with the rollout prom
 (`rmjudge.prompts`), so a pair's reflections evaluate only their critiques and task. A token's
 cells hold the same numbers whichever chunks evaluated them (docs/engine.md), so a restored
 prefix gives exactly the samples that evaluating it again would: whether an entry is still
-cached changes the time a run takes, never its results.
+cached changes the time a run takes, never its results (except on CPU for a model with K-quant
+weights, whose numbers depend on a call's row count: docs/engine.md).
 """
 
 from __future__ import annotations

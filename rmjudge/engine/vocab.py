@@ -78,6 +78,25 @@ def model_info(model, path: str, lora: str | None = None, lora_scale: float = 1.
     )
 
 
+# ggml's K-quant types: llama.cpp's CPU build multiplies them with one kernel below 8 rows and
+# another from 8 rows on, which round differently (measured on Q4_K and Q6_K, docs/engine.md
+# "Reproducible by construction"; Q4_0 and Q8_0 give the same numbers from 2 rows on)
+K_QUANT_TYPES = {10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
+
+
+def width_dependent_types(path: str) -> tuple[str, ...]:
+    """The K-quant types among a GGUF's weights (its header's tensor table): on CPU a
+    sample of such a model depends on how many sequences share its decode call."""
+    from rmjudge.models.gguf_header import read_gguf_header
+
+    try:
+        header = read_gguf_header(path, tensors=True)
+    except (OSError, ValueError):
+        return ()
+    return tuple(sorted({K_QUANT_TYPES[t.ggml_type] for t in header.tensors
+                         if t.ggml_type in K_QUANT_TYPES}))
+
+
 def check_model_file(path: str, what: str = "model") -> str:
     """The check `score --model` makes, for any command given a GGUF model: a GGUF file
     (`check_gguf`) that llama.cpp opens (vocabulary only: a truncated or corrupt file is

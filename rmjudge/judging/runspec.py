@@ -85,6 +85,13 @@ class RunSpec:
         if self.demo and self.settings.max_tokens == DEMO_MAX_TOKENS:
             notes.append(f"token limit {DEMO_MAX_TOKENS} (the embedded demo judge's budget; the "
                          f"paper's is {PAPER_MAX_TOKENS}: --max-tokens N changes it)")
+        if self.model.width_dependent:
+            notes.append(f"note: this judge's {'/'.join(self.model.width_dependent)} weights are "
+                         "multiplied on CPU by one llama.cpp kernel below 8 rows and another "
+                         "from 8 rows on, so a sample can change with how many sequences share "
+                         "its decode call (--parallel, the prefix cache, a resume, a shard "
+                         "split); the same command on the same input reproduces a run "
+                         "(docs/engine.md, \"Reproducible by construction\")")
         notes.extend(format_notes(format_of(self.style), self.settings.reflect))
         if self.settings.forced and format_of(self.style).force_spec() is None:
             fmt = format_of(self.style)
