@@ -146,6 +146,12 @@ def test_k_quant_weights_are_found_in_the_tensor_table(tmp_path):
         == ("Q4_K", "Q6_K")
     assert width_dependent_types(write(tmp_path / "q.gguf", ["Q8_0", "Q4_0", "F16"])) == ()
     assert width_dependent_types(str(tmp_path / "missing.gguf")) == ()
+    # one kernel for every product, as the environment can ask of llama.cpp: no dependence
+    for env in ({"GGML_CPU_TILED_MM": "0"}, {"GGML_CPU_TILED_MM_FORCE": "1"}):
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            assert width_dependent_types(str(tmp_path / "k.gguf")) == ()
     plain = resolve(JudgeSettings(), FAKE_INFO)
     assert not any("8 rows" in n for n in plain.defaults_note())
     k = resolve(JudgeSettings(), dataclasses.replace(FAKE_INFO, width_dependent=("Q4_K",)))

@@ -86,9 +86,14 @@ K_QUANT_TYPES = {10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
 
 def width_dependent_types(path: str) -> tuple[str, ...]:
     """The K-quant types among a GGUF's weights (its header's tensor table): on CPU a
-    sample of such a model depends on how many sequences share its decode call."""
+    sample of such a model depends on how many sequences share its decode call. None where
+    the environment gives every product one kernel: `GGML_CPU_TILED_MM=0` (row by row) or
+    `GGML_CPU_TILED_MM_FORCE=1` (always tiled), which llama.cpp reads once per process."""
     from rmjudge.models.gguf_header import read_gguf_header
 
+    if (os.environ.get("GGML_CPU_TILED_MM", "").strip() == "0"
+            or os.environ.get("GGML_CPU_TILED_MM_FORCE", "").strip() == "1"):
+        return ()
     try:
         header = read_gguf_header(path, tensors=True)
     except (OSError, ValueError):

@@ -90,8 +90,10 @@ class RunSpec:
                          "multiplied on CPU by one llama.cpp kernel below 8 rows and another "
                          "from 8 rows on, so a sample can change with how many sequences share "
                          "its decode call (--parallel, the prefix cache, a resume, a shard "
-                         "split); the same command on the same input reproduces a run "
-                         "(docs/engine.md, \"Reproducible by construction\")")
+                         "split); the same command on the same input reproduces a run, and "
+                         "GGML_CPU_TILED_MM_FORCE=1 in the environment gives every product one "
+                         "kernel, narrow steps slower (docs/engine.md, \"Reproducible by "
+                         "construction\")")
         notes.extend(format_notes(format_of(self.style), self.settings.reflect))
         if self.settings.forced and format_of(self.style).force_spec() is None:
             fmt = format_of(self.style)
