@@ -29,7 +29,8 @@ import statistics
 import time
 
 
-def _context(L, model, streams: int, cells: int, threads: int):
+def context(L, model, streams: int, cells: int, threads: int):
+    """A context as the engine makes one: a KV stream per sequence, flash attention off."""
     p = L.llama_context_default_params()
     p.n_ctx = streams * cells
     p.n_batch = p.n_ubatch = 512
@@ -56,7 +57,7 @@ def step_costs(L, model, rows: int, args, clock=None, layout: str = "packed") ->
     """Seconds of each decode step of `rows` sequences (after a `--prompt`-token prefill), by
     `clock` (default: CPU time with one thread, else wall time), in the slots of `layout`."""
     slots = slots_of(layout, rows)
-    ctx = _context(L, model, max(max(slots) + 1, 2), args.prompt + args.steps + 256,
+    ctx = context(L, model, max(max(slots) + 1, 2), args.prompt + args.steps + 256,
                    args.threads)
     mem = L.llama_get_memory(ctx)
     batch = L.llama_batch_init(512, 0, 1)

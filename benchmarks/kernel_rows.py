@@ -25,36 +25,29 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16)
 CUTS = (2, 3, 4, 5, 6, 7, 8, 9, 12, 16)
 
 
 class Probe:
-    """One model, loaded as the engine loads it, and a context of 16 streams."""
+    """One model, loaded as the engine loads it, and its contexts."""
 
     def __init__(self, path: str, threads: int, prompt: int):
-        from rmjudge.models.llamacpp import llama_backend, plain_buffers
+        from rmjudge.engine.vocab import load_model
+        from rmjudge.models.llamacpp import llama_backend
 
         self.L = L = llama_backend()
-        self.model = L.llama_load_model_from_file(path.encode(),
-                                                  plain_buffers(L.llama_model_default_params()))
-        if not self.model:
-            raise SystemExit(f"llama.cpp could not load {path}")
+        self.model = load_model(path, vocab_only=False)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads, self.prompt = threads, prompt
         self.batch = L.llama_batch_init(512, 0, 1)
 
     def context(self, streams: int):
-        L = self.L
-        p = L.llama_context_default_params()
-        p.n_ctx = streams * (((self.prompt + 16) // 256 + 1) * 256)
-        p.n_batch = p.n_ubatch = 512
-        p.n_seq_max = streams
-        p.n_threads = p.n_threads_batch = self.threads
-        p.kv_unified = False
-        p.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        return L.llama_init_from_model(self.model, p)
+        from bench_decode_width import context
+
+        return context(self.L, self.model, streams, self.prompt + 256, self.threads)
 
     def call(self, ctx, rows: list[tuple[int, int, int, bool]]) -> None:
         """One llama_decode of (token, position, sequence, logits) rows."""
