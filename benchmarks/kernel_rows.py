@@ -109,9 +109,15 @@ def main() -> None:
     args = ap.parse_args()
     if not 17 <= args.prompt <= 500:
         raise SystemExit("--prompt must be 17 to 500")
+    from rmjudge.core.errors import ModelError
     from rmjudge.engine.vocab import width_dependent_types
+    from rmjudge.models.checks import check_gguf
 
-    probe = Probe(args.model, args.threads, args.prompt)
+    try:
+        check_gguf(args.model)
+        probe = Probe(args.model, args.threads, args.prompt)
+    except ModelError as exc:
+        raise SystemExit(f"Error: {exc}") from None
     print(f"{Path(args.model).name}: K-quant weights {width_dependent_types(args.model) or 'none'}")
     print("decode width W against 1:  " + "  ".join(f"{w}:{d:.2g}"
                                                     for w, d in probe.widths().items()))
