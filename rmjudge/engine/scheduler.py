@@ -75,7 +75,6 @@ class Scheduler:
         self.more_streams = False
         self.decode_steps = 0  # decode calls, and the sequences they carried (batch occupancy)
         self.decode_rows = 0
-        self.decode_widths: Counter[int] = Counter()  # decode calls by the sequences they carried
         # decode calls by (sequences, KV cells attended): llama.cpp attends every stream of a
         # call over the longest one's cells, padded to CELL_PAD (the width bound's steps)
         self.decode_spans: Counter[tuple[int, int]] = Counter()
@@ -84,6 +83,14 @@ class Scheduler:
         self.pack = True
         self.sequences_packed = 0
         self.decode_pieces = 0  # the pieces llama.cpp cut the decode calls into (gaps + 1)
+
+    @property
+    def decode_widths(self) -> Counter[int]:
+        """Decode calls by the sequences they carried."""
+        widths: Counter[int] = Counter()
+        for (w, _), n in self.decode_spans.items():
+            widths[w] += n
+        return widths
 
     def steps(self, source: RequestSource) -> Iterator[None]:
         """Serve `source` continuously until it has nothing left and every sequence is done;
@@ -211,7 +218,6 @@ class Scheduler:
         self.decode_pieces += 1 + sum(b.slot != a.slot + 1 for a, b in pairwise(decoding))
         self.decode_steps += 1
         self.decode_rows += len(decoding)
-        self.decode_widths[len(decoding)] += 1
         longest = max(s.pos for s in decoding) + 1
         self.decode_spans[len(decoding), -(-longest // CELL_PAD) * CELL_PAD] += 1
         for s in decoding:

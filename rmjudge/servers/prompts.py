@@ -96,9 +96,10 @@ async def probe_native(client: ServerClient, bodies: RequestBodies, top_logprobs
     except (HTTPStatus, Unreachable, wire.ProtocolError):
         return False
     ch = out["choices"][0]
+    if not isinstance(ch.get("tokens"), list) or len(ch["tokens"]) != 1:
+        return False  # no ids (a build without `return_tokens`)
     try:
-        return (wire.sampled_ids({"tokens": ch.get("tokens")}) is not None
-                and len(ch["tokens"]) == 1 and bool(wire.sampled_logprobs(ch["logprobs"]))
+        return (wire.sampled_ids(ch) is not None and bool(wire.sampled_logprobs(ch["logprobs"]))
                 and len(wire.top_at(ch["logprobs"], 0)) >= 2)
     except wire.ProtocolError:
         return False

@@ -178,8 +178,7 @@ def sampled_ids(choice: dict) -> list[int] | None:
 
 
 def _ids(ids: list) -> list[int] | None:
-    ok = all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
-    return ids if ok else None
+    return ids if all(_count(t) is not None for t in ids) else None
 
 
 def sampled_logprobs(lp: Any) -> list[float] | None:
